@@ -1,0 +1,236 @@
+#include "client/commands.h"
+
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "headroom/v1/planner.grpc.pb.h"
+#include "server/core/calibration/calibrate.h"
+#include "server/core/common/json_io.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom::cli {
+namespace {
+
+std::shared_ptr<grpc::Channel> Connect(const Options& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  return grpc::CreateCustomChannel(options.server,
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+void SetDeadline(grpc::ClientContext& context, const Options& options) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(options.deadline_ms));
+}
+
+int Fail(std::ostream& err, const std::string& message, int code = 2) {
+  err << "headroom: " << message << "\n";
+  return code;
+}
+
+int FailRpc(std::ostream& err, const Options& options,
+            const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    err << "headroom: cannot reach the planner at " << options.server << " ("
+        << status.error_message() << "); start it or pass --server\n";
+    return 3;
+  }
+  return Fail(err, status.error_message(), 1);
+}
+
+// Builds the request from flags; an error message on bad input.
+absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
+  v1::CheckFitRequest request;
+  if (options.model.empty()) {
+    return absl::InvalidArgumentError(
+        "--model is required: a catalog template or a spec JSON file");
+  }
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(options.model, ec)) {
+    absl::StatusOr<std::string> text = ReadFile(options.model);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(*text, options.model);
+    if (!spec.ok()) return spec.status();
+    *request.mutable_model()->mutable_spec() = std::move(*spec);
+  } else {
+    request.mutable_model()->set_template_(options.model);
+  }
+  for (absl::string_view part :
+       absl::StrSplit(options.batch, ',', absl::SkipEmpty())) {
+    uint64_t batch = 0;
+    if (!absl::SimpleAtoi(part, &batch)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--batch '", part, "' is not a whole number; allowed 1..1048576"));
+    }
+    request.add_batches(batch);
+  }
+  if (request.batches().empty()) {
+    return absl::InvalidArgumentError("--batch is required, e.g. --batch 8,16");
+  }
+  for (absl::string_view part :
+       absl::StrSplit(options.gpu, ',', absl::SkipEmpty())) {
+    double gb = 0;
+    if (absl::SimpleAtod(part, &gb)) {
+      request.add_targets()->set_memory_gb(gb);
+    } else {
+      request.add_targets()->set_gpu(std::string(part));
+    }
+  }
+  if (request.targets().empty()) {
+    return absl::InvalidArgumentError(
+        "--gpu is required: catalog names or sizes in GB, e.g. --gpu "
+        "L4,H100,48");
+  }
+  v1::TrainingSetup* setup = request.mutable_setup();
+  if (options.precision == "fp32") {
+    setup->set_precision(v1::TrainingSetup::FP32);
+  } else if (options.precision == "bf16") {
+    setup->set_precision(v1::TrainingSetup::BF16_MIXED);
+  } else if (options.precision == "fp16") {
+    setup->set_precision(v1::TrainingSetup::FP16_MIXED);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision '", options.precision,
+                     "' is unknown; allowed fp32, bf16, fp16"));
+  }
+  if (options.optimizer == "adamw") {
+    setup->set_optimizer(v1::TrainingSetup::ADAMW);
+  } else if (options.optimizer == "sgd") {
+    setup->set_optimizer(v1::TrainingSetup::SGD);
+  } else if (options.optimizer == "sgd-momentum") {
+    setup->set_optimizer(v1::TrainingSetup::SGD_MOMENTUM);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer '", options.optimizer,
+                     "' is unknown; allowed adamw, sgd, sgd-momentum"));
+  }
+  setup->set_activation_checkpointing(options.checkpointing);
+  setup->set_fused_attention(options.fused_attention);
+  setup->set_positions(options.positions);
+  request.set_coverage(options.coverage);
+  return request;
+}
+
+void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
+  out << std::fixed << std::setprecision(2);
+  out << r.model() << ": " << r.params() << " parameters; factor set "
+      << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
+      << r.k() << " at coverage " << r.coverage() << "\n\n";
+  out << "batch   peak GB  upper GB   optimizer outputs attention internal "
+         "recurrent transient\n";
+  for (const auto& e : r.estimates()) {
+    const auto& c = e.components();
+    out << std::setw(5) << e.batch() << std::setw(10) << e.peak_gb()
+        << std::setw(10) << e.upper_gb() << std::setw(12) << c.optimizer()
+        << std::setw(8) << c.outputs() << std::setw(10) << c.attention()
+        << std::setw(9) << c.internal() << std::setw(10) << c.recurrent()
+        << std::setw(10) << c.transient() << "\n";
+  }
+  out << "\n";
+  for (const auto& t : r.targets()) {
+    out << t.name() << " (" << t.memory_gb() << " GB):";
+    for (int i = 0; i < t.verdicts_size(); ++i) {
+      out << " batch " << r.estimates(i).batch() << " "
+          << v1::Verdict_Name(t.verdicts(i))
+          << (i + 1 < t.verdicts_size() ? ";" : "");
+    }
+    out << "\n  largest batch FITS: " << t.max_batch_fits()
+        << ", largest not DOES_NOT_FIT: " << t.max_batch_not_does_not_fit()
+        << "\n";
+  }
+}
+
+}  // namespace
+
+int Fit(const Options& options, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);
+  if (!request.ok()) return Fail(err, std::string(request.status().message()));
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::CheckFitResponse response;
+  const grpc::Status status = stub->CheckFit(&context, *request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+  } else {
+    PrintFit(response, out);
+  }
+  return 0;
+}
+
+int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
+  if (options.runs.empty()) return Fail(err, "--runs FILE is required");
+  absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
+      LoadRunsJsonl(options.runs);
+  if (!runs.ok()) return Fail(err, runs.status().ToString());
+  absl::StatusOr<ModelCatalog> catalog =
+      ModelCatalog::LoadDirectory(options.models_dir);
+  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  absl::StatusOr<CalibrationResult> result =
+      Calibrate(*runs, *catalog, FitOptions{}, options.runs);
+  if (!result.ok()) return Fail(err, result.status().ToString());
+  const v1::FactorSet& set = result->factor_set;
+  if (options.json) {
+    out << ToJson(set.page(), /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << "factors: " << ToJson(set.factors(), false) << "\n";
+  out << "column               runs  medianAbsErr within25 under "
+         "saidFitsButOom saidNoButFits agree\n";
+  for (const char* column :
+       {"ours", "ours_heldout", "reference_shipped", "reference_heldout",
+        "accelerate_fp32", "accelerate_bf16"}) {
+    auto it = set.page().summary().find(column);
+    if (it == set.page().summary().end()) continue;
+    const v1::ColumnSummary& s = it->second;
+    out << std::left << std::setw(20) << column << std::right << std::setw(5)
+        << s.runs() << std::setw(14) << s.median_abs_err() << std::setw(9)
+        << s.within25() << std::setw(6) << s.under() << std::setw(15)
+        << s.said_fits_but_oom() << std::setw(14) << s.said_no_but_fits()
+        << std::setw(6) << s.agree() << "\n";
+  }
+  out << "k (held out): " << set.k90() << " at 0.9, " << set.k95()
+      << " at 0.95\n";
+  return 0;
+}
+
+int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::GetCalibrationRequest request;
+  request.set_version(options.version);
+  v1::GetCalibrationResponse response;
+  const grpc::Status status =
+      stub->GetCalibration(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  out << ToJson(response.factor_set(), /*pretty=*/true) << "\n";
+  return 0;
+}
+
+int Health(const Options& options, std::ostream& out, std::ostream& err) {
+  auto stub = grpc::health::v1::Health::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+             response.status())
+      << "\n";
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
+             ? 0
+             : 1;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,78 @@
+// headroom: the command-line client for schedulers (--json) and operators.
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "client/commands.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
+ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
+ABSL_FLAG(bool, json, false, "print JSON instead of a table");
+ABSL_FLAG(std::string, models_dir, "models",
+          "model catalog (offline commands)");
+ABSL_FLAG(std::string, model, "", "catalog template or spec JSON file");
+ABSL_FLAG(std::string, batch, "", "batches, comma-separated");
+ABSL_FLAG(std::string, gpu, "", "GPU names or sizes in GB, comma-separated");
+ABSL_FLAG(std::string, precision, "fp32", "fp32, bf16 or fp16 (mixed)");
+ABSL_FLAG(std::string, optimizer, "adamw", "adamw, sgd or sgd-momentum");
+ABSL_FLAG(bool, checkpointing, false, "activation checkpointing");
+ABSL_FLAG(bool, fused_attention, false, "fused (flash) attention");
+ABSL_FLAG(uint64_t, positions, 0,
+          "sequence length / tokens per sample (0: the model's standard)");
+ABSL_FLAG(double, coverage, 0,
+          "upper-bound coverage 0.9 or 0.95 (0: server's)");
+ABSL_FLAG(std::string, runs, "", "measured runs file (JSON lines)");
+ABSL_FLAG(std::string, version, "", "factor-set version (default current)");
+
+namespace {
+
+constexpr char kUsage[] =
+    "headroom COMMAND [flags]\n"
+    "  fit --model TEMPLATE|FILE --batch N[,N] --gpu L4,H100[,GB] [--json]\n"
+    "  calib page --runs FILE [--json]     calibration page, offline\n"
+    "  calib show [--version fs-N]         the server's factor set\n"
+    "  health                              the server's health status\n"
+    "Every command but calib page talks to --server (default 127.0.0.1:50051).";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  headroom::cli::Options options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
+  options.json = absl::GetFlag(FLAGS_json);
+  options.models_dir = absl::GetFlag(FLAGS_models_dir);
+  options.model = absl::GetFlag(FLAGS_model);
+  options.batch = absl::GetFlag(FLAGS_batch);
+  options.gpu = absl::GetFlag(FLAGS_gpu);
+  options.precision = absl::GetFlag(FLAGS_precision);
+  options.optimizer = absl::GetFlag(FLAGS_optimizer);
+  options.checkpointing = absl::GetFlag(FLAGS_checkpointing);
+  options.fused_attention = absl::GetFlag(FLAGS_fused_attention);
+  options.positions = absl::GetFlag(FLAGS_positions);
+  options.coverage = absl::GetFlag(FLAGS_coverage);
+  options.runs = absl::GetFlag(FLAGS_runs);
+  options.version = absl::GetFlag(FLAGS_version);
+
+  const std::vector<std::string> args(positional.begin() + 1, positional.end());
+  if (args.size() == 1 && args[0] == "fit") {
+    return headroom::cli::Fit(options, std::cout, std::cerr);
+  }
+  if (args.size() == 1 && args[0] == "health") {
+    return headroom::cli::Health(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "calib" && args[1] == "page") {
+    return headroom::cli::CalibPage(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "calib" && args[1] == "show") {
+    return headroom::cli::CalibShow(options, std::cout, std::cerr);
+  }
+  std::cerr << kUsage << "\n";
+  return 2;
+}

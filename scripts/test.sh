@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs deps, builds, runs the test suite, and checks clang-format cleanliness of C++ sources.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+# Formatting is checked first but reported last, so a style nit never hides test results.
+dirs=()
+for d in server client worker tests bench; do [[ -d $d ]] && dirs+=("$d"); done
+unformatted=()
+if [[ ${#dirs[@]} -gt 0 ]]; then
+  while IFS= read -r -d '' f; do
+    clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || unformatted+=("$f")
+  done < <(find "${dirs[@]}" -type f \( -name '*.h' -o -name '*.cc' \) -print0 | sort -z)
+fi
+
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j2
+
+if [[ ${#unformatted[@]} -gt 0 ]]; then
+  echo "clang-format: these files are not formatted (run clang-format -i on them):" >&2
+  printf '  %s\n' "${unformatted[@]}" >&2
+  exit 1
+fi
+echo "test: build, tests and formatting all OK"

@@ -1,0 +1,43 @@
+#ifndef HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATE_H_
+#define HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATE_H_
+
+// From measured runs and the model catalog to a fitted factor set with its
+// calibration page: what the planner does on first start and on refit.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "headroom/v1/calibration.pb.h"
+#include "server/core/calibration/calibration_page.h"
+#include "server/core/calibration/factor_fit.h"
+#include "server/core/catalog/model_catalog.h"
+
+namespace headroom {
+
+// The training setup the calibration runs were measured with: fp32 weights
+// and activations, AdamW, no checkpointing, unfused attention.
+v1::TrainingSetup CalibrationSetup();
+
+// Turns usable runs into fit samples (component GB at each run's batch).
+// NOT_FOUND names a run whose template the catalog lacks.
+absl::StatusOr<std::vector<FitSample>> SamplesFor(
+    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog);
+
+struct CalibrationResult {
+  v1::FactorSet factor_set;  // version left empty for the store to assign
+  // In-sample and held-out predictions per run (nullopt for unusable runs).
+  Predictions ours;
+  Predictions ours_heldout;
+};
+
+// Fits factors to `runs`, computes the page (columns ours, ours_heldout and
+// the reference/accelerate columns the runs carry) and k at 0.9 and 0.95
+// from the held-out predictions.
+absl::StatusOr<CalibrationResult> Calibrate(
+    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
+    const FitOptions& options, const std::string& trained_on);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATE_H_

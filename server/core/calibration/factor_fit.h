@@ -1,0 +1,54 @@
+#ifndef HEADROOM_SERVER_CORE_CALIBRATION_FACTOR_FIT_H_
+#define HEADROOM_SERVER_CORE_CALIBRATION_FACTOR_FIT_H_
+
+// Fitting the six non-negative factors to measured runs (DESIGN.md, "Refit").
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/core/memory/memory_profile.h"
+
+namespace headroom {
+
+// One run as the fit sees it: its component sizes in GB (before factors)
+// and what was measured.
+struct FitSample {
+  std::string template_name;
+  ComponentArray component_gb{};
+  // Allocator peak in GB; nullopt for an OOM run.
+  std::optional<double> measured_gb;
+  // Card size the run went OOM on; nullopt when it completed.
+  std::optional<double> oom_gb;
+};
+
+struct FitOptions {
+  double headroom = 1.15;
+  double oom_penalty = 4.0;
+};
+
+struct FitResult {
+  ComponentArray factors{};
+  // Final loss: relative squared error plus the weighted OOM penalty.
+  double loss = 0;
+  int iterations = 0;
+};
+
+// Minimizes sum over measured runs of ((f.x - m)/m)^2 plus, for each OOM run
+// on O GB with f.x * headroom < O, oom_penalty * ((O - headroom f.x)/O)^2,
+// over f >= 0. Deterministic; a component no sample exercises gets 0.
+FitResult FitFactors(const std::vector<FitSample>& samples,
+                     const FitOptions& options);
+
+// The loss above at `factors`.
+double FitLoss(const std::vector<FitSample>& samples,
+               const ComponentArray& factors, const FitOptions& options);
+
+// Held out by template: for each template, fits on every other template's
+// samples and predicts this one's. Returns one prediction (GB) per sample.
+std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
+                                       const FitOptions& options);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CALIBRATION_FACTOR_FIT_H_

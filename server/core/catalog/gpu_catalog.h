@@ -1,0 +1,33 @@
+#ifndef HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_
+#define HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_
+
+// The one GPU catalog: datasheet memory, architecture, bandwidth and fp16
+// throughput of the cards Headroom knows by name.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace headroom {
+
+struct GpuInfo {
+  std::string name;  // canonical, e.g. "A100-80GB"
+  double memory_gb;  // datasheet memory in GB (10^9 bytes, as marketed)
+  std::string arch;  // turing, ampere, ada, hopper, blackwell
+  double memory_bandwidth_gb_s;
+  double fp16_dense_tflops;  // dense (no sparsity) fp16 tensor throughput
+};
+
+// Every catalog entry, in a stable order.
+const std::vector<GpuInfo>& GpuCatalog();
+
+// Looks a GPU up by name, ignoring case, spaces, dashes and underscores, and
+// accepting common aliases ("H100 80GB", "RTX PRO 6000"). NOT_FOUND lists the
+// closest names.
+absl::StatusOr<GpuInfo> FindGpu(absl::string_view name);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_

@@ -1,0 +1,70 @@
+#include "server/core/catalog/model_catalog.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/catalog/close_names.h"
+#include "server/core/common/json_io.h"
+#include "server/core/common/status_macros.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+
+absl::StatusOr<ModelCatalog> ModelCatalog::LoadDirectory(
+    const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    return absl::NotFoundError(
+        absl::StrCat("model catalog directory ", directory, " does not exist"));
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  ModelCatalog catalog;
+  for (const fs::path& file : files) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(file.string()));
+    ASSIGN_OR_RETURN(v1::ModelSpec spec, ParseSpecJson(text, file.string()));
+    if (spec.name() != file.stem().string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.string(), ": name '", spec.name(),
+          "' must equal the file name '", file.stem().string(), "'"));
+    }
+    RETURN_IF_ERROR(catalog.Add(std::move(spec)));
+  }
+  return catalog;
+}
+
+absl::Status ModelCatalog::Add(v1::ModelSpec spec) {
+  RETURN_IF_ERROR(ValidateSpec(spec));
+  const std::string name = spec.name();
+  if (!specs_.emplace(name, std::move(spec)).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("template '", name, "' is defined twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const v1::ModelSpec*> ModelCatalog::Find(
+    absl::string_view name) const {
+  auto it = specs_.find(std::string(name));
+  if (it != specs_.end()) return &it->second;
+  return absl::NotFoundError(absl::StrCat(
+      "template '", name.substr(0, 64), "' is not in the catalog; closest: ",
+      absl::StrJoin(CloseNames(name, Names(), 3), ", ")));
+}
+
+std::vector<std::string> ModelCatalog::Names() const {
+  std::vector<std::string> names;
+  names.reserve(specs_.size());
+  for (const auto& [name, spec] : specs_) names.push_back(name);
+  return names;
+}
+
+}  // namespace headroom

@@ -1,0 +1,42 @@
+#ifndef HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_
+#define HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_
+
+// The model catalog: one validated spec per template, read from models/.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "headroom/v1/model.pb.h"
+
+namespace headroom {
+
+class ModelCatalog {
+ public:
+  ModelCatalog() = default;
+
+  // Reads every *.json file in `directory` as a ModelSpec; the file stem must
+  // equal the spec's name. Any invalid file fails the whole load, naming it.
+  static absl::StatusOr<ModelCatalog> LoadDirectory(
+      const std::string& directory);
+
+  // Adds a validated spec; INVALID_ARGUMENT if its name is taken.
+  absl::Status Add(v1::ModelSpec spec);
+
+  // The template's spec; NOT_FOUND lists the closest template names.
+  absl::StatusOr<const v1::ModelSpec*> Find(absl::string_view name) const;
+
+  // Template names in sorted order.
+  std::vector<std::string> Names() const;
+
+  size_t size() const { return specs_.size(); }
+
+ private:
+  std::map<std::string, v1::ModelSpec> specs_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_

@@ -1,0 +1,39 @@
+#ifndef HEADROOM_SERVER_CORE_MEMORY_FIT_VERDICT_H_
+#define HEADROOM_SERVER_CORE_MEMORY_FIT_VERDICT_H_
+
+// The three-way verdict of DESIGN.md and the largest batch per verdict,
+// solved from the profile's linear form rather than scanned.
+
+#include <cstdint>
+
+#include "server/core/memory/memory_profile.h"
+
+namespace headroom {
+
+// Largest batch the planner reasons about (and accepts in requests).
+inline constexpr uint64_t kMaxBatch = uint64_t{1} << 20;
+
+enum class FitVerdict { kFits, kBorderline, kDoesNotFit };
+
+// Margins a verdict is taken with: fits when peak * k * headroom <= card.
+struct VerdictRule {
+  double headroom = 1.15;
+  double k = 1.0;
+};
+
+// FITS if peak*k*headroom <= card; BORDERLINE if peak <= card; else
+// DOES_NOT_FIT.
+FitVerdict Verdict(double peak_gb, double card_gb, const VerdictRule& rule);
+
+// Peak in GB at `batch` for a profile and factors.
+double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
+              uint64_t batch);
+
+// Largest batch in 1..kMaxBatch whose verdict is FITS (when `fits_only`) or
+// not DOES_NOT_FIT; 0 when batch 1 already fails.
+uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,
+                  double card_gb, const VerdictRule& rule, bool fits_only);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_MEMORY_FIT_VERDICT_H_

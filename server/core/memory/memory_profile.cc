@@ -1,0 +1,297 @@
+#include "server/core/memory/memory_profile.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+namespace {
+
+using v1::Layer;
+
+// Per-sample activation bytes of one layer copy (or block copy), split by
+// component, plus the largest transient candidate and the size of the
+// block's boundary tensor (what checkpointing keeps).
+struct Activations {
+  ComponentArray bytes{};
+  double transient = 0;
+  double boundary = 0;
+};
+
+struct Context {
+  double act_bytes;  // bytes per activation element: 4 (fp32) or 2 (mixed)
+  bool fused_attention;
+  bool checkpointing;
+  double position_scale;  // setup positions / spec positions, for inherited
+};
+
+double Positions(const Layer& layer, double inherited) {
+  return layer.positions() != 0 ? static_cast<double>(layer.positions())
+                                : inherited;
+}
+
+Activations LayerActivations(const Layer& layer, double positions,
+                             const Context& ctx);
+
+Activations BlockActivations(const v1::Block& block, double positions,
+                             const Context& ctx) {
+  Activations total;
+  for (const Layer& child : block.layers()) {
+    const double p = Positions(child, positions);
+    const Activations a = LayerActivations(child, p, ctx);
+    const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+    if (ctx.checkpointing && repeat > 1) {
+      // Checkpointed stack: each copy keeps its boundary output; one copy's
+      // activations are rebuilt at a time during backward.
+      total.bytes[kOutputs] += repeat * a.boundary;
+      for (int c = 0; c < kNumComponents; ++c) total.bytes[c] += a.bytes[c];
+    } else {
+      for (int c = 0; c < kNumComponents; ++c) {
+        total.bytes[c] += repeat * a.bytes[c];
+      }
+    }
+    total.transient = std::max(total.transient, a.transient);
+    total.boundary = std::max(total.boundary, a.boundary);
+  }
+  return total;
+}
+
+Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding: {
+      const auto& e = layer.embedding();
+      const double d = static_cast<double>(e.dim());
+      bytes[kOutputs] += p * d * b;
+      if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
+      out.boundary = p * d * b;
+      break;
+    }
+    case Layer::kLinear: {
+      const auto& l = layer.linear();
+      const double o = p * static_cast<double>(l.out_features());
+      if (l.logits()) {
+        // fp32 logits and their gradient live together at the loss.
+        out.transient = o * 4.0 * 2.0;
+      } else {
+        bytes[kOutputs] += o * b;
+      }
+      out.boundary = o * b;
+      break;
+    }
+    case Layer::kNorm: {
+      const auto& n = layer.norm();
+      const double d = static_cast<double>(n.dim());
+      bytes[kOutputs] += p * d * b;
+      // Mean and reciprocal std (fp32) per normalized row.
+      if (n.kind() == v1::Norm::LAYER || n.kind() == v1::Norm::RMS) {
+        bytes[kInternal] += p * 2.0 * 4.0;
+      }
+      out.boundary = p * d * b;
+      break;
+    }
+    case Layer::kAttention: {
+      const auto& a = layer.attention();
+      const double hd = static_cast<double>(
+          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads());
+      const double heads = static_cast<double>(a.heads());
+      const double kvh =
+          static_cast<double>(a.kv_heads() != 0 ? a.kv_heads() : a.heads());
+      double kv_p = a.kv_positions() != 0
+                        ? static_cast<double>(a.kv_positions()) *
+                              (layer.positions() == 0 ? ctx.position_scale : 1)
+                        : p;
+      const double keys = a.window() != 0
+                              ? std::min(kv_p, static_cast<double>(a.window()))
+                              : kv_p;
+      // q, k, v, the attention context, and the output projection.
+      bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
+                          p * static_cast<double>(a.hidden())) *
+                         b;
+      if (ctx.fused_attention) {
+        bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
+      } else {
+        // Scores and softmax probabilities, batch x heads x q x k.
+        bytes[kAttention] += heads * p * keys * 2.0 * b;
+      }
+      out.boundary = p * static_cast<double>(a.hidden()) * b;
+      break;
+    }
+    case Layer::kMlp: {
+      const auto& m = layer.mlp();
+      bytes[kInternal] +=
+          p * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
+      bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
+      out.boundary = p * static_cast<double>(m.hidden()) * b;
+      break;
+    }
+    case Layer::kMoe: {
+      const auto& m = layer.moe();
+      const double active = static_cast<double>(m.top_k() + m.shared_experts());
+      bytes[kInternal] += p * active * static_cast<double>(m.ffn()) * b *
+                          (m.gated() ? 3.0 : 2.0);
+      bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
+      bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
+      out.boundary = p * static_cast<double>(m.hidden()) * b;
+      break;
+    }
+    case Layer::kConv: {
+      const auto& c = layer.conv();
+      const double o = p * static_cast<double>(c.out_channels());
+      const double in_p =
+          c.in_positions() != 0 ? static_cast<double>(c.in_positions()) : p;
+      const double i = in_p * static_cast<double>(c.in_channels());
+      bytes[kOutputs] += o * b;
+      // Backward holds the input gradient and the output gradient at once.
+      out.transient = (o + i) * b;
+      out.boundary = o * b;
+      break;
+    }
+    case Layer::kRecurrent: {
+      const auto& r = layer.recurrent();
+      const double gates = r.cell() == v1::Recurrent::LSTM  ? 4
+                           : r.cell() == v1::Recurrent::GRU ? 3
+                                                            : 1;
+      const double states = r.cell() == v1::Recurrent::LSTM ? 2 : 1;
+      const double dirs = r.bidirectional() ? 2 : 1;
+      const double layers = r.num_layers() == 0 ? 1 : r.num_layers();
+      const double h = static_cast<double>(r.hidden());
+      // Gate pre-activations and cell/hidden states of every time step.
+      bytes[kRecurrent] += layers * dirs * p * (gates + states) * h * b;
+      bytes[kOutputs] += layers * p * dirs * h * b;
+      out.boundary = p * dirs * h * b;
+      break;
+    }
+    case Layer::kElementwise: {
+      const auto& e = layer.elementwise();
+      const double v = p * static_cast<double>(e.dim());
+      switch (e.op()) {
+        case v1::Elementwise::DROPOUT:
+          bytes[kInternal] += v;  // one-byte mask
+          break;
+        case v1::Elementwise::ACTIVATION:
+        case v1::Elementwise::SOFTMAX:
+          bytes[kInternal] += v * b;
+          break;
+        default:
+          bytes[kOutputs] += v * b;
+          break;
+      }
+      out.boundary = v * b;
+      break;
+    }
+    case Layer::kParameters:
+      break;
+    case Layer::kBlock:
+      return BlockActivations(layer.block(), p, ctx);
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::array<const char*, kNumComponents>& ComponentNames() {
+  static const std::array<const char*, kNumComponents> names = {
+      "optimizer", "outputs",   "attention",
+      "internal",  "recurrent", "transient"};
+  return names;
+}
+
+ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
+  ComponentArray out;
+  const double b = static_cast<double>(batch);
+  for (int c = 0; c < kNumComponents; ++c) {
+    out[c] = fixed_bytes[c] + b * per_sample_bytes[c];
+  }
+  return out;
+}
+
+absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
+                                           const v1::TrainingSetup& setup) {
+  if (setup.positions() > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.positions = ", setup.positions(),
+                     " is out of range; allowed 0 (the model's standard) .. ",
+                     uint64_t{1} << 32));
+  }
+  if (!v1::TrainingSetup::Precision_IsValid(setup.precision())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.precision = ", setup.precision(),
+                     " is unknown; allowed FP32, BF16_MIXED, FP16_MIXED"));
+  }
+  if (!v1::TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.optimizer = ", setup.optimizer(),
+                     " is unknown; allowed ADAMW, SGD, SGD_MOMENTUM"));
+  }
+  MemoryProfile profile;
+  profile.params = CountParams(spec);
+  Context ctx;
+  const bool mixed = setup.precision() == v1::TrainingSetup::BF16_MIXED ||
+                     setup.precision() == v1::TrainingSetup::FP16_MIXED;
+  ctx.act_bytes = mixed ? 2.0 : 4.0;
+  ctx.fused_attention = setup.fused_attention();
+  ctx.checkpointing = setup.activation_checkpointing();
+  double default_positions = static_cast<double>(spec.positions());
+  ctx.position_scale = 1.0;
+  if (setup.positions() != 0) {
+    if (spec.positions() != 0) {
+      ctx.position_scale = static_cast<double>(setup.positions()) /
+                           static_cast<double>(spec.positions());
+    }
+    default_positions = static_cast<double>(setup.positions());
+  }
+
+  v1::Block top;
+  *top.mutable_layers() = spec.layers();
+  const Activations act = BlockActivations(top, default_positions, ctx);
+  profile.per_sample_bytes = act.bytes;
+  profile.per_sample_bytes[kTransient] = act.transient;
+
+  // Everything proportional to parameters: fp32 weights and gradients, the
+  // optimizer's state, and under autocast the cached half-precision copy.
+  double bytes_per_param = 4.0 + 4.0;
+  switch (setup.optimizer()) {
+    case v1::TrainingSetup::SGD:
+      break;
+    case v1::TrainingSetup::SGD_MOMENTUM:
+      bytes_per_param += 4.0;
+      break;
+    default:  // AdamW: two fp32 moments
+      bytes_per_param += 8.0;
+      break;
+  }
+  if (mixed) bytes_per_param += 2.0;
+  profile.fixed_bytes[kOptimizer] =
+      static_cast<double>(profile.params) * bytes_per_param;
+  return profile;
+}
+
+ComponentArray FactorArray(const v1::Factors& f) {
+  return {f.optimizer(), f.outputs(),   f.attention(),
+          f.internal(),  f.recurrent(), f.transient()};
+}
+
+v1::Factors FactorsFromArray(const ComponentArray& v) {
+  v1::Factors f;
+  f.set_optimizer(v[kOptimizer]);
+  f.set_outputs(v[kOutputs]);
+  f.set_attention(v[kAttention]);
+  f.set_internal(v[kInternal]);
+  f.set_recurrent(v[kRecurrent]);
+  f.set_transient(v[kTransient]);
+  return f;
+}
+
+double PeakGb(const ComponentArray& bytes, const ComponentArray& factors) {
+  double total = 0;
+  for (int c = 0; c < kNumComponents; ++c) total += bytes[c] * factors[c];
+  return total / 1e9;
+}
+
+}  // namespace headroom

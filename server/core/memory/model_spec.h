@@ -1,0 +1,39 @@
+#ifndef HEADROOM_SERVER_CORE_MEMORY_MODEL_SPEC_H_
+#define HEADROOM_SERVER_CORE_MEMORY_MODEL_SPEC_H_
+
+// Validation and parameter counting for a ModelSpec.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "headroom/v1/model.pb.h"
+
+namespace headroom {
+
+// Largest value accepted for any size field (dims, counts, positions).
+inline constexpr uint64_t kMaxSpecDimension = uint64_t{1} << 32;
+// Deepest nesting of blocks accepted.
+inline constexpr int kMaxBlockDepth = 8;
+
+// Checks that the spec is usable: a name, at least one layer, every layer has
+// a kind, every size the kind needs is set and within 1..2^32, heads divide
+// where required, positions are known. INVALID_ARGUMENT names the field path
+// (e.g. "layers[3].attention.heads") and the allowed range.
+absl::Status ValidateSpec(const v1::ModelSpec& spec);
+
+// Number of trainable parameters; the spec must be valid.
+uint64_t CountParams(const v1::ModelSpec& spec);
+
+// Parameters of one layer, repeat included.
+uint64_t CountLayerParams(const v1::Layer& layer);
+
+// Parses a spec from its JSON file text and validates it. `what` names the
+// source in errors (a file path or "model.spec").
+absl::StatusOr<v1::ModelSpec> ParseSpecJson(absl::string_view json,
+                                            absl::string_view what);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_MEMORY_MODEL_SPEC_H_

@@ -1,0 +1,169 @@
+#include "server/core/planner/fit_planner.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/status_macros.h"
+#include "server/core/memory/fit_verdict.h"
+#include "server/core/memory/memory_profile.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+namespace {
+
+struct ResolvedTarget {
+  std::string name;
+  double memory_gb;
+};
+
+absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
+  switch (target.kind_case()) {
+    case v1::Target::kGpu: {
+      ASSIGN_OR_RETURN(GpuInfo gpu, FindGpu(target.gpu()));
+      return ResolvedTarget{gpu.name, gpu.memory_gb};
+    }
+    case v1::Target::kMemoryGb: {
+      const double gb = target.memory_gb();
+      if (!(gb > 0 && gb <= kMaxCardGb)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("targets[", index, "].memory_gb = ", gb,
+                         " is out of range; allowed (0, ", kMaxCardGb, "]"));
+      }
+      return ResolvedTarget{absl::StrCat(gb, " GB"), gb};
+    }
+    case v1::Target::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
+}
+
+v1::Verdict ToProto(FitVerdict verdict) {
+  switch (verdict) {
+    case FitVerdict::kFits:
+      return v1::FITS;
+    case FitVerdict::kBorderline:
+      return v1::BORDERLINE;
+    case FitVerdict::kDoesNotFit:
+      return v1::DOES_NOT_FIT;
+  }
+  return v1::VERDICT_UNSPECIFIED;
+}
+
+}  // namespace
+
+FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
+                       v1::FactorSet factor_set, double default_coverage)
+    : catalog_(std::move(catalog)),
+      factor_set_(std::move(factor_set)),
+      default_coverage_(default_coverage) {}
+
+absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
+    const v1::CheckFitRequest& request) const {
+  // The model.
+  const v1::ModelSpec* spec = nullptr;
+  switch (request.model().source_case()) {
+    case v1::ModelRef::kTemplate: {
+      ASSIGN_OR_RETURN(spec, catalog_->Find(request.model().template_()));
+      break;
+    }
+    case v1::ModelRef::kSpec: {
+      RETURN_IF_ERROR(ValidateSpec(request.model().spec()));
+      spec = &request.model().spec();
+      break;
+    }
+    case v1::ModelRef::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError(
+          "model is empty; set model.template (a catalog name) or model.spec");
+  }
+
+  // Batches and targets.
+  if (request.batches().empty() ||
+      request.batches_size() > kMaxBatchesPerRequest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batches has ", request.batches_size(),
+                     " entries; allowed 1..", kMaxBatchesPerRequest));
+  }
+  for (int i = 0; i < request.batches_size(); ++i) {
+    const uint64_t batch = request.batches(i);
+    if (batch == 0 || batch > kMaxBatch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batches[", i, "] = ", batch,
+                       " is out of range; allowed 1..", kMaxBatch));
+    }
+  }
+  if (request.targets().empty() ||
+      request.targets_size() > kMaxTargetsPerRequest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("targets has ", request.targets_size(),
+                     " entries; allowed 1..", kMaxTargetsPerRequest));
+  }
+  std::vector<ResolvedTarget> targets;
+  targets.reserve(request.targets_size());
+  for (int i = 0; i < request.targets_size(); ++i) {
+    ASSIGN_OR_RETURN(ResolvedTarget target, Resolve(request.targets(i), i));
+    targets.push_back(std::move(target));
+  }
+
+  // Coverage picks k of the calibrated upper bound.
+  double coverage =
+      request.coverage() == 0 ? default_coverage_ : request.coverage();
+  double k;
+  if (std::abs(coverage - 0.9) < 1e-9) {
+    k = factor_set_.k90();
+  } else if (std::abs(coverage - 0.95) < 1e-9) {
+    k = factor_set_.k95();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coverage = ", request.coverage(),
+        " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
+  }
+
+  ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, request.setup()));
+  const ComponentArray factors = FactorArray(factor_set_.factors());
+  const VerdictRule rule{factor_set_.headroom(), k};
+
+  v1::CheckFitResponse response;
+  response.set_model(spec->name());
+  response.set_params(profile.params);
+  response.set_factor_set_version(factor_set_.version());
+  response.set_headroom(rule.headroom);
+  response.set_coverage(coverage);
+  response.set_k(k);
+  std::vector<double> peaks;
+  peaks.reserve(request.batches_size());
+  for (uint64_t batch : request.batches()) {
+    const ComponentArray bytes = profile.BytesAt(batch);
+    const double peak = PeakGb(bytes, factors);
+    peaks.push_back(peak);
+    v1::BatchEstimate* estimate = response.add_estimates();
+    estimate->set_batch(batch);
+    estimate->set_peak_gb(peak);
+    estimate->set_upper_gb(peak * k);
+    v1::ComponentsGb* c = estimate->mutable_components();
+    c->set_optimizer(bytes[kOptimizer] * factors[kOptimizer] / 1e9);
+    c->set_outputs(bytes[kOutputs] * factors[kOutputs] / 1e9);
+    c->set_attention(bytes[kAttention] * factors[kAttention] / 1e9);
+    c->set_internal(bytes[kInternal] * factors[kInternal] / 1e9);
+    c->set_recurrent(bytes[kRecurrent] * factors[kRecurrent] / 1e9);
+    c->set_transient(bytes[kTransient] * factors[kTransient] / 1e9);
+  }
+  for (const ResolvedTarget& target : targets) {
+    v1::TargetResult* result = response.add_targets();
+    result->set_name(target.name);
+    result->set_memory_gb(target.memory_gb);
+    for (double peak : peaks) {
+      result->add_verdicts(ToProto(Verdict(peak, target.memory_gb, rule)));
+    }
+    result->set_max_batch_fits(
+        MaxBatch(profile, factors, target.memory_gb, rule, /*fits_only=*/true));
+    result->set_max_batch_not_does_not_fit(MaxBatch(
+        profile, factors, target.memory_gb, rule, /*fits_only=*/false));
+  }
+  return response;
+}
+
+}  // namespace headroom

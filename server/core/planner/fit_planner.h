@@ -1,0 +1,48 @@
+#ifndef HEADROOM_SERVER_CORE_PLANNER_FIT_PLANNER_H_
+#define HEADROOM_SERVER_CORE_PLANNER_FIT_PLANNER_H_
+
+// Answers CheckFit from a catalog and one factor set. Plain C++ over the API
+// messages: no gRPC, no I/O; immutable once built, so safe to share across
+// threads.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/planner.pb.h"
+#include "server/core/catalog/model_catalog.h"
+
+namespace headroom {
+
+// Most batches and targets one request may ask.
+inline constexpr int kMaxBatchesPerRequest = 256;
+inline constexpr int kMaxTargetsPerRequest = 64;
+// Largest bare card size accepted, in GB.
+inline constexpr double kMaxCardGb = 100000;
+
+class FitPlanner {
+ public:
+  // `catalog` must outlive the planner. `default_coverage` is 0.9 or 0.95.
+  FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
+             v1::FactorSet factor_set, double default_coverage);
+
+  FitPlanner(const FitPlanner&) = delete;
+  FitPlanner& operator=(const FitPlanner&) = delete;
+
+  // Validates the request (INVALID_ARGUMENT naming the field, NOT_FOUND for
+  // an unknown template or GPU with the closest names) and answers it.
+  absl::StatusOr<v1::CheckFitResponse> CheckFit(
+      const v1::CheckFitRequest& request) const;
+
+  const v1::FactorSet& factor_set() const { return factor_set_; }
+  const ModelCatalog& catalog() const { return *catalog_; }
+
+ private:
+  std::shared_ptr<const ModelCatalog> catalog_;
+  v1::FactorSet factor_set_;
+  double default_coverage_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_PLANNER_FIT_PLANNER_H_

@@ -1,0 +1,15 @@
+#ifndef HEADROOM_SERVER_ENV_FLAGS_H_
+#define HEADROOM_SERVER_ENV_FLAGS_H_
+
+#include <string>
+
+namespace headroom {
+
+// For every registered flag `name`, applies the environment variable
+// <prefix><NAME> (upper case) when set, before the command line is parsed,
+// so the command line still wins. Exits with a message on a bad value.
+void ApplyEnvironmentToFlags(const std::string& prefix);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_ENV_FLAGS_H_

@@ -1,0 +1,75 @@
+// headroom-planner: flags in, PlannerApp up, SIGTERM/SIGINT shut it down.
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/env_flags.h"
+#include "server/service/planner_app.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:9464",
+          "HTTP address for /metrics and /healthz (empty disables)");
+ABSL_FLAG(std::string, db, "headroom.db", "SQLite database file");
+ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
+          "model catalog directory");
+ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
+          "measured runs fitted on first start (JSON lines)");
+ABSL_FLAG(double, coverage, 0.95,
+          "coverage of the calibrated upper bound for verdicts: 0.9 or 0.95");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(int, shutdown_grace_ms, 5000,
+          "how long in-flight calls may run after SIGTERM");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Headroom planner: will a training job fit on this GPU?\n"
+      "Every flag can also be set as HEADROOM_<FLAG> (e.g. HEADROOM_DB).");
+  headroom::ApplyEnvironmentToFlags("HEADROOM_");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Block the shutdown signals before any thread starts; one thread waits.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  headroom::PlannerConfig config;
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.http_listen = absl::GetFlag(FLAGS_http_listen);
+  config.db_path = absl::GetFlag(FLAGS_db);
+  config.models_dir = absl::GetFlag(FLAGS_models_dir);
+  config.runs_path = absl::GetFlag(FLAGS_runs);
+  config.coverage = absl::GetFlag(FLAGS_coverage);
+  auto app = headroom::PlannerApp::Start(config);
+  if (!app.ok()) {
+    spdlog::error("event=start_failed error=\"{}\"", app.status().ToString());
+    return 1;
+  }
+  spdlog::info(
+      "event=serving grpc=127.0.0.1:{} listen={} http={} db={} factor_set={}",
+      (*app)->grpc_port(), config.listen,
+      config.http_listen.empty() ? std::string("off")
+                                 : "http://" + config.http_listen + "/metrics",
+      config.db_path, (*app)->factor_set_version());
+
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    spdlog::info("event=shutdown signal={}", signal);
+    (*app)->Shutdown(
+        std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  });
+  (*app)->Wait();
+  waiter.join();
+  spdlog::info("event=stopped");
+  return 0;
+}

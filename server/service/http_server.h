@@ -1,0 +1,51 @@
+#ifndef HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
+#define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
+
+// One small HTTP server (CivetWeb) for /metrics (Prometheus text format over
+// the registry) and /healthz.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/registry.h"
+
+struct mg_context;
+
+namespace headroom {
+
+class HttpServer {
+ public:
+  // Returns true while the planner should be reported healthy.
+  using HealthCheck = std::function<bool()>;
+
+  // Starts listening on `host:port` ("127.0.0.1:0" picks a free port).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
+      HealthCheck health);
+
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // The port actually bound.
+  int port() const { return port_; }
+
+  // Handlers; public for the C callbacks.
+  std::string MetricsText() const;
+  bool Healthy() const { return health_(); }
+
+ private:
+  HttpServer(std::shared_ptr<prometheus::Registry> registry, HealthCheck health)
+      : registry_(std::move(registry)), health_(std::move(health)) {}
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  HealthCheck health_;
+  mg_context* context_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_

@@ -1,0 +1,176 @@
+#include "server/service/metrics.h"
+
+#include <chrono>
+
+#include "server/service/grpc_status.h"
+
+namespace headroom {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// go-grpc-prometheus splits "/headroom.v1.Planner/CheckFit" into service
+// "headroom.v1.Planner" and method "CheckFit".
+void SplitMethod(const std::string& full, std::string* service,
+                 std::string* method) {
+  const size_t slash = full.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    *service = "unknown";
+    *method = full;
+    return;
+  }
+  *service = full.substr(1, slash - 1);
+  *method = full.substr(slash + 1);
+}
+
+const char* TypeName(grpc::experimental::ServerRpcInfo::Type type) {
+  using Type = grpc::experimental::ServerRpcInfo::Type;
+  switch (type) {
+    case Type::UNARY:
+      return "unary";
+    case Type::CLIENT_STREAMING:
+      return "client_stream";
+    case Type::SERVER_STREAMING:
+      return "server_stream";
+    case Type::BIDI_STREAMING:
+      return "bidi_stream";
+    default:
+      return "unknown";
+  }
+}
+
+class MetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(PlannerMetrics* metrics,
+                     grpc::experimental::ServerRpcInfo* info)
+      : metrics_(metrics),
+        type_(TypeName(info->type())),
+        method_(info->method() ? info->method() : "unknown"),
+        start_(std::chrono::steady_clock::now()) {
+    metrics_->RpcStarted(type_, method_);
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      const double seconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - start_)
+                                 .count();
+      metrics_->RpcHandled(type_, method_, GrpcCodeName(status.error_code()),
+                           seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  PlannerMetrics* metrics_;
+  std::string type_;
+  std::string method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class MetricsInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit MetricsInterceptorFactory(PlannerMetrics* metrics)
+      : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MetricsInterceptor(metrics_, info);
+  }
+
+ private:
+  PlannerMetrics* metrics_;
+};
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  // Finer than go-grpc-prometheus' defaults at the low end: answers here
+  // take tens of microseconds.
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries{
+          0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10};
+  return *buckets;
+}
+
+}  // namespace
+
+PlannerMetrics::PlannerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      started_(prometheus::BuildCounter()
+                   .Name("grpc_server_started_total")
+                   .Help("Total number of RPCs started on the server.")
+                   .Register(*registry_)),
+      handled_(prometheus::BuildCounter()
+                   .Name("grpc_server_handled_total")
+                   .Help("Total number of RPCs completed on the server, "
+                         "regardless of success or failure.")
+                   .Register(*registry_)),
+      handling_seconds_(
+          prometheus::BuildHistogram()
+              .Name("grpc_server_handling_seconds")
+              .Help("Histogram of response latency (seconds) of gRPC that "
+                    "had been application-level handled by the server.")
+              .Register(*registry_)),
+      verdicts_(prometheus::BuildCounter()
+                    .Name("headroom_fit_verdicts_total")
+                    .Help("Fit verdicts given, by outcome.")
+                    .Register(*registry_)),
+      calibration_error_(
+          prometheus::BuildGauge()
+              .Name("headroom_calibration_median_abs_error")
+              .Help("Held-out median absolute relative error of the "
+                    "current factor set's calibration page.")
+              .Register(*registry_)) {
+  for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
+    verdicts_.Add({{"verdict", verdict}});
+  }
+}
+
+void PlannerMetrics::RpcStarted(const std::string& type,
+                                const std::string& method) {
+  std::string service, name;
+  SplitMethod(method, &service, &name);
+  started_
+      .Add({{"grpc_type", type},
+            {"grpc_service", service},
+            {"grpc_method", name}})
+      .Increment();
+}
+
+void PlannerMetrics::RpcHandled(const std::string& type,
+                                const std::string& method,
+                                const std::string& code, double seconds) {
+  std::string service, name;
+  SplitMethod(method, &service, &name);
+  handled_
+      .Add({{"grpc_type", type},
+            {"grpc_service", service},
+            {"grpc_method", name},
+            {"grpc_code", code}})
+      .Increment();
+  handling_seconds_
+      .Add({{"grpc_type", type},
+            {"grpc_service", service},
+            {"grpc_method", name}},
+           LatencyBuckets())
+      .Observe(seconds);
+}
+
+void PlannerMetrics::Verdict(const std::string& verdict) {
+  verdicts_.Add({{"verdict", verdict}}).Increment();
+}
+
+void PlannerMetrics::CalibrationError(const std::string& version,
+                                      double median_abs_err) {
+  calibration_error_.Add({{"factor_set", version}}).Set(median_abs_err);
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+PlannerMetrics::InterceptorFactory() {
+  return std::make_unique<MetricsInterceptorFactory>(this);
+}
+
+}  // namespace headroom

@@ -1,0 +1,129 @@
+#include "server/service/planner_app.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "server/core/calibration/calibrate.h"
+#include "server/core/common/json_io.h"
+#include "server/core/common/status_macros.h"
+#include "server/store/sqlite_store.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom {
+namespace {
+
+// The stored current factor set, or a new one fitted to the shipped runs
+// (stored and made current) when the store has none yet.
+absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
+                                              const ModelCatalog& catalog,
+                                              const std::string& runs_path) {
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> current,
+                   store.CurrentFactorSet());
+  if (current.has_value()) return *current;
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, LoadRunsJsonl(runs_path));
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(
+      CalibrationResult result,
+      Calibrate(runs, catalog, FitOptions{},
+                absl::StrCat(runs_path, " (", runs.size(), " runs)")));
+  ASSIGN_OR_RETURN(int64_t stored, store.AddRuns(runs));
+  ASSIGN_OR_RETURN(v1::FactorSet set,
+                   store.AddFactorSet(std::move(result.factor_set), true));
+  const auto& page = set.page().summary();
+  spdlog::info(
+      "event=factor_set_fitted version={} runs={} stored_runs={} "
+      "seconds={:.3f} "
+      "median_abs_err={} heldout_median_abs_err={} k95={}",
+      set.version(), runs.size(), stored,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      page.at("ours").median_abs_err(),
+      page.at("ours_heldout").median_abs_err(), set.k95());
+  return set;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
+    const PlannerConfig& config) {
+  if (config.coverage != 0.9 && config.coverage != 0.95) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coverage = ", config.coverage,
+                     " is not calibrated; allowed 0.9, 0.95"));
+  }
+  std::unique_ptr<PlannerApp> app(new PlannerApp());
+  ASSIGN_OR_RETURN(ModelCatalog catalog,
+                   ModelCatalog::LoadDirectory(config.models_dir));
+  app->catalog_ = std::make_shared<const ModelCatalog>(std::move(catalog));
+  ASSIGN_OR_RETURN(app->store_, SqliteStore::Open(config.db_path));
+  ASSIGN_OR_RETURN(
+      v1::FactorSet set,
+      EnsureFactorSet(*app->store_, *app->catalog_, config.runs_path));
+  app->version_ = set.version();
+
+  app->metrics_ = std::make_unique<PlannerMetrics>();
+  if (set.page().summary().count("ours_heldout") != 0) {
+    app->metrics_->CalibrationError(
+        set.version(),
+        set.page().summary().at("ours_heldout").median_abs_err());
+  }
+  auto planner = std::make_shared<const FitPlanner>(
+      app->catalog_, std::move(set), config.coverage);
+  app->service_ = std::make_unique<PlannerService>(
+      std::move(planner), app->store_.get(), app->metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+                           &app->grpc_port_);
+  builder.RegisterService(app->service_.get());
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  // Keepalive: answer client pings, probe idle connections.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(app->metrics_->InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  app->server_ = builder.BuildAndStart();
+  if (app->server_ == nullptr || app->grpc_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for gRPC on ", config.listen, " (address in use?)"));
+  }
+  app->server_->GetHealthCheckService()->SetServingStatus(true);
+  app->serving_ = true;
+
+  if (!config.http_listen.empty()) {
+    PlannerApp* raw = app.get();
+    ASSIGN_OR_RETURN(
+        app->http_,
+        HttpServer::Start(config.http_listen, app->metrics_->registry(),
+                          [raw] { return raw->serving_.load(); }));
+  }
+  return app;
+}
+
+void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
+  if (serving_.exchange(false) && server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  }
+  http_.reset();
+}
+
+void PlannerApp::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+PlannerApp::~PlannerApp() { Shutdown(std::chrono::milliseconds(0)); }
+
+}  // namespace headroom

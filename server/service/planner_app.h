@@ -1,0 +1,76 @@
+#ifndef HEADROOM_SERVER_SERVICE_PLANNER_APP_H_
+#define HEADROOM_SERVER_SERVICE_PLANNER_APP_H_
+
+// The whole planner process minus main(): catalog, store, first fit, gRPC
+// server (planner, health, reflection), HTTP metrics. Tests start it on
+// port 0 exactly as the binary does.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/service/http_server.h"
+#include "server/service/metrics.h"
+#include "server/service/planner_service.h"
+#include "server/store/store.h"
+
+namespace headroom {
+
+struct PlannerConfig {
+  // gRPC address; port 0 picks a free port.
+  std::string listen = "127.0.0.1:50051";
+  // HTTP address for /metrics and /healthz; empty disables it.
+  std::string http_listen = "127.0.0.1:9464";
+  // SQLite file (":memory:" for a throwaway store).
+  std::string db_path = "headroom.db";
+  // Model catalog directory and the calibration runs fitted on first start.
+  std::string models_dir = "models";
+  std::string runs_path = "data/memory-runs.jsonl";
+  // Coverage of the calibrated upper bound used for verdicts: 0.9 or 0.95.
+  double coverage = 0.95;
+  // Largest request message accepted, in bytes.
+  int max_message_bytes = 4 << 20;
+};
+
+class PlannerApp {
+ public:
+  // Loads everything, fits and stores a factor set if the store has none,
+  // and starts serving. Errors name what was missing or wrong.
+  static absl::StatusOr<std::unique_ptr<PlannerApp>> Start(
+      const PlannerConfig& config);
+
+  ~PlannerApp();
+  PlannerApp(const PlannerApp&) = delete;
+  PlannerApp& operator=(const PlannerApp&) = delete;
+
+  // Stops accepting calls, lets in-flight calls finish (up to the deadline),
+  // and stops the HTTP server. Safe to call more than once.
+  void Shutdown(std::chrono::milliseconds grace);
+  // Blocks until the gRPC server has shut down.
+  void Wait();
+
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_ ? http_->port() : 0; }
+  const std::string& factor_set_version() const { return version_; }
+
+ private:
+  PlannerApp() = default;
+
+  std::unique_ptr<Store> store_;
+  std::shared_ptr<const ModelCatalog> catalog_;
+  std::unique_ptr<PlannerMetrics> metrics_;
+  std::unique_ptr<PlannerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
+  int grpc_port_ = 0;
+  std::string version_;
+  std::atomic<bool> serving_{false};
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_PLANNER_APP_H_

@@ -1,0 +1,272 @@
+#include "server/store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/common/json_io.h"
+#include "server/core/common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+// Migrations in order; migration i brings the schema to version i+1.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE factor_sets (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  version TEXT NOT NULL UNIQUE,
+  created_unix INTEGER NOT NULL,
+  body TEXT NOT NULL
+);
+CREATE TABLE current_factor_set (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  version TEXT NOT NULL REFERENCES factor_sets(version)
+);
+CREATE TABLE measured_runs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  template TEXT NOT NULL,
+  gpu TEXT NOT NULL,
+  batch INTEGER NOT NULL,
+  body TEXT NOT NULL
+);
+)sql",
+};
+
+// Prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void BindText(int index, const std::string& text) {
+    sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()),
+                      SQLITE_TRANSIENT);
+  }
+  std::string ColumnText(int index) {
+    const unsigned char* text = sqlite3_column_text(stmt_, index);
+    return text == nullptr ? std::string()
+                           : std::string(reinterpret_cast<const char*>(text));
+  }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+absl::Status SqliteError(sqlite3* db, const std::string& what) {
+  return absl::InternalError(
+      absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
+    const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(
+          path.c_str(), &db,
+          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+          nullptr) != SQLITE_OK) {
+    const std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(
+        absl::StrCat("cannot open SQLite database ", path, ": ", message));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  absl::MutexLock lock(&store->mu_);
+  if (path != ":memory:")
+    RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL;"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON;"));
+  RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+SqliteStore::~SqliteStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status SqliteStore::Exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    const std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("sqlite: ", message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Migrate() {
+  Statement get(db_, "PRAGMA user_version;");
+  if (!get.ok() || sqlite3_step(get.get()) != SQLITE_ROW) {
+    return SqliteError(db_, "reading schema version");
+  }
+  const int version = sqlite3_column_int(get.get(), 0);
+  if (version > kSqliteSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database schema version ", version, " is newer than this planner's ",
+        kSqliteSchemaVersion, "; upgrade the planner"));
+  }
+  for (int v = version; v < kSqliteSchemaVersion; ++v) {
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+    absl::Status status = Exec(kMigrations[v]);
+    if (status.ok())
+      status = Exec(absl::StrCat("PRAGMA user_version=", v + 1, ";"));
+    if (!status.ok()) {
+      (void)Exec("ROLLBACK;");
+      return status;
+    }
+    RETURN_IF_ERROR(Exec("COMMIT;"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::FactorSet>> SqliteStore::CurrentFactorSet() {
+  std::string version;
+  {
+    absl::MutexLock lock(&mu_);
+    Statement s(db_, "SELECT version FROM current_factor_set WHERE id = 1;");
+    if (!s.ok()) return SqliteError(db_, "reading current factor set");
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return std::optional<v1::FactorSet>();
+    if (rc != SQLITE_ROW) return SqliteError(db_, "reading current factor set");
+    version = s.ColumnText(0);
+  }
+  ASSIGN_OR_RETURN(v1::FactorSet set, GetFactorSet(version));
+  return std::optional<v1::FactorSet>(std::move(set));
+}
+
+absl::StatusOr<v1::FactorSet> SqliteStore::AddFactorSet(v1::FactorSet set,
+                                                        bool make_current) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  auto fail = [&](absl::Status status) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  };
+  int64_t next = 1;
+  {
+    Statement s(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM factor_sets;");
+    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+      return fail(SqliteError(db_, "numbering factor set"));
+    }
+    next = sqlite3_column_int64(s.get(), 0);
+  }
+  set.set_version(absl::StrCat("fs-", next));
+  if (set.created_unix() == 0) set.set_created_unix(std::time(nullptr));
+  {
+    Statement s(db_,
+                "INSERT INTO factor_sets (seq, version, created_unix, body) "
+                "VALUES (?, ?, ?, ?);");
+    if (!s.ok()) return fail(SqliteError(db_, "storing factor set"));
+    sqlite3_bind_int64(s.get(), 1, next);
+    s.BindText(2, set.version());
+    sqlite3_bind_int64(s.get(), 3, set.created_unix());
+    s.BindText(4, ToJson(set, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return fail(SqliteError(db_, "storing factor set"));
+    }
+  }
+  if (make_current) {
+    Statement s(db_,
+                "INSERT INTO current_factor_set (id, version) VALUES (1, ?) "
+                "ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
+    if (!s.ok()) return fail(SqliteError(db_, "making factor set current"));
+    s.BindText(1, set.version());
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return fail(SqliteError(db_, "making factor set current"));
+    }
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  return set;
+}
+
+absl::StatusOr<v1::FactorSet> SqliteStore::GetFactorSet(
+    const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT body FROM factor_sets WHERE version = ?;");
+  if (!s.ok()) return SqliteError(db_, "reading factor set");
+  s.BindText(1, version);
+  const int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(
+        absl::StrCat("factor set '", version.substr(0, 64), "' is not stored"));
+  }
+  if (rc != SQLITE_ROW) return SqliteError(db_, "reading factor set");
+  v1::FactorSet set;
+  RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored factor set",
+                            /*ignore_unknown=*/true, &set));
+  return set;
+}
+
+absl::StatusOr<std::vector<v1::FactorSet>> SqliteStore::ListFactorSets() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT body FROM factor_sets ORDER BY seq;");
+  if (!s.ok()) return SqliteError(db_, "listing factor sets");
+  std::vector<v1::FactorSet> sets;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::FactorSet set;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored factor set",
+                              /*ignore_unknown=*/true, &set));
+    sets.push_back(std::move(set));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing factor sets");
+  return sets;
+}
+
+absl::StatusOr<int64_t> SqliteStore::AddRuns(
+    const std::vector<v1::MeasuredRun>& runs) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  for (const v1::MeasuredRun& run : runs) {
+    Statement s(db_,
+                "INSERT INTO measured_runs (template, gpu, batch, body) "
+                "VALUES (?, ?, ?, ?);");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK;");
+      return SqliteError(db_, "storing run");
+    }
+    s.BindText(1, run.template_());
+    s.BindText(2, run.gpu());
+    sqlite3_bind_int64(s.get(), 3, static_cast<int64_t>(run.batch()));
+    s.BindText(4, ToJson(run, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      const absl::Status status = SqliteError(db_, "storing run");
+      (void)Exec("ROLLBACK;");
+      return status;
+    }
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  Statement count(db_, "SELECT COUNT(*) FROM measured_runs;");
+  if (!count.ok() || sqlite3_step(count.get()) != SQLITE_ROW) {
+    return SqliteError(db_, "counting runs");
+  }
+  return sqlite3_column_int64(count.get(), 0);
+}
+
+absl::StatusOr<std::vector<v1::MeasuredRun>> SqliteStore::ListRuns() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT body FROM measured_runs ORDER BY seq;");
+  if (!s.ok()) return SqliteError(db_, "listing runs");
+  std::vector<v1::MeasuredRun> runs;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::MeasuredRun run;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored run",
+                              /*ignore_unknown=*/true, &run));
+    runs.push_back(std::move(run));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing runs");
+  return runs;
+}
+
+}  // namespace headroom

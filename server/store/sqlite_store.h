@@ -1,0 +1,54 @@
+#ifndef HEADROOM_SERVER_STORE_SQLITE_STORE_H_
+#define HEADROOM_SERVER_STORE_SQLITE_STORE_H_
+
+// The embedded store: one SQLite file in WAL mode, schema migrations
+// versioned and applied at open.
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/store/store.h"
+
+struct sqlite3;
+
+namespace headroom {
+
+// Schema version this build writes and understands.
+inline constexpr int kSqliteSchemaVersion = 1;
+
+class SqliteStore : public Store {
+ public:
+  // Opens (creating if needed) the database at `path` (":memory:" for a
+  // private in-memory one) and migrates it. FAILED_PRECONDITION when the
+  // file's schema is newer than this build knows.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const std::string& path);
+
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  absl::StatusOr<std::optional<v1::FactorSet>> CurrentFactorSet() override;
+  absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
+                                             bool make_current) override;
+  absl::StatusOr<v1::FactorSet> GetFactorSet(
+      const std::string& version) override;
+  absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() override;
+  absl::StatusOr<int64_t> AddRuns(
+      const std::vector<v1::MeasuredRun>& runs) override;
+  absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+
+ private:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_STORE_SQLITE_STORE_H_

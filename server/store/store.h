@@ -1,0 +1,46 @@
+#ifndef HEADROOM_SERVER_STORE_STORE_H_
+#define HEADROOM_SERVER_STORE_STORE_H_
+
+// The seam between the stateless planner and its state. Everything stateful
+// goes through this interface; SQLite is the embedded default.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "headroom/v1/calibration.pb.h"
+
+namespace headroom {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The factor set answers are given with; nullopt before the first fit.
+  virtual absl::StatusOr<std::optional<v1::FactorSet>> CurrentFactorSet() = 0;
+
+  // Stores `set` under the next version ("fs-N"), returning it with the
+  // version filled in; makes it current when `make_current`.
+  virtual absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
+                                                     bool make_current) = 0;
+
+  // One stored factor set; NOT_FOUND names the version.
+  virtual absl::StatusOr<v1::FactorSet> GetFactorSet(
+      const std::string& version) = 0;
+
+  // Every stored factor set, oldest first.
+  virtual absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() = 0;
+
+  // Appends measured runs (one transaction: all or none); returns how many
+  // runs the store holds afterwards.
+  virtual absl::StatusOr<int64_t> AddRuns(
+      const std::vector<v1::MeasuredRun>& runs) = 0;
+
+  // Every stored measured run in insertion order.
+  virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_STORE_STORE_H_
