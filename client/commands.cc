@@ -203,6 +203,40 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
+  if (options.runs.empty()) return Fail(err, "--runs FILE is required");
+  absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
+      LoadRunsJsonl(options.runs);
+  if (!runs.ok()) return Fail(err, runs.status().ToString());
+  absl::StatusOr<ModelCatalog> catalog =
+      ModelCatalog::LoadDirectory(options.models_dir);
+  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  absl::StatusOr<CalibrationResult> result =
+      Calibrate(*runs, *catalog, FitOptions{}, options.runs);
+  if (!result.ok()) return Fail(err, result.status().ToString());
+  absl::StatusOr<std::vector<FitSample>> samples = SamplesFor(*runs, *catalog);
+  if (!samples.ok()) return Fail(err, samples.status().ToString());
+  const ComponentArray factors = FactorArray(result->factor_set.factors());
+  out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
+         "optimizer outputs attention internal recurrent transient\n";
+  size_t next = 0;
+  out << std::setprecision(4);
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const v1::MeasuredRun& run = (*runs)[i];
+    if (!IsUsable(run)) continue;
+    const FitSample& sample = (*samples)[next++];
+    out << run.template_() << " " << run.gpu() << " " << run.batch() << " "
+        << (run.has_measured_peak_gb() ? run.measured_peak_gb() : -1) << " "
+        << (run.has_oom_on_gb() ? run.oom_on_gb() : -1) << " "
+        << *result->ours[i] << " " << *result->ours_heldout[i];
+    for (int c = 0; c < kNumComponents; ++c) {
+      out << " " << sample.component_gb[c] * factors[c];
+    }
+    out << "\n";
+  }
+  return 0;
+}
+
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
   auto stub = v1::Planner::NewStub(Connect(options));
   grpc::ClientContext context;

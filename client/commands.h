@@ -35,6 +35,10 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err);
 // headroom calib page --runs FILE [--json]: the calibration page offline.
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err);
 
+// headroom calib rows --runs FILE: every usable run with its in-sample and
+// held-out prediction and the factored component sizes.
+int CalibRows(const Options& options, std::ostream& out, std::ostream& err);
+
 // headroom calib show [--version fs-N]: the server's factor set and page.
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err);
 

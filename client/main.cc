@@ -34,6 +34,7 @@ constexpr char kUsage[] =
     "headroom COMMAND [flags]\n"
     "  fit --model TEMPLATE|FILE --batch N[,N] --gpu L4,H100[,GB] [--json]\n"
     "  calib page --runs FILE [--json]     calibration page, offline\n"
+    "  calib rows --runs FILE              per-run predictions, offline\n"
     "  calib show [--version fs-N]         the server's factor set\n"
     "  health                              the server's health status\n"
     "Every command but calib page talks to --server (default 127.0.0.1:50051).";
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 2 && args[0] == "calib" && args[1] == "page") {
     return headroom::cli::CalibPage(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "calib" && args[1] == "rows") {
+    return headroom::cli::CalibRows(options, std::cout, std::cerr);
   }
   if (args.size() == 2 && args[0] == "calib" && args[1] == "show") {
     return headroom::cli::CalibShow(options, std::cout, std::cerr);

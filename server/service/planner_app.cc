@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   auto planner = std::make_shared<const FitPlanner>(
       app->catalog_, std::move(set), config.coverage);
   app->service_ = std::make_unique<PlannerService>(
-      std::move(planner), app->store_.get(), app->metrics_.get());
+      std::move(planner), app->store_.get(), app->metrics_.get(),
+      static_cast<size_t>(config.max_message_bytes));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -81,7 +82,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
                            &app->grpc_port_);
   builder.RegisterService(app->service_.get());
-  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(2 * config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   // Keepalive: answer client pings, probe idle connections.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);

@@ -1,13 +1,18 @@
 #include "server/service/planner_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "server/service/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
 
 PlannerService::PlannerService(std::shared_ptr<const FitPlanner> planner,
-                               Store* store, PlannerMetrics* metrics)
-    : planner_(std::move(planner)), store_(store), metrics_(metrics) {}
+                               Store* store, PlannerMetrics* metrics,
+                               size_t max_request_bytes)
+    : planner_(std::move(planner)),
+      store_(store),
+      metrics_(metrics),
+      max_request_bytes_(max_request_bytes) {}
 
 void PlannerService::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
   absl::MutexLock lock(&mu_);
@@ -23,6 +28,14 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
     v1::CheckFitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->ByteSizeLong() > max_request_bytes_) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("request is ", request->ByteSizeLong(),
+                                  " bytes; allowed up to ", max_request_bytes_,
+                                  " (model.spec too large?)")));
+    return reactor;
+  }
   // The answer is pure computation on an immutable planner (microseconds),
   // so it runs inline without blocking on anything.
   absl::StatusOr<v1::CheckFitResponse> answer = planner()->CheckFit(*request);

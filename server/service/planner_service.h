@@ -17,9 +17,11 @@ namespace headroom {
 
 class PlannerService final : public v1::Planner::CallbackService {
  public:
-  // `store` and `metrics` must outlive the service.
+  // `store` and `metrics` must outlive the service. Requests larger than
+  // `max_request_bytes` get INVALID_ARGUMENT (the transport allows twice
+  // that, so the caller hears why rather than a bare RESOURCE_EXHAUSTED).
   PlannerService(std::shared_ptr<const FitPlanner> planner, Store* store,
-                 PlannerMetrics* metrics);
+                 PlannerMetrics* metrics, size_t max_request_bytes);
 
   // Replaces the planner answers come from (after a refit or promotion).
   void SetPlanner(std::shared_ptr<const FitPlanner> planner);
@@ -41,6 +43,7 @@ class PlannerService final : public v1::Planner::CallbackService {
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
   Store* store_;
   PlannerMetrics* metrics_;
+  size_t max_request_bytes_;
 };
 
 }  // namespace headroom

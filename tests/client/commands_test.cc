@@ -1,0 +1,85 @@
+#include "client/commands.h"
+
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "headroom/v1/calibration.pb.h"
+#include "server/core/common/json_io.h"
+
+namespace headroom::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// `headroom calib page --runs memory-runs.jsonl --json` prints the five
+// columns in the field names of memory-reference.json; the reference and
+// accelerate columns equal the file's.
+TEST(CalibPageCommandTest, JsonPageMatchesReferenceFile) {
+  Options options;
+  options.json = true;
+  options.runs = kRoot + "/data/memory-runs.jsonl";
+  options.models_dir = kRoot + "/models";
+  std::ostringstream out, err;
+  ASSERT_EQ(CalibPage(options, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("\"summary\""));
+  EXPECT_THAT(out.str(), HasSubstr("\"medianAbsErr\""));
+  EXPECT_THAT(out.str(), HasSubstr("\"saidFitsButOom\""));
+  v1::CalibrationPage page;
+  ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &page).ok());
+  v1::ReferencePlanner reference;
+  ASSERT_TRUE(ParseJson(*ReadFile(kRoot + "/data/memory-reference.json"),
+                        "reference", true, &reference)
+                  .ok());
+  for (const char* column : {"ours", "accelerate_fp32", "accelerate_bf16",
+                             "reference_shipped", "reference_heldout"}) {
+    ASSERT_EQ(page.summary().count(column), 1u) << column;
+  }
+  for (const auto& [column, expected] : reference.summary()) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+        expected, page.summary().at(column)))
+        << column;
+  }
+  // Ours is over the same 91 runs of at least 1 GB and the same 4 cards.
+  const v1::ColumnSummary& ours = page.summary().at("ours");
+  EXPECT_EQ(ours.runs(), 91);
+  EXPECT_EQ(ours.said_fits_but_oom() + ours.said_no_but_fits() + ours.agree(),
+            3 + 12 + 625);
+}
+
+TEST(CalibPageCommandTest, MissingRunsFileIsAClearError) {
+  Options options;
+  options.runs = "/nonexistent/runs.jsonl";
+  options.models_dir = kRoot + "/models";
+  std::ostringstream out, err;
+  EXPECT_NE(CalibPage(options, out, err), 0);
+  EXPECT_THAT(err.str(), HasSubstr("/nonexistent/runs.jsonl"));
+}
+
+TEST(FitCommandTest, BadBatchIsRejectedBeforeAnyCall) {
+  Options options;
+  options.model = "bert-base";
+  options.batch = "8,abc";
+  options.gpu = "L4";
+  std::ostringstream out, err;
+  EXPECT_EQ(Fit(options, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--batch 'abc'"));
+}
+
+TEST(FitCommandTest, UnreachableServerSaysWhere) {
+  Options options;
+  options.model = "bert-base";
+  options.batch = "8";
+  options.gpu = "L4";
+  options.server = "127.0.0.1:1";
+  options.deadline_ms = 2000;
+  std::ostringstream out, err;
+  EXPECT_EQ(Fit(options, out, err), 3);
+  EXPECT_THAT(err.str(), HasSubstr("127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace headroom::cli

@@ -1,0 +1,141 @@
+#include "server/core/memory/model_spec.h"
+
+#include <cmath>
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/core/common/json_io.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// Every template in the measured runs has a spec whose parameter count is
+// within 2% of the params column.
+TEST(ModelSpecTest, EveryTemplateMatchesMeasuredParameterCount) {
+  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  std::map<std::string, uint64_t> params;
+  for (const auto& run : *runs) params[run.template_()] = run.params();
+  EXPECT_EQ(params.size(), 44u);
+  EXPECT_EQ(catalog->size(), 44u);
+  int exact = 0;
+  for (const auto& [name, expected] : params) {
+    auto spec = catalog->Find(name);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const uint64_t counted = CountParams(**spec);
+    const double error =
+        std::abs(static_cast<double>(counted) - static_cast<double>(expected)) /
+        static_cast<double>(expected);
+    EXPECT_LE(error, 0.02) << name << ": spec " << counted << " vs measured "
+                           << expected;
+    if (counted == expected) ++exact;
+  }
+  // Most templates are standard blocks and count exactly.
+  EXPECT_GE(exact, 30);
+}
+
+// Standard blocks are exact: one BERT-base encoder layer.
+TEST(ModelSpecTest, BertBaseEncoderLayerIsExact) {
+  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok());
+  auto spec = catalog->Find("transformer-block");
+  ASSERT_TRUE(spec.ok());
+  // 4*768*768 + 4*768 (attention) + 2*768*3072 + 3072 + 768 (MLP) + 2*2*768.
+  EXPECT_EQ(CountParams(**spec), 7087872u);
+}
+
+TEST(ModelSpecTest, CountsGroupedQueryAttentionAndGatedMlp) {
+  auto spec = ParseSpecJson(R"json({
+    "name": "llama-layer", "positions": 16,
+    "layers": [
+      {"attention": {"hidden": 4096, "heads": 32, "kv_heads": 8}},
+      {"mlp": {"hidden": 4096, "ffn": 14336, "gated": true}},
+      {"norm": {"kind": "RMS", "dim": 4096}, "repeat": 2}
+    ]})json",
+                            "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // q,o: 2*4096*4096; k,v: 2*4096*1024; SwiGLU 3*4096*14336; norms 2*4096.
+  EXPECT_EQ(CountParams(*spec), 2ull * 4096 * 4096 + 2ull * 4096 * 1024 +
+                                    3ull * 4096 * 14336 + 2ull * 4096);
+}
+
+TEST(ModelSpecTest, CountsLstmAsPyTorchDoes) {
+  auto spec = ParseSpecJson(R"json({
+    "name": "lstm", "positions": 10,
+    "layers": [{"recurrent": {"cell": "LSTM", "input_size": 300,
+                              "hidden": 256, "num_layers": 2}}]})json",
+                            "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // torch.nn.LSTM(300, 256, 2): 4*256*(300+256) + 8*256 + 4*256*(256+256) +
+  // 8*256.
+  EXPECT_EQ(CountParams(*spec), 1097728u);
+}
+
+TEST(ModelSpecTest, RejectsSpecWithoutLayers) {
+  auto spec = ParseSpecJson(R"({"name": "empty", "positions": 4})", "x.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("spec.layers is empty"));
+}
+
+TEST(ModelSpecTest, RejectsMalformedJsonNamingTheSource) {
+  auto spec = ParseSpecJson(R"({"name": "x", "layers": [)", "bad.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("bad.json"));
+}
+
+TEST(ModelSpecTest, RejectsNegativeSizeAsMalformed) {
+  auto spec = ParseSpecJson(
+      R"({"name": "x", "positions": 4, "layers": [{"linear":
+          {"in_features": -3, "out_features": 4}}]})",
+      "neg.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelSpecTest, RejectsZeroSizeNamingTheField) {
+  auto spec = ParseSpecJson(
+      R"({"name": "x", "positions": 4, "layers": [{"linear": {"in_features": 8}}]})",
+      "zero.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("spec.layers[0].linear.out_features = 0"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("allowed 1.."));
+}
+
+TEST(ModelSpecTest, RejectsHeadsThatDoNotDivideHidden) {
+  auto spec = ParseSpecJson(
+      R"({"name": "x", "positions": 4, "layers": [{"attention":
+          {"hidden": 100, "heads": 3}}]})",
+      "heads.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("spec.layers[0].attention.heads = 3"));
+}
+
+TEST(ModelSpecTest, RejectsLayerWithoutPositions) {
+  auto spec = ParseSpecJson(
+      R"({"name": "x", "layers": [{"linear": {"in_features": 8, "out_features": 8}}]})",
+      "pos.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("spec.layers[0].positions"));
+}
+
+TEST(ModelSpecTest, RejectsLayerWithoutKind) {
+  auto spec = ParseSpecJson(R"({"name": "x", "positions": 2, "layers": [{}]})",
+                            "kind.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("has no kind; allowed"));
+}
+
+}  // namespace
+}  // namespace headroom

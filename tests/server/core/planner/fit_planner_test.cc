@@ -1,0 +1,130 @@
+#include "server/core/planner/fit_planner.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A planner over a one-template catalog with hand-set factors: the test is
+// about request handling, not about fitted values.
+class FitPlannerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
+        "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
+                              "test");
+    ASSERT_TRUE(spec.ok());
+    auto catalog = std::make_shared<ModelCatalog>();
+    ASSERT_TRUE(catalog->Add(*spec).ok());
+    v1::FactorSet set;
+    set.set_version("fs-test");
+    set.set_headroom(1.15);
+    set.set_k90(1.1);
+    set.set_k95(1.2);
+    set.mutable_factors()->set_optimizer(1.0);
+    set.mutable_factors()->set_outputs(1.0);
+    planner_ = std::make_unique<FitPlanner>(catalog, set, 0.95);
+  }
+
+  v1::CheckFitRequest Request() {
+    v1::CheckFitRequest request;
+    request.mutable_model()->set_template_("lin");
+    request.add_batches(1000);
+    request.add_targets()->set_memory_gb(24);
+    return request;
+  }
+
+  std::unique_ptr<FitPlanner> planner_;
+};
+
+TEST_F(FitPlannerTest, AnswersWithPeakVerdictAndMaxBatch) {
+  v1::CheckFitRequest request = Request();
+  request.add_batches(5000);
+  request.add_targets()->set_gpu("L4");
+  auto response = planner_->CheckFit(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->factor_set_version(), "fs-test");
+  EXPECT_EQ(response->params(), 1000000u);
+  EXPECT_DOUBLE_EQ(response->k(), 1.2);
+  // 1e6 params x 16 bytes + 1000 x 1000 x 4 bytes per sample.
+  EXPECT_NEAR(response->estimates(0).peak_gb(), 0.016 + 4.0, 1e-12);
+  EXPECT_NEAR(response->estimates(1).peak_gb(), 0.016 + 20.0, 1e-12);
+  ASSERT_EQ(response->targets_size(), 2);
+  EXPECT_EQ(response->targets(1).name(), "L4");
+  EXPECT_EQ(response->targets(0).verdicts(0), v1::FITS);
+  // 20.016 <= 24 but 20.016 * 1.2 * 1.15 > 24.
+  EXPECT_EQ(response->targets(0).verdicts(1), v1::BORDERLINE);
+  // FITS while (0.016 + 0.004 b) * 1.38 <= 24 -> b <= 4343.
+  EXPECT_EQ(response->targets(0).max_batch_fits(), 4343u);
+  // Not DOES_NOT_FIT while 0.016 + 0.004 b <= 24 -> b <= 5996.
+  EXPECT_EQ(response->targets(0).max_batch_not_does_not_fit(), 5996u);
+}
+
+TEST_F(FitPlannerTest, CoverageSelectsK) {
+  v1::CheckFitRequest request = Request();
+  request.set_coverage(0.9);
+  EXPECT_DOUBLE_EQ(planner_->CheckFit(request)->k(), 1.1);
+  request.set_coverage(0.5);
+  auto bad = planner_->CheckFit(request);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("coverage"));
+}
+
+TEST_F(FitPlannerTest, RejectsBatchOutOfRange) {
+  for (uint64_t batch : {uint64_t{0}, (uint64_t{1} << 20) + 1}) {
+    v1::CheckFitRequest request = Request();
+    request.set_batches(0, batch);
+    auto response = planner_->CheckFit(request);
+    ASSERT_FALSE(response.ok());
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(response.status().message(), HasSubstr("batches[0]"));
+    EXPECT_THAT(response.status().message(), HasSubstr("allowed 1..1048576"));
+  }
+}
+
+TEST_F(FitPlannerTest, RejectsUnknownTemplateAndGpu) {
+  v1::CheckFitRequest request = Request();
+  request.mutable_model()->set_template_("lim");
+  auto response = planner_->CheckFit(request);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(response.status().message(), HasSubstr("lin"));
+
+  request = Request();
+  request.add_targets()->set_gpu("A1000");
+  response = planner_->CheckFit(request);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(response.status().message(), HasSubstr("A100"));
+}
+
+TEST_F(FitPlannerTest, RejectsNegativeCardAndEmptyTargets) {
+  v1::CheckFitRequest request = Request();
+  request.mutable_targets(0)->set_memory_gb(-8);
+  auto response = planner_->CheckFit(request);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(response.status().message(), HasSubstr("targets[0].memory_gb"));
+  request.clear_targets();
+  response = planner_->CheckFit(request);
+  EXPECT_THAT(response.status().message(), HasSubstr("targets has 0 entries"));
+}
+
+TEST_F(FitPlannerTest, RejectsInlineSpecWithoutLayers) {
+  v1::CheckFitRequest request = Request();
+  request.mutable_model()->mutable_spec()->set_name("empty");
+  auto response = planner_->CheckFit(request);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(response.status().message(), HasSubstr("spec.layers is empty"));
+}
+
+TEST_F(FitPlannerTest, RejectsMissingModel) {
+  v1::CheckFitRequest request = Request();
+  request.clear_model();
+  EXPECT_THAT(planner_->CheckFit(request).status().message(),
+              HasSubstr("model is empty"));
+}
+
+}  // namespace
+}  // namespace headroom

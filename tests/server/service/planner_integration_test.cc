@@ -1,0 +1,280 @@
+// Starts the real planner (PlannerApp, as the binary does) on port 0 and
+// talks to it through the generated stubs and plain HTTP on loopback.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "headroom/v1/planner.grpc.pb.h"
+#include "server/service/planner_app.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// GET http://127.0.0.1:port/path; returns the whole response ("" on error).
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET " + path +
+        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buffer[8192];
+      for (int i = 0; i < 1000; ++i) {
+        const ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n <= 0) break;
+        response.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  close(fd);
+  return response;
+}
+
+class PlannerIntegrationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    PlannerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.http_listen = "127.0.0.1:0";
+    config.db_path = ":memory:";
+    config.models_dir = kRoot + "/models";
+    config.runs_path = kRoot + "/data/memory-runs.jsonl";
+    auto app = PlannerApp::Start(config);
+    ASSERT_TRUE(app.ok()) << app.status();
+    app_ = app->release();
+  }
+  static void TearDownTestSuite() {
+    delete app_;
+    app_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(app_, nullptr);
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
+    stub_ = v1::Planner::NewStub(channel_);
+  }
+
+  grpc::Status Call(const v1::CheckFitRequest& request,
+                    v1::CheckFitResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    return stub_->CheckFit(&context, request, response);
+  }
+
+  static v1::CheckFitRequest Request(const std::string& model) {
+    v1::CheckFitRequest request;
+    request.mutable_model()->set_template_(model);
+    request.add_batches(8);
+    request.add_batches(64);
+    request.add_targets()->set_gpu("L4");
+    request.add_targets()->set_gpu("H100");
+    request.add_targets()->set_memory_gb(16);
+    return request;
+  }
+
+  static PlannerApp* app_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Planner::Stub> stub_;
+};
+
+PlannerApp* PlannerIntegrationTest::app_ = nullptr;
+
+TEST_F(PlannerIntegrationTest, ChecksFitOnSeveralTargetsAndBatches) {
+  v1::CheckFitResponse response;
+  const grpc::Status status = Call(Request("bert-base"), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.factor_set_version(), "fs-1");
+  EXPECT_EQ(response.factor_set_version(), app_->factor_set_version());
+  EXPECT_EQ(response.params(), 31120896u);
+  ASSERT_EQ(response.estimates_size(), 2);
+  EXPECT_GT(response.estimates(1).peak_gb(), response.estimates(0).peak_gb());
+  ASSERT_EQ(response.targets_size(), 3);
+  EXPECT_EQ(response.targets(0).name(), "L4");
+  EXPECT_EQ(response.targets(0).memory_gb(), 24);
+  EXPECT_EQ(response.targets(2).name(), "16 GB");
+  for (const auto& target : response.targets()) {
+    ASSERT_EQ(target.verdicts_size(), 2);
+    EXPECT_GE(target.max_batch_not_does_not_fit(), target.max_batch_fits());
+  }
+  // H100 (80 GB) takes a larger batch than L4 (24 GB).
+  EXPECT_GT(response.targets(1).max_batch_fits(),
+            response.targets(0).max_batch_fits());
+}
+
+TEST_F(PlannerIntegrationTest, BadInputGetsNamedErrorsAndServerKeepsServing) {
+  struct Case {
+    v1::CheckFitRequest request;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  std::vector<Case> cases;
+  {
+    auto r = Request("bert-base");
+    r.set_batches(0, 0);
+    cases.push_back({r, grpc::StatusCode::INVALID_ARGUMENT, "batches[0] = 0"});
+  }
+  {
+    auto r = Request("bert-base");
+    r.set_batches(1, (1u << 20) + 1);
+    cases.push_back(
+        {r, grpc::StatusCode::INVALID_ARGUMENT, "allowed 1..1048576"});
+  }
+  cases.push_back(
+      {Request("bert-bas"), grpc::StatusCode::NOT_FOUND, "bert-base"});
+  {
+    auto r = Request("bert-base");
+    r.add_targets()->set_gpu("H10");
+    cases.push_back({r, grpc::StatusCode::NOT_FOUND, "H100"});
+  }
+  {
+    auto r = Request("bert-base");
+    r.mutable_model()->mutable_spec()->set_name("nothing");
+    cases.push_back(
+        {r, grpc::StatusCode::INVALID_ARGUMENT, "spec.layers is empty"});
+  }
+  {
+    auto r = Request("bert-base");
+    r.add_targets()->set_memory_gb(-1);
+    cases.push_back({r, grpc::StatusCode::INVALID_ARGUMENT, "memory_gb = -1"});
+  }
+  {
+    // An oversized message: a spec of about 5 MB, over the 4 MB limit.
+    auto r = Request("bert-base");
+    v1::ModelSpec* spec = r.mutable_model()->mutable_spec();
+    spec->set_name("huge");
+    spec->set_positions(1);
+    for (int i = 0; i < 120000; ++i) {
+      v1::Layer* layer = spec->add_layers();
+      layer->set_name("layer-with-a-long-descriptive-name");
+      layer->mutable_linear()->set_in_features(4);
+      layer->mutable_linear()->set_out_features(4);
+    }
+    cases.push_back(
+        {r, grpc::StatusCode::INVALID_ARGUMENT, "bytes; allowed up to"});
+  }
+  for (const Case& c : cases) {
+    v1::CheckFitResponse response;
+    const grpc::Status status = Call(c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.says));
+  }
+  v1::CheckFitResponse response;
+  EXPECT_TRUE(Call(Request("gpt2"), &response).ok());
+}
+
+TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {
+  grpc::ClientContext context;
+  v1::GetCalibrationRequest request;
+  v1::GetCalibrationResponse response;
+  ASSERT_TRUE(stub_->GetCalibration(&context, request, &response).ok());
+  const auto& summary = response.factor_set().page().summary();
+  ASSERT_TRUE(summary.count("ours") && summary.count("ours_heldout"));
+  EXPECT_EQ(summary.at("ours").runs(), 91);
+  EXPECT_EQ(summary.at("reference_shipped").agree(), 625);
+  EXPECT_GT(response.factor_set().k95(), 1.0);
+
+  grpc::ClientContext missing_context;
+  request.set_version("fs-404");
+  EXPECT_EQ(
+      stub_->GetCalibration(&missing_context, request, &response).error_code(),
+      grpc::StatusCode::NOT_FOUND);
+
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext health_context;
+  grpc::health::v1::HealthCheckResponse health_response;
+  ASSERT_TRUE(health->Check(&health_context, {}, &health_response).ok());
+  EXPECT_EQ(health_response.status(),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
+  v1::CheckFitResponse response;
+  ASSERT_TRUE(Call(Request("vit-b16"), &response).ok());
+  auto bad = Request("vit-b16");
+  bad.set_batches(0, 0);
+  EXPECT_FALSE(Call(bad, &response).ok());
+  const std::string metrics = HttpGet(app_->http_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("200 OK"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("grpc_server_started_total{grpc_method=\"CheckFit\","
+                "grpc_service=\"headroom.v1.Planner\",grpc_type=\"unary\"}"));
+  EXPECT_THAT(metrics, HasSubstr("grpc_code=\"InvalidArgument\""));
+  EXPECT_THAT(metrics, HasSubstr("grpc_server_handling_seconds_bucket"));
+  EXPECT_THAT(metrics,
+              HasSubstr("headroom_fit_verdicts_total{verdict=\"FITS\"}"));
+  EXPECT_THAT(HttpGet(app_->http_port(), "/healthz"), HasSubstr("ok"));
+}
+
+// The real binary: starts on port 0 and exits cleanly on SIGTERM.
+TEST(PlannerBinaryTest, ShutsDownOnSigterm) {
+  const std::string db =
+      ::testing::TempDir() + "/sigterm-" + std::to_string(getpid()) + ".db";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string models = "--models_dir=" + kRoot + "/models";
+    const std::string runs = "--runs=" + kRoot + "/data/memory-runs.jsonl";
+    const std::string db_flag = "--db=" + db;
+    execl(HEADROOM_PLANNER_BIN, HEADROOM_PLANNER_BIN, "--listen=127.0.0.1:0",
+          "--http_listen=", models.c_str(), runs.c_str(), db_flag.c_str(),
+          "--log_level=warn", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait (bounded) until the database holds a factor set, i.e. it is up.
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    up = std::filesystem::exists(db);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(up);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 200 && !exited; ++i) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  EXPECT_TRUE(exited);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::filesystem::remove(db);
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+}
+
+}  // namespace
+}  // namespace headroom
