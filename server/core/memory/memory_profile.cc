@@ -111,7 +111,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
                           p * static_cast<double>(a.hidden())) *
                          b;
-      if (ctx.fused_attention) {
+      if (ctx.fused_attention || a.fused()) {
         bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
       } else {
         // Scores and softmax probabilities, batch x heads x q x k.

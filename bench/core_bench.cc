@@ -1,0 +1,167 @@
+// Microbenchmarks of the pure C++ core: what one CheckFit costs before any
+// networking, and what a full calibration on the shipped runs costs.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "bench/llama2_7b.h"
+#include "headroom/v1/planner.pb.h"
+#include "server/core/calibration/calibrate.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/core/common/json_io.h"
+#include "server/core/memory/memory_profile.h"
+#include "server/core/memory/model_spec.h"
+#include "server/core/planner/fit_planner.h"
+
+namespace headroom {
+namespace {
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// Catalog, shipped runs and the factor set fitted to them, built once for
+// the whole binary; nullptr after reporting an error.
+struct Fixture {
+  std::shared_ptr<const ModelCatalog> catalog;
+  std::vector<v1::MeasuredRun> runs;
+  std::unique_ptr<FitPlanner> planner;
+};
+
+const Fixture* GetFixture(benchmark::State& state) {
+  static const Fixture* fixture = [] {
+    auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+    if (!catalog.ok()) return static_cast<Fixture*>(nullptr);
+    auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
+    if (!runs.ok()) return static_cast<Fixture*>(nullptr);
+    auto* f = new Fixture;
+    f->catalog = std::make_shared<const ModelCatalog>(std::move(*catalog));
+    f->runs = std::move(*runs);
+    auto result = Calibrate(f->runs, *f->catalog, FitOptions{}, "bench");
+    if (!result.ok()) return static_cast<Fixture*>(nullptr);
+    f->planner = std::make_unique<FitPlanner>(
+        f->catalog, std::move(result->factor_set), 0.95);
+    return f;
+  }();
+  if (fixture == nullptr) {
+    state.SkipWithError("cannot load models/ or data/memory-runs.jsonl");
+  }
+  return fixture;
+}
+
+void BM_CheckFitTemplate(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.add_batches(8);
+  request.add_batches(64);
+  request.add_targets()->set_gpu("L4");
+  request.add_targets()->set_gpu("H100");
+  for (auto _ : state) {
+    auto response = fixture->planner->CheckFit(request);
+    if (!response.ok()) {
+      state.SkipWithError(std::string(response.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_CheckFitTemplate);
+
+void BM_CheckFitInline7B(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  const v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  {
+    auto response = fixture->planner->CheckFit(request);
+    if (!response.ok() || response->params() != bench::kLlama2SevenBParams) {
+      state.SkipWithError("inline 7B CheckFit failed or params differ");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    auto response = fixture->planner->CheckFit(request);
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_CheckFitInline7B);
+
+// The wire side of the same call, which the server pays on top of CheckFit:
+// parsing the request and serializing the answer.
+void BM_ParseCheckFitRequest7B(benchmark::State& state) {
+  const std::string wire =
+      bench::Llama2SevenBCheckFitRequest().SerializeAsString();
+  state.counters["request_bytes"] = static_cast<double>(wire.size());
+  for (auto _ : state) {
+    v1::CheckFitRequest request;
+    const bool ok = request.ParseFromString(wire);
+    benchmark::DoNotOptimize(ok);
+  }
+}
+BENCHMARK(BM_ParseCheckFitRequest7B);
+
+void BM_SerializeCheckFitResponse7B(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  auto response =
+      fixture->planner->CheckFit(bench::Llama2SevenBCheckFitRequest());
+  if (!response.ok()) {
+    state.SkipWithError(std::string(response.status().message()).c_str());
+    return;
+  }
+  state.counters["response_bytes"] =
+      static_cast<double>(response->ByteSizeLong());
+  for (auto _ : state) {
+    std::string wire = response->SerializeAsString();
+    benchmark::DoNotOptimize(wire);
+  }
+}
+BENCHMARK(BM_SerializeCheckFitResponse7B);
+
+void BM_ValidateSpec7B(benchmark::State& state) {
+  const v1::ModelSpec spec = bench::Llama2SevenBSpec();
+  for (auto _ : state) {
+    absl::Status status = ValidateSpec(spec);
+    benchmark::DoNotOptimize(status);
+  }
+}
+BENCHMARK(BM_ValidateSpec7B);
+
+void BM_BuildProfile7B(benchmark::State& state) {
+  const v1::ModelSpec spec = bench::Llama2SevenBSpec();
+  if (!ValidateSpec(spec).ok() ||
+      CountParams(spec) != bench::kLlama2SevenBParams) {
+    state.SkipWithError("inline 7B spec is invalid or params differ");
+    return;
+  }
+  v1::TrainingSetup setup;
+  setup.set_precision(v1::TrainingSetup::BF16_MIXED);
+  for (auto _ : state) {
+    auto profile = BuildProfile(spec, setup);
+    benchmark::DoNotOptimize(profile);
+  }
+}
+BENCHMARK(BM_BuildProfile7B);
+
+// Full fit plus held-out predictions and the calibration page, as on the
+// planner's first start.
+void BM_CalibrateShippedRuns(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  state.counters["runs"] = static_cast<double>(fixture->runs.size());
+  for (auto _ : state) {
+    auto result =
+        Calibrate(fixture->runs, *fixture->catalog, FitOptions{}, "bench");
+    if (!result.ok()) {
+      state.SkipWithError(std::string(result.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(result);
+  }
+}
+BENCHMARK(BM_CalibrateShippedRuns)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace headroom
