@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "benchmark/benchmark.h"
 #include "bench/llama2_7b.h"
+#include "benchmark/benchmark.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/catalog/model_catalog.h"
@@ -144,6 +144,19 @@ void BM_BuildProfile7B(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BuildProfile7B);
+
+// The deep copy of the spec's layers BuildProfile makes (memory_profile.cc,
+// `*top.mutable_layers() = spec.layers()`) to walk them as one block: how
+// much of BM_BuildProfile7B that copy is.
+void BM_CopySpecLayers7B(benchmark::State& state) {
+  const v1::ModelSpec spec = bench::Llama2SevenBSpec();
+  for (auto _ : state) {
+    v1::Block top;
+    *top.mutable_layers() = spec.layers();
+    benchmark::DoNotOptimize(top);
+  }
+}
+BENCHMARK(BM_CopySpecLayers7B);
 
 // Full fit plus held-out predictions and the calibration page, as on the
 // planner's first start.

@@ -216,7 +216,6 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   if (!result.ok()) return Fail(err, result.status().ToString());
   absl::StatusOr<std::vector<FitSample>> samples = SamplesFor(*runs, *catalog);
   if (!samples.ok()) return Fail(err, samples.status().ToString());
-  const ComponentArray factors = FactorArray(result->factor_set.factors());
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
          "optimizer outputs attention internal recurrent transient\n";
   size_t next = 0;
@@ -230,7 +229,7 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
         << (run.has_oom_on_gb() ? run.oom_on_gb() : -1) << " "
         << *result->ours[i] << " " << *result->ours_heldout[i];
     for (int c = 0; c < kNumComponents; ++c) {
-      out << " " << sample.component_gb[c] * factors[c];
+      out << " " << sample.component_gb[c];
     }
     out << "\n";
   }

@@ -36,7 +36,7 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err);
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib rows --runs FILE: every usable run with its in-sample and
-// held-out prediction and the factored component sizes.
+// held-out prediction and the component sizes in GB before factors.
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib show [--version fs-N]: the server's factor set and page.

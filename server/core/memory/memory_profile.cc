@@ -34,10 +34,12 @@ double Positions(const Layer& layer, double inherited) {
 Activations LayerActivations(const Layer& layer, double positions,
                              const Context& ctx);
 
-Activations BlockActivations(const v1::Block& block, double positions,
+using Layers = google::protobuf::RepeatedPtrField<Layer>;
+
+Activations BlockActivations(const Layers& layers, double positions,
                              const Context& ctx) {
   Activations total;
-  for (const Layer& child : block.layers()) {
+  for (const Layer& child : layers) {
     const double p = Positions(child, positions);
     const Activations a = LayerActivations(child, p, ctx);
     const double repeat = child.repeat() == 0 ? 1 : child.repeat();
@@ -186,7 +188,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
     case Layer::kParameters:
       break;
     case Layer::kBlock:
-      return BlockActivations(layer.block(), p, ctx);
+      return BlockActivations(layer.block().layers(), p, ctx);
     case Layer::KIND_NOT_SET:
       break;
   }
@@ -247,9 +249,8 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
     default_positions = static_cast<double>(setup.positions());
   }
 
-  v1::Block top;
-  *top.mutable_layers() = spec.layers();
-  const Activations act = BlockActivations(top, default_positions, ctx);
+  const Activations act =
+      BlockActivations(spec.layers(), default_positions, ctx);
   profile.per_sample_bytes = act.bytes;
   profile.per_sample_bytes[kTransient] = act.transient;
 

@@ -1,0 +1,514 @@
+// headroom-loadgen: drives the real planner over loopback gRPC and compares
+// CheckFit on an inline 7B decoder with Ping, the transport floor, in one
+// run. Rounds of the two RPCs alternate so that both see the same machine.
+//
+// Two modes, each reported: latency (one request outstanding, the per-call
+// floor) and throughput (many requests in flight over several channels).
+// Every loop is bounded by a call count and by time; calls carry a deadline.
+
+#include <arpa/inet.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "bench/llama2_7b.h"
+#include "grpcpp/grpcpp.h"
+#include "headroom/v1/planner.grpc.pb.h"
+#include "server/service/planner_app.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, server, "",
+          "planner to load (host:port on loopback only); empty starts one "
+          "in-process on 127.0.0.1:0");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
+ABSL_FLAG(int, rounds, 6,
+          "rounds per RPC per mode, Ping and CheckFit "
+          "alternating (1..100)");
+ABSL_FLAG(double, seconds_per_round, 2.0,
+          "length of one round in seconds (0.05..60); the default run is "
+          "2 modes x 2 RPCs x rounds x this");
+ABSL_FLAG(int64_t, max_calls_per_round, 2000000,
+          "a round also ends after this many calls");
+ABSL_FLAG(int, channels, 2,
+          "throughput mode: channels (TCP connections) to spread calls over");
+ABSL_FLAG(int, in_flight, 16,
+          "throughput mode: requests outstanding at once, over all channels");
+ABSL_FLAG(std::string, rpcs, "both",
+          "both (the comparison), or ping / check_fit alone, e.g. to profile "
+          "one of them");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "leave absl::Mutex deadlock detection as the library defaults "
+          "(on in Debian's non-NDEBUG Abseil); false turns it off, as a "
+          "planner main() could, to measure what it costs");
+ABSL_FLAG(std::string, models_dir, HEADROOM_SOURCE_DIR "/models",
+          "in-process planner: model catalog directory");
+ABSL_FLAG(std::string, runs, HEADROOM_SOURCE_DIR "/data/memory-runs.jsonl",
+          "in-process planner: calibration runs fitted on start");
+
+namespace headroom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-call deadline: a hung server makes a round end late, not hang.
+constexpr auto kCallDeadline = std::chrono::seconds(5);
+
+enum class Rpc { kPing, kCheckFit };
+
+// OK when `target` names a loopback TCP address (127.0.0.0/8, ::1 or
+// localhost, optionally with an ipv4:/ipv6:/dns: scheme); the load generator
+// never sends load off the machine.
+absl::Status CheckLoopback(const std::string& target) {
+  std::string rest = target;
+  for (const char* scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(rest, scheme)) {
+      rest = rest.substr(std::string(scheme).size());
+      break;
+    }
+  }
+  std::string host;
+  if (absl::StartsWith(rest, "[")) {
+    const size_t close = rest.find(']');
+    if (close != std::string::npos) host = rest.substr(1, close - 1);
+  } else {
+    const size_t colon = rest.rfind(':');
+    host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  }
+  in_addr v4{};
+  in6_addr v6{};
+  const bool loopback = host == "localhost" ||
+                        (inet_pton(AF_INET, host.c_str(), &v4) == 1 &&
+                         (ntohl(v4.s_addr) >> 24) == 127) ||
+                        (inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
+                         IN6_IS_ADDR_LOOPBACK(&v6));
+  if (!loopback) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--server=", target,
+        " is not a loopback address; allowed 127.0.0.0/8, [::1] or "
+        "localhost with a port, e.g. 127.0.0.1:50051"));
+  }
+  return absl::OkStatus();
+}
+
+// Process CPU time (user + system) in seconds and context switches
+// (voluntary + involuntary): client and, in-process, server together.
+struct ProcessUsage {
+  double cpu_seconds = 0;
+  int64_t context_switches = 0;
+};
+
+ProcessUsage GetProcessUsage() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return {seconds(usage.ru_utime) + seconds(usage.ru_stime),
+          static_cast<int64_t>(usage.ru_nvcsw + usage.ru_nivcsw)};
+}
+
+// What one round (or several merged) measured.
+struct Sample {
+  int64_t calls = 0;
+  int64_t errors = 0;  // non-OK status or a wrong CheckFit answer
+  double seconds = 0;
+  double cpu_seconds = 0;
+  int64_t context_switches = 0;
+  std::vector<float> latency_us;
+  std::vector<double> round_qps;
+
+  void Merge(Sample other) {
+    calls += other.calls;
+    errors += other.errors;
+    seconds += other.seconds;
+    cpu_seconds += other.cpu_seconds;
+    context_switches += other.context_switches;
+    latency_us.insert(latency_us.end(), other.latency_us.begin(),
+                      other.latency_us.end());
+    round_qps.push_back(other.calls / std::max(other.seconds, 1e-9));
+  }
+};
+
+// A closed loop of `in_flight` callback-API calls spread over `stubs`: each
+// completion records its latency and issues the next call until the round's
+// deadline or call budget is spent. No thread blocks inside gRPC.
+class ClosedLoop {
+ public:
+  ClosedLoop(Rpc rpc, const v1::CheckFitRequest* fit_request,
+             std::vector<v1::Planner::Stub*> stubs, int in_flight)
+      : rpc_(rpc),
+        fit_request_(fit_request),
+        stubs_(std::move(stubs)),
+        in_flight_(in_flight) {}
+
+  ClosedLoop(const ClosedLoop&) = delete;
+  ClosedLoop& operator=(const ClosedLoop&) = delete;
+
+  // Runs one round; returns when every slot has stopped.
+  Sample Run(double seconds, int64_t max_calls) {
+    end_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(seconds));
+    budget_.store(max_calls);
+    errors_.store(0);
+    absl::BlockingCounter stopped(in_flight_);
+    stopped_ = &stopped;
+    std::vector<std::unique_ptr<Slot>> slots;
+    for (int i = 0; i < in_flight_; ++i) {
+      slots.push_back(std::make_unique<Slot>(
+          this, stubs_[static_cast<size_t>(i) % stubs_.size()]));
+    }
+    const ProcessUsage usage_start = GetProcessUsage();
+    const Clock::time_point start = Clock::now();
+    for (auto& slot : slots) slot->IssueOrStop();
+    stopped.Wait();
+    Sample sample;
+    sample.seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    const ProcessUsage usage_end = GetProcessUsage();
+    sample.cpu_seconds = usage_end.cpu_seconds - usage_start.cpu_seconds;
+    sample.context_switches =
+        usage_end.context_switches - usage_start.context_switches;
+    sample.errors = errors_.load();
+    for (auto& slot : slots) {
+      sample.latency_us.insert(sample.latency_us.end(),
+                               slot->latency_us.begin(),
+                               slot->latency_us.end());
+    }
+    sample.calls = static_cast<int64_t>(sample.latency_us.size());
+    return sample;
+  }
+
+ private:
+  // One outstanding call at a time; touched only by its own completion chain.
+  class Slot {
+   public:
+    Slot(ClosedLoop* loop, v1::Planner::Stub* stub)
+        : loop_(loop), stub_(stub) {}
+
+    void IssueOrStop() {
+      if (Clock::now() >= loop_->end_ || loop_->budget_.fetch_sub(1) <= 0) {
+        loop_->stopped_->DecrementCount();  // last touch of this slot
+        return;
+      }
+      context_ = std::make_unique<grpc::ClientContext>();
+      context_->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+      sent_ = Clock::now();
+      if (loop_->rpc_ == Rpc::kPing) {
+        stub_->async()->Ping(context_.get(), &ping_request_, &ping_response_,
+                             [this](grpc::Status status) { Done(status); });
+      } else {
+        stub_->async()->CheckFit(context_.get(), loop_->fit_request_,
+                                 &fit_response_,
+                                 [this](grpc::Status status) { Done(status); });
+      }
+    }
+
+    std::vector<float> latency_us;
+
+   private:
+    void Done(const grpc::Status& status) {
+      latency_us.push_back(static_cast<float>(
+          std::chrono::duration<double, std::micro>(Clock::now() - sent_)
+              .count()));
+      if (!status.ok() ||
+          (loop_->rpc_ == Rpc::kCheckFit &&
+           fit_response_.params() != bench::kLlama2SevenBParams)) {
+        loop_->errors_.fetch_add(1);
+      }
+      IssueOrStop();
+    }
+
+    ClosedLoop* loop_;
+    v1::Planner::Stub* stub_;
+    std::unique_ptr<grpc::ClientContext> context_;
+    v1::PingRequest ping_request_;
+    v1::PingResponse ping_response_;
+    v1::CheckFitResponse fit_response_;
+    Clock::time_point sent_;
+  };
+
+  const Rpc rpc_;
+  const v1::CheckFitRequest* fit_request_;
+  const std::vector<v1::Planner::Stub*> stubs_;
+  const int in_flight_;
+  Clock::time_point end_;
+  std::atomic<int64_t> budget_{0};
+  std::atomic<int64_t> errors_{0};
+  absl::BlockingCounter* stopped_ = nullptr;
+};
+
+struct Summary {
+  int64_t calls = 0;
+  int64_t errors = 0;
+  double qps = 0;
+  double qps_min_round = 0;
+  double qps_max_round = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double mean_us = 0;
+  double cpu_us_per_call = 0;
+  double context_switches_per_call = 0;
+};
+
+double Percentile(std::vector<float>& values, double q) {
+  if (values.empty()) return 0;
+  const size_t index = std::min(
+      values.size() - 1, static_cast<size_t>(q * (values.size() - 1) + 0.5));
+  std::nth_element(values.begin(), values.begin() + index, values.end());
+  return values[index];
+}
+
+Summary Summarize(Sample sample) {
+  Summary s;
+  s.calls = sample.calls;
+  s.errors = sample.errors;
+  s.qps = sample.calls / std::max(sample.seconds, 1e-9);
+  if (!sample.round_qps.empty()) {
+    s.qps_min_round =
+        *std::min_element(sample.round_qps.begin(), sample.round_qps.end());
+    s.qps_max_round =
+        *std::max_element(sample.round_qps.begin(), sample.round_qps.end());
+  }
+  double total_us = 0;
+  for (float v : sample.latency_us) total_us += v;
+  s.mean_us = sample.latency_us.empty() ? 0 : total_us / sample.calls;
+  s.p50_us = Percentile(sample.latency_us, 0.50);
+  s.p99_us = Percentile(sample.latency_us, 0.99);
+  s.cpu_us_per_call =
+      sample.calls == 0 ? 0 : sample.cpu_seconds * 1e6 / sample.calls;
+  s.context_switches_per_call =
+      sample.calls == 0
+          ? 0
+          : static_cast<double>(sample.context_switches) / sample.calls;
+  return s;
+}
+
+struct ModeResult {
+  std::string mode;
+  int channels = 0;
+  int in_flight = 0;
+  Summary ping;
+  Summary check_fit;
+};
+
+// Warms both RPCs, then runs `rounds` rounds of each, alternating which goes
+// first so neither always follows the other.
+ModeResult RunMode(const std::string& mode,
+                   const std::vector<v1::Planner::Stub*>& stubs, int in_flight,
+                   const v1::CheckFitRequest& fit_request, bool run_ping,
+                   bool run_check_fit, int rounds, double seconds_per_round,
+                   int64_t max_calls) {
+  ClosedLoop ping(Rpc::kPing, &fit_request, stubs, in_flight);
+  ClosedLoop check_fit(Rpc::kCheckFit, &fit_request, stubs, in_flight);
+  const double warmup_seconds = std::min(0.25, seconds_per_round);
+  if (run_ping) ping.Run(warmup_seconds, max_calls);
+  if (run_check_fit) check_fit.Run(warmup_seconds, max_calls);
+  Sample ping_total;
+  Sample fit_total;
+  for (int round = 0; round < rounds; ++round) {
+    for (int turn = 0; turn < 2; ++turn) {
+      if ((round + turn) % 2 == 0) {
+        if (run_ping) ping_total.Merge(ping.Run(seconds_per_round, max_calls));
+      } else if (run_check_fit) {
+        fit_total.Merge(check_fit.Run(seconds_per_round, max_calls));
+      }
+    }
+  }
+  ModeResult result;
+  result.mode = mode;
+  result.channels = static_cast<int>(
+      std::min<size_t>(stubs.size(), static_cast<size_t>(in_flight)));
+  result.in_flight = in_flight;
+  result.ping = Summarize(std::move(ping_total));
+  result.check_fit = Summarize(std::move(fit_total));
+  return result;
+}
+
+double Ratio(double a, double b) { return b == 0 ? 0 : a / b; }
+
+std::string SummaryJson(const Summary& s) {
+  return absl::StrFormat(
+      "{\"calls\": %d, \"errors\": %d, \"qps\": %.1f, \"qps_min_round\": "
+      "%.1f, \"qps_max_round\": %.1f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
+      "\"mean_us\": %.1f, \"cpu_us_per_call\": %.1f, "
+      "\"context_switches_per_call\": %.2f}",
+      s.calls, s.errors, s.qps, s.qps_min_round, s.qps_max_round, s.p50_us,
+      s.p99_us, s.mean_us, s.cpu_us_per_call, s.context_switches_per_call);
+}
+
+std::string ModeJson(const ModeResult& m) {
+  return absl::StrFormat(
+      "\"%s\": {\"channels\": %d, \"in_flight\": %d, \"ping\": %s, "
+      "\"check_fit\": %s, \"check_fit_over_ping\": {\"p50\": %.3f, \"p99\": "
+      "%.3f, \"qps\": %.3f}}",
+      m.mode, m.channels, m.in_flight, SummaryJson(m.ping),
+      SummaryJson(m.check_fit), Ratio(m.check_fit.p50_us, m.ping.p50_us),
+      Ratio(m.check_fit.p99_us, m.ping.p99_us),
+      Ratio(m.check_fit.qps, m.ping.qps));
+}
+
+void PrintTable(const std::string& target, int rounds, double seconds,
+                const std::vector<ModeResult>& modes) {
+  std::printf(
+      "headroom-loadgen: %s; %d rounds x %.2f s per RPC per mode, "
+      "alternating; CheckFit = inline Llama-2-7B, batches {1,8,32}, "
+      "targets L4/H100/A100-80GB\n\n",
+      target.c_str(), rounds, seconds);
+  std::printf("%-10s %4s %4s %-9s %10s %6s %10s %14s %9s %9s %9s %8s %5s\n",
+              "mode", "chan", "infl", "rpc", "calls", "errors", "QPS",
+              "QPS rounds", "p50 us", "p99 us", "mean us", "cpu us", "csw");
+  for (const ModeResult& m : modes) {
+    for (const auto& [name, s] :
+         {std::pair<const char*, const Summary&>{"Ping", m.ping},
+          std::pair<const char*, const Summary&>{"CheckFit", m.check_fit}}) {
+      std::printf(
+          "%-10s %4d %4d %-9s %10lld %6lld %10.0f %6.0f..%-6.0f %9.1f %9.1f "
+          "%9.1f %8.1f %5.2f\n",
+          m.mode.c_str(), m.channels, m.in_flight, name,
+          static_cast<long long>(s.calls), static_cast<long long>(s.errors),
+          s.qps, s.qps_min_round, s.qps_max_round, s.p50_us, s.p99_us,
+          s.mean_us, s.cpu_us_per_call, s.context_switches_per_call);
+    }
+    std::printf(
+        "%-10s CheckFit/Ping: p50 x%.2f  p99 x%.2f  QPS x%.2f  cpu/call "
+        "x%.2f\n\n",
+        m.mode.c_str(), Ratio(m.check_fit.p50_us, m.ping.p50_us),
+        Ratio(m.check_fit.p99_us, m.ping.p99_us),
+        Ratio(m.check_fit.qps, m.ping.qps),
+        Ratio(m.check_fit.cpu_us_per_call, m.ping.cpu_us_per_call));
+  }
+}
+
+int Main() {
+  const bool json = absl::GetFlag(FLAGS_json);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const double seconds = absl::GetFlag(FLAGS_seconds_per_round);
+  const int64_t max_calls = absl::GetFlag(FLAGS_max_calls_per_round);
+  const int channels = absl::GetFlag(FLAGS_channels);
+  const int in_flight = absl::GetFlag(FLAGS_in_flight);
+  const std::string rpcs = absl::GetFlag(FLAGS_rpcs);
+  const bool run_ping = rpcs == "both" || rpcs == "ping";
+  const bool run_check_fit = rpcs == "both" || rpcs == "check_fit";
+  if (rounds < 1 || rounds > 100 || !(seconds >= 0.05 && seconds <= 60) ||
+      max_calls < 1 || channels < 1 || channels > 64 || in_flight < 1 ||
+      in_flight > 4096 || !(run_ping || run_check_fit)) {
+    std::fprintf(stderr,
+                 "headroom-loadgen: out of range; allowed --rounds 1..100, "
+                 "--seconds_per_round 0.05..60, --max_calls_per_round >= 1, "
+                 "--channels 1..64, --in_flight 1..4096, --rpcs "
+                 "both|ping|check_fit\n");
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::warn);
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
+
+  std::unique_ptr<PlannerApp> app;
+  std::string target = absl::GetFlag(FLAGS_server);
+  std::string described;
+  if (target.empty()) {
+    PlannerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.http_listen = "";
+    config.db_path = ":memory:";
+    config.models_dir = absl::GetFlag(FLAGS_models_dir);
+    config.runs_path = absl::GetFlag(FLAGS_runs);
+    auto started = PlannerApp::Start(config);
+    if (!started.ok()) {
+      std::fprintf(stderr, "headroom-loadgen: cannot start the planner: %s\n",
+                   started.status().ToString().c_str());
+      return 1;
+    }
+    app = std::move(*started);
+    target = absl::StrCat("127.0.0.1:", app->grpc_port());
+    described = absl::StrCat("in-process planner on ", target);
+  } else {
+    const absl::Status loopback = CheckLoopback(target);
+    if (!loopback.ok()) {
+      std::fprintf(stderr, "headroom-loadgen: %s\n",
+                   std::string(loopback.message()).c_str());
+      return 2;
+    }
+    described = absl::StrCat("planner at ", target);
+  }
+
+  // Distinct channel args give each channel its own TCP connection.
+  std::vector<std::unique_ptr<v1::Planner::Stub>> owned;
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("headroom.loadgen.channel", i);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    owned.push_back(v1::Planner::NewStub(grpc::CreateCustomChannel(
+        target, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<v1::Planner::Stub*> stubs;
+  for (auto& stub : owned) stubs.push_back(stub.get());
+
+  // One checked call first: a wrong answer or a dead server ends the run.
+  const v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    v1::CheckFitResponse response;
+    const grpc::Status status =
+        stubs[0]->CheckFit(&context, request, &response);
+    if (!status.ok() || response.params() != bench::kLlama2SevenBParams) {
+      std::fprintf(stderr,
+                   "headroom-loadgen: CheckFit on %s failed (%s) or params "
+                   "%llu != %llu\n",
+                   target.c_str(), status.error_message().c_str(),
+                   static_cast<unsigned long long>(response.params()),
+                   static_cast<unsigned long long>(bench::kLlama2SevenBParams));
+      return 1;
+    }
+  }
+
+  std::vector<ModeResult> modes;
+  modes.push_back(RunMode("latency", {stubs[0]}, 1, request, run_ping,
+                          run_check_fit, rounds, seconds, max_calls));
+  modes.push_back(RunMode("throughput", stubs, in_flight, request, run_ping,
+                          run_check_fit, rounds, seconds, max_calls));
+
+  int64_t errors = 0;
+  for (const ModeResult& m : modes)
+    errors += m.ping.errors + m.check_fit.errors;
+  if (json) {
+    std::vector<std::string> parts;
+    for (const ModeResult& m : modes) parts.push_back(ModeJson(m));
+    std::printf(
+        "{\"target\": \"%s\", \"in_process\": %s, \"rounds\": %d, "
+        "\"seconds_per_round\": %.3f, \"mutex_deadlock_detection\": %s, "
+        "\"request_bytes\": %zu, %s}\n",
+        target.c_str(), app ? "true" : "false", rounds, seconds,
+        absl::GetFlag(FLAGS_mutex_deadlock_detection) ? "true" : "false",
+        request.ByteSizeLong(), absl::StrJoin(parts, ", ").c_str());
+  } else {
+    PrintTable(described, rounds, seconds, modes);
+  }
+  if (app) app->Shutdown(std::chrono::milliseconds(1000));
+  return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace headroom
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return headroom::Main();
+}
