@@ -66,11 +66,11 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
   for (absl::string_view part :
        absl::StrSplit(options.batch, ',', absl::SkipEmpty())) {
     uint64_t batch = 0;
-    if (!absl::SimpleAtoi(part, &batch)) {
+    if (!absl::SimpleAtoi(part, &batch) || batch == 0 || batch > (1u << 20)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--batch '", part, "' is not a whole number; allowed 1..1048576"));
+          "--batch '", part, "' is out of range; allowed 1..1048576"));
     }
-    request.add_batches(batch);
+    request.add_batches(static_cast<uint32_t>(batch));
   }
   if (request.batches().empty()) {
     return absl::InvalidArgumentError("--batch is required, e.g. --batch 8,16");

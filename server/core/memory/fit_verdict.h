@@ -2,7 +2,7 @@
 #define HEADROOM_SERVER_CORE_MEMORY_FIT_VERDICT_H_
 
 // The three-way verdict of DESIGN.md and the largest batch per verdict,
-// solved from the profile's linear form rather than scanned.
+// solved by bisection on the monotone peak rather than scanned.
 
 #include <cstdint>
 

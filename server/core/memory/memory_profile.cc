@@ -62,6 +62,7 @@ Activations BlockActivations(const Layers& layers, double positions,
 Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
   const double b = ctx.act_bytes;
   Activations out;
+  if (layer.frozen()) return out;  // runs under no_grad: nothing saved
   auto& bytes = out.bytes;
   switch (layer.kind_case()) {
     case Layer::kEmbedding: {
@@ -210,6 +211,8 @@ ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
   for (int c = 0; c < kNumComponents; ++c) {
     out[c] = fixed_bytes[c] + b * per_sample_bytes[c];
   }
+  out[kTransient] =
+      std::max(fixed_bytes[kTransient], b * per_sample_bytes[kTransient]);
   return out;
 }
 
@@ -267,9 +270,18 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
       bytes_per_param += 8.0;
       break;
   }
+  // Frozen parameters keep their weights (and the half-precision cast).
+  const double trainable = static_cast<double>(CountTrainableParams(spec));
+  const double frozen = static_cast<double>(profile.params) - trainable;
   if (mixed) bytes_per_param += 2.0;
   profile.fixed_bytes[kOptimizer] =
-      static_cast<double>(profile.params) * bytes_per_param;
+      trainable * bytes_per_param + frozen * (mixed ? 6.0 : 4.0);
+  // The optimizer step's temporaries: PyTorch's multi-tensor (foreach) AdamW
+  // builds one fp32 intermediate per trainable parameter (the denominator);
+  // SGD with momentum one for the update. A buffer of the step, not kept.
+  if (setup.optimizer() != v1::TrainingSetup::SGD) {
+    profile.fixed_bytes[kTransient] = trainable * 4.0;
+  }
   return profile;
 }
 

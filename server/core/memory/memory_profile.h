@@ -30,7 +30,10 @@ using ComponentArray = std::array<double, kNumComponents>;
 // Lowercase component names in Component order ("optimizer", ...).
 const std::array<const char*, kNumComponents>& ComponentNames();
 
-// Bytes of each component at batch B: fixed[c] + B * per_sample[c].
+// Bytes of each component at batch B: fixed[c] + B * per_sample[c], except
+// the transient, which is one buffer, the larger of the step's fixed-size
+// candidate (the optimizer's temporaries) and the largest per-sample one
+// times B. Every component is non-decreasing in B.
 struct MemoryProfile {
   uint64_t params = 0;
   ComponentArray fixed_bytes{};

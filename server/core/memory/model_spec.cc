@@ -297,6 +297,24 @@ uint64_t CountLayerParams(const Layer& layer) {
   return repeat * SingleLayerParams(layer);
 }
 
+namespace {
+
+uint64_t TrainableParams(const Layer& layer) {
+  if (layer.frozen()) return 0;
+  if (layer.kind_case() != Layer::kBlock) return CountLayerParams(layer);
+  uint64_t n = 0;
+  for (const Layer& child : layer.block().layers()) n += TrainableParams(child);
+  return (layer.repeat() == 0 ? 1 : layer.repeat()) * n;
+}
+
+}  // namespace
+
+uint64_t CountTrainableParams(const v1::ModelSpec& spec) {
+  uint64_t n = 0;
+  for (const Layer& layer : spec.layers()) n += TrainableParams(layer);
+  return n;
+}
+
 uint64_t CountParams(const v1::ModelSpec& spec) {
   uint64_t n = 0;
   for (const Layer& layer : spec.layers()) n += CountLayerParams(layer);

@@ -26,6 +26,9 @@ absl::Status ValidateSpec(const v1::ModelSpec& spec);
 // Number of trainable parameters; the spec must be valid.
 uint64_t CountParams(const v1::ModelSpec& spec);
 
+// Parameters that train: those outside frozen layers.
+uint64_t CountTrainableParams(const v1::ModelSpec& spec);
+
 // Parameters of one layer, repeat included.
 uint64_t CountLayerParams(const v1::Layer& layer);
 

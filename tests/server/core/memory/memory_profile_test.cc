@@ -81,6 +81,19 @@ TEST(MemoryProfileTest, LogitsAreTheTransient) {
   EXPECT_DOUBLE_EQ(profile->per_sample_bytes[kTransient], 100.0 * 1000 * 8);
 }
 
+TEST(MemoryProfileTest, FrozenLayersKeepWeightsOnlyAndSaveNothing) {
+  const v1::ModelSpec spec = Spec(R"({"name": "ema", "positions": 10,
+      "layers": [{"frozen": true, "linear": {"in_features": 100, "out_features": 10}},
+                 {"linear": {"in_features": 10, "out_features": 10}}]})");
+  EXPECT_EQ(CountParams(spec), 1100u);
+  EXPECT_EQ(CountTrainableParams(spec), 100u);
+  auto profile = BuildProfile(spec, v1::TrainingSetup());
+  // Frozen: 1000 weights x 4 bytes; trained: 100 x 16 bytes (AdamW).
+  EXPECT_DOUBLE_EQ(profile->fixed_bytes[kOptimizer], 1000.0 * 4 + 100.0 * 16);
+  // Only the trained layer's 10 x 10 outputs are saved.
+  EXPECT_DOUBLE_EQ(profile->per_sample_bytes[kOutputs], 400.0);
+}
+
 TEST(MemoryProfileTest, RejectsUnknownEnumValues) {
   const v1::ModelSpec spec = Spec(R"({"name": "lin", "positions": 1,
       "layers": [{"linear": {"in_features": 10, "out_features": 10}}]})");
