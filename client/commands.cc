@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/calibration/calibrate.h"
+#include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/memory/model_spec.h"
 
@@ -264,6 +265,128 @@ int Health(const Options& options, std::ostream& out, std::ostream& err) {
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
              ? 0
              : 1;
+}
+
+int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
+  if (options.train.empty() || options.test.empty()) {
+    return Fail(err, "--train FILE and --test FILE are required");
+  }
+  absl::StatusOr<std::vector<v1::MeasuredRun>> train =
+      LoadRunsJsonl(options.train);
+  if (!train.ok()) return Fail(err, train.status().ToString());
+  absl::StatusOr<std::vector<v1::MeasuredRun>> test =
+      LoadRunsJsonl(options.test);
+  if (!test.ok()) return Fail(err, test.status().ToString());
+  absl::StatusOr<ModelCatalog> catalog =
+      ModelCatalog::LoadDirectory(options.models_dir);
+  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  absl::StatusOr<CalibrationResult> fitted =
+      Calibrate(*train, *catalog, FitOptions{}, options.train);
+  if (!fitted.ok()) return Fail(err, fitted.status().ToString());
+  const double coverage = options.coverage == 0 ? 0.95 : options.coverage;
+  absl::StatusOr<v1::EvalReport> report =
+      EvaluateOn(fitted->factor_set, *test, *catalog, coverage, PageRules{});
+  if (!report.ok()) return Fail(err, report.status().ToString());
+  if (options.json) {
+    out << ToJson(*report, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << std::setprecision(4);
+  out << "template gpu batch predicted_gb upper_gb 16 24 40 80\n";
+  for (const v1::EvalRow& row : report->rows()) {
+    out << row.template_() << " " << row.gpu() << " " << row.batch() << " "
+        << row.predicted_gb() << " " << row.upper_gb();
+    for (const char* card : {"16", "24", "40", "80"}) {
+      auto it = row.verdicts().find(card);
+      out << " " << (it == row.verdicts().end() ? "-" : it->second);
+    }
+    out << "\n";
+  }
+  const v1::EvalSummary& s = report->summary().at("ours");
+  out << "\nours: runs " << s.runs() << ", medianAbsErr " << s.median_abs_err()
+      << ", within25 " << s.within25() << ", under " << s.under()
+      << ", saidFitsButOom " << s.said_fits_but_oom() << ", saidNoButFits "
+      << s.said_no_but_fits() << ", agree " << s.agree() << ", noFit "
+      << s.no_fit() << ", flagged " << s.flagged() << ", falseNo "
+      << s.false_no() << " (k " << s.k() << " at coverage " << s.coverage()
+      << ")\n";
+  return 0;
+}
+
+int Refit(const Options& options, std::ostream& out, std::ostream& err) {
+  v1::RefitRequest request;
+  if (!options.runs.empty()) {
+    absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
+        LoadRunsJsonl(options.runs);
+    if (!runs.ok()) return Fail(err, runs.status().ToString());
+    for (v1::MeasuredRun& run : *runs) *request.add_runs() = std::move(run);
+  }
+  request.set_force(options.force);
+  request.set_dry_run(options.dry_run);
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  // A refit of many runs takes seconds; allow ten times the usual deadline.
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(10 * options.deadline_ms));
+  v1::RefitResponse response;
+  const grpc::Status status = stub->Refit(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << (options.dry_run ? "dry run: " : "")
+      << (response.factor_set().version().empty()
+              ? std::string("new factor set")
+              : response.factor_set().version())
+      << (response.promoted() ? " is now current" : " stored, not current")
+      << " (" << response.reason() << ")\n"
+      << "runs used " << response.runs_used() << ", imported "
+      << response.runs_imported() << ", fit " << response.fit_seconds()
+      << " s\n";
+  return 0;
+}
+
+int FactorsList(const Options& options, std::ostream& out, std::ostream& err) {
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::ListFactorSetsResponse response;
+  const grpc::Status status = stub->ListFactorSets(&context, {}, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << "  version  heldout_medianAbsErr  saidFitsButOom  k95   trained_on\n";
+  for (const v1::FactorSetSummary& s : response.factor_sets()) {
+    out << (s.current() ? "* " : "  ") << std::left << std::setw(9)
+        << s.version() << std::right << std::setw(20)
+        << s.heldout_median_abs_err() << std::setw(16)
+        << s.heldout_said_fits_but_oom() << std::setw(6) << s.k95() << "   "
+        << s.trained_on() << "\n";
+  }
+  return 0;
+}
+
+int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
+                   std::ostream& err) {
+  if (!rollback && options.version.empty()) {
+    return Fail(err, "--version is required, e.g. --version fs-2");
+  }
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::PromoteFactorSetRequest request;
+  request.set_rollback(rollback);
+  if (!rollback) request.set_version(options.version);
+  v1::PromoteFactorSetResponse response;
+  const grpc::Status status =
+      stub->PromoteFactorSet(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  out << response.current_version() << " is now current (was "
+      << response.previous_version() << ")\n";
+  return 0;
 }
 
 }  // namespace headroom::cli

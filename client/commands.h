@@ -27,6 +27,10 @@ struct Options {
   std::string runs;
   double coverage = 0;
   std::string version;
+  std::string train;
+  std::string test;
+  bool force = false;
+  bool dry_run = false;
 };
 
 // headroom fit --model TEMPLATE|FILE --batch N[,N...] --gpu NAME|GB[,...]
@@ -41,6 +45,19 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib show [--version fs-N]: the server's factor set and page.
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err);
+
+// headroom calib eval --train A.jsonl --test B.jsonl [--json]: fits on A as
+// the service does and predicts every row of B.
+int CalibEval(const Options& options, std::ostream& out, std::ostream& err);
+
+// headroom refit [--runs FILE] [--force] [--dry_run]: imports runs, refits
+// on the server, reports whether the new factor set became current.
+int Refit(const Options& options, std::ostream& out, std::ostream& err);
+
+// headroom factors list | promote --version fs-N | rollback.
+int FactorsList(const Options& options, std::ostream& out, std::ostream& err);
+int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
+                   std::ostream& err);
 
 // headroom health: the server's gRPC health status; exit 0 when serving.
 int Health(const Options& options, std::ostream& out, std::ostream& err);

@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "client/commands.h"
+#include "client/density_commands.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
 ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
@@ -27,6 +28,10 @@ ABSL_FLAG(double, coverage, 0,
           "upper-bound coverage 0.9 or 0.95 (0: server's)");
 ABSL_FLAG(std::string, runs, "", "measured runs file (JSON lines)");
 ABSL_FLAG(std::string, version, "", "factor-set version (default current)");
+ABSL_FLAG(std::string, train, "", "calib eval: runs to fit on (JSON lines)");
+ABSL_FLAG(std::string, test, "", "calib eval: runs to predict (JSON lines)");
+ABSL_FLAG(bool, force, false, "refit: make the new factor set current anyway");
+ABSL_FLAG(bool, dry_run, false, "refit: fit and report, store nothing");
 
 namespace {
 
@@ -36,6 +41,11 @@ constexpr char kUsage[] =
     "  calib page --runs FILE [--json]     calibration page, offline\n"
     "  calib rows --runs FILE              per-run predictions, offline\n"
     "  calib show [--version fs-N]         the server's factor set\n"
+    "  calib eval --train A --test B       fit on A, predict B, offline\n"
+    "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
+    "  density rank --runs FILE [--json]   density leaderboard, offline\n"
+    "  factors list | show [--version fs-N] | promote --version fs-N | "
+    "rollback\n"
     "  health                              the server's health status\n"
     "Every command but calib page talks to --server (default 127.0.0.1:50051).";
 
@@ -60,6 +70,10 @@ int main(int argc, char** argv) {
   options.coverage = absl::GetFlag(FLAGS_coverage);
   options.runs = absl::GetFlag(FLAGS_runs);
   options.version = absl::GetFlag(FLAGS_version);
+  options.train = absl::GetFlag(FLAGS_train);
+  options.test = absl::GetFlag(FLAGS_test);
+  options.force = absl::GetFlag(FLAGS_force);
+  options.dry_run = absl::GetFlag(FLAGS_dry_run);
 
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.size() == 1 && args[0] == "fit") {
@@ -73,6 +87,32 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 2 && args[0] == "calib" && args[1] == "rows") {
     return headroom::cli::CalibRows(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "calib" && args[1] == "eval") {
+    return headroom::cli::CalibEval(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "density" && args[1] == "rank") {
+    if (options.runs.empty()) {
+      std::cerr << "headroom: --runs FILE is required\n";
+      return 2;
+    }
+    return headroom::cli::DensityRank(options.runs, options.json, std::cout,
+                                      std::cerr);
+  }
+  if (args.size() == 1 && args[0] == "refit") {
+    return headroom::cli::Refit(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "factors") {
+    if (args[1] == "list") {
+      return headroom::cli::FactorsList(options, std::cout, std::cerr);
+    }
+    if (args[1] == "show") {
+      return headroom::cli::CalibShow(options, std::cout, std::cerr);
+    }
+    if (args[1] == "promote" || args[1] == "rollback") {
+      return headroom::cli::FactorsPromote(options, args[1] == "rollback",
+                                           std::cout, std::cerr);
+    }
   }
   if (args.size() == 2 && args[0] == "calib" && args[1] == "show") {
     return headroom::cli::CalibShow(options, std::cout, std::cerr);

@@ -121,9 +121,19 @@ PlannerMetrics::PlannerMetrics()
       calibration_error_(
           prometheus::BuildGauge()
               .Name("headroom_calibration_median_abs_error")
-              .Help("Held-out median absolute relative error of the "
-                    "current factor set's calibration page.")
-              .Register(*registry_)) {
+              .Help("Median absolute relative error of a factor set's "
+                    "calibration page, per prediction column.")
+              .Register(*registry_)),
+      said_fits_but_oom_(
+          prometheus::BuildGauge()
+              .Name("headroom_calibration_said_fits_but_oom")
+              .Help("Held-out checks a factor set called fitting that went "
+                    "OOM (run x card).")
+              .Register(*registry_)),
+      factor_set_info_(prometheus::BuildGauge()
+                           .Name("headroom_factor_set_info")
+                           .Help("1 for the factor set answers use now.")
+                           .Register(*registry_)) {
   for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
     verdicts_.Add({{"verdict", verdict}});
   }
@@ -163,9 +173,22 @@ void PlannerMetrics::Verdict(const std::string& verdict) {
   verdicts_.Add({{"verdict", verdict}}).Increment();
 }
 
-void PlannerMetrics::CalibrationError(const std::string& version,
-                                      double median_abs_err) {
-  calibration_error_.Add({{"factor_set", version}}).Set(median_abs_err);
+void PlannerMetrics::FactorSetInstalled(const v1::FactorSet& set) {
+  for (const auto& [column, summary] : set.page().summary()) {
+    calibration_error_.Add({{"factor_set", set.version()}, {"column", column}})
+        .Set(summary.median_abs_err());
+  }
+  auto heldout = set.page().summary().find("ours_heldout");
+  if (heldout != set.page().summary().end()) {
+    said_fits_but_oom_.Add({{"factor_set", set.version()}})
+        .Set(heldout->second.said_fits_but_oom());
+  }
+  std::lock_guard<std::mutex> lock(info_mu_);
+  if (!current_version_.empty()) {
+    factor_set_info_.Add({{"factor_set", current_version_}}).Set(0);
+  }
+  factor_set_info_.Add({{"factor_set", set.version()}}).Set(1);
+  current_version_ = set.version();
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

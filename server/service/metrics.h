@@ -5,9 +5,11 @@
 // (filled by a gRPC interceptor) and the headroom_* domain metrics.
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "grpcpp/support/server_interceptor.h"
+#include "headroom/v1/calibration.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -33,8 +35,10 @@ class PlannerMetrics {
   // Counts one verdict ("FITS", "BORDERLINE", "DOES_NOT_FIT").
   void Verdict(const std::string& verdict);
 
-  // Publishes the current factor set's held-out median error.
-  void CalibrationError(const std::string& version, double median_abs_err);
+  // Publishes a factor set that became current: its page's median error
+  // per column, its held-out saidFitsButOom, and headroom_factor_set_info
+  // (1 for the current version, 0 for those before it).
+  void FactorSetInstalled(const v1::FactorSet& set);
 
   // An interceptor factory for ServerBuilder that records the grpc_server_*
   // metrics for every RPC. The metrics object must outlive the server.
@@ -48,6 +52,10 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Histogram>& handling_seconds_;
   prometheus::Family<prometheus::Counter>& verdicts_;
   prometheus::Family<prometheus::Gauge>& calibration_error_;
+  prometheus::Family<prometheus::Gauge>& said_fits_but_oom_;
+  prometheus::Family<prometheus::Gauge>& factor_set_info_;
+  std::mutex info_mu_;
+  std::string current_version_;  // guarded by info_mu_
 };
 
 }  // namespace headroom

@@ -65,16 +65,15 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->version_ = set.version();
 
   app->metrics_ = std::make_unique<PlannerMetrics>();
-  if (set.page().summary().count("ours_heldout") != 0) {
-    app->metrics_->CalibrationError(
-        set.version(),
-        set.page().summary().at("ours_heldout").median_abs_err());
-  }
+  app->metrics_->FactorSetInstalled(set);
   auto planner = std::make_shared<const FitPlanner>(
       app->catalog_, std::move(set), config.coverage);
+  PlannerService::Options options;
+  options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
+  options.coverage = config.coverage;
   app->service_ = std::make_unique<PlannerService>(
-      std::move(planner), app->store_.get(), app->metrics_.get(),
-      static_cast<size_t>(config.max_message_bytes));
+      app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
+      options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

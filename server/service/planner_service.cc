@@ -1,18 +1,26 @@
 #include "server/service/planner_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
+#include "server/core/calibration/calibrate.h"
+#include "server/core/calibration/promotion.h"
+#include "server/core/common/status_macros.h"
+#include "server/core/density/density_rank.h"
 #include "server/service/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
 
-PlannerService::PlannerService(std::shared_ptr<const FitPlanner> planner,
+PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
+                               std::shared_ptr<const FitPlanner> planner,
                                Store* store, PlannerMetrics* metrics,
-                               size_t max_request_bytes)
-    : planner_(std::move(planner)),
+                               Options options)
+    : catalog_(std::move(catalog)),
+      planner_(std::move(planner)),
       store_(store),
       metrics_(metrics),
-      max_request_bytes_(max_request_bytes) {}
+      options_(options) {}
 
 void PlannerService::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
   absl::MutexLock lock(&mu_);
@@ -28,12 +36,12 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
     v1::CheckFitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (request->ByteSizeLong() > max_request_bytes_) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     absl::StrCat("request is ", request->ByteSizeLong(),
-                                  " bytes; allowed up to ", max_request_bytes_,
-                                  " (model.spec too large?)")));
+  if (request->ByteSizeLong() > options_.max_request_bytes) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("request is ", request->ByteSizeLong(),
+                     " bytes; allowed up to ", options_.max_request_bytes,
+                     " (model.spec too large?)")));
     return reactor;
   }
   // The answer is pure computation on an immutable planner (microseconds),
@@ -86,6 +94,192 @@ grpc::ServerUnaryReactor* PlannerService::Ping(
     grpc::CallbackServerContext* context, const v1::PingRequest* /*request*/,
     v1::PingResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void PlannerService::Install(v1::FactorSet set) {
+  metrics_->FactorSetInstalled(set);
+  SetPlanner(std::make_shared<const FitPlanner>(catalog_, std::move(set),
+                                                options_.coverage));
+}
+
+absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
+    const v1::RefitRequest& request) {
+  absl::MutexLock lock(&refit_mu_);
+  const std::vector<v1::MeasuredRun> imported(request.runs().begin(),
+                                              request.runs().end());
+  // Nothing is stored until every imported run is known to be usable.
+  RETURN_IF_ERROR(ValidateRuns(imported, *catalog_));
+  v1::RefitResponse response;
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
+  if (request.dry_run()) {
+    runs.insert(runs.end(), imported.begin(), imported.end());
+    response.set_runs_imported(static_cast<int32_t>(imported.size()));
+  } else if (!imported.empty()) {
+    const size_t before = runs.size();
+    RETURN_IF_ERROR(store_->AddRuns(imported).status());
+    ASSIGN_OR_RETURN(runs, store_->ListRuns());
+    // Runs identical to stored ones are not imported twice.
+    response.set_runs_imported(static_cast<int32_t>(runs.size() - before));
+  }
+  response.set_runs_used(static_cast<int32_t>(runs.size()));
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(CalibrationResult result,
+                   Calibrate(runs, *catalog_, FitOptions{},
+                             absl::StrCat("stored runs (", runs.size(), ")")));
+  response.set_fit_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> current,
+                   store_->CurrentFactorSet());
+  if (current.has_value()) response.set_previous_version(current->version());
+  const PromotionDecision decision = DecidePromotion(
+      result.factor_set, current ? &*current : nullptr, request.force());
+  response.set_reason(decision.reason);
+  if (request.dry_run()) {
+    *response.mutable_factor_set() = std::move(result.factor_set);
+    response.set_promoted(false);
+    return response;
+  }
+  ASSIGN_OR_RETURN(
+      v1::FactorSet stored,
+      store_->AddFactorSet(std::move(result.factor_set), decision.promote));
+  response.set_promoted(decision.promote);
+  if (decision.promote) Install(stored);
+  spdlog::info(
+      "event=refit version={} promoted={} runs={} imported={} seconds={:.3f} "
+      "reason=\"{}\"",
+      stored.version(), decision.promote, runs.size(), response.runs_imported(),
+      response.fit_seconds(), decision.reason);
+  *response.mutable_factor_set() = std::move(stored);
+  return response;
+}
+
+grpc::ServerUnaryReactor* PlannerService::Refit(
+    grpc::CallbackServerContext* context, const v1::RefitRequest* request,
+    v1::RefitResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->runs_size() > 1000000) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "runs has more than 1,000,000 entries"));
+    return reactor;
+  }
+  // A refit takes milliseconds to seconds: it runs on the background worker
+  // and finishes the call from there.
+  const bool queued = worker_.Post([this, reactor, request, response] {
+    absl::StatusOr<v1::RefitResponse> answer = RunRefit(*request);
+    if (!answer.ok()) {
+      reactor->Finish(ToGrpcStatus(answer.status()));
+      return;
+    }
+    *response = std::move(*answer);
+    reactor->Finish(grpc::Status::OK);
+  });
+  if (!queued) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many refits queued; retry later"));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListFactorSets(
+    grpc::CallbackServerContext* context,
+    const v1::ListFactorSetsRequest* /*request*/,
+    v1::ListFactorSetsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::vector<v1::FactorSet>> sets = store_->ListFactorSets();
+  if (!sets.ok()) {
+    reactor->Finish(ToGrpcStatus(sets.status()));
+    return reactor;
+  }
+  const std::string current = planner()->factor_set().version();
+  response->set_current_version(current);
+  for (const v1::FactorSet& set : *sets) {
+    v1::FactorSetSummary* summary = response->add_factor_sets();
+    summary->set_version(set.version());
+    summary->set_created_unix(set.created_unix());
+    summary->set_current(set.version() == current);
+    summary->set_trained_on(set.trained_on());
+    *summary->mutable_factors() = set.factors();
+    summary->set_k95(set.k95());
+    auto it = set.page().summary().find("ours_heldout");
+    if (it != set.page().summary().end()) {
+      summary->set_heldout_median_abs_err(it->second.median_abs_err());
+      summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+    }
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
+    grpc::CallbackServerContext* context,
+    const v1::PromoteFactorSetRequest* request,
+    v1::PromoteFactorSetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto answer = [&]() -> absl::StatusOr<v1::PromoteFactorSetResponse> {
+    absl::MutexLock lock(&refit_mu_);
+    if (request->rollback() == !request->version().empty()) {
+      return absl::InvalidArgumentError(
+          "set exactly one of version (e.g. fs-2) and rollback");
+    }
+    if (request->version().size() > 64) {
+      return absl::InvalidArgumentError(
+          "version is longer than 64 characters; versions look like fs-1");
+    }
+    const std::string previous = planner()->factor_set().version();
+    std::string target = request->version();
+    if (request->rollback()) {
+      ASSIGN_OR_RETURN(std::vector<std::string> history,
+                       store_->CurrentHistory());
+      // Walk back past every entry equal to the present version.
+      while (!history.empty() && history.back() == previous) history.pop_back();
+      if (history.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("nothing to roll back to: ", previous,
+                         " is the only factor set that was ever current"));
+      }
+      target = history.back();
+    }
+    ASSIGN_OR_RETURN(v1::FactorSet set, store_->GetFactorSet(target));
+    RETURN_IF_ERROR(store_->SetCurrentFactorSet(target));
+    Install(set);
+    spdlog::info("event=factor_set_promoted version={} previous={} rollback={}",
+                 target, previous, request->rollback());
+    v1::PromoteFactorSetResponse out;
+    out.set_current_version(target);
+    out.set_previous_version(previous);
+    return out;
+  }();
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+  *response = std::move(*answer);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::RankDensity(
+    grpc::CallbackServerContext* context, const v1::RankDensityRequest* request,
+    v1::RankDensityResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->ByteSizeLong() > options_.max_request_bytes) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("request is ", request->ByteSizeLong(),
+                     " bytes; allowed up to ", options_.max_request_bytes)));
+    return reactor;
+  }
+  absl::StatusOr<v1::RankDensityResponse> answer =
+      headroom::RankDensity(*request);
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+  *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

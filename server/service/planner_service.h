@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/background_worker.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
 
@@ -17,11 +18,18 @@ namespace headroom {
 
 class PlannerService final : public v1::Planner::CallbackService {
  public:
-  // `store` and `metrics` must outlive the service. Requests larger than
-  // `max_request_bytes` get INVALID_ARGUMENT (the transport allows twice
-  // that, so the caller hears why rather than a bare RESOURCE_EXHAUSTED).
-  PlannerService(std::shared_ptr<const FitPlanner> planner, Store* store,
-                 PlannerMetrics* metrics, size_t max_request_bytes);
+  struct Options {
+    // Requests larger than this get INVALID_ARGUMENT (the transport allows
+    // twice that, so the caller hears why, not a bare RESOURCE_EXHAUSTED).
+    size_t max_request_bytes = 4 << 20;
+    // Coverage of the upper bound for planners built after a refit.
+    double coverage = 0.95;
+  };
+
+  // `store` and `metrics` must outlive the service.
+  PlannerService(std::shared_ptr<const ModelCatalog> catalog,
+                 std::shared_ptr<const FitPlanner> planner, Store* store,
+                 PlannerMetrics* metrics, Options options);
 
   // Replaces the planner answers come from (after a refit or promotion).
   void SetPlanner(std::shared_ptr<const FitPlanner> planner);
@@ -37,13 +45,40 @@ class PlannerService final : public v1::Planner::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
+  grpc::ServerUnaryReactor* Refit(grpc::CallbackServerContext* context,
+                                  const v1::RefitRequest* request,
+                                  v1::RefitResponse* response) override;
+  grpc::ServerUnaryReactor* ListFactorSets(
+      grpc::CallbackServerContext* context,
+      const v1::ListFactorSetsRequest* request,
+      v1::ListFactorSetsResponse* response) override;
+  grpc::ServerUnaryReactor* PromoteFactorSet(
+      grpc::CallbackServerContext* context,
+      const v1::PromoteFactorSetRequest* request,
+      v1::PromoteFactorSetResponse* response) override;
+
+  grpc::ServerUnaryReactor* RankDensity(
+      grpc::CallbackServerContext* context,
+      const v1::RankDensityRequest* request,
+      v1::RankDensityResponse* response) override;
+
+  // The refit itself, run on the background worker.
+  absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request);
 
  private:
+  // Builds a planner for `set` and makes it the one answers come from.
+  void Install(v1::FactorSet set);
+
+  std::shared_ptr<const ModelCatalog> catalog_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
   Store* store_;
   PlannerMetrics* metrics_;
-  size_t max_request_bytes_;
+  Options options_;
+  // Serializes refits and promotions; declared last so it is destroyed
+  // (and joined) first.
+  absl::Mutex refit_mu_;
+  BackgroundWorker worker_;
 };
 
 }  // namespace headroom

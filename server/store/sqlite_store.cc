@@ -32,6 +32,19 @@ CREATE TABLE measured_runs (
   body TEXT NOT NULL
 );
 )sql",
+    // 2: every change of the current factor set, for rollback.
+    R"sql(
+CREATE TABLE current_history (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  version TEXT NOT NULL REFERENCES factor_sets(version),
+  changed_unix INTEGER NOT NULL
+);
+INSERT INTO current_history (version, changed_unix)
+  SELECT version, strftime('%s', 'now') FROM current_factor_set;
+DELETE FROM measured_runs
+  WHERE seq NOT IN (SELECT MIN(seq) FROM measured_runs GROUP BY body);
+CREATE UNIQUE INDEX measured_runs_body ON measured_runs(body);
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -176,17 +189,67 @@ absl::StatusOr<v1::FactorSet> SqliteStore::AddFactorSet(v1::FactorSet set,
     }
   }
   if (make_current) {
-    Statement s(db_,
-                "INSERT INTO current_factor_set (id, version) VALUES (1, ?) "
-                "ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
-    if (!s.ok()) return fail(SqliteError(db_, "making factor set current"));
-    s.BindText(1, set.version());
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      return fail(SqliteError(db_, "making factor set current"));
-    }
+    const absl::Status status = SetCurrentLocked(set.version());
+    if (!status.ok()) return fail(status);
   }
   RETURN_IF_ERROR(Exec("COMMIT;"));
   return set;
+}
+
+absl::Status SqliteStore::SetCurrentLocked(const std::string& version) {
+  {
+    Statement s(db_,
+                "INSERT INTO current_factor_set (id, version) VALUES (1, ?) "
+                "ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
+    if (!s.ok()) return SqliteError(db_, "making factor set current");
+    s.BindText(1, version);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return SqliteError(db_, "making factor set current");
+    }
+  }
+  Statement s(db_,
+              "INSERT INTO current_history (version, changed_unix) "
+              "VALUES (?, ?);");
+  if (!s.ok()) return SqliteError(db_, "recording current factor set");
+  s.BindText(1, version);
+  sqlite3_bind_int64(s.get(), 2, std::time(nullptr));
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "recording current factor set");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::SetCurrentFactorSet(const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  {
+    Statement s(db_, "SELECT 1 FROM factor_sets WHERE version = ?;");
+    if (!s.ok()) return SqliteError(db_, "reading factor set");
+    s.BindText(1, version);
+    if (sqlite3_step(s.get()) != SQLITE_ROW) {
+      return absl::NotFoundError(absl::StrCat(
+          "factor set '", version.substr(0, 64), "' is not stored"));
+    }
+  }
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  const absl::Status status = SetCurrentLocked(version);
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteStore::CurrentHistory() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT version FROM current_history ORDER BY seq;");
+  if (!s.ok()) return SqliteError(db_, "reading current history");
+  std::vector<std::string> versions;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    versions.push_back(s.ColumnText(0));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "reading current history");
+  return versions;
 }
 
 absl::StatusOr<v1::FactorSet> SqliteStore::GetFactorSet(
@@ -228,9 +291,10 @@ absl::StatusOr<int64_t> SqliteStore::AddRuns(
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   for (const v1::MeasuredRun& run : runs) {
-    Statement s(db_,
-                "INSERT INTO measured_runs (template, gpu, batch, body) "
-                "VALUES (?, ?, ?, ?);");
+    Statement s(
+        db_,
+        "INSERT OR IGNORE INTO measured_runs (template, gpu, batch, body) "
+        "VALUES (?, ?, ?, ?);");
     if (!s.ok()) {
       (void)Exec("ROLLBACK;");
       return SqliteError(db_, "storing run");

@@ -16,7 +16,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 1;
+inline constexpr int kSqliteSchemaVersion = 2;
 
 class SqliteStore : public Store {
  public:
@@ -33,6 +33,8 @@ class SqliteStore : public Store {
   absl::StatusOr<std::optional<v1::FactorSet>> CurrentFactorSet() override;
   absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
                                              bool make_current) override;
+  absl::Status SetCurrentFactorSet(const std::string& version) override;
+  absl::StatusOr<std::vector<std::string>> CurrentHistory() override;
   absl::StatusOr<v1::FactorSet> GetFactorSet(
       const std::string& version) override;
   absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() override;
@@ -44,6 +46,8 @@ class SqliteStore : public Store {
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetCurrentLocked(const std::string& version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -25,6 +25,13 @@ class Store {
   virtual absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
                                                      bool make_current) = 0;
 
+  // Makes a stored factor set current and records the change in the
+  // history rollback walks; NOT_FOUND names an unknown version.
+  virtual absl::Status SetCurrentFactorSet(const std::string& version) = 0;
+
+  // Versions that were current, oldest first (repeats allowed).
+  virtual absl::StatusOr<std::vector<std::string>> CurrentHistory() = 0;
+
   // One stored factor set; NOT_FOUND names the version.
   virtual absl::StatusOr<v1::FactorSet> GetFactorSet(
       const std::string& version) = 0;
@@ -32,8 +39,9 @@ class Store {
   // Every stored factor set, oldest first.
   virtual absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() = 0;
 
-  // Appends measured runs (one transaction: all or none); returns how many
-  // runs the store holds afterwards.
+  // Appends measured runs (one transaction: all or none), skipping any run
+  // identical to one already stored; returns how many runs the store holds
+  // afterwards.
   virtual absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) = 0;
 

@@ -143,6 +143,35 @@ absl::StatusOr<double> UpperBoundK(const std::vector<v1::MeasuredRun>& runs,
   return std::ceil(k * 100.0 - 1e-9) / 100.0;
 }
 
+v1::UpperBound CountVerdicts(const std::vector<v1::MeasuredRun>& runs,
+                             const Predictions& predictions, double coverage,
+                             double k, const PageRules& rules) {
+  v1::UpperBound bound;
+  bound.set_coverage(coverage);
+  bound.set_k(k);
+  for (size_t i = 0; i < runs.size() && i < predictions.size(); ++i) {
+    if (!IsUsable(runs[i]) || !predictions[i].has_value()) continue;
+    const double p = *predictions[i];
+    for (double card : rules.cards_gb) {
+      const Truth truth = TruthOn(runs[i], card);
+      if (truth == Truth::kUnknown) continue;
+      const bool fits = truth == Truth::kFits;
+      const FitVerdict verdict = Verdict(p, card, {rules.headroom, k});
+      if (verdict == FitVerdict::kFits) {
+        fits ? bound.set_fit_fits(bound.fit_fits() + 1)
+             : bound.set_no_fit_fits(bound.no_fit_fits() + 1);
+      } else if (verdict == FitVerdict::kBorderline) {
+        fits ? bound.set_fit_borderline(bound.fit_borderline() + 1)
+             : bound.set_no_fit_borderline(bound.no_fit_borderline() + 1);
+      } else {
+        fits ? bound.set_fit_does_not(bound.fit_does_not() + 1)
+             : bound.set_no_fit_does_not(bound.no_fit_does_not() + 1);
+      }
+    }
+  }
+  return bound;
+}
+
 absl::StatusOr<v1::UpperBoundPage> SummarizeUpperBound(
     const std::vector<v1::MeasuredRun>& runs, const Predictions& predictions,
     const std::vector<double>& coverages, const PageRules& rules) {
@@ -160,29 +189,7 @@ absl::StatusOr<v1::UpperBoundPage> SummarizeUpperBound(
   for (double coverage : coverages) {
     absl::StatusOr<double> k = UpperBoundK(runs, predictions, coverage, rules);
     if (!k.ok()) return k.status();
-    v1::UpperBound* bound = page.add_bounds();
-    bound->set_coverage(coverage);
-    bound->set_k(*k);
-    for (size_t i = 0; i < runs.size() && i < predictions.size(); ++i) {
-      if (!IsUsable(runs[i]) || !predictions[i].has_value()) continue;
-      const double p = *predictions[i];
-      for (double card : rules.cards_gb) {
-        const Truth truth = TruthOn(runs[i], card);
-        if (truth == Truth::kUnknown) continue;
-        const bool fits = truth == Truth::kFits;
-        const FitVerdict verdict = Verdict(p, card, {rules.headroom, *k});
-        if (verdict == FitVerdict::kFits) {
-          fits ? bound->set_fit_fits(bound->fit_fits() + 1)
-               : bound->set_no_fit_fits(bound->no_fit_fits() + 1);
-        } else if (verdict == FitVerdict::kBorderline) {
-          fits ? bound->set_fit_borderline(bound->fit_borderline() + 1)
-               : bound->set_no_fit_borderline(bound->no_fit_borderline() + 1);
-        } else {
-          fits ? bound->set_fit_does_not(bound->fit_does_not() + 1)
-               : bound->set_no_fit_does_not(bound->no_fit_does_not() + 1);
-        }
-      }
-    }
+    *page.add_bounds() = CountVerdicts(runs, predictions, coverage, *k, rules);
   }
   return page;
 }

@@ -44,6 +44,12 @@ absl::StatusOr<double> UpperBoundK(const std::vector<v1::MeasuredRun>& runs,
                                    const Predictions& predictions,
                                    double coverage, const PageRules& rules);
 
+// The three-way verdict counts (FITS / BORDERLINE / DOES_NOT_FIT against
+// whether each usable run fits each card) at a given k.
+v1::UpperBound CountVerdicts(const std::vector<v1::MeasuredRun>& runs,
+                             const Predictions& predictions, double coverage,
+                             double k, const PageRules& rules);
+
 // k and the three-way verdict counts at each coverage.
 absl::StatusOr<v1::UpperBoundPage> SummarizeUpperBound(
     const std::vector<v1::MeasuredRun>& runs, const Predictions& predictions,

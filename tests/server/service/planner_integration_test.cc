@@ -234,6 +234,117 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(HttpGet(app_->http_port(), "/healthz"), HasSubstr("ok"));
 }
 
+// Refit, promotion and rollback against a planner of its own.
+TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
+  PlannerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.http_listen = "127.0.0.1:0";
+  config.db_path = ":memory:";
+  config.models_dir = kRoot + "/models";
+  config.runs_path = kRoot + "/data/memory-runs.jsonl";
+  auto app = PlannerApp::Start(config);
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials());
+  auto stub = v1::Planner::NewStub(channel);
+  auto deadline = [] {
+    return std::chrono::system_clock::now() + std::chrono::seconds(30);
+  };
+  auto refit = [&](const v1::RefitRequest& request, v1::RefitResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    return stub->Refit(&context, request, out);
+  };
+  auto version_answering = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    v1::CheckFitRequest request;
+    request.mutable_model()->set_template_("bert-base");
+    request.add_batches(8);
+    request.add_targets()->set_gpu("L4");
+    v1::CheckFitResponse response;
+    EXPECT_TRUE(stub->CheckFit(&context, request, &response).ok());
+    return response.factor_set_version();
+  };
+
+  // A dry run stores nothing.
+  v1::RefitRequest dry;
+  dry.set_dry_run(true);
+  v1::RefitResponse response;
+  ASSERT_TRUE(refit(dry, &response).ok());
+  EXPECT_FALSE(response.promoted());
+  EXPECT_EQ(response.runs_used(), 187);
+  EXPECT_TRUE(response.factor_set().version().empty());
+
+  // Bad runs: NOT_FOUND / INVALID_ARGUMENT naming the run; nothing stored.
+  v1::RefitRequest bad;
+  v1::MeasuredRun* run = bad.add_runs();
+  run->set_template_("bert-base");
+  run->set_batch(8);
+  run->set_measured_peak_gb(0.9);
+  run = bad.add_runs();
+  run->set_template_("no-such-model");
+  run->set_batch(8);
+  run->set_measured_peak_gb(0.9);
+  grpc::Status status = refit(bad, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("runs[1].template"));
+  bad.mutable_runs(1)->set_template_("bert-base");
+  bad.mutable_runs(1)->set_measured_peak_gb(-1);
+  status = refit(bad, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(refit(dry, &response).ok());
+  EXPECT_EQ(response.runs_used(), 187);
+
+  // A forced refit on the stored runs becomes current and answers name it.
+  v1::RefitRequest forced;
+  forced.set_force(true);
+  ASSERT_TRUE(refit(forced, &response).ok());
+  EXPECT_TRUE(response.promoted());
+  EXPECT_EQ(response.factor_set().version(), "fs-2");
+  EXPECT_EQ(response.previous_version(), "fs-1");
+  EXPECT_EQ(version_answering(), "fs-2");
+
+  {
+    grpc::ClientContext context;
+    v1::ListFactorSetsResponse list;
+    ASSERT_TRUE(stub->ListFactorSets(&context, {}, &list).ok());
+    ASSERT_EQ(list.factor_sets_size(), 2);
+    EXPECT_EQ(list.current_version(), "fs-2");
+    EXPECT_TRUE(list.factor_sets(1).current());
+    EXPECT_GT(list.factor_sets(0).heldout_median_abs_err(), 0);
+  }
+  {
+    grpc::ClientContext context;
+    v1::PromoteFactorSetRequest rollback;
+    rollback.set_rollback(true);
+    v1::PromoteFactorSetResponse promoted;
+    ASSERT_TRUE(stub->PromoteFactorSet(&context, rollback, &promoted).ok());
+    EXPECT_EQ(promoted.current_version(), "fs-1");
+    EXPECT_EQ(promoted.previous_version(), "fs-2");
+  }
+  EXPECT_EQ(version_answering(), "fs-1");
+  {
+    grpc::ClientContext context;
+    v1::PromoteFactorSetRequest promote;
+    promote.set_version("fs-9");
+    v1::PromoteFactorSetResponse promoted;
+    EXPECT_EQ(stub->PromoteFactorSet(&context, promote, &promoted).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  const std::string metrics = HttpGet((*app)->http_port(), "/metrics");
+  EXPECT_THAT(metrics,
+              HasSubstr("headroom_factor_set_info{factor_set=\"fs-1\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("headroom_factor_set_info{factor_set=\"fs-2\"} 0"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("headroom_calibration_said_fits_but_oom{factor_set=\"fs-2\"}"));
+  EXPECT_THAT(metrics, HasSubstr("headroom_calibration_median_abs_error{column="
+                                 "\"ours_heldout\",factor_set=\"fs-1\"}"));
+}
+
 // The real binary: starts on port 0 and exits cleanly on SIGTERM.
 TEST(PlannerBinaryTest, ShutsDownOnSigterm) {
   const std::string db =

@@ -42,6 +42,12 @@ TEST(SqliteStoreTest, VersionsFactorSetsAndKeepsCurrent) {
   EXPECT_EQ((*current)->version(), "fs-1");
   EXPECT_DOUBLE_EQ((*current)->factors().optimizer(), 1.1);
   EXPECT_EQ((*store)->ListFactorSets()->size(), 2u);
+  ASSERT_TRUE((*store)->SetCurrentFactorSet("fs-2").ok());
+  EXPECT_EQ((*(*store)->CurrentFactorSet())->version(), "fs-2");
+  EXPECT_EQ(*(*store)->CurrentHistory(),
+            (std::vector<std::string>{"fs-1", "fs-2"}));
+  EXPECT_EQ((*store)->SetCurrentFactorSet("fs-7").code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->GetFactorSet("fs-9").status().code(),
             absl::StatusCode::kNotFound);
 }
@@ -56,7 +62,11 @@ TEST(SqliteStoreTest, PersistsAcrossReopen) {
     run.set_template_("bert-base");
     run.set_batch(32);
     run.set_measured_peak_gb(2.27);
-    EXPECT_EQ(*(*store)->AddRuns({run, run}), 2);
+    v1::MeasuredRun other = run;
+    other.set_batch(8);
+    // An identical run is stored once.
+    EXPECT_EQ(*(*store)->AddRuns({run, other, run}), 2);
+    EXPECT_EQ(*(*store)->AddRuns({other}), 2);
   }
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok());
@@ -87,7 +97,7 @@ TEST(SqliteStoreTest, RefusesNewerSchemaAndKeepsTheFile) {
   EXPECT_NE(refused.status().message().find("newer"), std::string::npos);
   // Nothing was lost: with the version put back the data is there.
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_exec(db, "PRAGMA user_version=1;", nullptr, nullptr, nullptr);
+  sqlite3_exec(db, "PRAGMA user_version=2;", nullptr, nullptr, nullptr);
   sqlite3_close(db);
   auto reopened = SqliteStore::Open(path);
   ASSERT_TRUE(reopened.ok());

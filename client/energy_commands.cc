@@ -1,0 +1,245 @@
+#include "client/energy_commands.h"
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/common/json_io.h"
+#include "server/core/energy/energy_curves.h"
+#include "server/core/energy/energy_plot.h"
+#include "server/core/energy/energy_refit.h"
+
+namespace headroom::cli {
+namespace {
+
+int Fail(std::ostream& err, const std::string& message, int code = 2) {
+  err << "headroom: " << message << "\n";
+  return code;
+}
+
+std::string Fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string Signed(double value, int decimals) {
+  return (value >= 0 ? "+" : "") + Fixed(value, decimals);
+}
+
+absl::StatusOr<v1::EnergyCurveSet> LoadCurves(const EnergyOptions& options) {
+  absl::StatusOr<std::string> text = ReadFile(options.curves);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot open the curves file ", options.curves, " (pass --curves)"));
+  }
+  return ParseCurveSet(*text, options.curves);
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+  file.close();
+  if (!file) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+std::string Optional(bool has, double value, int decimals) {
+  return has ? Fixed(value, decimals) : "-";
+}
+
+}  // namespace
+
+std::string EnergyAnswerJson(const v1::EstimateEnergyResponse& answer) {
+  std::string json = ToJson(answer, /*pretty=*/true);
+  // The JSON mapping omits unset optional fields; the issue wants null.
+  // Same indent as the printer's first field.
+  const size_t first = json.find('\n');
+  const size_t quote = json.find('"', first);
+  const std::string indent =
+      first == std::string::npos || quote == std::string::npos
+          ? " "
+          : json.substr(first + 1, quote - first - 1);
+  std::string nulls;
+  if (!answer.has_crossover_b()) {
+    nulls += ",\n" + indent + "\"crossover_b\": null";
+  }
+  if (!answer.has_borrowed_from()) {
+    nulls += ",\n" + indent + "\"borrowed_from\": null";
+  }
+  const size_t close = json.rfind('}');
+  if (!nulls.empty() && close != std::string::npos) {
+    size_t end = close;
+    while (end > 0 && (json[end - 1] == '\n' || json[end - 1] == ' ')) --end;
+    json = json.substr(0, end) + nulls + "\n}";
+  }
+  return json;
+}
+
+void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
+                       std::ostream& out) {
+  const bool fp16 = answer.quant() == "fp16";
+  out << answer.arch() << " " << answer.quant() << " at "
+      << Fixed(answer.params_b(), 2) << "B";
+  if (!answer.gpu().empty()) out << " (" << answer.gpu() << ")";
+  out << "\n";
+  if (answer.has_borrowed_from()) {
+    out << "  borrowed: " << answer.arch() << " has no curve of its own; "
+        << "using " << answer.borrowed_from() << "'s\n";
+  }
+  if (!fp16) {
+    out << "  dE vs fp16      " << Signed(answer.de_pct(), 1) << " %  (band "
+        << Signed(answer.de_low_pct(), 1) << " .. "
+        << Signed(answer.de_high_pct(), 1) << " %, resid_std "
+        << Fixed(answer.resid_std(), 2) << " pp)\n";
+  }
+  out << "  fp16            " << Fixed(answer.fp16_j_per_1k(), 0)
+      << " J per 1k tokens (" << answer.fp16_basis();
+  if (answer.fp16_rel_uncertainty() > 0) {
+    out << ", +/- " << Fixed(100 * answer.fp16_rel_uncertainty(), 0) << " %";
+  }
+  out << ")\n";
+  if (!fp16) {
+    out << "  " << answer.quant()
+        << std::string(16 - answer.quant().size(), ' ')
+        << Fixed(answer.quant_j_per_1k(), 0) << " J per 1k tokens ("
+        << Fixed(answer.quant_j_per_1k_low(), 0) << " .. "
+        << Fixed(answer.quant_j_per_1k_high(), 0) << ")\n";
+    out << "  crossover       ";
+    if (answer.has_crossover_b()) {
+      out << Fixed(answer.crossover_b(), 3) << "B (" << answer.quant()
+          << (answer.params_b() >= answer.crossover_b() ? " saves" : " costs")
+          << " energy at this size)\n";
+    } else {
+      out << "none (" << answer.quant()
+          << (answer.de_pct() > 0 ? " costs" : " saves")
+          << " energy at every size on this curve)\n";
+    }
+  }
+  out << "  measured range  " << Fixed(answer.n_min(), 1) << " .. "
+      << Fixed(answer.n_max(), 1) << "B";
+  if (answer.extrapolated()) {
+    out << "  EXTRAPOLATED: " << Fixed(answer.extrapolation_b(), 2)
+        << "B outside (x" << Fixed(answer.extrapolation_ratio(), 2) << ")";
+  }
+  out << "\n";
+}
+
+void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out) {
+  out << "curve            points        A        S     Nstar  resid_std "
+         "(was)      loo_mae (was)    crossover  notes\n";
+  for (const v1::CurveFitSummary& c : refit.curves()) {
+    std::optional<double> crossover = CrossoverB(c.a(), c.s(), c.nstar());
+    std::string notes;
+    if (!c.refit()) notes = "carried over";
+    if (c.nstar_at_edge()) notes += "Nstar at range edge ";
+    if (c.s_at_zero()) notes += "S=0 ";
+    if (c.saving_at_cap()) notes += "saving at s_cap ";
+    char line[256];
+    std::snprintf(
+        line, sizeof(line),
+        "%-16s %6d %8.3f %8.3f %9.4f %6.4f (%6s)  %6s (%6s)  %9s  "
+        "%s\n",
+        (c.arch() + " " + c.quant()).c_str(), c.points(), c.a(), c.s(),
+        c.nstar(), c.resid_std(),
+        Optional(c.has_previous_resid_std(), c.previous_resid_std(), 4).c_str(),
+        Optional(c.has_loo_mae(), c.loo_mae(), 3).c_str(),
+        Optional(c.has_previous_loo_mae(), c.previous_loo_mae(), 3).c_str(),
+        crossover ? Fixed(*crossover, 3).c_str() : "none", notes.c_str());
+    out << line;
+  }
+}
+
+int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
+                   std::ostream& err) {
+  if (options.gpu.empty() == options.arch.empty()) {
+    return Fail(err, "give exactly one of --gpu NAME or --arch ARCH");
+  }
+  if (options.quant.empty()) {
+    return Fail(err, "--quant is required: fp16, nf4 or int8");
+  }
+  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+  if (!set.ok()) return Fail(err, std::string(set.status().message()));
+  v1::EstimateEnergyRequest request;
+  request.set_params_b(options.params_b);
+  if (!options.gpu.empty()) request.set_gpu(options.gpu);
+  if (!options.arch.empty()) request.set_arch(options.arch);
+  request.set_quant(options.quant);
+  absl::StatusOr<v1::EstimateEnergyResponse> answer =
+      EstimateEnergy(*set, request);
+  if (!answer.ok()) return Fail(err, std::string(answer.status().message()));
+  if (options.json) {
+    out << EnergyAnswerJson(*answer) << "\n";
+  } else {
+    PrintEnergyAnswer(*answer, out);
+  }
+  return 0;
+}
+
+int EnergyRefit(const EnergyOptions& options, std::ostream& out,
+                std::ostream& err) {
+  if (options.runs.empty() == !options.from_anchors) {
+    return Fail(err, "give exactly one of --runs FILE or --from-anchors");
+  }
+  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+  if (!set.ok()) return Fail(err, std::string(set.status().message()));
+  absl::StatusOr<v1::RefitEnergyResponse> refit;
+  if (options.from_anchors) {
+    refit = RefitFromAnchors(*set);
+  } else {
+    absl::StatusOr<std::string> text = ReadFile(options.runs);
+    if (!text.ok()) return Fail(err, std::string(text.status().message()));
+    absl::StatusOr<std::vector<v1::EnergyRun>> runs =
+        ParseEnergyRunsJsonl(*text);
+    if (!runs.ok()) {
+      return Fail(err,
+                  absl::StrCat(options.runs, ": ", runs.status().message()));
+    }
+    v1::RefitEnergyRequest request;
+    for (const v1::EnergyRun& run : *runs) *request.add_runs() = run;
+    request.set_subtract_idle(options.subtract_idle);
+    request.set_merge_anchors(options.merge_anchors);
+    refit = RefitEnergy(
+        *set, request,
+        absl::StrCat(options.runs, " (", runs->size(), " runs",
+                     options.subtract_idle ? ", idle subtracted" : "", ")"));
+  }
+  if (!refit.ok()) return Fail(err, std::string(refit.status().message()));
+  // Offline there is no store to number versions.
+  refit->mutable_curve_set()->set_version("local");
+  refit->mutable_curve_set()->set_created_unix(
+      static_cast<int64_t>(std::time(nullptr)));
+  if (!options.out.empty()) {
+    const absl::Status written =
+        WriteFile(options.out, ToJson(refit->curve_set(), /*pretty=*/true));
+    if (!written.ok()) return Fail(err, std::string(written.message()), 1);
+  }
+  if (options.json) {
+    out << ToJson(*refit, /*pretty=*/true) << "\n";
+  } else {
+    PrintRefit(*refit, out);
+    if (!options.out.empty()) out << "wrote " << options.out << "\n";
+  }
+  return 0;
+}
+
+int EnergyPlot(const EnergyOptions& options, std::ostream& out,
+               std::ostream& err) {
+  if (options.arch.empty()) return Fail(err, "--arch ARCH is required");
+  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+  if (!set.ok()) return Fail(err, std::string(set.status().message()));
+  absl::StatusOr<std::string> svg = EnergyPlotSvg(*set, options.arch);
+  if (!svg.ok()) return Fail(err, std::string(svg.status().message()));
+  if (options.svg.empty()) {
+    out << *svg;
+    return 0;
+  }
+  const absl::Status written = WriteFile(options.svg, *svg);
+  if (!written.ok()) return Fail(err, std::string(written.message()), 1);
+  out << "wrote " << options.svg << "\n";
+  return 0;
+}
+
+}  // namespace headroom::cli

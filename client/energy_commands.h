@@ -1,0 +1,66 @@
+#ifndef HEADROOM_CLIENT_ENERGY_COMMANDS_H_
+#define HEADROOM_CLIENT_ENERGY_COMMANDS_H_
+
+// `headroom energy ...`: energy per 1,000 generated tokens under weight
+// quantization (DESIGN.md, "Energy"), computed offline from a curves file.
+// Each command returns the process exit code: 0 on success, 2 for bad input
+// (flags, files, values), 1 when an output file cannot be written.
+
+#include <ostream>
+#include <string>
+
+#include "headroom/v1/energy.pb.h"
+
+namespace headroom::cli {
+
+struct EnergyOptions {
+  // The curve set: energy-curves.json or a refit of it.
+  std::string curves = "data/energy-curves.json";
+  // estimate: N in billions, a GPU (catalog name) or an architecture, and
+  // fp16, nf4 or int8.
+  double params_b = 0;
+  std::string gpu;
+  std::string arch;
+  std::string quant;
+  bool json = false;
+  // refit: JSON lines of EnergyRun; or, with from_anchors, the curve set's
+  // own anchors.
+  std::string runs;
+  bool from_anchors = false;
+  bool subtract_idle = false;
+  bool merge_anchors = false;
+  // refit: where to write the new curve set (JSON); not written when empty.
+  std::string out;
+  // plot: the SVG file to write; the SVG goes to `out` when empty.
+  std::string svg;
+};
+
+// headroom energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8
+// [--json] [--curves FILE]: the answer as text, or as JSON with the issue's
+// field names (crossover_b and borrowed_from null when absent).
+int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
+                   std::ostream& err);
+
+// headroom energy refit --runs FILE [--subtract-idle] [--merge-anchors]
+// [--out FILE] [--json], or --from-anchors instead of --runs: refits the
+// curves and prints, per curve, its residual and leave-one-out MAE beside
+// the previous ones.
+int EnergyRefit(const EnergyOptions& options, std::ostream& out,
+                std::ostream& err);
+
+// headroom energy plot --arch ARCH --svg FILE: dE% vs N per quantization.
+int EnergyPlot(const EnergyOptions& options, std::ostream& out,
+               std::ostream& err);
+
+// The answer as the CLI prints it, for the RPC path to reuse: JSON (pretty,
+// explicit nulls) or text.
+std::string EnergyAnswerJson(const v1::EstimateEnergyResponse& answer);
+void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
+                       std::ostream& out);
+
+// A refit as the CLI prints it: one line per curve.
+void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out);
+
+}  // namespace headroom::cli
+
+#endif  // HEADROOM_CLIENT_ENERGY_COMMANDS_H_

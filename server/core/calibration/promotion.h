@@ -1,0 +1,35 @@
+#ifndef HEADROOM_SERVER_CORE_CALIBRATION_PROMOTION_H_
+#define HEADROOM_SERVER_CORE_CALIBRATION_PROMOTION_H_
+
+// When a refitted factor set may replace the current one, and which runs a
+// refit may use.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "headroom/v1/calibration.pb.h"
+#include "server/core/catalog/model_catalog.h"
+
+namespace headroom {
+
+struct PromotionDecision {
+  bool promote = false;
+  std::string reason;
+};
+
+// A candidate becomes current when its held-out page (column ours_heldout)
+// is no worse than the current one's on both the median absolute error and
+// saidFitsButOom, when there is no current set, or when forced.
+PromotionDecision DecidePromotion(const v1::FactorSet& candidate,
+                                  const v1::FactorSet* current, bool force);
+
+// Checks runs before anything is stored: a known template, batch 1..2^20,
+// a measured peak > 0 or an OOM card > 0 (not both) unless excluded.
+// INVALID_ARGUMENT / NOT_FOUND name the run index and field.
+absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,
+                          const ModelCatalog& catalog);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CALIBRATION_PROMOTION_H_

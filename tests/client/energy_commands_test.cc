@@ -1,0 +1,170 @@
+#include "client/energy_commands.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/common/json_io.h"
+
+namespace headroom::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+EnergyOptions Shipped() {
+  EnergyOptions options;
+  options.curves = kRoot + "/data/energy-curves.json";
+  return options;
+}
+
+TEST(EnergyCommandTest, JsonAnswerHasTheIssueFieldNames) {
+  EnergyOptions options = Shipped();
+  options.params_b = 7;
+  options.gpu = "RTX 5090";
+  options.quant = "nf4";
+  options.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyEstimate(options, out, err), 0) << err.str();
+  for (const char* field :
+       {"\"arch\": \"blackwell\"", "\"quant\": \"nf4\"", "\"params_b\": 7",
+        "\"dE_pct\"", "\"fp16_j_per_1k\": 5508.56", "\"quant_j_per_1k\"",
+        "\"crossover_b\": 4.75", "\"extrapolated\": false",
+        "\"borrowed_from\": null", "\"resid_std\": 2.8022"}) {
+    EXPECT_THAT(out.str(), HasSubstr(field)) << out.str();
+  }
+  // Still one JSON object of the response's schema.
+  v1::EstimateEnergyResponse parsed;
+  EXPECT_TRUE(ParseJson(out.str(), "stdout", false, &parsed).ok()) << out.str();
+  EXPECT_EQ(parsed.fp16_j_per_1k(), 5508.56);
+}
+
+TEST(EnergyCommandTest, JsonNullCrossoverAndBorrow) {
+  EnergyOptions options = Shipped();
+  options.params_b = 13;
+  options.gpu = "H100";
+  options.quant = "int8";
+  options.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyEstimate(options, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("\"crossover_b\": null"));
+  EXPECT_THAT(out.str(), HasSubstr("\"borrowed_from\": \"ampere\""));
+}
+
+TEST(EnergyCommandTest, TextAnswerFlagsExtrapolation) {
+  EnergyOptions options = Shipped();
+  options.params_b = 70;
+  options.arch = "turing";
+  options.quant = "nf4";
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyEstimate(options, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("EXTRAPOLATED: 63.00B outside (x10.00)"));
+  EXPECT_THAT(out.str(), HasSubstr("crossover       2.126B (nf4 saves"));
+}
+
+TEST(EnergyCommandTest, BadInputExitsTwoWithTheReason) {
+  EnergyOptions options = Shipped();
+  options.params_b = 0;
+  options.arch = "ada";
+  options.quant = "nf4";
+  std::ostringstream out, err;
+  EXPECT_EQ(EnergyEstimate(options, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("params_b must be in (0, 10000]"));
+
+  options.params_b = 7;
+  options.gpu = "T4";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(EnergyEstimate(options, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("exactly one of --gpu"));
+
+  options.arch.clear();
+  options.quant = "int4";
+  std::ostringstream out3, err3;
+  EXPECT_EQ(EnergyEstimate(options, out3, err3), 2);
+  EXPECT_THAT(err3.str(), HasSubstr("allowed: fp16, nf4, int8"));
+
+  options.curves = "/nonexistent/curves.json";
+  std::ostringstream out4, err4;
+  EXPECT_EQ(EnergyEstimate(options, out4, err4), 2);
+  EXPECT_THAT(err4.str(), HasSubstr("/nonexistent/curves.json"));
+}
+
+TEST(EnergyCommandTest, RefitFromAnchorsPrintsEveryCurve) {
+  EnergyOptions options = Shipped();
+  options.from_anchors = true;
+  options.out = ::testing::TempDir() + "/energy-refit.json";
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyRefit(options, out, err), 0) << err.str();
+  for (const char* curve : {"ada NF4", "ampere INT8", "ampere NF4",
+                            "blackwell NF4", "turing NF4"}) {
+    EXPECT_THAT(out.str(), HasSubstr(curve));
+  }
+  EXPECT_THAT(out.str(), HasSubstr("(3.6947)"));
+  // The written set loads as a curve set.
+  EnergyOptions reload = Shipped();
+  reload.curves = options.out;
+  reload.params_b = 3;
+  reload.arch = "turing";
+  reload.quant = "nf4";
+  reload.json = true;
+  std::ostringstream out2, err2;
+  ASSERT_EQ(EnergyEstimate(reload, out2, err2), 0) << err2.str();
+  EXPECT_THAT(out2.str(), HasSubstr("\"curves_version\": \"local\""));
+  std::remove(options.out.c_str());
+}
+
+TEST(EnergyCommandTest, RefitFromRunsFile) {
+  const std::string path = ::testing::TempDir() + "/energy-runs.jsonl";
+  {
+    std::ofstream runs(path);
+    // Blackwell NF4 at three sizes, fp16 partners alongside.
+    const double n[] = {1.1, 3.0, 7.0};
+    const double fp16[] = {1659.0, 3382.64, 5508.56};
+    const double de[] = {26.49, 11.74, -11.45};
+    const char* model[] = {"TinyLlama-1.1B", "Qwen2.5-3B", "Qwen2-7B"};
+    for (int i = 0; i < 3; ++i) {
+      for (int q = 0; q < 2; ++q) {
+        runs << "{\"model\":\"" << model[i] << "\",\"params_b\":" << n[i]
+             << ",\"gpu\":\"RTX 5090\",\"quant\":\"" << (q ? "nf4" : "fp16")
+             << "\",\"tokens_generated\":2000,\"energy_j\":"
+             << 2 * fp16[i] * (q ? 1 + de[i] / 100 : 1)
+             << ",\"idle_w\":40,\"window_s\":10}\n";
+      }
+    }
+  }
+  EnergyOptions options = Shipped();
+  options.runs = path;
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyRefit(options, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("blackwell NF4         3"));
+  EXPECT_THAT(out.str(), HasSubstr("carried over"));
+  std::remove(path.c_str());
+
+  EnergyOptions neither = Shipped();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(EnergyRefit(neither, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("--runs FILE or --from-anchors"));
+}
+
+TEST(EnergyCommandTest, PlotWritesAnSvg) {
+  EnergyOptions options = Shipped();
+  options.arch = "blackwell";
+  options.svg = ::testing::TempDir() + "/energy-blackwell.svg";
+  std::ostringstream out, err;
+  ASSERT_EQ(EnergyPlot(options, out, err), 0) << err.str();
+  absl::StatusOr<std::string> svg = ReadFile(options.svg);
+  ASSERT_TRUE(svg.ok());
+  EXPECT_THAT(*svg, HasSubstr("crossover 4.75 B"));
+  std::remove(options.svg.c_str());
+
+  options.arch = "kepler";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(EnergyPlot(options, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("allowed: ada, ampere"));
+}
+
+}  // namespace
+}  // namespace headroom::cli

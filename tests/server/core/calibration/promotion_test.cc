@@ -1,0 +1,80 @@
+#include "server/core/calibration/promotion.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::FactorSet Set(const std::string& version, double median, int oom) {
+  v1::FactorSet set;
+  set.set_version(version);
+  v1::ColumnSummary& heldout =
+      (*set.mutable_page()->mutable_summary())["ours_heldout"];
+  heldout.set_median_abs_err(median);
+  heldout.set_said_fits_but_oom(oom);
+  return set;
+}
+
+TEST(PromotionTest, NoWorseOnBothFiguresIsPromoted) {
+  const v1::FactorSet current = Set("fs-1", 0.06, 4);
+  EXPECT_TRUE(DecidePromotion(Set("", 0.06, 4), &current, false).promote);
+  EXPECT_TRUE(DecidePromotion(Set("", 0.05, 3), &current, false).promote);
+}
+
+TEST(PromotionTest, WorseOnEitherFigureIsKeptUnlessForced) {
+  const v1::FactorSet current = Set("fs-1", 0.06, 4);
+  const PromotionDecision error =
+      DecidePromotion(Set("", 0.07, 3), &current, false);
+  EXPECT_FALSE(error.promote);
+  EXPECT_THAT(error.reason, HasSubstr("kept fs-1"));
+  EXPECT_FALSE(DecidePromotion(Set("", 0.05, 5), &current, false).promote);
+  const PromotionDecision forced =
+      DecidePromotion(Set("", 0.07, 5), &current, true);
+  EXPECT_TRUE(forced.promote);
+  EXPECT_THAT(forced.reason, HasSubstr("forced"));
+}
+
+TEST(PromotionTest, FirstFactorSetIsPromoted) {
+  EXPECT_TRUE(DecidePromotion(Set("", 0.5, 50), nullptr, false).promote);
+}
+
+TEST(ValidateRunsTest, NamesTheRunAndField) {
+  ModelCatalog catalog;
+  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1,
+      "layers": [{"linear": {"in_features": 2, "out_features": 2}}]})",
+                            "test");
+  ASSERT_TRUE(catalog.Add(*spec).ok());
+  v1::MeasuredRun good;
+  good.set_template_("lin");
+  good.set_batch(4);
+  good.set_measured_peak_gb(1.5);
+  EXPECT_TRUE(ValidateRuns({good}, catalog).ok());
+
+  v1::MeasuredRun unknown = good;
+  unknown.set_template_("lim");
+  absl::Status status = ValidateRuns({good, unknown}, catalog);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("runs[1].template"));
+
+  v1::MeasuredRun both = good;
+  both.set_oom_on_gb(24);
+  EXPECT_THAT(ValidateRuns({both}, catalog).message(),
+              HasSubstr("exactly one of measured_peak_gb and oom_on_gb"));
+
+  v1::MeasuredRun negative = good;
+  negative.set_measured_peak_gb(-2);
+  EXPECT_THAT(ValidateRuns({negative}, catalog).message(),
+              HasSubstr("runs[0].measured_peak_gb = -2"));
+
+  v1::MeasuredRun zero_batch = good;
+  zero_batch.set_batch(0);
+  EXPECT_THAT(ValidateRuns({zero_batch}, catalog).message(),
+              HasSubstr("runs[0].batch = 0"));
+}
+
+}  // namespace
+}  // namespace headroom
