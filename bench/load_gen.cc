@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, models_dir, HEADROOM_SOURCE_DIR "/models",
           "in-process planner: model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_SOURCE_DIR "/data/memory-runs.jsonl",
           "in-process planner: calibration runs fitted on start");
+ABSL_FLAG(std::string, energy_curves,
+          HEADROOM_SOURCE_DIR "/data/energy-curves.json",
+          "in-process planner: energy curves stored on start");
 
 namespace headroom {
 namespace {
@@ -429,6 +432,7 @@ int Main() {
     config.db_path = ":memory:";
     config.models_dir = absl::GetFlag(FLAGS_models_dir);
     config.runs_path = absl::GetFlag(FLAGS_runs);
+    config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
     auto started = PlannerApp::Start(config);
     if (!started.ok()) {
       std::fprintf(stderr, "headroom-loadgen: cannot start the planner: %s\n",

@@ -1,5 +1,6 @@
 // headroom: the command-line client for schedulers (--json) and operators.
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "client/commands.h"
 #include "client/density_commands.h"
+#include "client/energy_commands.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
 ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
@@ -32,6 +34,16 @@ ABSL_FLAG(std::string, train, "", "calib eval: runs to fit on (JSON lines)");
 ABSL_FLAG(std::string, test, "", "calib eval: runs to predict (JSON lines)");
 ABSL_FLAG(bool, force, false, "refit: make the new factor set current anyway");
 ABSL_FLAG(bool, dry_run, false, "refit: fit and report, store nothing");
+ABSL_FLAG(std::string, curves, "data/energy-curves.json",
+          "energy: the curve set file");
+ABSL_FLAG(double, params_b, 0, "energy: parameters in billions");
+ABSL_FLAG(std::string, arch, "", "energy: GPU architecture (instead of --gpu)");
+ABSL_FLAG(std::string, quant, "", "energy: fp16, nf4 or int8");
+ABSL_FLAG(bool, from_anchors, false, "energy refit: refit from the anchors");
+ABSL_FLAG(bool, subtract_idle, false, "energy refit: subtract idle power");
+ABSL_FLAG(bool, merge_anchors, false, "energy refit: keep existing anchors");
+ABSL_FLAG(std::string, out, "", "energy refit: write the new curve set here");
+ABSL_FLAG(std::string, svg, "", "energy plot: the SVG file to write");
 
 namespace {
 
@@ -44,16 +56,39 @@ constexpr char kUsage[] =
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
     "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
     "  density rank --runs FILE [--json]   density leaderboard, offline\n"
+    "  energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8 "
+    "[--json]\n"
+    "  energy refit --runs FILE | --from-anchors     energy plot --arch A "
+    "--svg F\n"
     "  factors list | show [--version fs-N] | promote --version fs-N | "
     "rollback\n"
     "  health                              the server's health status\n"
     "Every command but calib page talks to --server (default 127.0.0.1:50051).";
 
+// Flags may be spelled with dashes (--params-b) as well as underscores.
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t end = std::min(arg.find('='), arg.size());
+    for (size_t c = 2; c < end; ++c) {
+      if (arg[c] == '-') arg[c] = '_';
+    }
+  }
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> normalized = NormalizeFlagNames(argc, argv);
+  std::vector<char*> pointers;
+  for (std::string& arg : normalized) pointers.push_back(arg.data());
+  std::vector<char*> positional = absl::ParseCommandLine(
+      static_cast<int>(pointers.size()), pointers.data());
   headroom::cli::Options options;
   options.server = absl::GetFlag(FLAGS_server);
   options.deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
@@ -98,6 +133,30 @@ int main(int argc, char** argv) {
     }
     return headroom::cli::DensityRank(options.runs, options.json, std::cout,
                                       std::cerr);
+  }
+  if (!args.empty() && args[0] == "energy" && args.size() <= 2) {
+    headroom::cli::EnergyOptions energy;
+    energy.curves = absl::GetFlag(FLAGS_curves);
+    energy.params_b = absl::GetFlag(FLAGS_params_b);
+    energy.gpu = options.gpu;
+    energy.arch = absl::GetFlag(FLAGS_arch);
+    energy.quant = absl::GetFlag(FLAGS_quant);
+    energy.json = options.json;
+    energy.runs = options.runs;
+    energy.from_anchors = absl::GetFlag(FLAGS_from_anchors);
+    energy.subtract_idle = absl::GetFlag(FLAGS_subtract_idle);
+    energy.merge_anchors = absl::GetFlag(FLAGS_merge_anchors);
+    energy.out = absl::GetFlag(FLAGS_out);
+    energy.svg = absl::GetFlag(FLAGS_svg);
+    if (args.size() == 1) {
+      return headroom::cli::EnergyEstimate(energy, std::cout, std::cerr);
+    }
+    if (args[1] == "refit") {
+      return headroom::cli::EnergyRefit(energy, std::cout, std::cerr);
+    }
+    if (args[1] == "plot") {
+      return headroom::cli::EnergyPlot(energy, std::cout, std::cerr);
+    }
   }
   if (args.size() == 1 && args[0] == "refit") {
     return headroom::cli::Refit(options, std::cout, std::cerr);

@@ -21,6 +21,8 @@ ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
           "measured runs fitted on first start (JSON lines)");
+ABSL_FLAG(std::string, energy_curves, "data/energy-curves.json",
+          "energy curves stored on first start");
 ABSL_FLAG(double, coverage, 0.95,
           "coverage of the calibrated upper bound for verdicts: 0.9 or 0.95");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   config.db_path = absl::GetFlag(FLAGS_db);
   config.models_dir = absl::GetFlag(FLAGS_models_dir);
   config.runs_path = absl::GetFlag(FLAGS_runs);
+  config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
   config.coverage = absl::GetFlag(FLAGS_coverage);
   auto app = headroom::PlannerApp::Start(config);
   if (!app.ok()) {

@@ -9,6 +9,7 @@
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/energy/energy_curves.h"
 #include "server/store/sqlite_store.h"
 #include "spdlog/spdlog.h"
 
@@ -45,6 +46,22 @@ absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
   return set;
 }
 
+// The stored current energy curves, or the shipped file's stored as the
+// first version.
+absl::StatusOr<v1::EnergyCurveSet> EnsureEnergyCurves(Store& store,
+                                                      const std::string& path) {
+  ASSIGN_OR_RETURN(std::optional<v1::EnergyCurveSet> current,
+                   store.CurrentEnergyCurveSet());
+  if (current.has_value()) return *current;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(v1::EnergyCurveSet set, ParseCurveSet(text, path));
+  ASSIGN_OR_RETURN(v1::EnergyCurveSet stored,
+                   store.AddEnergyCurveSet(std::move(set), true));
+  spdlog::info("event=energy_curves_stored version={} source={}",
+               stored.version(), path);
+  return stored;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
@@ -74,6 +91,10 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->service_ = std::make_unique<PlannerService>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
       options);
+  ASSIGN_OR_RETURN(v1::EnergyCurveSet curves,
+                   EnsureEnergyCurves(*app->store_, config.energy_curves_path));
+  app->service_->SetEnergyCurves(
+      std::make_shared<const v1::EnergyCurveSet>(std::move(curves)));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

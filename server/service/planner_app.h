@@ -30,6 +30,8 @@ struct PlannerConfig {
   // Model catalog directory and the calibration runs fitted on first start.
   std::string models_dir = "models";
   std::string runs_path = "data/memory-runs.jsonl";
+  // Energy curves stored on first start (energy-curves.json format).
+  std::string energy_curves_path = "data/energy-curves.json";
   // Coverage of the calibrated upper bound used for verdicts: 0.9 or 0.95.
   double coverage = 0.95;
   // Largest request message accepted, in bytes.

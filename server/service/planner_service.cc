@@ -7,6 +7,8 @@
 #include "server/core/calibration/promotion.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/density/density_rank.h"
+#include "server/core/energy/energy_curves.h"
+#include "server/core/energy/energy_refit.h"
 #include "server/service/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -281,6 +283,80 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
   }
   *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void PlannerService::SetEnergyCurves(
+    std::shared_ptr<const v1::EnergyCurveSet> curves) {
+  absl::MutexLock lock(&mu_);
+  energy_ = std::move(curves);
+}
+
+grpc::ServerUnaryReactor* PlannerService::EstimateEnergy(
+    grpc::CallbackServerContext* context,
+    const v1::EstimateEnergyRequest* request,
+    v1::EstimateEnergyResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<const v1::EnergyCurveSet> curves;
+  {
+    absl::MutexLock lock(&mu_);
+    curves = energy_;
+  }
+  if (curves == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "no energy curves are loaded"));
+    return reactor;
+  }
+  absl::StatusOr<v1::EstimateEnergyResponse> answer =
+      headroom::EstimateEnergy(*curves, *request);
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+  *response = std::move(*answer);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
+    grpc::CallbackServerContext* context, const v1::RefitEnergyRequest* request,
+    v1::RefitEnergyResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool queued = worker_.Post([this, reactor, request, response] {
+    auto answer = [&]() -> absl::StatusOr<v1::RefitEnergyResponse> {
+      std::shared_ptr<const v1::EnergyCurveSet> base;
+      {
+        absl::MutexLock lock(&mu_);
+        base = energy_;
+      }
+      if (base == nullptr) {
+        return absl::FailedPreconditionError("no energy curves are loaded");
+      }
+      ASSIGN_OR_RETURN(
+          v1::RefitEnergyResponse refit,
+          headroom::RefitEnergy(
+              *base, *request,
+              absl::StrCat(request->runs_size(), " measured energy runs")));
+      ASSIGN_OR_RETURN(v1::EnergyCurveSet stored,
+                       store_->AddEnergyCurveSet(refit.curve_set(), true));
+      spdlog::info("event=energy_refit version={} runs={}", stored.version(),
+                   request->runs_size());
+      *refit.mutable_curve_set() = stored;
+      SetEnergyCurves(
+          std::make_shared<const v1::EnergyCurveSet>(std::move(stored)));
+      return refit;
+    }();
+    if (!answer.ok()) {
+      reactor->Finish(ToGrpcStatus(answer.status()));
+      return;
+    }
+    *response = std::move(*answer);
+    reactor->Finish(grpc::Status::OK);
+  });
+  if (!queued) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many refits queued; retry later"));
+  }
   return reactor;
 }
 

@@ -62,6 +62,18 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RankDensityRequest* request,
       v1::RankDensityResponse* response) override;
 
+  grpc::ServerUnaryReactor* EstimateEnergy(
+      grpc::CallbackServerContext* context,
+      const v1::EstimateEnergyRequest* request,
+      v1::EstimateEnergyResponse* response) override;
+  grpc::ServerUnaryReactor* RefitEnergy(
+      grpc::CallbackServerContext* context,
+      const v1::RefitEnergyRequest* request,
+      v1::RefitEnergyResponse* response) override;
+
+  // Replaces the energy curves answers come from.
+  void SetEnergyCurves(std::shared_ptr<const v1::EnergyCurveSet> curves);
+
   // The refit itself, run on the background worker.
   absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request);
 
@@ -72,6 +84,7 @@ class PlannerService final : public v1::Planner::CallbackService {
   std::shared_ptr<const ModelCatalog> catalog_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::EnergyCurveSet> energy_ ABSL_GUARDED_BY(mu_);
   Store* store_;
   PlannerMetrics* metrics_;
   Options options_;

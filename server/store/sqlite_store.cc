@@ -45,6 +45,19 @@ DELETE FROM measured_runs
   WHERE seq NOT IN (SELECT MIN(seq) FROM measured_runs GROUP BY body);
 CREATE UNIQUE INDEX measured_runs_body ON measured_runs(body);
 )sql",
+    // 3: versioned energy curve sets.
+    R"sql(
+CREATE TABLE energy_curve_sets (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  version TEXT NOT NULL UNIQUE,
+  created_unix INTEGER NOT NULL,
+  body TEXT NOT NULL
+);
+CREATE TABLE current_energy_curve_set (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  version TEXT NOT NULL REFERENCES energy_curve_sets(version)
+);
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -331,6 +344,67 @@ absl::StatusOr<std::vector<v1::MeasuredRun>> SqliteStore::ListRuns() {
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing runs");
   return runs;
+}
+
+absl::StatusOr<v1::EnergyCurveSet> SqliteStore::AddEnergyCurveSet(
+    v1::EnergyCurveSet set, bool make_current) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  auto fail = [&](absl::Status status) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  };
+  int64_t next = 1;
+  {
+    Statement s(db_,
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM energy_curve_sets;");
+    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+      return fail(SqliteError(db_, "numbering energy curve set"));
+    }
+    next = sqlite3_column_int64(s.get(), 0);
+  }
+  set.set_version(absl::StrCat("ec-", next));
+  {
+    Statement s(db_,
+                "INSERT INTO energy_curve_sets (seq, version, created_unix, "
+                "body) VALUES (?, ?, ?, ?);");
+    if (!s.ok()) return fail(SqliteError(db_, "storing energy curve set"));
+    sqlite3_bind_int64(s.get(), 1, next);
+    s.BindText(2, set.version());
+    sqlite3_bind_int64(s.get(), 3, std::time(nullptr));
+    s.BindText(4, ToJson(set, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return fail(SqliteError(db_, "storing energy curve set"));
+    }
+  }
+  if (make_current) {
+    Statement s(db_,
+                "INSERT INTO current_energy_curve_set (id, version) VALUES (1, "
+                "?) ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
+    if (!s.ok()) return fail(SqliteError(db_, "making curves current"));
+    s.BindText(1, set.version());
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return fail(SqliteError(db_, "making curves current"));
+    }
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  return set;
+}
+
+absl::StatusOr<std::optional<v1::EnergyCurveSet>>
+SqliteStore::CurrentEnergyCurveSet() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT e.body FROM energy_curve_sets e JOIN "
+              "current_energy_curve_set c ON c.version = e.version;");
+  if (!s.ok()) return SqliteError(db_, "reading energy curves");
+  const int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_DONE) return std::optional<v1::EnergyCurveSet>();
+  if (rc != SQLITE_ROW) return SqliteError(db_, "reading energy curves");
+  v1::EnergyCurveSet set;
+  RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored energy curves",
+                            /*ignore_unknown=*/true, &set));
+  return std::optional<v1::EnergyCurveSet>(std::move(set));
 }
 
 }  // namespace headroom

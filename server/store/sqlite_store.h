@@ -16,7 +16,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 2;
+inline constexpr int kSqliteSchemaVersion = 3;
 
 class SqliteStore : public Store {
  public:
@@ -41,6 +41,10 @@ class SqliteStore : public Store {
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+  absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
+      v1::EnergyCurveSet set, bool make_current) override;
+  absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
+      override;
 
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/energy.pb.h"
 
 namespace headroom {
 
@@ -44,6 +45,15 @@ class Store {
   // afterwards.
   virtual absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) = 0;
+
+  // Stores an energy curve set under the next version ("ec-N") and makes it
+  // current when `make_current`; returns it with the version filled in.
+  virtual absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
+      v1::EnergyCurveSet set, bool make_current) = 0;
+
+  // The energy curves answers use; nullopt before the first is stored.
+  virtual absl::StatusOr<std::optional<v1::EnergyCurveSet>>
+  CurrentEnergyCurveSet() = 0;
 
   // Every stored measured run in insertion order.
   virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;

@@ -64,6 +64,8 @@ class PlannerIntegrationTest : public ::testing::Test {
     config.db_path = ":memory:";
     config.models_dir = kRoot + "/models";
     config.runs_path = kRoot + "/data/memory-runs.jsonl";
+    config.energy_curves_path = kRoot + "/data/energy-curves.json";
+    config.energy_curves_path = kRoot + "/data/energy-curves.json";
     auto app = PlannerApp::Start(config);
     ASSERT_TRUE(app.ok()) << app.status();
     app_ = app->release();
@@ -215,6 +217,28 @@ TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {
             grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+TEST_F(PlannerIntegrationTest, EstimatesEnergyAndRejectsBadInput) {
+  v1::EstimateEnergyRequest request;
+  request.set_params_b(7);
+  request.set_gpu("L4");
+  request.set_quant("nf4");
+  v1::EstimateEnergyResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status =
+        stub_->EstimateEnergy(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(response.arch(), "ada");
+  EXPECT_GT(response.fp16_j_per_1k(), 0);
+  request.set_params_b(-1);
+  grpc::ClientContext context;
+  const grpc::Status status =
+      stub_->EstimateEnergy(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("params_b"));
+}
+
 TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   v1::CheckFitResponse response;
   ASSERT_TRUE(Call(Request("vit-b16"), &response).ok());
@@ -242,6 +266,7 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   config.db_path = ":memory:";
   config.models_dir = kRoot + "/models";
   config.runs_path = kRoot + "/data/memory-runs.jsonl";
+  config.energy_curves_path = kRoot + "/data/energy-curves.json";
   auto app = PlannerApp::Start(config);
   ASSERT_TRUE(app.ok()) << app.status();
   auto channel =
@@ -354,10 +379,12 @@ TEST(PlannerBinaryTest, ShutsDownOnSigterm) {
   if (pid == 0) {
     const std::string models = "--models_dir=" + kRoot + "/models";
     const std::string runs = "--runs=" + kRoot + "/data/memory-runs.jsonl";
+    const std::string energy =
+        "--energy_curves=" + kRoot + "/data/energy-curves.json";
     const std::string db_flag = "--db=" + db;
     execl(HEADROOM_PLANNER_BIN, HEADROOM_PLANNER_BIN, "--listen=127.0.0.1:0",
-          "--http_listen=", models.c_str(), runs.c_str(), db_flag.c_str(),
-          "--log_level=warn", static_cast<char*>(nullptr));
+          "--http_listen=", models.c_str(), runs.c_str(), energy.c_str(),
+          db_flag.c_str(), "--log_level=warn", static_cast<char*>(nullptr));
     _exit(127);
   }
   // Wait (bounded) until the database holds a factor set, i.e. it is up.

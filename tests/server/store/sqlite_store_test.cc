@@ -97,7 +97,9 @@ TEST(SqliteStoreTest, RefusesNewerSchemaAndKeepsTheFile) {
   EXPECT_NE(refused.status().message().find("newer"), std::string::npos);
   // Nothing was lost: with the version put back the data is there.
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_exec(db, "PRAGMA user_version=2;", nullptr, nullptr, nullptr);
+  const std::string restore =
+      "PRAGMA user_version=" + std::to_string(kSqliteSchemaVersion) + ";";
+  sqlite3_exec(db, restore.c_str(), nullptr, nullptr, nullptr);
   sqlite3_close(db);
   auto reopened = SqliteStore::Open(path);
   ASSERT_TRUE(reopened.ok());
