@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <memory>
 
@@ -12,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/calibration/calibrate.h"
+#include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/memory/model_spec.h"
@@ -180,6 +182,13 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
       Calibrate(*runs, *catalog, FitOptions{}, options.runs);
   if (!result.ok()) return Fail(err, result.status().ToString());
   const v1::FactorSet& set = result->factor_set;
+  if (!options.svg.empty()) {
+    std::ofstream file(options.svg);
+    file << CalibrationSvg(*runs, result->ours_heldout,
+                           "Held-out predictions vs measured peaks (" +
+                               std::to_string(runs->size()) + " runs)");
+    if (!file) return Fail(err, "cannot write " + options.svg, 1);
+  }
   if (options.json) {
     out << ToJson(set.page(), /*pretty=*/true) << "\n";
     return 0;

@@ -31,12 +31,15 @@ struct Options {
   std::string test;
   bool force = false;
   bool dry_run = false;
+  // calib page: also write the predicted-vs-measured plot here.
+  std::string svg;
 };
 
 // headroom fit --model TEMPLATE|FILE --batch N[,N...] --gpu NAME|GB[,...]
 int Fit(const Options& options, std::ostream& out, std::ostream& err);
 
-// headroom calib page --runs FILE [--json]: the calibration page offline.
+// headroom calib page --runs FILE [--json] [--svg FILE]: the calibration
+// page offline, and its plot.
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib rows --runs FILE: every usable run with its in-sample and

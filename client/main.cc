@@ -43,14 +43,15 @@ ABSL_FLAG(bool, from_anchors, false, "energy refit: refit from the anchors");
 ABSL_FLAG(bool, subtract_idle, false, "energy refit: subtract idle power");
 ABSL_FLAG(bool, merge_anchors, false, "energy refit: keep existing anchors");
 ABSL_FLAG(std::string, out, "", "energy refit: write the new curve set here");
-ABSL_FLAG(std::string, svg, "", "energy plot: the SVG file to write");
+ABSL_FLAG(std::string, svg, "",
+          "calib page / energy plot: the SVG file to write");
 
 namespace {
 
 constexpr char kUsage[] =
     "headroom COMMAND [flags]\n"
     "  fit --model TEMPLATE|FILE --batch N[,N] --gpu L4,H100[,GB] [--json]\n"
-    "  calib page --runs FILE [--json]     calibration page, offline\n"
+    "  calib page --runs FILE [--json] [--svg F]   calibration page, offline\n"
     "  calib rows --runs FILE              per-run predictions, offline\n"
     "  calib show [--version fs-N]         the server's factor set\n"
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   options.test = absl::GetFlag(FLAGS_test);
   options.force = absl::GetFlag(FLAGS_force);
   options.dry_run = absl::GetFlag(FLAGS_dry_run);
+  options.svg = absl::GetFlag(FLAGS_svg);
 
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.size() == 1 && args[0] == "fit") {

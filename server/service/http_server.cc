@@ -34,13 +34,19 @@ int HealthHandler(mg_connection* conn, void* data) {
   return healthy ? 200 : 503;
 }
 
+int CalibrationHandler(mg_connection* conn, void* data) {
+  const auto* server = static_cast<const HttpServer*>(data);
+  Reply(conn, 200, "text/html; charset=utf-8", server->CalibrationPage());
+  return 200;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
-    HealthCheck health) {
-  std::unique_ptr<HttpServer> server(
-      new HttpServer(std::move(registry), std::move(health)));
+    HealthCheck health, PageRenderer calibration_page) {
+  std::unique_ptr<HttpServer> server(new HttpServer(
+      std::move(registry), std::move(health), std::move(calibration_page)));
   const char* options[] = {"listening_ports", listen.c_str(), "num_threads",
                            "2", nullptr};
   mg_callbacks callbacks{};
@@ -53,6 +59,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   mg_set_request_handler(server->context_, "/metrics", MetricsHandler,
                          server.get());
   mg_set_request_handler(server->context_, "/healthz", HealthHandler,
+                         server.get());
+  mg_set_request_handler(server->context_, "/calibration", CalibrationHandler,
                          server.get());
   mg_server_port ports[4];
   const int n = mg_get_server_ports(server->context_, 4, ports);

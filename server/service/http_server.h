@@ -2,7 +2,7 @@
 #define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 
 // One small HTTP server (CivetWeb) for /metrics (Prometheus text format over
-// the registry) and /healthz.
+// the registry), /healthz and /calibration (HTML).
 
 #include <functional>
 #include <memory>
@@ -19,11 +19,13 @@ class HttpServer {
  public:
   // Returns true while the planner should be reported healthy.
   using HealthCheck = std::function<bool()>;
+  // Renders an HTML page on request.
+  using PageRenderer = std::function<std::string()>;
 
   // Starts listening on `host:port` ("127.0.0.1:0" picks a free port).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
-      HealthCheck health);
+      HealthCheck health, PageRenderer calibration_page);
 
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -35,13 +37,18 @@ class HttpServer {
   // Handlers; public for the C callbacks.
   std::string MetricsText() const;
   bool Healthy() const { return health_(); }
+  std::string CalibrationPage() const { return calibration_page_(); }
 
  private:
-  HttpServer(std::shared_ptr<prometheus::Registry> registry, HealthCheck health)
-      : registry_(std::move(registry)), health_(std::move(health)) {}
+  HttpServer(std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
+             PageRenderer calibration_page)
+      : registry_(std::move(registry)),
+        health_(std::move(health)),
+        calibration_page_(std::move(calibration_page)) {}
 
   std::shared_ptr<prometheus::Registry> registry_;
   HealthCheck health_;
+  PageRenderer calibration_page_;
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

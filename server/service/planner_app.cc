@@ -125,10 +125,11 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 
   if (!config.http_listen.empty()) {
     PlannerApp* raw = app.get();
-    ASSIGN_OR_RETURN(
-        app->http_,
-        HttpServer::Start(config.http_listen, app->metrics_->registry(),
-                          [raw] { return raw->serving_.load(); }));
+    ASSIGN_OR_RETURN(app->http_,
+                     HttpServer::Start(
+                         config.http_listen, app->metrics_->registry(),
+                         [raw] { return raw->serving_.load(); },
+                         [raw] { return raw->service_->CalibrationHtml(); }));
   }
   return app;
 }

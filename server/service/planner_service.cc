@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/calibration/calibrate.h"
+#include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/promotion.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/density/density_rank.h"
@@ -358,6 +359,22 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
                                  "too many refits queued; retry later"));
   }
   return reactor;
+}
+
+std::string PlannerService::CalibrationHtml() const {
+  const std::shared_ptr<const FitPlanner> current = planner();
+  const v1::FactorSet& set = current->factor_set();
+  absl::StatusOr<std::vector<v1::MeasuredRun>> runs = store_->ListRuns();
+  if (!runs.ok()) {
+    return absl::StrCat("<p>cannot read stored runs: ", runs.status().message(),
+                        "</p>");
+  }
+  const Predictions predictions = PredictRuns(*runs, *catalog_, set.factors());
+  const std::string svg = CalibrationSvg(
+      *runs, predictions,
+      absl::StrCat("Factor set ", set.version(), ": predicted vs measured, ",
+                   runs->size(), " stored runs"));
+  return headroom::CalibrationHtml(set, svg);
 }
 
 }  // namespace headroom

@@ -71,6 +71,10 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RefitEnergyRequest* request,
       v1::RefitEnergyResponse* response) override;
 
+  // The calibration page of the current factor set as HTML, with its
+  // predictions of every stored run plotted against the measurements.
+  std::string CalibrationHtml() const;
+
   // Replaces the energy curves answers come from.
   void SetEnergyCurves(std::shared_ptr<const v1::EnergyCurveSet> curves);
 

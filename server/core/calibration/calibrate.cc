@@ -34,6 +34,29 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
   return samples;
 }
 
+Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
+                        const ModelCatalog& catalog,
+                        const v1::Factors& factors) {
+  const v1::TrainingSetup setup = CalibrationSetup();
+  const ComponentArray f = FactorArray(factors);
+  Predictions out;
+  out.reserve(runs.size());
+  for (const v1::MeasuredRun& run : runs) {
+    absl::StatusOr<const v1::ModelSpec*> spec = catalog.Find(run.template_());
+    if (!IsUsable(run) || !spec.ok()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    absl::StatusOr<MemoryProfile> profile = BuildProfile(**spec, setup);
+    if (!profile.ok()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    out.push_back(PeakGb(profile->BytesAt(run.batch()), f));
+  }
+  return out;
+}
+
 absl::StatusOr<CalibrationResult> Calibrate(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     const FitOptions& options, const std::string& trained_on) {

@@ -24,6 +24,12 @@ v1::TrainingSetup CalibrationSetup();
 absl::StatusOr<std::vector<FitSample>> SamplesFor(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog);
 
+// Predicts every run with `factors` (nullopt for unusable runs and runs
+// whose template the catalog lacks).
+Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
+                        const ModelCatalog& catalog,
+                        const v1::Factors& factors);
+
 struct CalibrationResult {
   v1::FactorSet factor_set;  // version left empty for the store to assign
   // In-sample and held-out predictions per run (nullopt for unusable runs).

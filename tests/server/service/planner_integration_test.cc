@@ -256,6 +256,11 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(metrics,
               HasSubstr("headroom_fit_verdicts_total{verdict=\"FITS\"}"));
   EXPECT_THAT(HttpGet(app_->http_port(), "/healthz"), HasSubstr("ok"));
+  const std::string page = HttpGet(app_->http_port(), "/calibration");
+  EXPECT_THAT(page, HasSubstr("text/html"));
+  EXPECT_THAT(page, HasSubstr("Calibration of factor set fs-1"));
+  EXPECT_THAT(page, HasSubstr("<svg"));
+  EXPECT_THAT(page, HasSubstr("reference_heldout"));
 }
 
 // Refit, promotion and rollback against a planner of its own.

@@ -1,0 +1,28 @@
+#ifndef HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
+#define HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
+
+// The calibration page for people: predicted vs measured peak as an SVG
+// (log-log, one colour per family, the y = x line and the +/-25 % band, OOM
+// runs marked on their card's line), and an HTML page around it.
+
+#include <string>
+#include <vector>
+
+#include "headroom/v1/calibration.pb.h"
+#include "server/core/calibration/calibration_page.h"
+
+namespace headroom {
+
+// An SVG of `predictions` (one per run; nullopt skips the run) against the
+// measured peaks of usable runs. `title` heads the plot.
+std::string CalibrationSvg(const std::vector<v1::MeasuredRun>& runs,
+                           const Predictions& predictions,
+                           const std::string& title);
+
+// A self-contained HTML page: the factor set's version and factors, its
+// summary table (every column of its page), the upper bound, and the SVG.
+std::string CalibrationHtml(const v1::FactorSet& set, const std::string& svg);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
