@@ -60,9 +60,14 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
   if (std::filesystem::is_regular_file(options.model, ec)) {
     absl::StatusOr<std::string> text = ReadFile(options.model);
     if (!text.ok()) return text.status();
-    absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(*text, options.model);
-    if (!spec.ok()) return spec.status();
-    *request.mutable_model()->mutable_spec() = std::move(*spec);
+    if (text->find("\"model_type\"") != std::string::npos) {
+      // A Hugging Face config.json: the planner converts it.
+      request.mutable_model()->set_hf_config(std::move(*text));
+    } else {
+      absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(*text, options.model);
+      if (!spec.ok()) return spec.status();
+      *request.mutable_model()->mutable_spec() = std::move(*spec);
+    }
   } else {
     request.mutable_model()->set_template_(options.model);
   }
@@ -124,6 +129,9 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
 
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   out << std::fixed << std::setprecision(2);
+  for (const std::string& assumption : r.assumptions()) {
+    out << "assumed " << assumption << "\n";
+  }
   out << r.model() << ": " << r.params() << " parameters; factor set "
       << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
       << r.k() << " at coverage " << r.coverage() << "\n\n";
@@ -145,6 +153,8 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
           << v1::Verdict_Name(t.verdicts(i))
           << (i + 1 < t.verdicts_size() ? ";" : "");
     }
+    if (t.regime() != "global")
+      out << "\n  regime " << t.regime() << ", k " << t.k();
     out << "\n  largest batch FITS: " << t.max_batch_fits()
         << ", largest not DOES_NOT_FIT: " << t.max_batch_not_does_not_fit()
         << "\n";
@@ -210,6 +220,11 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   }
   out << "k (held out): " << set.k90() << " at 0.9, " << set.k95()
       << " at 0.95\n";
+  for (const v1::Regime& regime : set.regimes()) {
+    out << "regime " << regime.gpu() << " (" << regime.runs()
+        << " runs): " << regime.reason() << "; k " << regime.k95()
+        << " at 0.95; factors " << ToJson(regime.factors(), false) << "\n";
+  }
   return 0;
 }
 

@@ -11,6 +11,8 @@
 #include "client/commands.h"
 #include "client/density_commands.h"
 #include "client/energy_commands.h"
+#include "client/microbatch_commands.h"
+#include "client/model_commands.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
 ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
@@ -43,6 +45,12 @@ ABSL_FLAG(bool, from_anchors, false, "energy refit: refit from the anchors");
 ABSL_FLAG(bool, subtract_idle, false, "energy refit: subtract idle power");
 ABSL_FLAG(bool, merge_anchors, false, "energy refit: keep existing anchors");
 ABSL_FLAG(std::string, out, "", "energy refit: write the new curve set here");
+ABSL_FLAG(std::string, record, "", "microbatch select: an autotune record");
+ABSL_FLAG(std::string, policy, "",
+          "microbatch select: max_batch or max_throughput (default: the "
+          "record's)");
+ABSL_FLAG(std::string, o, "",
+          "model convert: write the spec here (- = stdout)");
 ABSL_FLAG(std::string, svg, "",
           "calib page / energy plot: the SVG file to write");
 
@@ -56,6 +64,10 @@ constexpr char kUsage[] =
     "  calib show [--version fs-N]         the server's factor set\n"
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
     "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
+    "  model convert CONFIG.json [-o spec.json] [--positions N]   HF config -> "
+    "spec\n"
+    "  microbatch select --record FILE [--policy max_batch|max_throughput] "
+    "[--json]\n"
     "  density rank --runs FILE [--json]   density leaderboard, offline\n"
     "  energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8 "
     "[--json]\n"
@@ -159,6 +171,16 @@ int main(int argc, char** argv) {
     if (args[1] == "plot") {
       return headroom::cli::EnergyPlot(energy, std::cout, std::cerr);
     }
+  }
+  if (args.size() == 3 && args[0] == "model" && args[1] == "convert") {
+    return headroom::cli::ModelConvert(args[2], options.positions,
+                                       absl::GetFlag(FLAGS_o), std::cout,
+                                       std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "microbatch" && args[1] == "select") {
+    return headroom::cli::MicrobatchSelect(absl::GetFlag(FLAGS_record),
+                                           absl::GetFlag(FLAGS_policy),
+                                           options.json, std::cout, std::cerr);
   }
   if (args.size() == 1 && args[0] == "refit") {
     return headroom::cli::Refit(options, std::cout, std::cerr);

@@ -10,6 +10,7 @@
 #include "server/core/density/density_rank.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/core/microbatch/plan.h"
 #include "server/service/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -375,6 +376,30 @@ std::string PlannerService::CalibrationHtml() const {
       absl::StrCat("Factor set ", set.version(), ": predicted vs measured, ",
                    runs->size(), " stored runs"));
   return headroom::CalibrationHtml(set, svg);
+}
+
+grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
+    grpc::CallbackServerContext* context,
+    const v1::PlanMicrobatchRequest* request,
+    v1::PlanMicrobatchResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->ByteSizeLong() > options_.max_request_bytes) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("request is ", request->ByteSizeLong(),
+                     " bytes; allowed up to ", options_.max_request_bytes)));
+    return reactor;
+  }
+  const std::shared_ptr<const FitPlanner> current = planner();
+  absl::StatusOr<v1::PlanMicrobatchResponse> answer =
+      headroom::PlanMicrobatch(*request, *catalog_, current->factor_set());
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+  *response = std::move(*answer);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace headroom

@@ -71,6 +71,11 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RefitEnergyRequest* request,
       v1::RefitEnergyResponse* response) override;
 
+  grpc::ServerUnaryReactor* PlanMicrobatch(
+      grpc::CallbackServerContext* context,
+      const v1::PlanMicrobatchRequest* request,
+      v1::PlanMicrobatchResponse* response) override;
+
   // The calibration page of the current factor set as HTML, with its
   // predictions of every stored run plotted against the measurements.
   std::string CalibrationHtml() const;

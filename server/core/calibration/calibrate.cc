@@ -1,6 +1,7 @@
 #include "server/core/calibration/calibrate.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/core/calibration/regimes.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/memory_profile.h"
 
@@ -108,6 +109,8 @@ absl::StatusOr<CalibrationResult> Calibrate(
   set.mutable_page()->mutable_upper_bound()->set_prediction("ours_heldout");
   set.set_k90(set.page().upper_bound().bounds(0).k());
   set.set_k95(set.page().upper_bound().bounds(1).k());
+  RETURN_IF_ERROR(
+      AddRegimes(runs, samples, result.ours_heldout, options, rules, &set));
   return result;
 }
 

@@ -68,7 +68,7 @@ uint64_t SingleLayerParams(const Layer& layer) {
       return layer.embedding().num_embeddings() * layer.embedding().dim();
     case Layer::kLinear: {
       const auto& l = layer.linear();
-      return l.in_features() * l.out_features() +
+      return (l.tied() ? 0 : l.in_features() * l.out_features()) +
              (l.bias() ? l.out_features() : 0);
     }
     case Layer::kNorm: {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/frontends/hf_config.h"
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
@@ -17,13 +18,14 @@ namespace {
 struct ResolvedTarget {
   std::string name;
   double memory_gb;
+  bool is_gpu = false;
 };
 
 absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
   switch (target.kind_case()) {
     case v1::Target::kGpu: {
       ASSIGN_OR_RETURN(GpuInfo gpu, FindGpu(target.gpu()));
-      return ResolvedTarget{gpu.name, gpu.memory_gb};
+      return ResolvedTarget{gpu.name, gpu.memory_gb, true};
     }
     case v1::Target::kMemoryGb: {
       const double gb = target.memory_gb();
@@ -59,12 +61,18 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
                        v1::FactorSet factor_set, double default_coverage)
     : catalog_(std::move(catalog)),
       factor_set_(std::move(factor_set)),
-      default_coverage_(default_coverage) {}
+      default_coverage_(default_coverage) {
+  for (const v1::Regime& regime : factor_set_.regimes()) {
+    if (regime.adopted()) regimes_[regime.gpu()] = &regime;
+  }
+}
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     const v1::CheckFitRequest& request) const {
   // The model.
   const v1::ModelSpec* spec = nullptr;
+  v1::ModelSpec converted_spec;  // owns a spec derived from a config
+  std::vector<std::string> assumptions;
   switch (request.model().source_case()) {
     case v1::ModelRef::kTemplate: {
       ASSIGN_OR_RETURN(spec, catalog_->Find(request.model().template_()));
@@ -75,9 +83,25 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       spec = &request.model().spec();
       break;
     }
+    case v1::ModelRef::kHfConfig: {
+      HfOptions options;
+      options.seq_len = request.setup().positions();
+      absl::StatusOr<HfConversion> converted =
+          SpecFromHfConfig(request.model().hf_config(), options);
+      if (!converted.ok()) {
+        return absl::Status(
+            converted.status().code(),
+            absl::StrCat("model.hf_config: ", converted.status().message()));
+      }
+      converted_spec = std::move(converted->spec);
+      assumptions = std::move(converted->assumed_defaults);
+      spec = &converted_spec;
+      break;
+    }
     case v1::ModelRef::SOURCE_NOT_SET:
       return absl::InvalidArgumentError(
-          "model is empty; set model.template (a catalog name) or model.spec");
+          "model is empty; set model.template (a catalog name), model.spec "
+          "or model.hf_config");
   }
 
   // Batches and targets.
@@ -133,6 +157,9 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   response.set_headroom(rule.headroom);
   response.set_coverage(coverage);
   response.set_k(k);
+  for (std::string& assumption : assumptions) {
+    response.add_assumptions(std::move(assumption));
+  }
   std::vector<double> peaks;
   peaks.reserve(request.batches_size());
   for (uint64_t batch : request.batches()) {
@@ -151,17 +178,38 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     c->set_recurrent(bytes[kRecurrent] * factors[kRecurrent] / 1e9);
     c->set_transient(bytes[kTransient] * factors[kTransient] / 1e9);
   }
+  const bool coverage90 = std::abs(coverage - 0.9) < 1e-9;
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();
     result->set_name(target.name);
     result->set_memory_gb(target.memory_gb);
-    for (double peak : peaks) {
-      result->add_verdicts(ToProto(Verdict(peak, target.memory_gb, rule)));
+    auto regime = target.is_gpu ? regimes_.find(target.name) : regimes_.end();
+    ComponentArray target_factors = factors;
+    VerdictRule target_rule = rule;
+    if (regime != regimes_.end()) {
+      target_factors = FactorArray(regime->second->factors());
+      target_rule.k =
+          coverage90 ? regime->second->k90() : regime->second->k95();
+      result->set_regime(regime->second->gpu());
+    } else {
+      result->set_regime("global");
     }
-    result->set_max_batch_fits(
-        MaxBatch(profile, factors, target.memory_gb, rule, /*fits_only=*/true));
-    result->set_max_batch_not_does_not_fit(MaxBatch(
-        profile, factors, target.memory_gb, rule, /*fits_only=*/false));
+    result->set_k(target_rule.k);
+    for (size_t i = 0; i < peaks.size(); ++i) {
+      const double peak =
+          regime == regimes_.end()
+              ? peaks[i]
+              : PeakAt(profile, target_factors, request.batches(i));
+      result->add_peaks_gb(peak);
+      result->add_verdicts(
+          ToProto(Verdict(peak, target.memory_gb, target_rule)));
+    }
+    result->set_max_batch_fits(MaxBatch(profile, target_factors,
+                                        target.memory_gb, target_rule,
+                                        /*fits_only=*/true));
+    result->set_max_batch_not_does_not_fit(
+        MaxBatch(profile, target_factors, target.memory_gb, target_rule,
+                 /*fits_only=*/false));
   }
   return response;
 }

@@ -5,7 +5,9 @@
 // messages: no gRPC, no I/O; immutable once built, so safe to share across
 // threads.
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
@@ -41,6 +43,8 @@ class FitPlanner {
   std::shared_ptr<const ModelCatalog> catalog_;
   v1::FactorSet factor_set_;
   double default_coverage_;
+  // Adopted regimes by catalog GPU name.
+  std::map<std::string, const v1::Regime*> regimes_;
 };
 
 }  // namespace headroom

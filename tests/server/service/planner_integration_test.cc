@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -190,6 +192,62 @@ TEST_F(PlannerIntegrationTest, BadInputGetsNamedErrorsAndServerKeepsServing) {
   }
   v1::CheckFitResponse response;
   EXPECT_TRUE(Call(Request("gpt2"), &response).ok());
+}
+
+TEST_F(PlannerIntegrationTest, ChecksFitFromHuggingFaceConfig) {
+  std::ifstream file(kRoot + "/tests/data/hf/llama-2-7b.json");
+  std::stringstream text;
+  text << file.rdbuf();
+  ASSERT_FALSE(text.str().empty());
+  v1::CheckFitRequest request = Request("unused");
+  request.mutable_model()->set_hf_config(text.str());
+  request.mutable_setup()->set_positions(4096);
+  request.mutable_setup()->set_precision(v1::TrainingSetup::BF16_MIXED);
+  v1::CheckFitResponse response;
+  const grpc::Status status = Call(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.params(), 6738415616u);
+  // 7B parameters at 18 bytes each do not fit an L4 (24 GB) at any batch.
+  EXPECT_EQ(response.targets(0).verdicts(0), v1::DOES_NOT_FIT);
+  EXPECT_EQ(response.targets(0).max_batch_not_does_not_fit(), 0u);
+
+  request.mutable_model()->set_hf_config("{not json");
+  const grpc::Status bad = Call(request, &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("model.hf_config"));
+  request.mutable_model()->set_hf_config(R"({"model_type": "gpt3000"})");
+  const grpc::Status unknown = Call(request, &response);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unknown.error_message(), HasSubstr("llama"));
+}
+
+TEST_F(PlannerIntegrationTest, PlansMicrobatchesWithTheCurrentFactors) {
+  v1::PlanMicrobatchRequest request;
+  request.set_template_("gpt2");
+  request.set_global_batch(256);
+  for (uint32_t candidate : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    request.add_microbatch_candidates(candidate);
+  }
+  request.set_vram_fraction(0.9);
+  request.set_reserve_gb(1);
+  request.set_gpu("L4");
+  v1::PlanMicrobatchResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status =
+        stub_->PlanMicrobatch(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(response.factor_set_version(), "fs-1");
+  EXPECT_NEAR(response.budget_gb(), 0.9 * 24 - 1, 1e-9);
+  EXPECT_EQ(response.measure_count() + response.skip_count(),
+            response.candidates_size());
+  EXPECT_GT(response.skip_count(), 0);
+  request.set_vram_fraction(1.5);
+  grpc::ClientContext context;
+  const grpc::Status bad = stub_->PlanMicrobatch(&context, request, &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("vram_fraction"));
 }
 
 TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {

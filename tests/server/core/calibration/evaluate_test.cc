@@ -1,5 +1,7 @@
 #include "server/core/calibration/evaluate.h"
 
+#include <map>
+
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/core/calibration/calibrate.h"
@@ -67,6 +69,29 @@ TEST_F(EvaluateTest, RowsMatchCheckFit) {
     EXPECT_EQ(v1::Verdict_Name(answer->targets(0).verdicts(0)),
               row.verdicts().at("24"));
   }
+}
+
+// Every GPU with enough runs gets a regime, with its page over that GPU's
+// runs, adopted exactly when it beats the global factors held out there.
+TEST_F(EvaluateTest, RegimesPerGpuWithTheirPages) {
+  std::map<std::string, int> runs_per_gpu;
+  for (const auto& run : runs_) {
+    if (run.excluded().empty()) ++runs_per_gpu[run.gpu()];
+  }
+  ASSERT_EQ(set_.regimes_size(), 3);
+  for (const v1::Regime& regime : set_.regimes()) {
+    EXPECT_EQ(regime.runs(), runs_per_gpu[regime.gpu()]) << regime.gpu();
+    const auto& page = regime.page().summary();
+    ASSERT_TRUE(page.count("ours_heldout") && page.count("global_heldout"));
+    const bool better = page.at("ours_heldout").median_abs_err() <
+                            page.at("global_heldout").median_abs_err() &&
+                        page.at("ours_heldout").said_fits_but_oom() <=
+                            page.at("global_heldout").said_fits_but_oom();
+    EXPECT_EQ(regime.adopted(), better) << regime.reason();
+    EXPECT_GT(regime.k95(), 0);
+  }
+  EXPECT_EQ(set_.regimes(2).gpu(), "L4");
+  EXPECT_EQ(set_.regimes(2).runs(), 51);
 }
 
 TEST_F(EvaluateTest, UnknownTemplateNamesTheRow) {

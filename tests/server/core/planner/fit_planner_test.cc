@@ -64,6 +64,50 @@ TEST_F(FitPlannerTest, AnswersWithPeakVerdictAndMaxBatch) {
   EXPECT_EQ(response->targets(0).max_batch_not_does_not_fit(), 5996u);
 }
 
+TEST(FitPlannerRegimeTest, AdoptedRegimeAnswersForItsGpuOnly) {
+  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
+      "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
+                            "test");
+  ASSERT_TRUE(spec.ok());
+  auto catalog = std::make_shared<ModelCatalog>();
+  ASSERT_TRUE(catalog->Add(*spec).ok());
+  v1::FactorSet set;
+  set.set_version("fs-r");
+  set.set_headroom(1.15);
+  set.set_k95(1.2);
+  set.mutable_factors()->set_optimizer(1.0);
+  set.mutable_factors()->set_outputs(1.0);
+  v1::Regime* l4 = set.add_regimes();
+  l4->set_gpu("L4");
+  l4->set_adopted(true);
+  l4->set_k95(1.1);
+  l4->mutable_factors()->set_optimizer(1.0);
+  l4->mutable_factors()->set_outputs(2.0);
+  v1::Regime* h100 = set.add_regimes();
+  h100->set_gpu("H100");
+  h100->set_adopted(false);
+  h100->mutable_factors()->set_outputs(9.0);
+  FitPlanner planner(catalog, set, 0.95);
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("lin");
+  request.add_batches(1000);
+  request.add_targets()->set_gpu("L4");
+  request.add_targets()->set_gpu("H100");
+  request.add_targets()->set_memory_gb(24);
+  auto response = planner.CheckFit(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  // Global: 0.016 + 4 GB; the L4 regime doubles the outputs: 0.016 + 8 GB.
+  EXPECT_NEAR(response->estimates(0).peak_gb(), 4.016, 1e-12);
+  EXPECT_EQ(response->targets(0).regime(), "L4");
+  EXPECT_NEAR(response->targets(0).peaks_gb(0), 8.016, 1e-12);
+  EXPECT_DOUBLE_EQ(response->targets(0).k(), 1.1);
+  EXPECT_EQ(response->targets(1).regime(), "global");
+  EXPECT_NEAR(response->targets(1).peaks_gb(0), 4.016, 1e-12);
+  EXPECT_EQ(response->targets(2).regime(), "global");
+  // L4 max FITS batch: (0.016 + 0.008 b) * 1.1 * 1.15 <= 24 -> b <= 2369.
+  EXPECT_EQ(response->targets(0).max_batch_fits(), 2369u);
+}
+
 TEST_F(FitPlannerTest, CoverageSelectsK) {
   v1::CheckFitRequest request = Request();
   request.set_coverage(0.9);

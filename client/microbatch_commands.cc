@@ -1,0 +1,69 @@
+#include "client/microbatch_commands.h"
+
+#include <iomanip>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "headroom/v1/microbatch.pb.h"
+#include "server/core/common/json_io.h"
+#include "server/core/microbatch/select.h"
+
+namespace headroom::cli {
+namespace {
+
+int Fail(std::ostream& err, const std::string& message) {
+  err << "headroom: " << message << "\n";
+  return 2;
+}
+
+void PrintTable(const v1::MicrobatchSelection& selection, std::ostream& out) {
+  out << "selection_policy " << selection.selection_policy() << "  budget_gb "
+      << selection.budget_gb() << "\n";
+  if (selection.has_selected()) {
+    const v1::MicrobatchMeasurement& s = selection.selected();
+    out << "selected microbatch " << s.microbatch() << "  mode " << s.mode()
+        << "  peak_gb " << s.peak_gb() << "  microbatch_seconds "
+        << s.microbatch_seconds() << "  estimated_update_seconds "
+        << s.estimated_update_seconds() << "  input_tokens_per_second "
+        << s.input_tokens_per_second() << "\n";
+  } else {
+    out << "selected (none)\n";
+  }
+  out << "failures " << selection.failures_size() << "\n";
+  for (const v1::MicrobatchFailure& failure : selection.failures()) {
+    out << "  " << std::left << std::setw(10) << failure.mode() << std::right
+        << std::setw(6) << failure.microbatch() << "  " << failure.reason()
+        << "\n";
+  }
+}
+
+}  // namespace
+
+int MicrobatchSelect(const std::string& record_path, const std::string& policy,
+                     bool json, std::ostream& out, std::ostream& err) {
+  if (record_path.empty()) return Fail(err, "--record FILE is required");
+  absl::StatusOr<std::string> text = ReadFile(record_path);
+  if (!text.ok()) return Fail(err, text.status().ToString());
+  v1::AutotuneRecord record;
+  const absl::Status parsed =
+      ParseJson(*text, record_path, /*ignore_unknown=*/false, &record);
+  if (!parsed.ok()) return Fail(err, parsed.ToString());
+  absl::StatusOr<v1::MicrobatchSelection> selection =
+      SelectMicrobatch(record, policy);
+  if (!selection.ok()) {
+    return Fail(err,
+                absl::StrCat(record_path, ": ", selection.status().ToString()));
+  }
+  if (!selection->has_selected()) {
+    err << "headroom: no candidate fits budget_gb " << selection->budget_gb()
+        << "\n";
+  }
+  if (json) {
+    out << ToJson(*selection, /*pretty=*/true) << "\n";
+  } else {
+    PrintTable(*selection, out);
+  }
+  return 0;
+}
+
+}  // namespace headroom::cli

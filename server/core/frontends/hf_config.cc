@@ -1,0 +1,1434 @@
+#include "server/core/frontends/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "nlohmann/json.hpp"
+#include "server/core/common/status_macros.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom {
+namespace {
+
+using Json = nlohmann::json;
+using v1::Layer;
+
+// Sanity limits on config keys: far above any published model, low enough
+// that a parameter count cannot overflow 64 bits.
+constexpr int kMaxJsonDepth = 32;
+constexpr uint64_t kMaxHidden = 1000000;
+constexpr uint64_t kMaxLayers = 10000;
+constexpr uint64_t kMaxVocab = 100000000;
+constexpr uint64_t kMaxHeads = 100000;
+constexpr uint64_t kMaxFfn = 10000000;
+constexpr uint64_t kMaxExperts = 100000;
+constexpr uint64_t kMaxImageSide = 65536;
+constexpr uint64_t kMaxPatch = 10000;
+constexpr uint64_t kMaxChannels = 10000;
+
+// A JSON value for an error message, cut short.
+std::string Abbreviated(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+absl::Status OutOfRange(const std::string& path, uint64_t value,
+                        uint64_t min_value, uint64_t max_value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config.json: ", path, " = ", value,
+                   " is out of range; allowed ", min_value, "..", max_value));
+}
+
+// Reads the keys of one config object. A missing key takes the transformers
+// config class's default and is recorded in `assumed`; a key set to null
+// means Python's None, which only some keys accept.
+class ConfigKeys {
+ public:
+  ConfigKeys(const Json& object, std::string prefix, std::string config_class,
+             std::vector<std::string>* assumed)
+      : object_(object),
+        prefix_(std::move(prefix)),
+        config_class_(std::move(config_class)),
+        assumed_(assumed) {}
+
+  ConfigKeys(const ConfigKeys&) = delete;
+  ConfigKeys& operator=(const ConfigKeys&) = delete;
+
+  // True when the key is present, null included.
+  bool Has(const char* key) const { return object_.contains(key); }
+
+  std::string Path(absl::string_view key) const {
+    return absl::StrCat(prefix_, key);
+  }
+
+  // The raw value; the key must be present.
+  const Json& Raw(const char* key) const { return object_.at(key); }
+
+  // An integer in min_value..max_value; missing takes default_value.
+  absl::StatusOr<uint64_t> Size(const char* key, uint64_t default_value,
+                                uint64_t min_value, uint64_t max_value) {
+    ASSIGN_OR_RETURN(std::optional<uint64_t> value,
+                     OptionalSize(key, default_value, min_value, max_value));
+    if (!value.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", Path(key), " is null; allowed ",
+                       min_value, "..", max_value));
+    }
+    return *value;
+  }
+
+  // Like Size, but null, or a missing key whose default is None
+  // (default_value nullopt), gives nullopt: the caller applies the class's
+  // meaning of None and records it with AssumeDerived when missing.
+  absl::StatusOr<std::optional<uint64_t>> OptionalSize(
+      const char* key, std::optional<uint64_t> default_value,
+      uint64_t min_value, uint64_t max_value) {
+    if (!Has(key)) {
+      if (default_value.has_value()) Assume(key, absl::StrCat(*default_value));
+      return default_value;
+    }
+    const Json& v = object_.at(key);
+    if (v.is_null()) return std::optional<uint64_t>();
+    uint64_t n = 0;
+    if (v.is_number_unsigned()) {
+      n = v.get<uint64_t>();
+    } else if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (i < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", Path(key), " = ", i, " is out of range; allowed ",
+            min_value, "..", max_value));
+      }
+      n = static_cast<uint64_t>(i);
+    } else if (v.is_number_float() && v.get<double>() >= 0 &&
+               v.get<double>() < 1.8e19 &&
+               v.get<double>() == std::floor(v.get<double>())) {
+      n = static_cast<uint64_t>(v.get<double>());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
+                       " is not a non-negative integer; allowed ", min_value,
+                       "..", max_value));
+    }
+    if (n < min_value || n > max_value) {
+      return OutOfRange(Path(key), n, min_value, max_value);
+    }
+    return std::optional<uint64_t>(n);
+  }
+
+  absl::StatusOr<bool> Flag(const char* key, bool default_value) {
+    if (!Has(key)) {
+      Assume(key, default_value ? "true" : "false");
+      return default_value;
+    }
+    const Json& v = object_.at(key);
+    if (!v.is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
+                       " is not a boolean; allowed true, false"));
+    }
+    return v.get<bool>();
+  }
+
+  absl::StatusOr<std::string> Text(const char* key,
+                                   const std::string& default_value) {
+    if (!Has(key)) {
+      Assume(key, absl::StrCat("\"", default_value, "\""));
+      return default_value;
+    }
+    const Json& v = object_.at(key);
+    if (!v.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: ", Path(key),
+                                                     " = ", Abbreviated(v),
+                                                     " is not a string"));
+    }
+    return v.get<std::string>();
+  }
+
+  // Records a value the class derives when `key` is missing (its default is
+  // None), e.g. num_key_value_heads from num_attention_heads.
+  void AssumeDerived(const char* key, uint64_t value, absl::string_view how) {
+    if (Has(key)) return;
+    assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
+                                     config_class_, " default None: ", how,
+                                     ")"));
+  }
+
+ private:
+  void Assume(const char* key, absl::string_view value) {
+    assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
+                                     config_class_, " default)"));
+  }
+
+  const Json& object_;
+  const std::string prefix_;
+  const std::string config_class_;
+  std::vector<std::string>* const assumed_;
+};
+
+// The conversion under way: options in, spec and remarks out.
+struct Conversion {
+  const HfOptions& options;
+  HfConversion* out;
+  std::string config_class;
+
+  v1::ModelSpec& spec() { return out->spec; }
+  void Note(std::string note) { out->notes.push_back(std::move(note)); }
+};
+
+// ---- Layers ----------------------------------------------------------------
+
+Layer Named(absl::string_view name) {
+  Layer layer;
+  layer.set_name(std::string(name));
+  return layer;
+}
+
+Layer EmbeddingLayer(absl::string_view name, uint64_t rows, uint64_t dim) {
+  Layer layer = Named(name);
+  layer.mutable_embedding()->set_num_embeddings(rows);
+  layer.mutable_embedding()->set_dim(dim);
+  return layer;
+}
+
+Layer ParametersLayer(absl::string_view name, uint64_t count) {
+  Layer layer = Named(name);
+  layer.mutable_parameters()->set_count(count);
+  return layer;
+}
+
+Layer NormLayer(absl::string_view name, v1::Norm::Kind kind, uint64_t dim) {
+  Layer layer = Named(name);
+  layer.mutable_norm()->set_kind(kind);
+  layer.mutable_norm()->set_dim(dim);
+  return layer;
+}
+
+Layer LinearLayer(absl::string_view name, uint64_t in, uint64_t out,
+                  bool bias) {
+  Layer layer = Named(name);
+  layer.mutable_linear()->set_in_features(in);
+  layer.mutable_linear()->set_out_features(out);
+  layer.mutable_linear()->set_bias(bias);
+  return layer;
+}
+
+// The LM head: logits over the vocabulary, its weight shared with the token
+// embedding when tied.
+Layer LmHeadLayer(absl::string_view name, uint64_t hidden, uint64_t vocab,
+                  bool tied) {
+  Layer layer = LinearLayer(name, hidden, vocab, /*bias=*/false);
+  layer.mutable_linear()->set_logits(true);
+  layer.mutable_linear()->set_tied(tied);
+  return layer;
+}
+
+Layer MlpLayer(absl::string_view name, uint64_t hidden, uint64_t ffn,
+               bool gated, bool bias) {
+  Layer layer = Named(name);
+  layer.mutable_mlp()->set_hidden(hidden);
+  layer.mutable_mlp()->set_ffn(ffn);
+  layer.mutable_mlp()->set_gated(gated);
+  layer.mutable_mlp()->set_bias(bias);
+  return layer;
+}
+
+// Self-attention over `hidden` with `heads` query heads of head_dim each;
+// kv_heads and head_dim are written only where they differ from the spec's
+// defaults (heads, hidden / heads).
+Layer AttentionLayer(absl::string_view name, uint64_t hidden, uint64_t heads,
+                     uint64_t kv_heads, uint64_t head_dim, bool qkv_bias,
+                     bool out_bias, bool fused) {
+  Layer layer = Named(name);
+  v1::Attention* a = layer.mutable_attention();
+  a->set_hidden(hidden);
+  a->set_heads(heads);
+  if (kv_heads != heads) a->set_kv_heads(kv_heads);
+  if (hidden % heads != 0 || hidden / heads != head_dim) {
+    a->set_head_dim(head_dim);
+  }
+  a->set_qkv_bias(qkv_bias);
+  a->set_out_bias(out_bias);
+  a->set_fused(fused);
+  return layer;
+}
+
+Layer BlockLayer(absl::string_view name, uint32_t repeat,
+                 std::vector<Layer> layers) {
+  Layer layer = Named(name);
+  layer.set_repeat(repeat);
+  for (Layer& child : layers) {
+    *layer.mutable_block()->add_layers() = std::move(child);
+  }
+  return layer;
+}
+
+// Appends one block per run of identical consecutive model layers, so a
+// uniform stack is one repeated block and, say, a model whose last layers
+// use a sliding window is two. Runs are named "<name>.<first>-<last>".
+void AppendStack(absl::string_view name, std::vector<Layer> per_layer,
+                 v1::ModelSpec* spec) {
+  size_t start = 0;
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t i = 1; i <= per_layer.size(); ++i) {
+    if (i == per_layer.size() ||
+        !google::protobuf::util::MessageDifferencer::Equals(per_layer[i],
+                                                            per_layer[start])) {
+      runs.emplace_back(start, i);
+      start = i;
+    }
+  }
+  for (const auto& [first, end] : runs) {
+    Layer block = std::move(per_layer[first]);
+    block.set_name(runs.size() == 1
+                       ? std::string(name)
+                       : absl::StrCat(name, ".", first, "-", end - 1));
+    block.set_repeat(static_cast<uint32_t>(end - first));
+    *spec->add_layers() = std::move(block);
+  }
+}
+
+// ---- Positions -------------------------------------------------------------
+
+// Positions of a text model with rotary or relative positions: seq_len, or
+// the config's maximum capped at kDefaultHfSeqLenCap.
+absl::StatusOr<uint64_t> FreePositions(Conversion& c, uint64_t max_positions,
+                                       absl::string_view key) {
+  if (c.options.seq_len != 0) {
+    if (c.options.seq_len > kMaxSpecDimension) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("seq_len = ", c.options.seq_len,
+                       " is out of range; allowed 1..", kMaxSpecDimension));
+    }
+    c.spec().set_input_source(
+        absl::StrCat(c.options.seq_len, " positions per sample (seq_len)."));
+    return c.options.seq_len;
+  }
+  const uint64_t positions = std::min(max_positions, kDefaultHfSeqLenCap);
+  c.spec().set_input_source(absl::StrCat(
+      positions, " positions per sample: ", key, " ", max_positions,
+      max_positions > kDefaultHfSeqLenCap
+          ? absl::StrCat(" capped at ", kDefaultHfSeqLenCap,
+                         " (a training length; pass seq_len to change)")
+          : "",
+      "."));
+  return positions;
+}
+
+// Positions of a model with a learned position table of `usable` rows: it
+// cannot run longer sequences, so a larger seq_len is refused.
+absl::StatusOr<uint64_t> TablePositions(Conversion& c, uint64_t usable,
+                                        absl::string_view key) {
+  if (c.options.seq_len > usable) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len = ", c.options.seq_len,
+                     " exceeds the learned position table (", key, " allows ",
+                     usable, " positions); allowed 1..", usable));
+  }
+  return FreePositions(c, usable, key);
+}
+
+// ---- Decoder-only language models (Llama and its relatives) ---------------
+
+// The decoder families' shared shape, filled from the config.
+struct DecoderShape {
+  uint64_t vocab = 0;
+  uint64_t hidden = 0;
+  uint64_t ffn = 0;
+  uint64_t layers = 0;
+  uint64_t heads = 0;
+  uint64_t kv_heads = 0;
+  uint64_t head_dim = 0;
+  uint64_t max_positions = 0;
+  bool tied = false;
+  bool qkv_bias = false;
+  bool out_bias = false;
+  bool qk_norm = false;
+  bool mlp_bias = false;
+  // Sliding window per layer; 0 for full attention. Empty: all full.
+  std::vector<uint64_t> window;
+  // Mixture of experts: per layer whether the MLP is sparse. Empty: dense.
+  std::vector<bool> sparse;
+  uint64_t experts = 0;
+  uint64_t top_k = 0;
+  uint64_t expert_ffn = 0;
+  // Always-on shared expert of this width, with a 1-output sigmoid gate
+  // (Qwen2-MoE); 0 for none.
+  uint64_t shared_ffn = 0;
+};
+
+// The class defaults of the keys every decoder family reads.
+struct DecoderDefaults {
+  uint64_t vocab_size;
+  uint64_t hidden_size;
+  uint64_t intermediate_size;
+  uint64_t num_hidden_layers;
+  uint64_t num_attention_heads;
+  std::optional<uint64_t> num_key_value_heads;  // nullopt: None
+  std::optional<uint64_t> head_dim;             // nullopt: None
+  uint64_t max_position_embeddings;
+  bool tie_word_embeddings;
+};
+
+absl::StatusOr<DecoderShape> ReadDecoderCore(ConfigKeys& keys,
+                                             const DecoderDefaults& d) {
+  DecoderShape s;
+  ASSIGN_OR_RETURN(s.vocab,
+                   keys.Size("vocab_size", d.vocab_size, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(s.hidden,
+                   keys.Size("hidden_size", d.hidden_size, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(
+      s.ffn, keys.Size("intermediate_size", d.intermediate_size, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(s.layers, keys.Size("num_hidden_layers", d.num_hidden_layers,
+                                       1, kMaxLayers));
+  ASSIGN_OR_RETURN(s.heads, keys.Size("num_attention_heads",
+                                      d.num_attention_heads, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(std::optional<uint64_t> kv,
+                   keys.OptionalSize("num_key_value_heads",
+                                     d.num_key_value_heads, 1, kMaxHeads));
+  s.kv_heads = kv.value_or(s.heads);
+  if (!kv.has_value()) {
+    keys.AssumeDerived("num_key_value_heads", s.kv_heads,
+                       "num_attention_heads");
+  }
+  if (s.kv_heads > s.heads || s.heads % s.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", keys.Path("num_key_value_heads"), " = ", s.kv_heads,
+        " must divide ", keys.Path("num_attention_heads"), " = ", s.heads));
+  }
+  ASSIGN_OR_RETURN(std::optional<uint64_t> head_dim,
+                   keys.OptionalSize("head_dim", d.head_dim, 1, kMaxHeads));
+  if (!head_dim.has_value()) {
+    if (s.hidden % s.heads != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", keys.Path("num_attention_heads"), " = ",
+                       s.heads, " does not divide ", keys.Path("hidden_size"),
+                       " = ", s.hidden, "; set head_dim"));
+    }
+    s.head_dim = s.hidden / s.heads;
+    keys.AssumeDerived("head_dim", s.head_dim,
+                       "hidden_size / num_attention_heads");
+  } else {
+    s.head_dim = *head_dim;
+  }
+  ASSIGN_OR_RETURN(s.max_positions,
+                   keys.Size("max_position_embeddings",
+                             d.max_position_embeddings, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(s.tied,
+                   keys.Flag("tie_word_embeddings", d.tie_word_embeddings));
+  return s;
+}
+
+// Every layer uses `window` (0 for none).
+void UniformWindow(DecoderShape& s, uint64_t window) {
+  s.window.assign(s.layers, window);
+}
+
+// Qwen's sliding window: layers listed "sliding_attention" in layer_types,
+// or without it those from max_window_layers on when use_sliding_window.
+absl::Status ReadQwenWindows(ConfigKeys& keys, DecoderShape& s) {
+  ASSIGN_OR_RETURN(const bool use_sliding,
+                   keys.Flag("use_sliding_window", false));
+  // sliding_window=4096, max_window_layers=28 (Qwen2Config, Qwen3Config,
+  // Qwen2MoeConfig); the window is None unless use_sliding_window.
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> window,
+      keys.OptionalSize("sliding_window", 4096, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t max_window_layers,
+                   keys.Size("max_window_layers", 28, 0, kMaxLayers));
+  const uint64_t w = use_sliding && window.has_value() ? *window : 0;
+  s.window.assign(s.layers, 0);
+  if (keys.Has("layer_types") && !keys.Raw("layer_types").is_null()) {
+    const Json& types = keys.Raw("layer_types");
+    if (!types.is_array() || types.size() != s.layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", keys.Path("layer_types"),
+          " must be a list of num_hidden_layers = ", s.layers,
+          " entries, each \"full_attention\" or \"sliding_attention\""));
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool sliding = types[i] == "sliding_attention";
+      if (!sliding && types[i] != "full_attention") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", keys.Path("layer_types"), "[", i,
+            "] = ", Abbreviated(types[i]),
+            "; allowed \"full_attention\", \"sliding_attention\""));
+      }
+      // A listed sliding layer with no window set runs full attention.
+      s.window[i] = sliding && window.has_value() ? *window : 0;
+    }
+    return absl::OkStatus();
+  }
+  for (uint64_t i = max_window_layers; i < s.layers; ++i) s.window[i] = w;
+  return absl::OkStatus();
+}
+
+// Embedding, the decoder layers, a final RMS norm and the LM head, named as
+// in the transformers *ForCausalLM modules.
+absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      FreePositions(c, s.max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  std::vector<Layer> per_layer;
+  per_layer.reserve(s.layers);
+  for (uint64_t i = 0; i < s.layers; ++i) {
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("input_layernorm", v1::Norm::RMS, s.hidden));
+    Layer attn = AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
+                                s.head_dim, s.qkv_bias, s.out_bias,
+                                /*fused=*/true);
+    attn.mutable_attention()->set_qk_norm(s.qk_norm);
+    if (!s.window.empty() && s.window[i] != 0) {
+      attn.mutable_attention()->set_window(s.window[i]);
+    }
+    parts.push_back(std::move(attn));
+    parts.push_back(
+        NormLayer("post_attention_layernorm", v1::Norm::RMS, s.hidden));
+    if (!s.sparse.empty() && s.sparse[i]) {
+      Layer moe = Named("mlp");
+      v1::Moe* m = moe.mutable_moe();
+      m->set_hidden(s.hidden);
+      m->set_ffn(s.expert_ffn);
+      m->set_experts(s.experts);
+      m->set_top_k(s.top_k);
+      m->set_gated(true);
+      // A shared expert that is a whole number of experts wide is the same
+      // parameters and activations as that many shared experts.
+      const bool whole = s.shared_ffn % s.expert_ffn == 0;
+      if (s.shared_ffn != 0 && whole) {
+        m->set_shared_experts(s.shared_ffn / s.expert_ffn);
+      }
+      parts.push_back(std::move(moe));
+      if (s.shared_ffn != 0 && !whole) {
+        parts.push_back(MlpLayer("mlp.shared_expert", s.hidden, s.shared_ffn,
+                                 /*gated=*/true, /*bias=*/false));
+      }
+      if (s.shared_ffn != 0) {
+        parts.push_back(
+            LinearLayer("mlp.shared_expert_gate", s.hidden, 1, false));
+      }
+    } else {
+      parts.push_back(
+          MlpLayer("mlp", s.hidden, s.ffn, /*gated=*/true, s.mlp_bias));
+    }
+    per_layer.push_back(BlockLayer("", 1, std::move(parts)));
+  }
+  AppendStack("model.layers", std::move(per_layer), &spec);
+  *spec.add_layers() = NormLayer("model.norm", v1::Norm::RMS, s.hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", s.hidden, s.vocab, s.tied);
+  c.Note(absl::StrCat(
+      "The *ForCausalLM model: ", s.layers,
+      " decoder layers, RMSNorm, gated (SwiGLU/GeGLU) MLPs, ",
+      s.tied ? "LM head tied to the token embedding (no parameters of its own)"
+             : "untied LM head",
+      ". Rotary position embeddings and embedding scaling have no "
+      "parameters. Attention is marked fused: transformers runs it through "
+      "torch scaled_dot_product_attention by default, which keeps no score "
+      "matrix."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertLlama(const Json& config, Conversion& c) {
+  c.config_class = "LlamaConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // LlamaConfig: vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+  // num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
+  // head_dim=None, max_position_embeddings=2048, tie_word_embeddings=False.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {32000, 4096, 11008, 32, 32, std::nullopt,
+                             std::nullopt, 2048, false}));
+  // attention_bias=False (q, k, v and o projections), mlp_bias=False.
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  ASSIGN_OR_RETURN(s.mlp_bias, keys.Flag("mlp_bias", false));
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertMistral(const Json& config, Conversion& c) {
+  c.config_class = "MistralConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // MistralConfig: vocab_size=32000, hidden_size=4096,
+  // intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=8, head_dim=None, max_position_embeddings=4096*32,
+  // tie_word_embeddings=False, sliding_window=4096. No biases.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {32000, 4096, 14336, 32, 32, 8,
+                                          std::nullopt, 4096 * 32, false}));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> window,
+      keys.OptionalSize("sliding_window", 4096, 1, kMaxSpecDimension));
+  UniformWindow(s, window.value_or(0));
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertMixtral(const Json& config, Conversion& c) {
+  c.config_class = "MixtralConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // MixtralConfig: vocab_size=32000, hidden_size=4096,
+  // intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=8, head_dim=None, max_position_embeddings=4096*32,
+  // tie_word_embeddings=False, sliding_window=None, num_local_experts=8,
+  // num_experts_per_tok=2. The router is a bias-free linear.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {32000, 4096, 14336, 32, 32, 8,
+                                          std::nullopt, 4096 * 32, false}));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> window,
+      keys.OptionalSize("sliding_window", std::nullopt, 1, kMaxSpecDimension));
+  UniformWindow(s, window.value_or(0));
+  ASSIGN_OR_RETURN(s.experts,
+                   keys.Size("num_local_experts", 8, 1, kMaxExperts));
+  ASSIGN_OR_RETURN(s.top_k, keys.Size("num_experts_per_tok", 2, 1, s.experts));
+  s.expert_ffn = s.ffn;
+  s.sparse.assign(s.layers, true);
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertQwen2(const Json& config, Conversion& c) {
+  c.config_class = "Qwen2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Qwen2Config: vocab_size=151936, hidden_size=4096,
+  // intermediate_size=22016, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=32, max_position_embeddings=32768,
+  // tie_word_embeddings=False. Qwen2 has no head_dim key; its q, k and v
+  // projections always have a bias, o_proj never.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {151936, 4096, 22016, 32, 32, 32,
+                                          std::nullopt, 32768, false}));
+  s.qkv_bias = true;
+  RETURN_IF_ERROR(ReadQwenWindows(keys, s));
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertQwen2Moe(const Json& config, Conversion& c) {
+  c.config_class = "Qwen2MoeConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Qwen2MoeConfig: vocab_size=151936, hidden_size=2048,
+  // intermediate_size=5632 (dense layers), num_hidden_layers=24,
+  // num_attention_heads=16, num_key_value_heads=16,
+  // max_position_embeddings=32768, tie_word_embeddings=False.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {151936, 2048, 5632, 24, 16, 16,
+                                          std::nullopt, 32768, false}));
+  // qkv_bias=True (o_proj has none).
+  ASSIGN_OR_RETURN(s.qkv_bias, keys.Flag("qkv_bias", true));
+  RETURN_IF_ERROR(ReadQwenWindows(keys, s));
+  // num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+  // shared_expert_intermediate_size=5632, decoder_sparse_step=1,
+  // mlp_only_layers=None (no dense layers).
+  ASSIGN_OR_RETURN(s.experts, keys.Size("num_experts", 60, 0, kMaxExperts));
+  ASSIGN_OR_RETURN(s.top_k, keys.Size("num_experts_per_tok", 4, 1,
+                                      std::max<uint64_t>(s.experts, 1)));
+  ASSIGN_OR_RETURN(s.expert_ffn,
+                   keys.Size("moe_intermediate_size", 1408, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(s.shared_ffn, keys.Size("shared_expert_intermediate_size",
+                                           5632, 0, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t step,
+                   keys.Size("decoder_sparse_step", 1, 1, kMaxLayers));
+  std::vector<bool> dense_only(s.layers, false);
+  if (keys.Has("mlp_only_layers") && !keys.Raw("mlp_only_layers").is_null()) {
+    const Json& listed = keys.Raw("mlp_only_layers");
+    if (!listed.is_array()) {
+      return absl::InvalidArgumentError(
+          "config.json: mlp_only_layers must be a list of layer indices");
+    }
+    for (const Json& index : listed) {
+      if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
+          static_cast<uint64_t>(index.get<int64_t>()) >= s.layers) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: mlp_only_layers entry ", Abbreviated(index),
+            " is out of range; allowed 0..", s.layers - 1));
+      }
+      dense_only[index.get<int64_t>()] = true;
+    }
+  }
+  s.sparse.assign(s.layers, false);
+  for (uint64_t i = 0; i < s.layers; ++i) {
+    s.sparse[i] = !dense_only[i] && s.experts > 0 && (i + 1) % step == 0;
+  }
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertQwen3(const Json& config, Conversion& c) {
+  c.config_class = "Qwen3Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Qwen3Config: vocab_size=151936, hidden_size=4096,
+  // intermediate_size=22016, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=32, head_dim=128, max_position_embeddings=32768,
+  // tie_word_embeddings=False, attention_bias=False. Every layer has RMS
+  // q_norm and k_norm of head_dim weights.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {151936, 4096, 22016, 32, 32, 32, 128,
+                                          32768, false}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  s.qk_norm = true;
+  RETURN_IF_ERROR(ReadQwenWindows(keys, s));
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertGemma(const Json& config, Conversion& c) {
+  c.config_class = "GemmaConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // GemmaConfig: vocab_size=256000, hidden_size=3072,
+  // intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16,
+  // num_key_value_heads=16, head_dim=256, max_position_embeddings=8192,
+  // tie_word_embeddings=True, attention_bias=False.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {256000, 3072, 24576, 28, 16, 16, 256,
+                                          8192, true}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertPhi3(const Json& config, Conversion& c) {
+  c.config_class = "Phi3Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Phi3Config: vocab_size=32064, hidden_size=3072, intermediate_size=8192,
+  // num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
+  // max_position_embeddings=4096, tie_word_embeddings=False,
+  // sliding_window=None. No biases.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {32064, 3072, 8192, 32, 32, std::nullopt,
+                             std::nullopt, 4096, false}));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> window,
+      keys.OptionalSize("sliding_window", std::nullopt, 1, kMaxSpecDimension));
+  UniformWindow(s, window.value_or(0));
+  c.Note(
+      "Phi-3's fused qkv_proj and gate_up_proj hold the same parameters as "
+      "separate projections.");
+  return BuildDecoder(c, s);
+}
+
+// ---- GPT-2 and GPT-NeoX ----------------------------------------------------
+
+// A pre-LayerNorm decoder layer with biased attention and a 2-matrix MLP.
+Layer BiasedDecoderLayer(absl::string_view name, uint64_t layers,
+                         uint64_t hidden, uint64_t heads, uint64_t ffn,
+                         bool attention_bias, const char* norm1,
+                         const char* attn, const char* norm2) {
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer(norm1, v1::Norm::LAYER, hidden));
+  parts.push_back(AttentionLayer(attn, hidden, heads, heads, hidden / heads,
+                                 attention_bias, attention_bias,
+                                 /*fused=*/true));
+  parts.push_back(NormLayer(norm2, v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("mlp", hidden, ffn, /*gated=*/false, /*bias=*/true));
+  return BlockLayer(name, static_cast<uint32_t>(layers), std::move(parts));
+}
+
+absl::Status CheckHeadsDivide(uint64_t hidden, uint64_t heads,
+                              absl::string_view hidden_key,
+                              absl::string_view heads_key) {
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", heads_key, " = ", heads,
+                     " does not divide ", hidden_key, " = ", hidden));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvertGpt2(const Json& config, Conversion& c) {
+  c.config_class = "GPT2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // GPT2Config: vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
+  // n_head=12, n_inner=None (4 * n_embd); tie_word_embeddings keeps
+  // PretrainedConfig's True.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50257, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t n_positions,
+                   keys.Size("n_positions", 1024, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("n_embd", 768, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("n_layer", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads, keys.Size("n_head", 12, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, "n_embd", "n_head"));
+  ASSIGN_OR_RETURN(std::optional<uint64_t> inner,
+                   keys.OptionalSize("n_inner", std::nullopt, 1, kMaxFfn));
+  const uint64_t ffn = inner.value_or(4 * hidden);
+  if (!inner.has_value()) keys.AssumeDerived("n_inner", ffn, "4 * n_embd");
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, n_positions, "n_positions"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("transformer.wte", vocab, hidden);
+  *spec.add_layers() = ParametersLayer("transformer.wpe", n_positions * hidden);
+  *spec.add_layers() =
+      BiasedDecoderLayer("transformer.h", layers, hidden, heads, ffn, true,
+                         "ln_1", "attn", "ln_2");
+  *spec.add_layers() = NormLayer("transformer.ln_f", v1::Norm::LAYER, hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", hidden, vocab, tied);
+  c.Note(absl::StrCat(
+      "GPT2LMHeadModel: learned position table (n_positions x n_embd) as "
+      "parameters, Conv1D projections with biases, ",
+      tied ? "LM head tied to wte" : "untied LM head",
+      ". Attention is marked fused (transformers' default "
+      "scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertGptNeox(const Json& config, Conversion& c) {
+  c.config_class = "GPTNeoXConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // GPTNeoXConfig: vocab_size=50432, hidden_size=6144, num_hidden_layers=44,
+  // num_attention_heads=64, intermediate_size=24576,
+  // max_position_embeddings=2048, tie_word_embeddings=False,
+  // attention_bias=True. The MLP always has biases.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50432, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("hidden_size", 6144, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("num_hidden_layers", 44, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("num_attention_heads", 64, 1, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t ffn,
+                   keys.Size("intermediate_size", 24576, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 2048, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   FreePositions(c, max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("gpt_neox.embed_in", vocab, hidden);
+  *spec.add_layers() = BiasedDecoderLayer(
+      "gpt_neox.layers", layers, hidden, heads, ffn, attention_bias,
+      "input_layernorm", "attention", "post_attention_layernorm");
+  *spec.add_layers() =
+      NormLayer("gpt_neox.final_layer_norm", v1::Norm::LAYER, hidden);
+  *spec.add_layers() = LmHeadLayer("embed_out", hidden, vocab, tied);
+  c.Note(
+      "GPTNeoXForCausalLM: the parallel residual (use_parallel_residual) and "
+      "partial rotary embeddings change no parameter count. Attention is "
+      "marked fused (transformers' default scaled_dot_product_attention).");
+  return absl::OkStatus();
+}
+
+// ---- BERT and RoBERTa ------------------------------------------------------
+
+absl::Status ConvertBertLike(const Json& config, Conversion& c, bool roberta) {
+  c.config_class = roberta ? "RobertaConfig" : "BertConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // BertConfig: vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+  // num_attention_heads=12, intermediate_size=3072,
+  // max_position_embeddings=512, type_vocab_size=2,
+  // position_embedding_type="absolute". RobertaConfig: the same but
+  // vocab_size=50265 and pad_token_id=1 (positions start after it).
+  ASSIGN_OR_RETURN(
+      const uint64_t vocab,
+      keys.Size("vocab_size", roberta ? 50265 : 30522, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("hidden_size", 768, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("num_attention_heads", 12, 1, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t ffn,
+                   keys.Size("intermediate_size", 3072, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t type_vocab,
+                   keys.Size("type_vocab_size", 2, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const std::string position_type,
+                   keys.Text("position_embedding_type", "absolute"));
+  if (position_type != "absolute" && position_type != "relative_key" &&
+      position_type != "relative_key_query") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: position_embedding_type = \"", position_type,
+        "\" is not supported; allowed \"absolute\", \"relative_key\", "
+        "\"relative_key_query\""));
+  }
+  uint64_t usable = max_positions;
+  if (roberta) {
+    ASSIGN_OR_RETURN(const uint64_t pad,
+                     keys.Size("pad_token_id", 1, 0, kMaxVocab));
+    if (pad + 1 >= max_positions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: max_position_embeddings = ", max_positions,
+                       " leaves no positions after pad_token_id = ", pad,
+                       "; RoBERTa numbers positions from pad_token_id + 1"));
+    }
+    usable = max_positions - pad - 1;
+  }
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      TablePositions(c, usable,
+                     roberta ? "max_position_embeddings - pad_token_id - 1"
+                             : "max_position_embeddings"));
+  const std::string prefix = roberta ? "roberta." : "bert.";
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer(prefix + "embeddings.word_embeddings", vocab, hidden);
+  *spec.add_layers() = ParametersLayer(
+      prefix + "embeddings.position_embeddings", max_positions * hidden);
+  *spec.add_layers() = ParametersLayer(
+      prefix + "embeddings.token_type_embeddings", type_vocab * hidden);
+  *spec.add_layers() =
+      NormLayer(prefix + "embeddings.LayerNorm", v1::Norm::LAYER, hidden);
+  std::vector<Layer> parts;
+  if (position_type != "absolute") {
+    // distance_embedding: (2 * max_position_embeddings - 1) x head size.
+    parts.push_back(
+        ParametersLayer("attention.self.distance_embedding",
+                        (2 * max_positions - 1) * (hidden / heads)));
+  }
+  parts.push_back(AttentionLayer("attention", hidden, heads, heads,
+                                 hidden / heads, true, true,
+                                 /*fused=*/position_type == "absolute"));
+  parts.push_back(
+      NormLayer("attention.output.LayerNorm", v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("intermediate+output", hidden, ffn, false, true));
+  parts.push_back(NormLayer("output.LayerNorm", v1::Norm::LAYER, hidden));
+  *spec.add_layers() =
+      BlockLayer(prefix + "encoder.layer", static_cast<uint32_t>(layers),
+                 std::move(parts));
+  Layer pooler = LinearLayer(prefix + "pooler.dense", hidden, hidden, true);
+  pooler.set_positions(1);
+  *spec.add_layers() = std::move(pooler);
+  c.Note(absl::StrCat(
+      roberta ? "RobertaModel" : "BertModel",
+      " (the encoder with its pooler, as published parameter counts are; a "
+      "masked-LM or classifier head named in architectures is not "
+      "modelled). Learned position and token-type tables are parameters. "
+      "Absolute-position attention is marked fused (transformers' default "
+      "scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertBert(const Json& config, Conversion& c) {
+  return ConvertBertLike(config, c, /*roberta=*/false);
+}
+
+absl::Status ConvertRoberta(const Json& config, Conversion& c) {
+  return ConvertBertLike(config, c, /*roberta=*/true);
+}
+
+// ---- T5 --------------------------------------------------------------------
+
+absl::Status ConvertT5(const Json& config, Conversion& c) {
+  c.config_class = "T5Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // T5Config: vocab_size=32128, d_model=512, d_kv=64, d_ff=2048,
+  // num_layers=6, num_decoder_layers=None (num_layers), num_heads=8,
+  // relative_attention_num_buckets=32, feed_forward_proj="relu";
+  // tie_word_embeddings keeps PretrainedConfig's True.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 32128, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t d_model,
+                   keys.Size("d_model", 512, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t d_kv, keys.Size("d_kv", 64, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(const uint64_t d_ff, keys.Size("d_ff", 2048, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t encoder_layers,
+                   keys.Size("num_layers", 6, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> decoder,
+      keys.OptionalSize("num_decoder_layers", std::nullopt, 1, kMaxLayers));
+  const uint64_t decoder_layers = decoder.value_or(encoder_layers);
+  if (!decoder.has_value()) {
+    keys.AssumeDerived("num_decoder_layers", decoder_layers, "num_layers");
+  }
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("num_heads", 8, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(
+      const uint64_t buckets,
+      keys.Size("relative_attention_num_buckets", 32, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const std::string proj,
+                   keys.Text("feed_forward_proj", "relu"));
+  // T5Config accepts "ACT" or "gated-ACT"; gated uses wi_0 and wi_1.
+  const bool gated = absl::StartsWith(proj, "gated-");
+  const absl::string_view act =
+      gated ? absl::string_view(proj).substr(6) : absl::string_view(proj);
+  if (act.empty() || act.find('-') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: feed_forward_proj = \"", proj,
+        "\" is not a valid activation; allowed \"ACT\" or \"gated-ACT\" "
+        "(e.g. \"relu\", \"gated-gelu\")"));
+  }
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  // T5 has relative positions and no maximum; n_positions (512 in the
+  // original checkpoints) is the pretraining input length when present.
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> n_positions,
+      keys.OptionalSize("n_positions", std::nullopt, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   FreePositions(c, n_positions.value_or(512), "n_positions"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  auto attention = [&](absl::string_view name) {
+    return AttentionLayer(name, d_model, heads, heads, d_kv, false, false,
+                          /*fused=*/false);
+  };
+  *spec.add_layers() = EmbeddingLayer("shared", vocab, d_model);
+  *spec.add_layers() = ParametersLayer(
+      "encoder.block.0.layer.0.SelfAttention.relative_attention_bias",
+      buckets * heads);
+  {
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("layer.0.layer_norm", v1::Norm::RMS, d_model));
+    parts.push_back(attention("layer.0.SelfAttention"));
+    parts.push_back(NormLayer("layer.1.layer_norm", v1::Norm::RMS, d_model));
+    parts.push_back(
+        MlpLayer("layer.1.DenseReluDense", d_model, d_ff, gated, false));
+    *spec.add_layers() =
+        BlockLayer("encoder.block", static_cast<uint32_t>(encoder_layers),
+                   std::move(parts));
+  }
+  *spec.add_layers() =
+      NormLayer("encoder.final_layer_norm", v1::Norm::RMS, d_model);
+  // The decoder looks up the same shared table; its dropout output is what
+  // the first decoder layer saves.
+  Layer decoder_input = Named("decoder.embed_tokens (shared) + dropout");
+  decoder_input.mutable_elementwise()->set_op(v1::Elementwise::DROPOUT);
+  decoder_input.mutable_elementwise()->set_dim(d_model);
+  *spec.add_layers() = std::move(decoder_input);
+  *spec.add_layers() = ParametersLayer(
+      "decoder.block.0.layer.0.SelfAttention.relative_attention_bias",
+      buckets * heads);
+  {
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("layer.0.layer_norm", v1::Norm::RMS, d_model));
+    parts.push_back(attention("layer.0.SelfAttention"));
+    parts.push_back(NormLayer("layer.1.layer_norm", v1::Norm::RMS, d_model));
+    parts.push_back(attention("layer.1.EncDecAttention"));
+    parts.push_back(NormLayer("layer.2.layer_norm", v1::Norm::RMS, d_model));
+    parts.push_back(
+        MlpLayer("layer.2.DenseReluDense", d_model, d_ff, gated, false));
+    *spec.add_layers() =
+        BlockLayer("decoder.block", static_cast<uint32_t>(decoder_layers),
+                   std::move(parts));
+  }
+  *spec.add_layers() =
+      NormLayer("decoder.final_layer_norm", v1::Norm::RMS, d_model);
+  *spec.add_layers() = LmHeadLayer("lm_head", d_model, vocab, tied);
+  c.Note(absl::StrCat(
+      "T5ForConditionalGeneration: no biases, RMS layer norms, relative "
+      "attention bias tables in the first layer of each stack, ",
+      gated ? "gated feed-forward (wi_0, wi_1, wo), " : "",
+      tied ? "LM head tied to the shared embedding" : "untied LM head",
+      ". The decoder runs as many positions as the encoder. Attention is "
+      "not fused: T5 adds its position bias to an explicit score matrix."));
+  return absl::OkStatus();
+}
+
+// ---- ViT and CLIP ----------------------------------------------------------
+
+struct VisionShape {
+  uint64_t hidden = 0;
+  uint64_t layers = 0;
+  uint64_t heads = 0;
+  uint64_t ffn = 0;
+  uint64_t image_size = 0;
+  uint64_t patch_size = 0;
+  uint64_t channels = 0;
+  uint64_t patches = 0;  // (image_size / patch_size)^2
+};
+
+struct VisionDefaults {
+  uint64_t hidden_size;
+  uint64_t num_hidden_layers;
+  uint64_t num_attention_heads;
+  uint64_t intermediate_size;
+  uint64_t image_size;
+  uint64_t patch_size;
+};
+
+absl::StatusOr<VisionShape> ReadVision(ConfigKeys& keys,
+                                       const VisionDefaults& d) {
+  VisionShape v;
+  ASSIGN_OR_RETURN(v.hidden,
+                   keys.Size("hidden_size", d.hidden_size, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(v.layers, keys.Size("num_hidden_layers", d.num_hidden_layers,
+                                       1, kMaxLayers));
+  ASSIGN_OR_RETURN(v.heads, keys.Size("num_attention_heads",
+                                      d.num_attention_heads, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(v.hidden, v.heads, keys.Path("hidden_size"),
+                                   keys.Path("num_attention_heads")));
+  ASSIGN_OR_RETURN(
+      v.ffn, keys.Size("intermediate_size", d.intermediate_size, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(v.image_size,
+                   keys.Size("image_size", d.image_size, 1, kMaxImageSide));
+  ASSIGN_OR_RETURN(v.patch_size, keys.Size("patch_size", d.patch_size, 1,
+                                           std::min(v.image_size, kMaxPatch)));
+  ASSIGN_OR_RETURN(v.channels, keys.Size("num_channels", 3, 1, kMaxChannels));
+  const uint64_t side = v.image_size / v.patch_size;
+  v.patches = side * side;
+  return v;
+}
+
+// Patch convolution (stride = kernel = patch_size), class token and learned
+// position table; the layers run over patches + 1 tokens.
+void AppendVisionEmbeddings(const std::string& prefix, const VisionShape& v,
+                            bool conv_bias, bool class_token_first,
+                            v1::ModelSpec* spec) {
+  Layer patch = Named(prefix + "patch_embedding");
+  patch.set_positions(v.patches);
+  v1::Conv* conv = patch.mutable_conv();
+  conv->set_in_channels(v.channels);
+  conv->set_out_channels(v.hidden);
+  conv->add_kernel(v.patch_size);
+  conv->set_bias(conv_bias);
+  conv->set_in_positions(v.image_size * v.image_size);
+  Layer cls = ParametersLayer(prefix + "class_token", v.hidden);
+  if (class_token_first) {
+    *spec->add_layers() = std::move(cls);
+    *spec->add_layers() = std::move(patch);
+  } else {
+    *spec->add_layers() = std::move(patch);
+    *spec->add_layers() = std::move(cls);
+  }
+  *spec->add_layers() = ParametersLayer(prefix + "position_embedding",
+                                        (v.patches + 1) * v.hidden);
+}
+
+// A pre-LayerNorm encoder layer with biased attention and MLP, repeated.
+Layer EncoderStack(const std::string& name, uint64_t layers, uint64_t hidden,
+                   uint64_t heads, uint64_t ffn, bool qkv_bias) {
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("layer_norm1", v1::Norm::LAYER, hidden));
+  parts.push_back(AttentionLayer("self_attn", hidden, heads, heads,
+                                 hidden / heads, qkv_bias, true,
+                                 /*fused=*/true));
+  parts.push_back(NormLayer("layer_norm2", v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("mlp", hidden, ffn, false, true));
+  return BlockLayer(name, static_cast<uint32_t>(layers), std::move(parts));
+}
+
+absl::Status ConvertVit(const Json& config, Conversion& c) {
+  c.config_class = "ViTConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // ViTConfig: hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+  // intermediate_size=3072, image_size=224, patch_size=16, num_channels=3,
+  // qkv_bias=True, pooler_output_size=None (hidden_size).
+  ASSIGN_OR_RETURN(const VisionShape v,
+                   ReadVision(keys, {768, 12, 12, 3072, 224, 16}));
+  ASSIGN_OR_RETURN(const bool qkv_bias, keys.Flag("qkv_bias", true));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> pooler_out,
+      keys.OptionalSize("pooler_output_size", std::nullopt, 1, kMaxHidden));
+  const uint64_t pooled = pooler_out.value_or(v.hidden);
+  if (!pooler_out.has_value()) {
+    keys.AssumeDerived("pooler_output_size", pooled, "hidden_size");
+  }
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("vision-transformer");
+  spec.set_positions(v.patches + 1);
+  spec.set_input_source(absl::StrCat(
+      v.patches + 1, " tokens per sample: (image_size ", v.image_size,
+      " / patch_size ", v.patch_size, ")^2 patches + the class token."));
+  AppendVisionEmbeddings("vit.embeddings.", v, /*conv_bias=*/true,
+                         /*class_token_first=*/false, &spec);
+  *spec.add_layers() = EncoderStack("vit.encoder.layer", v.layers, v.hidden,
+                                    v.heads, v.ffn, qkv_bias);
+  *spec.add_layers() = NormLayer("vit.layernorm", v1::Norm::LAYER, v.hidden);
+  Layer pooler = LinearLayer("vit.pooler.dense", v.hidden, pooled, true);
+  pooler.set_positions(1);
+  *spec.add_layers() = std::move(pooler);
+  if (c.options.seq_len != 0) {
+    c.Note(absl::StrCat("seq_len ", c.options.seq_len,
+                        " ignored: ViT's tokens come from image_size and "
+                        "patch_size."));
+  }
+  c.Note(
+      "ViTModel with its pooler (add_pooling_layer=True, the model's "
+      "default; a classifier head named in architectures is not modelled). "
+      "Attention is marked fused (transformers' default "
+      "scaled_dot_product_attention).");
+  return absl::OkStatus();
+}
+
+// A nested config object ("text_config"), or an empty one when missing or
+// null; its keys then all take the class defaults.
+absl::StatusOr<const Json*> SubConfig(const Json& config, const char* key,
+                                      const Json& empty) {
+  if (!config.contains(key) || config.at(key).is_null()) return &empty;
+  if (!config.at(key).is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " = ",
+                                                   Abbreviated(config.at(key)),
+                                                   " is not an object"));
+  }
+  return &config.at(key);
+}
+
+absl::Status ConvertClip(const Json& config, Conversion& c) {
+  c.config_class = "CLIPConfig";
+  const Json empty = Json::object();
+  ASSIGN_OR_RETURN(const Json* text_json,
+                   SubConfig(config, "text_config", empty));
+  ASSIGN_OR_RETURN(const Json* vision_json,
+                   SubConfig(config, "vision_config", empty));
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  ConfigKeys text_keys(*text_json, "text_config.", "CLIPTextConfig",
+                       &c.out->assumed_defaults);
+  ConfigKeys vision_keys(*vision_json, "vision_config.", "CLIPVisionConfig",
+                         &c.out->assumed_defaults);
+  // CLIPConfig: projection_dim=512 (both projections, bias-free), plus one
+  // logit_scale parameter.
+  ASSIGN_OR_RETURN(const uint64_t projection,
+                   keys.Size("projection_dim", 512, 1, kMaxHidden));
+  // CLIPTextConfig: vocab_size=49408, hidden_size=512,
+  // intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
+  // max_position_embeddings=77.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   text_keys.Size("vocab_size", 49408, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t text_hidden,
+                   text_keys.Size("hidden_size", 512, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t text_ffn,
+                   text_keys.Size("intermediate_size", 2048, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t text_layers,
+                   text_keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t text_heads,
+                   text_keys.Size("num_attention_heads", 8, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(text_hidden, text_heads,
+                                   "text_config.hidden_size",
+                                   "text_config.num_attention_heads"));
+  ASSIGN_OR_RETURN(
+      const uint64_t text_max,
+      text_keys.Size("max_position_embeddings", 77, 1, kMaxSpecDimension));
+  // CLIPVisionConfig: hidden_size=768, num_hidden_layers=12,
+  // num_attention_heads=12, intermediate_size=3072, image_size=224,
+  // patch_size=32, num_channels=3.
+  ASSIGN_OR_RETURN(const VisionShape v,
+                   ReadVision(vision_keys, {768, 12, 12, 3072, 224, 32}));
+  ASSIGN_OR_RETURN(
+      const uint64_t text_positions,
+      TablePositions(c, text_max, "text_config.max_position_embeddings"));
+
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(v.patches + 1);
+  spec.set_input_source(absl::StrCat(
+      v.patches + 1, " vision tokens ((image_size ", v.image_size,
+      " / patch_size ", v.patch_size, ")^2 patches + the class token) and ",
+      text_positions, " text positions per sample."));
+  AppendVisionEmbeddings("vision_model.embeddings.", v, /*conv_bias=*/false,
+                         /*class_token_first=*/true, &spec);
+  *spec.add_layers() =
+      NormLayer("vision_model.pre_layrnorm", v1::Norm::LAYER, v.hidden);
+  *spec.add_layers() = EncoderStack("vision_model.encoder.layers", v.layers,
+                                    v.hidden, v.heads, v.ffn, true);
+  Layer post =
+      NormLayer("vision_model.post_layernorm", v1::Norm::LAYER, v.hidden);
+  post.set_positions(1);  // applied to the pooled class token only
+  *spec.add_layers() = std::move(post);
+  Layer visual = LinearLayer("visual_projection", v.hidden, projection, false);
+  visual.set_positions(1);
+  *spec.add_layers() = std::move(visual);
+
+  Layer tokens = EmbeddingLayer("text_model.embeddings.token_embedding", vocab,
+                                text_hidden);
+  tokens.set_positions(text_positions);
+  *spec.add_layers() = std::move(tokens);
+  *spec.add_layers() = ParametersLayer(
+      "text_model.embeddings.position_embedding", text_max * text_hidden);
+  Layer text_stack = EncoderStack("text_model.encoder.layers", text_layers,
+                                  text_hidden, text_heads, text_ffn, true);
+  text_stack.set_positions(text_positions);
+  *spec.add_layers() = std::move(text_stack);
+  Layer text_norm =
+      NormLayer("text_model.final_layer_norm", v1::Norm::LAYER, text_hidden);
+  text_norm.set_positions(text_positions);
+  *spec.add_layers() = std::move(text_norm);
+  Layer text_proj =
+      LinearLayer("text_projection", text_hidden, projection, false);
+  text_proj.set_positions(1);
+  *spec.add_layers() = std::move(text_proj);
+  *spec.add_layers() = ParametersLayer("logit_scale", 1);
+  c.Note(
+      "CLIPModel: both towers, the bias-free projections and logit_scale; "
+      "learned position tables and the class embedding are parameters. "
+      "seq_len sets the text length. Attention is marked fused "
+      "(transformers' default scaled_dot_product_attention).");
+  return absl::OkStatus();
+}
+
+// ---- Dispatch --------------------------------------------------------------
+
+using Converter = absl::Status (*)(const Json&, Conversion&);
+
+struct Family {
+  const char* model_type;
+  Converter convert;
+};
+
+// Sorted by model_type.
+constexpr Family kFamilies[] = {
+    {"bert", ConvertBert},
+    {"clip", ConvertClip},
+    {"gemma", ConvertGemma},
+    {"gpt2", ConvertGpt2},
+    {"gpt_neox", ConvertGptNeox},
+    {"llama", ConvertLlama},
+    {"mistral", ConvertMistral},
+    {"mixtral", ConvertMixtral},
+    {"phi3", ConvertPhi3},
+    {"qwen2", ConvertQwen2},
+    {"qwen2_moe", ConvertQwen2Moe},
+    {"qwen3", ConvertQwen3},
+    {"roberta", ConvertRoberta},
+    {"t5", ConvertT5},
+    {"vit", ConvertVit},
+};
+
+// Lowercase letters, digits and single dashes, as catalog names are.
+std::string SpecName(absl::string_view raw) {
+  std::string name;
+  for (char ch : raw) {
+    const char lower = absl::ascii_tolower(static_cast<unsigned char>(ch));
+    if (absl::ascii_isalnum(static_cast<unsigned char>(lower))) {
+      name.push_back(lower);
+    } else if (!name.empty() && name.back() != '-') {
+      name.push_back('-');
+    }
+    if (name.size() >= 100) break;
+  }
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  return name;
+}
+
+// Parameters with each repeat multiplied out in floating point, so an
+// absurd config is caught before a 64-bit count could overflow.
+double ApproxParams(const Layer& layer) {
+  const double repeat = layer.repeat() == 0 ? 1.0 : layer.repeat();
+  if (layer.kind_case() == Layer::kBlock) {
+    double n = 0;
+    for (const Layer& child : layer.block().layers()) n += ApproxParams(child);
+    return repeat * n;
+  }
+  Layer single = layer;
+  single.set_repeat(1);
+  return repeat * static_cast<double>(CountLayerParams(single));
+}
+
+absl::StatusOr<Json> ParseConfig(absl::string_view text) {
+  if (text.size() > kMaxHfConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json is ", text.size(), " bytes; allowed up to ",
+                     kMaxHfConfigBytes));
+  }
+  bool too_deep = false;
+  Json::parser_callback_t depth_guard =
+      [&too_deep](int depth, Json::parse_event_t, Json&) {
+        if (depth > kMaxJsonDepth) too_deep = true;
+        return !too_deep;
+      };
+  Json config;
+  try {
+    config = Json::parse(text.begin(), text.end(), depth_guard);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json is not valid JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(
+        "config.json is not a JSON object; expected a Hugging Face config "
+        "with a model_type");
+  }
+  return config;
+}
+
+std::string SupportedList() {
+  return absl::StrJoin(SupportedHfModelTypes(), ", ");
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedHfModelTypes() {
+  static const auto* types = [] {
+    auto* list = new std::vector<std::string>();
+    for (const Family& family : kFamilies) list->push_back(family.model_type);
+    return list;
+  }();
+  return *types;
+}
+
+absl::StatusOr<HfConversion> SpecFromHfConfig(absl::string_view config_json,
+                                              const HfOptions& options) {
+  ASSIGN_OR_RETURN(const Json config, ParseConfig(config_json));
+  if (!config.contains("model_type") || !config.at("model_type").is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: model_type is missing or not a string; supported: ",
+        SupportedList()));
+  }
+  const std::string model_type = config.at("model_type").get<std::string>();
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies) {
+    if (model_type == f.model_type) family = &f;
+  }
+  if (family == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: model_type = ", Abbreviated(config.at("model_type")),
+        " is not supported; supported: ", SupportedList()));
+  }
+  HfConversion out;
+  Conversion c{options, &out, ""};
+  RETURN_IF_ERROR(family->convert(config, c));
+
+  v1::ModelSpec& spec = out.spec;
+  std::string name = SpecName(options.name);
+  if (name.empty() && config.contains("_name_or_path") &&
+      config.at("_name_or_path").is_string()) {
+    name = SpecName(config.at("_name_or_path").get<std::string>());
+  }
+  if (name.empty()) name = SpecName(model_type);
+  spec.set_name(name);
+  spec.set_source(absl::StrCat("Hugging Face config.json, model_type ",
+                               model_type,
+                               "; keys it does not set take transformers ",
+                               c.config_class, " defaults."));
+  spec.set_notes(absl::StrJoin(out.notes, " "));
+
+  double params = 0;
+  for (const Layer& layer : spec.layers()) params += ApproxParams(layer);
+  if (params > kMaxHfParams) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json describes about ", params, " parameters; allowed up to ",
+        kMaxHfParams, " (check hidden_size, num_hidden_layers, vocab_size)"));
+  }
+  const absl::Status valid = ValidateSpec(spec);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json converts to an unusable spec: ", valid.message()));
+  }
+  return out;
+}
+
+}  // namespace headroom
