@@ -16,6 +16,7 @@
 #include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
+#include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom::cli {
@@ -180,17 +181,32 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+// The offline calibration commands' common start: the runs file, the
+// catalog, and a fit on the runs exactly as the service fits.
+struct OfflineCalibration {
+  std::vector<v1::MeasuredRun> runs;
+  ModelCatalog catalog;
+  CalibrationResult result;
+};
+
+absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
+  if (options.runs.empty()) {
+    return absl::InvalidArgumentError("--runs FILE is required");
+  }
+  OfflineCalibration offline;
+  ASSIGN_OR_RETURN(offline.runs, LoadRunsJsonl(options.runs));
+  ASSIGN_OR_RETURN(offline.catalog,
+                   ModelCatalog::LoadDirectory(options.models_dir));
+  ASSIGN_OR_RETURN(offline.result, Calibrate(offline.runs, offline.catalog,
+                                             FitOptions{}, options.runs));
+  return offline;
+}
+
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
-  if (options.runs.empty()) return Fail(err, "--runs FILE is required");
-  absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
-      LoadRunsJsonl(options.runs);
-  if (!runs.ok()) return Fail(err, runs.status().ToString());
-  absl::StatusOr<ModelCatalog> catalog =
-      ModelCatalog::LoadDirectory(options.models_dir);
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
-  absl::StatusOr<CalibrationResult> result =
-      Calibrate(*runs, *catalog, FitOptions{}, options.runs);
-  if (!result.ok()) return Fail(err, result.status().ToString());
+  absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
+  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  const std::vector<v1::MeasuredRun>* runs = &offline->runs;
+  const CalibrationResult* result = &offline->result;
   const v1::FactorSet& set = result->factor_set;
   if (!options.svg.empty()) {
     std::ofstream file(options.svg);
@@ -229,17 +245,12 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
-  if (options.runs.empty()) return Fail(err, "--runs FILE is required");
-  absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
-      LoadRunsJsonl(options.runs);
-  if (!runs.ok()) return Fail(err, runs.status().ToString());
-  absl::StatusOr<ModelCatalog> catalog =
-      ModelCatalog::LoadDirectory(options.models_dir);
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
-  absl::StatusOr<CalibrationResult> result =
-      Calibrate(*runs, *catalog, FitOptions{}, options.runs);
-  if (!result.ok()) return Fail(err, result.status().ToString());
-  absl::StatusOr<std::vector<FitSample>> samples = SamplesFor(*runs, *catalog);
+  absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
+  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  const std::vector<v1::MeasuredRun>* runs = &offline->runs;
+  const CalibrationResult* result = &offline->result;
+  absl::StatusOr<std::vector<FitSample>> samples =
+      SamplesFor(*runs, offline->catalog);
   if (!samples.ok()) return Fail(err, samples.status().ToString());
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
          "optimizer outputs attention internal recurrent transient\n";

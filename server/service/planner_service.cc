@@ -16,6 +16,34 @@
 
 namespace headroom {
 
+namespace {
+
+// Finishes a unary call with `answer`: its status, or OK with the value
+// moved into `response`.
+template <typename Response>
+grpc::ServerUnaryReactor* Reply(grpc::ServerUnaryReactor* reactor,
+                                absl::StatusOr<Response> answer,
+                                Response* response) {
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return reactor;
+  }
+  *response = std::move(*answer);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+// INVALID_ARGUMENT for a request over the size limit, saying both sizes.
+absl::Status CheckSize(const google::protobuf::Message& request,
+                       size_t max_bytes) {
+  if (request.ByteSizeLong() <= max_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "request is ", request.ByteSizeLong(), " bytes; allowed up to ",
+      max_bytes, " (model.spec too large?)"));
+}
+
+}  // namespace
+
 PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
                                std::shared_ptr<const FitPlanner> planner,
                                Store* store, PlannerMetrics* metrics,
@@ -40,12 +68,9 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
     v1::CheckFitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (request->ByteSizeLong() > options_.max_request_bytes) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("request is ", request->ByteSizeLong(),
-                     " bytes; allowed up to ", options_.max_request_bytes,
-                     " (model.spec too large?)")));
+  if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
+      !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
   // The answer is pure computation on an immutable planner (microseconds),
@@ -257,35 +282,21 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
     out.set_previous_version(previous);
     return out;
   }();
-  if (!answer.ok()) {
-    reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
-  }
-  *response = std::move(*answer);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Reply(reactor, std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::RankDensity(
     grpc::CallbackServerContext* context, const v1::RankDensityRequest* request,
     v1::RankDensityResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (request->ByteSizeLong() > options_.max_request_bytes) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("request is ", request->ByteSizeLong(),
-                     " bytes; allowed up to ", options_.max_request_bytes)));
+  if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
+      !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
   absl::StatusOr<v1::RankDensityResponse> answer =
       headroom::RankDensity(*request);
-  if (!answer.ok()) {
-    reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
-  }
-  *response = std::move(*answer);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Reply(reactor, std::move(answer), response);
 }
 
 void PlannerService::SetEnergyCurves(
@@ -311,13 +322,7 @@ grpc::ServerUnaryReactor* PlannerService::EstimateEnergy(
   }
   absl::StatusOr<v1::EstimateEnergyResponse> answer =
       headroom::EstimateEnergy(*curves, *request);
-  if (!answer.ok()) {
-    reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
-  }
-  *response = std::move(*answer);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Reply(reactor, std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
@@ -383,23 +388,15 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
     const v1::PlanMicrobatchRequest* request,
     v1::PlanMicrobatchResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (request->ByteSizeLong() > options_.max_request_bytes) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("request is ", request->ByteSizeLong(),
-                     " bytes; allowed up to ", options_.max_request_bytes)));
+  if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
+      !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
   const std::shared_ptr<const FitPlanner> current = planner();
   absl::StatusOr<v1::PlanMicrobatchResponse> answer =
       headroom::PlanMicrobatch(*request, *catalog_, current->factor_set());
-  if (!answer.ok()) {
-    reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
-  }
-  *response = std::move(*answer);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Reply(reactor, std::move(answer), response);
 }
 
 }  // namespace headroom

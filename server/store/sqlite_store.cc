@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <ctime>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/common/json_io.h"
@@ -170,40 +171,50 @@ absl::StatusOr<std::optional<v1::FactorSet>> SqliteStore::CurrentFactorSet() {
   return std::optional<v1::FactorSet>(std::move(set));
 }
 
+absl::StatusOr<std::string> SqliteStore::InsertVersionedLocked(
+    const char* table, const char* prefix, int64_t created_unix,
+    const std::function<std::string(const std::string&)>& body) {
+  int64_t next = 1;
+  {
+    const std::string sql =
+        absl::StrCat("SELECT COALESCE(MAX(seq), 0) + 1 FROM ", table, ";");
+    Statement s(db_, sql.c_str());
+    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+      return SqliteError(db_, absl::StrCat("numbering ", table));
+    }
+    next = sqlite3_column_int64(s.get(), 0);
+  }
+  const std::string version = absl::StrCat(prefix, next);
+  const std::string sql =
+      absl::StrCat("INSERT INTO ", table,
+                   " (seq, version, created_unix, body) VALUES (?, ?, ?, ?);");
+  Statement s(db_, sql.c_str());
+  if (!s.ok()) return SqliteError(db_, absl::StrCat("storing into ", table));
+  sqlite3_bind_int64(s.get(), 1, next);
+  s.BindText(2, version);
+  sqlite3_bind_int64(s.get(), 3, created_unix);
+  s.BindText(4, body(version));
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, absl::StrCat("storing into ", table));
+  }
+  return version;
+}
+
 absl::StatusOr<v1::FactorSet> SqliteStore::AddFactorSet(v1::FactorSet set,
                                                         bool make_current) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  auto fail = [&](absl::Status status) {
+  if (set.created_unix() == 0) set.set_created_unix(std::time(nullptr));
+  absl::StatusOr<std::string> version = InsertVersionedLocked(
+      "factor_sets", "fs-", set.created_unix(), [&](const std::string& v) {
+        set.set_version(v);
+        return ToJson(set, /*pretty=*/false);
+      });
+  absl::Status status = version.status();
+  if (status.ok() && make_current) status = SetCurrentLocked(*version);
+  if (!status.ok()) {
     (void)Exec("ROLLBACK;");
     return status;
-  };
-  int64_t next = 1;
-  {
-    Statement s(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM factor_sets;");
-    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
-      return fail(SqliteError(db_, "numbering factor set"));
-    }
-    next = sqlite3_column_int64(s.get(), 0);
-  }
-  set.set_version(absl::StrCat("fs-", next));
-  if (set.created_unix() == 0) set.set_created_unix(std::time(nullptr));
-  {
-    Statement s(db_,
-                "INSERT INTO factor_sets (seq, version, created_unix, body) "
-                "VALUES (?, ?, ?, ?);");
-    if (!s.ok()) return fail(SqliteError(db_, "storing factor set"));
-    sqlite3_bind_int64(s.get(), 1, next);
-    s.BindText(2, set.version());
-    sqlite3_bind_int64(s.get(), 3, set.created_unix());
-    s.BindText(4, ToJson(set, /*pretty=*/false));
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      return fail(SqliteError(db_, "storing factor set"));
-    }
-  }
-  if (make_current) {
-    const absl::Status status = SetCurrentLocked(set.version());
-    if (!status.ok()) return fail(status);
   }
   RETURN_IF_ERROR(Exec("COMMIT;"));
   return set;
@@ -350,42 +361,29 @@ absl::StatusOr<v1::EnergyCurveSet> SqliteStore::AddEnergyCurveSet(
     v1::EnergyCurveSet set, bool make_current) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  auto fail = [&](absl::Status status) {
-    (void)Exec("ROLLBACK;");
-    return status;
-  };
-  int64_t next = 1;
-  {
-    Statement s(db_,
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM energy_curve_sets;");
-    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
-      return fail(SqliteError(db_, "numbering energy curve set"));
-    }
-    next = sqlite3_column_int64(s.get(), 0);
-  }
-  set.set_version(absl::StrCat("ec-", next));
-  {
-    Statement s(db_,
-                "INSERT INTO energy_curve_sets (seq, version, created_unix, "
-                "body) VALUES (?, ?, ?, ?);");
-    if (!s.ok()) return fail(SqliteError(db_, "storing energy curve set"));
-    sqlite3_bind_int64(s.get(), 1, next);
-    s.BindText(2, set.version());
-    sqlite3_bind_int64(s.get(), 3, std::time(nullptr));
-    s.BindText(4, ToJson(set, /*pretty=*/false));
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      return fail(SqliteError(db_, "storing energy curve set"));
-    }
-  }
-  if (make_current) {
+  absl::StatusOr<std::string> version =
+      InsertVersionedLocked("energy_curve_sets", "ec-", std::time(nullptr),
+                            [&](const std::string& v) {
+                              set.set_version(v);
+                              return ToJson(set, /*pretty=*/false);
+                            });
+  absl::Status status = version.status();
+  if (status.ok() && make_current) {
     Statement s(db_,
                 "INSERT INTO current_energy_curve_set (id, version) VALUES (1, "
                 "?) ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
-    if (!s.ok()) return fail(SqliteError(db_, "making curves current"));
-    s.BindText(1, set.version());
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      return fail(SqliteError(db_, "making curves current"));
+    if (!s.ok()) {
+      status = SqliteError(db_, "making curves current");
+    } else {
+      s.BindText(1, *version);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        status = SqliteError(db_, "making curves current");
+      }
     }
+  }
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
   }
   RETURN_IF_ERROR(Exec("COMMIT;"));
   return set;

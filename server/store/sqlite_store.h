@@ -4,6 +4,7 @@
 // The embedded store: one SQLite file in WAL mode, schema migrations
 // versioned and applied at open.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,13 @@ class SqliteStore : public Store {
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetCurrentLocked(const std::string& version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts a row (seq, version, created_unix, body) into `table` inside the
+  // caller's transaction, the version being `prefix` + the next seq; `body`
+  // gets that version and returns the row's JSON. Returns the version.
+  absl::StatusOr<std::string> InsertVersionedLocked(
+      const char* table, const char* prefix, int64_t created_unix,
+      const std::function<std::string(const std::string&)>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;

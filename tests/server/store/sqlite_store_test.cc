@@ -52,6 +52,21 @@ TEST(SqliteStoreTest, VersionsFactorSetsAndKeepsCurrent) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(SqliteStoreTest, VersionsEnergyCurveSets) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE((*(*store)->CurrentEnergyCurveSet()).has_value());
+  v1::EnergyCurveSet curves;
+  curves.set_model("test");
+  EXPECT_EQ((*store)->AddEnergyCurveSet(curves, true)->version(), "ec-1");
+  EXPECT_EQ((*store)->AddEnergyCurveSet(curves, false)->version(), "ec-2");
+  EXPECT_EQ((*(*store)->CurrentEnergyCurveSet())->version(), "ec-1");
+  EXPECT_EQ((*store)->AddEnergyCurveSet(curves, true)->version(), "ec-3");
+  EXPECT_EQ((*(*store)->CurrentEnergyCurveSet())->version(), "ec-3");
+  // Factor-set numbering is its own.
+  EXPECT_EQ((*store)->AddFactorSet(Set(1.0), true)->version(), "fs-1");
+}
+
 TEST(SqliteStoreTest, PersistsAcrossReopen) {
   const std::string path = TempDb("persist");
   {
