@@ -294,8 +294,42 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
-  absl::StatusOr<v1::RankDensityResponse> answer =
-      headroom::RankDensity(*request);
+  if (!request->use_stored()) {
+    return Reply(reactor, headroom::RankDensity(*request), response);
+  }
+  auto answer = [&]() -> absl::StatusOr<v1::RankDensityResponse> {
+    if (!request->runs().empty()) {
+      return absl::InvalidArgumentError(
+          "runs must be empty with use_stored; rank either the request's "
+          "runs or the stored ones");
+    }
+    ASSIGN_OR_RETURN(std::vector<v1::DensityRawRun> stored,
+                     store_->ListDensityRuns(request->arch(), request->dtype(),
+                                             request->mode()));
+    v1::RankDensityRequest ranked = *request;
+    ranked.set_use_stored(false);
+    for (v1::DensityRawRun& run : stored) *ranked.add_runs() = std::move(run);
+    return headroom::RankDensity(ranked);
+  }();
+  return Reply(reactor, std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* PlannerService::SubmitDensityRuns(
+    grpc::CallbackServerContext* context,
+    const v1::SubmitDensityRunsRequest* request,
+    v1::SubmitDensityRunsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
+    RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
+    const std::vector<v1::DensityRawRun> runs(request->runs().begin(),
+                                              request->runs().end());
+    // Nothing is stored unless every run is valid.
+    RETURN_IF_ERROR(ValidateDensityRuns(runs));
+    ASSIGN_OR_RETURN(int64_t stored, store_->AddDensityRuns(runs));
+    v1::SubmitDensityRunsResponse out;
+    out.set_stored(static_cast<int32_t>(stored));
+    return out;
+  }();
   return Reply(reactor, std::move(answer), response);
 }
 

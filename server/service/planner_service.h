@@ -62,6 +62,10 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RankDensityRequest* request,
       v1::RankDensityResponse* response) override;
 
+  grpc::ServerUnaryReactor* SubmitDensityRuns(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitDensityRunsRequest* request,
+      v1::SubmitDensityRunsResponse* response) override;
   grpc::ServerUnaryReactor* EstimateEnergy(
       grpc::CallbackServerContext* context,
       const v1::EstimateEnergyRequest* request,

@@ -59,6 +59,16 @@ CREATE TABLE current_energy_curve_set (
   version TEXT NOT NULL REFERENCES energy_curve_sets(version)
 );
 )sql",
+    // 4: serve-while-train runs for density rankings.
+    R"sql(
+CREATE TABLE density_runs (
+  id TEXT PRIMARY KEY,
+  arch TEXT NOT NULL,
+  dtype TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  body TEXT NOT NULL
+);
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -403,6 +413,63 @@ SqliteStore::CurrentEnergyCurveSet() {
   RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored energy curves",
                             /*ignore_unknown=*/true, &set));
   return std::optional<v1::EnergyCurveSet>(std::move(set));
+}
+
+absl::StatusOr<int64_t> SqliteStore::AddDensityRuns(
+    const std::vector<v1::DensityRawRun>& runs) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  for (const v1::DensityRawRun& run : runs) {
+    Statement s(db_,
+                "INSERT INTO density_runs (id, arch, dtype, mode, body) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "arch = excluded.arch, dtype = excluded.dtype, "
+                "mode = excluded.mode, body = excluded.body;");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK;");
+      return SqliteError(db_, "storing density run");
+    }
+    s.BindText(1, run.id());
+    s.BindText(2, run.arch());
+    s.BindText(3, run.dtype());
+    s.BindText(4, run.mode());
+    s.BindText(5, ToJson(run, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      const absl::Status status = SqliteError(db_, "storing density run");
+      (void)Exec("ROLLBACK;");
+      return status;
+    }
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  Statement count(db_, "SELECT COUNT(*) FROM density_runs;");
+  if (!count.ok() || sqlite3_step(count.get()) != SQLITE_ROW) {
+    return SqliteError(db_, "counting density runs");
+  }
+  return sqlite3_column_int64(count.get(), 0);
+}
+
+absl::StatusOr<std::vector<v1::DensityRawRun>> SqliteStore::ListDensityRuns(
+    const std::string& arch, const std::string& dtype,
+    const std::string& mode) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT body FROM density_runs WHERE (?1 = '' OR arch = ?1) "
+              "AND (?2 = '' OR dtype = ?2) AND (?3 = '' OR mode = ?3) "
+              "ORDER BY id;");
+  if (!s.ok()) return SqliteError(db_, "listing density runs");
+  s.BindText(1, arch);
+  s.BindText(2, dtype);
+  s.BindText(3, mode);
+  std::vector<v1::DensityRawRun> runs;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::DensityRawRun run;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored density run",
+                              /*ignore_unknown=*/true, &run));
+    runs.push_back(std::move(run));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing density runs");
+  return runs;
 }
 
 }  // namespace headroom

@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 3;
+inline constexpr int kSqliteSchemaVersion = 4;
 
 class SqliteStore : public Store {
  public:
@@ -42,6 +42,11 @@ class SqliteStore : public Store {
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+  absl::StatusOr<int64_t> AddDensityRuns(
+      const std::vector<v1::DensityRawRun>& runs) override;
+  absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
+      const std::string& arch, const std::string& dtype,
+      const std::string& mode) override;
   absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
       v1::EnergyCurveSet set, bool make_current) override;
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/density.pb.h"
 #include "headroom/v1/energy.pb.h"
 
 namespace headroom {
@@ -54,6 +55,17 @@ class Store {
   // The energy curves answers use; nullopt before the first is stored.
   virtual absl::StatusOr<std::optional<v1::EnergyCurveSet>>
   CurrentEnergyCurveSet() = 0;
+
+  // Stores density runs in one transaction; a run whose id is stored
+  // already replaces it. Returns how many are stored afterwards.
+  virtual absl::StatusOr<int64_t> AddDensityRuns(
+      const std::vector<v1::DensityRawRun>& runs) = 0;
+
+  // Stored density runs in id order, only those matching every non-empty
+  // filter.
+  virtual absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
+      const std::string& arch, const std::string& dtype,
+      const std::string& mode) = 0;
 
   // Every stored measured run in insertion order.
   virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;

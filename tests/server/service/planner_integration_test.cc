@@ -250,6 +250,63 @@ TEST_F(PlannerIntegrationTest, PlansMicrobatchesWithTheCurrentFactors) {
   EXPECT_THAT(bad.error_message(), HasSubstr("vram_fraction"));
 }
 
+TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {
+  auto run = [](const std::string& arch, double acc, double thru,
+                double ram_kib) {
+    v1::DensityRawRun r;
+    r.set_id(arch + "|float32|Tween|lr=1");
+    r.set_arch(arch);
+    r.set_dtype("float32");
+    r.set_mode("Tween");
+    r.set_avg_accuracy(acc);
+    r.set_soft_acc(acc);
+    r.set_throughput(thru);
+    r.set_availability(40);
+    r.set_ram_kib(ram_kib);
+    r.set_score(thru * 40 * acc / 10000);
+    return r;
+  };
+  v1::SubmitDensityRunsRequest submit;
+  *submit.add_runs() = run("mlp", 50, 1000, 16);
+  *submit.add_runs() = run("lstm", 45, 2000, 4);
+  *submit.add_runs() = run("gru", 10, 9000, 2);
+  v1::SubmitDensityRunsResponse submitted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->SubmitDensityRuns(&context, submit, &submitted).ok());
+  }
+  EXPECT_EQ(submitted.stored(), 3);
+  // A bad run is refused whole: nothing more is stored.
+  v1::SubmitDensityRunsRequest bad;
+  *bad.add_runs() = run("cnn", 40, 100, 8);
+  *bad.add_runs() = run("tcn", 40, 100, -1);
+  {
+    grpc::ClientContext context;
+    const grpc::Status status =
+        stub_->SubmitDensityRuns(&context, bad, &submitted);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("ram_kib"));
+  }
+  v1::RankDensityRequest rank;
+  rank.set_use_stored(true);
+  v1::RankDensityResponse ranked;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->RankDensity(&context, rank, &ranked);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(ranked.leaderboard().n(), 3);
+  // lstm keeps 90 % of the best accuracy in a quarter of mlp's memory.
+  ASSERT_GT(ranked.leaderboard().top_size(), 0);
+  EXPECT_EQ(ranked.leaderboard().top(0).id(), "lstm|float32|Tween|lr=1");
+  rank.set_arch("mlp");
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->RankDensity(&context, rank, &ranked).ok());
+  }
+  EXPECT_EQ(ranked.leaderboard().n(), 1);
+}
+
 TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {
   grpc::ClientContext context;
   v1::GetCalibrationRequest request;

@@ -67,6 +67,31 @@ TEST(SqliteStoreTest, VersionsEnergyCurveSets) {
   EXPECT_EQ((*store)->AddFactorSet(Set(1.0), true)->version(), "fs-1");
 }
 
+TEST(SqliteStoreTest, StoresDensityRunsById) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  v1::DensityRawRun a;
+  a.set_id("mlp|float32|Tween|lr=1");
+  a.set_arch("mlp");
+  a.set_dtype("float32");
+  a.set_mode("Tween");
+  a.set_ram_kib(4);
+  v1::DensityRawRun b = a;
+  b.set_id("lstm|int8|Step|lr=1");
+  b.set_arch("lstm");
+  b.set_dtype("int8");
+  b.set_mode("Step");
+  EXPECT_EQ(*(*store)->AddDensityRuns({a, b}), 2);
+  a.set_ram_kib(8);  // a re-measure replaces the stored run
+  EXPECT_EQ(*(*store)->AddDensityRuns({a}), 2);
+  auto mlp = (*store)->ListDensityRuns("mlp", "", "");
+  ASSERT_EQ(mlp->size(), 1u);
+  EXPECT_DOUBLE_EQ((*mlp)[0].ram_kib(), 8);
+  EXPECT_EQ((*store)->ListDensityRuns("", "int8", "Step")->size(), 1u);
+  EXPECT_EQ((*store)->ListDensityRuns("", "", "")->size(), 2u);
+  EXPECT_TRUE((*store)->ListDensityRuns("gru", "", "")->empty());
+}
+
 TEST(SqliteStoreTest, PersistsAcrossReopen) {
   const std::string path = TempDb("persist");
   {
