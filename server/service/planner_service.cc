@@ -197,16 +197,14 @@ grpc::ServerUnaryReactor* PlannerService::Refit(
   }
   // A refit takes milliseconds to seconds: it runs on the background worker
   // and finishes the call from there.
-  const bool queued = worker_.Post([this, reactor, request, response] {
-    absl::StatusOr<v1::RefitResponse> answer = RunRefit(*request);
-    if (!answer.ok()) {
-      reactor->Finish(ToGrpcStatus(answer.status()));
-      return;
-    }
-    *response = std::move(*answer);
-    reactor->Finish(grpc::Status::OK);
+  return Defer(reactor, [this, reactor, request, response] {
+    Reply(reactor, RunRefit(*request), response);
   });
-  if (!queued) {
+}
+
+grpc::ServerUnaryReactor* PlannerService::Defer(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!worker_.Post(std::move(job))) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  "too many refits queued; retry later"));
   }
@@ -363,7 +361,7 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
     grpc::CallbackServerContext* context, const v1::RefitEnergyRequest* request,
     v1::RefitEnergyResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool queued = worker_.Post([this, reactor, request, response] {
+  return Defer(reactor, [this, reactor, request, response] {
     auto answer = [&]() -> absl::StatusOr<v1::RefitEnergyResponse> {
       std::shared_ptr<const v1::EnergyCurveSet> base;
       {
@@ -387,18 +385,8 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
           std::make_shared<const v1::EnergyCurveSet>(std::move(stored)));
       return refit;
     }();
-    if (!answer.ok()) {
-      reactor->Finish(ToGrpcStatus(answer.status()));
-      return;
-    }
-    *response = std::move(*answer);
-    reactor->Finish(grpc::Status::OK);
+    Reply(reactor, std::move(answer), response);
   });
-  if (!queued) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 "too many refits queued; retry later"));
-  }
-  return reactor;
 }
 
 std::string PlannerService::CalibrationHtml() const {

@@ -4,6 +4,7 @@
 // headroom.v1.Planner over the callback API. It only translates: requests go
 // to the core FitPlanner, absl statuses become gRPC statuses.
 
+#include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -91,6 +92,11 @@ class PlannerService final : public v1::Planner::CallbackService {
   absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request);
 
  private:
+  // Runs `job` on the background worker, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when too many jobs wait.
+  grpc::ServerUnaryReactor* Defer(grpc::ServerUnaryReactor* reactor,
+                                  std::function<void()> job);
+
   // Builds a planner for `set` and makes it the one answers come from.
   void Install(v1::FactorSet set);
 
