@@ -17,6 +17,8 @@
 #include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/frontends/hf_config.h"
+#include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom::cli {
@@ -421,6 +423,118 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
   if (!status.ok()) return FailRpc(err, options, status);
   out << response.current_version() << " is now current (was "
       << response.previous_version() << ")\n";
+  return 0;
+}
+
+namespace {
+
+void SetComponents(const ComponentArray& bytes, v1::ComponentsGb* out) {
+  out->set_optimizer(bytes[kOptimizer] / 1e9);
+  out->set_outputs(bytes[kOutputs] / 1e9);
+  out->set_attention(bytes[kAttention] / 1e9);
+  out->set_internal(bytes[kInternal] / 1e9);
+  out->set_recurrent(bytes[kRecurrent] / 1e9);
+  out->set_transient(bytes[kTransient] / 1e9);
+}
+
+// The spec named by --model: a catalog template, a spec file, or a Hugging
+// Face config.json (its assumed defaults appended to `assumptions`).
+absl::StatusOr<v1::ModelSpec> ResolveSpec(
+    const Options& options, std::vector<std::string>* assumptions) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(options.model, ec)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(options.model));
+    if (text.find("\"model_type\"") != std::string::npos) {
+      HfOptions hf;
+      hf.seq_len = options.positions;
+      ASSIGN_OR_RETURN(HfConversion converted, SpecFromHfConfig(text, hf));
+      for (std::string& a : converted.assumed_defaults) {
+        assumptions->push_back("default " + a);
+      }
+      return std::move(converted.spec);
+    }
+    return ParseSpecJson(text, options.model);
+  }
+  ASSIGN_OR_RETURN(ModelCatalog catalog,
+                   ModelCatalog::LoadDirectory(options.models_dir));
+  ASSIGN_OR_RETURN(const v1::ModelSpec* spec, catalog.Find(options.model));
+  return *spec;
+}
+
+}  // namespace
+
+int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
+  if (options.model.empty()) {
+    return Fail(err,
+                "a model is required: headroom model inspect TEMPLATE|FILE");
+  }
+  uint64_t batch = 1;
+  if (!options.batch.empty() && (!absl::SimpleAtoi(options.batch, &batch) ||
+                                 batch == 0 || batch > (1u << 20))) {
+    return Fail(err, "--batch '" + options.batch +
+                         "' is out of range; allowed 1..1048576 (one value)");
+  }
+  std::vector<std::string> assumptions;
+  absl::StatusOr<v1::ModelSpec> spec = ResolveSpec(options, &assumptions);
+  if (!spec.ok()) return Fail(err, spec.status().ToString());
+  v1::TrainingSetup setup = CalibrationSetup();
+  setup.set_positions(options.positions);
+  absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
+  if (!profile.ok()) return Fail(err, profile.status().ToString());
+  absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
+  if (!shares.ok()) return Fail(err, shares.status().ToString());
+
+  v1::ModelReport report;
+  report.set_model(spec->name());
+  report.set_params(static_cast<double>(profile->params));
+  report.set_trainable_params(static_cast<double>(CountTrainableParams(*spec)));
+  report.set_batch(static_cast<uint32_t>(batch));
+  SetComponents(profile->BytesAt(batch), report.mutable_components());
+  for (const LayerShare& share : *shares) {
+    v1::LayerReport* layer = report.add_layers();
+    layer->set_name(share.name);
+    layer->set_repeat(share.repeat);
+    layer->set_params(static_cast<double>(share.params));
+    ComponentArray bytes = share.per_sample_bytes;
+    for (double& b : bytes) b *= static_cast<double>(batch);
+    SetComponents(bytes, layer->mutable_components());
+  }
+  if (!spec->input_source().empty()) {
+    report.add_assumptions("input shapes: " + spec->input_source());
+  }
+  if (!spec->notes().empty()) report.add_assumptions("notes: " + spec->notes());
+  report.add_assumptions(
+      "setup: fp32 weights and activations, AdamW, no checkpointing, "
+      "attention as the spec declares (the calibration runs' setup)");
+  for (std::string& a : assumptions) report.add_assumptions(std::move(a));
+  if (options.json) {
+    out << ToJson(report, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << std::fixed << std::setprecision(3);
+  out << report.model() << ": " << profile->params << " parameters ("
+      << CountTrainableParams(*spec) << " trained), batch " << batch
+      << "; GB before factors\n";
+  out << std::left << std::setw(28) << "layer" << std::right << std::setw(7)
+      << "repeat" << std::setw(14) << "params" << std::setw(10) << "outputs"
+      << std::setw(10) << "attention" << std::setw(10) << "internal"
+      << std::setw(11) << "recurrent" << std::setw(11) << "transient"
+      << "\n";
+  for (const v1::LayerReport& layer : report.layers()) {
+    const v1::ComponentsGb& c = layer.components();
+    out << std::left << std::setw(28) << layer.name().substr(0, 27)
+        << std::right << std::setw(7) << layer.repeat() << std::setw(14)
+        << std::setprecision(0) << layer.params() << std::setprecision(3)
+        << std::setw(10) << c.outputs() << std::setw(10) << c.attention()
+        << std::setw(10) << c.internal() << std::setw(11) << c.recurrent()
+        << std::setw(11) << c.transient() << "\n";
+  }
+  const v1::ComponentsGb& t = report.components();
+  out << "model: optimizer " << t.optimizer() << ", outputs " << t.outputs()
+      << ", attention " << t.attention() << ", internal " << t.internal()
+      << ", recurrent " << t.recurrent() << ", transient " << t.transient()
+      << "\n";
+  for (const std::string& a : report.assumptions()) out << "- " << a << "\n";
   return 0;
 }
 

@@ -62,6 +62,10 @@ int FactorsList(const Options& options, std::ostream& out, std::ostream& err);
 int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
                    std::ostream& err);
 
+// headroom model inspect TEMPLATE|FILE [--batch N] [--positions N] [--json]:
+// parameters, each top-level layer's bytes per component, the assumptions.
+int ModelInspect(const Options& options, std::ostream& out, std::ostream& err);
+
 // headroom health: the server's gRPC health status; exit 0 when serving.
 int Health(const Options& options, std::ostream& out, std::ostream& err);
 

@@ -64,6 +64,8 @@ constexpr char kUsage[] =
     "  calib show [--version fs-N]         the server's factor set\n"
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
     "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
+    "  model inspect TEMPLATE|FILE [--batch N] [--json]   where memory comes "
+    "from\n"
     "  model convert CONFIG.json [-o spec.json] [--positions N]   HF config -> "
     "spec\n"
     "  microbatch select --record FILE [--policy max_batch|max_throughput] "
@@ -171,6 +173,10 @@ int main(int argc, char** argv) {
     if (args[1] == "plot") {
       return headroom::cli::EnergyPlot(energy, std::cout, std::cerr);
     }
+  }
+  if (args.size() == 3 && args[0] == "model" && args[1] == "inspect") {
+    options.model = args[2];
+    return headroom::cli::ModelInspect(options, std::cout, std::cerr);
   }
   if (args.size() == 3 && args[0] == "model" && args[1] == "convert") {
     return headroom::cli::ModelConvert(args[2], options.positions,

@@ -6,6 +6,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/planner.pb.h"
 #include "server/core/common/json_io.h"
 
 namespace headroom::cli {
@@ -57,6 +58,34 @@ TEST(CalibPageCommandTest, MissingRunsFileIsAClearError) {
   std::ostringstream out, err;
   EXPECT_NE(CalibPage(options, out, err), 0);
   EXPECT_THAT(err.str(), HasSubstr("/nonexistent/runs.jsonl"));
+}
+
+// One BERT-base-sized encoder layer at 512 tokens and batch 32: the
+// attention scores and probabilities are 8 heads x 512 x 512 x 2 x 4 bytes
+// per sample.
+TEST(ModelInspectCommandTest, ReportsLayerShares) {
+  Options options;
+  options.model = "transformer-block";
+  options.batch = "32";
+  options.json = true;
+  options.models_dir = kRoot + "/models";
+  std::ostringstream out, err;
+  ASSERT_EQ(ModelInspect(options, out, err), 0) << err.str();
+  v1::ModelReport report;
+  ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &report).ok());
+  EXPECT_EQ(report.params(), 7087872);
+  EXPECT_EQ(report.batch(), 32u);
+  ASSERT_EQ(report.layers_size(), 1);
+  EXPECT_NEAR(report.layers(0).components().attention(),
+              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+  EXPECT_NEAR(report.components().attention(),
+              report.layers(0).components().attention(), 1e-12);
+  EXPECT_FALSE(report.assumptions().empty());
+
+  options.model = "nope";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(ModelInspect(options, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("closest"));
 }
 
 TEST(FitCommandTest, BadBatchIsRejectedBeforeAnyCall) {

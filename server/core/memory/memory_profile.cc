@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom {
@@ -36,23 +37,29 @@ Activations LayerActivations(const Layer& layer, double positions,
 
 using Layers = google::protobuf::RepeatedPtrField<Layer>;
 
+// What one child of a block adds: its activations times its repeat count,
+// or under checkpointing its boundaries plus one copy's activations.
+Activations ChildContribution(const Layer& child, double positions,
+                              const Context& ctx) {
+  const double p = Positions(child, positions);
+  Activations a = LayerActivations(child, p, ctx);
+  const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+  if (ctx.checkpointing && repeat > 1) {
+    // Checkpointed stack: each copy keeps its boundary output; one copy's
+    // activations are rebuilt at a time during backward.
+    a.bytes[kOutputs] += repeat * a.boundary;
+  } else {
+    for (int c = 0; c < kNumComponents; ++c) a.bytes[c] *= repeat;
+  }
+  return a;
+}
+
 Activations BlockActivations(const Layers& layers, double positions,
                              const Context& ctx) {
   Activations total;
   for (const Layer& child : layers) {
-    const double p = Positions(child, positions);
-    const Activations a = LayerActivations(child, p, ctx);
-    const double repeat = child.repeat() == 0 ? 1 : child.repeat();
-    if (ctx.checkpointing && repeat > 1) {
-      // Checkpointed stack: each copy keeps its boundary output; one copy's
-      // activations are rebuilt at a time during backward.
-      total.bytes[kOutputs] += repeat * a.boundary;
-      for (int c = 0; c < kNumComponents; ++c) total.bytes[c] += a.bytes[c];
-    } else {
-      for (int c = 0; c < kNumComponents; ++c) {
-        total.bytes[c] += repeat * a.bytes[c];
-      }
-    }
+    const Activations a = ChildContribution(child, positions, ctx);
+    for (int c = 0; c < kNumComponents; ++c) total.bytes[c] += a.bytes[c];
     total.transient = std::max(total.transient, a.transient);
     total.boundary = std::max(total.boundary, a.boundary);
   }
@@ -196,6 +203,46 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
   return out;
 }
 
+absl::Status ValidateSetup(const v1::TrainingSetup& setup) {
+  if (setup.positions() > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.positions = ", setup.positions(),
+                     " is out of range; allowed 0 (the model's standard) .. ",
+                     uint64_t{1} << 32));
+  }
+  if (!v1::TrainingSetup::Precision_IsValid(setup.precision())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.precision = ", setup.precision(),
+                     " is unknown; allowed FP32, BF16_MIXED, FP16_MIXED"));
+  }
+  if (!v1::TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.optimizer = ", setup.optimizer(),
+                     " is unknown; allowed ADAMW, SGD, SGD_MOMENTUM"));
+  }
+  return absl::OkStatus();
+}
+
+Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
+                    double* default_positions) {
+  Context ctx;
+  const bool mixed = setup.precision() == v1::TrainingSetup::BF16_MIXED ||
+                     setup.precision() == v1::TrainingSetup::FP16_MIXED;
+  ctx.act_bytes = mixed ? 2.0 : 4.0;
+  ctx.fused_attention = setup.fused_attention();
+  ctx.checkpointing = setup.activation_checkpointing();
+  *default_positions = static_cast<double>(spec.positions());
+  ctx.position_scale = 1.0;
+  if (setup.positions() != 0) {
+    if (spec.positions() != 0) {
+      ctx.position_scale = static_cast<double>(setup.positions()) /
+                           static_cast<double>(spec.positions());
+    }
+    *default_positions = static_cast<double>(setup.positions());
+  }
+  return ctx;
+}
+
 }  // namespace
 
 const std::array<const char*, kNumComponents>& ComponentNames() {
@@ -218,40 +265,12 @@ ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
 
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup) {
-  if (setup.positions() > (uint64_t{1} << 32)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.positions = ", setup.positions(),
-                     " is out of range; allowed 0 (the model's standard) .. ",
-                     uint64_t{1} << 32));
-  }
-  if (!v1::TrainingSetup::Precision_IsValid(setup.precision())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.precision = ", setup.precision(),
-                     " is unknown; allowed FP32, BF16_MIXED, FP16_MIXED"));
-  }
-  if (!v1::TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.optimizer = ", setup.optimizer(),
-                     " is unknown; allowed ADAMW, SGD, SGD_MOMENTUM"));
-  }
+  RETURN_IF_ERROR(ValidateSetup(setup));
   MemoryProfile profile;
   profile.params = CountParams(spec);
-  Context ctx;
-  const bool mixed = setup.precision() == v1::TrainingSetup::BF16_MIXED ||
-                     setup.precision() == v1::TrainingSetup::FP16_MIXED;
-  ctx.act_bytes = mixed ? 2.0 : 4.0;
-  ctx.fused_attention = setup.fused_attention();
-  ctx.checkpointing = setup.activation_checkpointing();
-  double default_positions = static_cast<double>(spec.positions());
-  ctx.position_scale = 1.0;
-  if (setup.positions() != 0) {
-    if (spec.positions() != 0) {
-      ctx.position_scale = static_cast<double>(setup.positions()) /
-                           static_cast<double>(spec.positions());
-    }
-    default_positions = static_cast<double>(setup.positions());
-  }
-
+  double default_positions = 0;
+  const Context ctx = MakeContext(spec, setup, &default_positions);
+  const bool mixed = ctx.act_bytes == 2.0;
   const Activations act =
       BlockActivations(spec.layers(), default_positions, ctx);
   profile.per_sample_bytes = act.bytes;
@@ -305,6 +324,28 @@ double PeakGb(const ComponentArray& bytes, const ComponentArray& factors) {
   double total = 0;
   for (int c = 0; c < kNumComponents; ++c) total += bytes[c] * factors[c];
   return total / 1e9;
+}
+
+absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
+    const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
+  RETURN_IF_ERROR(ValidateSetup(setup));
+  double default_positions = 0;
+  const Context ctx = MakeContext(spec, setup, &default_positions);
+  std::vector<LayerShare> shares;
+  shares.reserve(spec.layers_size());
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    const Layer& layer = spec.layers(i);
+    const Activations a = ChildContribution(layer, default_positions, ctx);
+    LayerShare share;
+    share.name = layer.name().empty() ? absl::StrCat("layers[", i, "]")
+                                      : layer.name();
+    share.repeat = layer.repeat() == 0 ? 1 : layer.repeat();
+    share.params = CountLayerParams(layer);
+    share.per_sample_bytes = a.bytes;
+    share.per_sample_bytes[kTransient] = a.transient;
+    shares.push_back(std::move(share));
+  }
+  return shares;
 }
 
 }  // namespace headroom

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
@@ -47,6 +48,21 @@ struct MemoryProfile {
 // (ValidateSpec); INVALID_ARGUMENT for an unusable setup.
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup);
+
+// One top-level layer's share of a model: its parameters and the
+// per-sample bytes it adds to each component (the transient entry is its
+// own candidate; the model's transient is the largest candidate).
+struct LayerShare {
+  std::string name;
+  uint32_t repeat = 1;
+  uint64_t params = 0;
+  ComponentArray per_sample_bytes{};
+};
+
+// The profile's activations split by top-level layer (a block with its
+// repeat counts as one), for `headroom model inspect`.
+absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
+    const v1::ModelSpec& spec, const v1::TrainingSetup& setup);
 
 // Factors as an array in Component order, and back.
 ComponentArray FactorArray(const v1::Factors& factors);
