@@ -337,8 +337,8 @@ absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
     const Layer& layer = spec.layers(i);
     const Activations a = ChildContribution(layer, default_positions, ctx);
     LayerShare share;
-    share.name = layer.name().empty() ? absl::StrCat("layers[", i, "]")
-                                      : layer.name();
+    share.name =
+        layer.name().empty() ? absl::StrCat("layers[", i, "]") : layer.name();
     share.repeat = layer.repeat() == 0 ? 1 : layer.repeat();
     share.params = CountLayerParams(layer);
     share.per_sample_bytes = a.bytes;
