@@ -20,9 +20,15 @@
 #include "server/core/frontends/hf_config.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/planner/fit_planner.h"
 
 namespace headroom::cli {
 namespace {
+
+// A Hugging Face config.json names its model_type; a spec file never does.
+bool IsHfConfig(const std::string& json) {
+  return json.find("\"model_type\"") != std::string::npos;
+}
 
 std::shared_ptr<grpc::Channel> Connect(const Options& options) {
   grpc::ChannelArguments args;
@@ -63,7 +69,7 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
   if (std::filesystem::is_regular_file(options.model, ec)) {
     absl::StatusOr<std::string> text = ReadFile(options.model);
     if (!text.ok()) return text.status();
-    if (text->find("\"model_type\"") != std::string::npos) {
+    if (IsHfConfig(*text)) {
       // A Hugging Face config.json: the planner converts it.
       request.mutable_model()->set_hf_config(std::move(*text));
     } else {
@@ -428,15 +434,6 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
 
 namespace {
 
-void SetComponents(const ComponentArray& bytes, v1::ComponentsGb* out) {
-  out->set_optimizer(bytes[kOptimizer] / 1e9);
-  out->set_outputs(bytes[kOutputs] / 1e9);
-  out->set_attention(bytes[kAttention] / 1e9);
-  out->set_internal(bytes[kInternal] / 1e9);
-  out->set_recurrent(bytes[kRecurrent] / 1e9);
-  out->set_transient(bytes[kTransient] / 1e9);
-}
-
 // The spec named by --model: a catalog template, a spec file, or a Hugging
 // Face config.json (its assumed defaults appended to `assumptions`).
 absl::StatusOr<v1::ModelSpec> ResolveSpec(
@@ -444,7 +441,7 @@ absl::StatusOr<v1::ModelSpec> ResolveSpec(
   std::error_code ec;
   if (std::filesystem::is_regular_file(options.model, ec)) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(options.model));
-    if (text.find("\"model_type\"") != std::string::npos) {
+    if (IsHfConfig(text)) {
       HfOptions hf;
       hf.seq_len = options.positions;
       ASSIGN_OR_RETURN(HfConversion converted, SpecFromHfConfig(text, hf));
@@ -489,7 +486,7 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   report.set_params(static_cast<double>(profile->params));
   report.set_trainable_params(static_cast<double>(CountTrainableParams(*spec)));
   report.set_batch(static_cast<uint32_t>(batch));
-  SetComponents(profile->BytesAt(batch), report.mutable_components());
+  SetComponentsGb(profile->BytesAt(batch), report.mutable_components());
   for (const LayerShare& share : *shares) {
     v1::LayerReport* layer = report.add_layers();
     layer->set_name(share.name);
@@ -497,7 +494,7 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
     layer->set_params(static_cast<double>(share.params));
     ComponentArray bytes = share.per_sample_bytes;
     for (double& b : bytes) b *= static_cast<double>(batch);
-    SetComponents(bytes, layer->mutable_components());
+    SetComponentsGb(bytes, layer->mutable_components());
   }
   if (!spec->input_source().empty()) {
     report.add_assumptions("input shapes: " + spec->input_source());

@@ -10,6 +10,7 @@
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
+#include "server/core/memory/fit_verdict.h"
 #include "server/store/sqlite_store.h"
 #include "spdlog/spdlog.h"
 
@@ -66,7 +67,7 @@ absl::StatusOr<v1::EnergyCurveSet> EnsureEnergyCurves(Store& store,
 
 absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
     const PlannerConfig& config) {
-  if (config.coverage != 0.9 && config.coverage != 0.95) {
+  if (!KAtCoverage(0, 0, config.coverage).has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("coverage = ", config.coverage,
                      " is not calibrated; allowed 0.9, 0.95"));

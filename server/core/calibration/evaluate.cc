@@ -9,34 +9,16 @@
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
-namespace {
-
-const char* VerdictName(FitVerdict verdict) {
-  switch (verdict) {
-    case FitVerdict::kFits:
-      return "FITS";
-    case FitVerdict::kBorderline:
-      return "BORDERLINE";
-    case FitVerdict::kDoesNotFit:
-      return "DOES_NOT_FIT";
-  }
-  return "UNKNOWN";
-}
-
-}  // namespace
-
 absl::StatusOr<v1::EvalReport> EvaluateOn(
     const v1::FactorSet& set, const std::vector<v1::MeasuredRun>& test,
     const ModelCatalog& catalog, double coverage, const PageRules& rules) {
-  double k;
-  if (std::abs(coverage - 0.9) < 1e-9) {
-    k = set.k90();
-  } else if (std::abs(coverage - 0.95) < 1e-9) {
-    k = set.k95();
-  } else {
+  const std::optional<double> calibrated_k =
+      KAtCoverage(set.k90(), set.k95(), coverage);
+  if (!calibrated_k.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coverage = ", coverage, " is not calibrated; allowed 0.9, 0.95"));
   }
+  const double k = *calibrated_k;
   const ComponentArray factors = FactorArray(set.factors());
   const VerdictRule rule{rules.headroom, k};
   const v1::TrainingSetup setup = CalibrationSetup();
@@ -68,7 +50,7 @@ absl::StatusOr<v1::EvalReport> EvaluateOn(
     row->set_upper_gb(peak * k);
     for (double card : rules.cards_gb) {
       (*row->mutable_verdicts())[absl::StrCat(card)] =
-          VerdictName(Verdict(peak, card, rule));
+          v1::Verdict_Name(ToApiVerdict(Verdict(peak, card, rule)));
     }
   }
   const v1::ColumnSummary page = SummarizeColumn(test, predictions, rules);

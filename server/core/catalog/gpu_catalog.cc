@@ -55,6 +55,12 @@ const std::vector<Alias>& Aliases() {
 
 const std::vector<GpuInfo>& GpuCatalog() { return Entries(); }
 
+absl::Status CheckCardGb(double gb, absl::string_view field) {
+  if (gb > 0 && gb <= kMaxCardGb) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " = ", gb, " is out of range; allowed (0, ", kMaxCardGb, "]"));
+}
+
 absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
   const std::string key = NormalizeName(name);
   for (const GpuInfo& gpu : Entries()) {

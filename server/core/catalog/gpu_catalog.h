@@ -20,6 +20,13 @@ struct GpuInfo {
   double fp16_dense_tflops;  // dense (no sparsity) fp16 tensor throughput
 };
 
+// Largest bare card size accepted anywhere a card is given in GB.
+inline constexpr double kMaxCardGb = 100000;
+
+// OK when `gb` is a usable bare card size, (0, kMaxCardGb]; otherwise
+// INVALID_ARGUMENT naming `field` (e.g. "targets[0].memory_gb").
+absl::Status CheckCardGb(double gb, absl::string_view field);
+
 // Every catalog entry, in a stable order.
 const std::vector<GpuInfo>& GpuCatalog();
 

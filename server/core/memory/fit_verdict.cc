@@ -1,11 +1,31 @@
 #include "server/core/memory/fit_verdict.h"
 
+#include <cmath>
+
 namespace headroom {
 
 FitVerdict Verdict(double peak_gb, double card_gb, const VerdictRule& rule) {
   if (peak_gb * rule.k * rule.headroom <= card_gb) return FitVerdict::kFits;
   if (peak_gb <= card_gb) return FitVerdict::kBorderline;
   return FitVerdict::kDoesNotFit;
+}
+
+v1::Verdict ToApiVerdict(FitVerdict verdict) {
+  switch (verdict) {
+    case FitVerdict::kFits:
+      return v1::FITS;
+    case FitVerdict::kBorderline:
+      return v1::BORDERLINE;
+    case FitVerdict::kDoesNotFit:
+      return v1::DOES_NOT_FIT;
+  }
+  return v1::VERDICT_UNSPECIFIED;
+}
+
+std::optional<double> KAtCoverage(double k90, double k95, double coverage) {
+  if (std::abs(coverage - 0.9) < 1e-9) return k90;
+  if (std::abs(coverage - 0.95) < 1e-9) return k95;
+  return std::nullopt;
 }
 
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,

@@ -5,7 +5,9 @@
 // solved by bisection on the monotone peak rather than scanned.
 
 #include <cstdint>
+#include <optional>
 
+#include "headroom/v1/model.pb.h"
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
@@ -24,6 +26,13 @@ struct VerdictRule {
 // FITS if peak*k*headroom <= card; BORDERLINE if peak <= card; else
 // DOES_NOT_FIT.
 FitVerdict Verdict(double peak_gb, double card_gb, const VerdictRule& rule);
+
+// The verdict as the API spells it.
+v1::Verdict ToApiVerdict(FitVerdict verdict);
+
+// The k calibrated for `coverage` (0.9 -> k90, 0.95 -> k95); nullopt for
+// any other coverage, which has no calibrated k.
+std::optional<double> KAtCoverage(double k90, double k95, double coverage);
 
 // Peak in GB at `batch` for a profile and factors.
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,

@@ -15,9 +15,6 @@
 namespace headroom {
 namespace {
 
-// Largest bare card size accepted, in GB (CheckFit's bound).
-constexpr double kMaxCardGb = 100000;
-
 struct Card {
   std::string name;
   double memory_gb;
@@ -31,11 +28,7 @@ absl::StatusOr<Card> ResolveCard(const v1::PlanMicrobatchRequest& request) {
     }
     case v1::PlanMicrobatchRequest::kMemoryGb: {
       const double gb = request.memory_gb();
-      if (!(gb > 0 && gb <= kMaxCardGb)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("memory_gb = ", gb, " is out of range; allowed (0, ",
-                         kMaxCardGb, "]"));
-      }
+      RETURN_IF_ERROR(CheckCardGb(gb, "memory_gb"));
       return Card{absl::StrCat(gb, " GB"), gb};
     }
     case v1::PlanMicrobatchRequest::TARGET_NOT_SET:
@@ -78,18 +71,6 @@ absl::StatusOr<std::vector<uint32_t>> Candidates(
   }
   std::sort(candidates.begin(), candidates.end());
   return candidates;
-}
-
-v1::PlannedMicrobatch::Verdict ToProto(FitVerdict verdict) {
-  switch (verdict) {
-    case FitVerdict::kFits:
-      return v1::PlannedMicrobatch::FITS;
-    case FitVerdict::kBorderline:
-      return v1::PlannedMicrobatch::BORDERLINE;
-    case FitVerdict::kDoesNotFit:
-      return v1::PlannedMicrobatch::DOES_NOT_FIT;
-  }
-  return v1::PlannedMicrobatch::VERDICT_UNSPECIFIED;
 }
 
 // Sets action and reason from the verdict; see PlanMicrobatch in plan.h.
@@ -193,7 +174,7 @@ absl::StatusOr<v1::PlanMicrobatchResponse> PlanMicrobatch(
       planned->set_peak_gb(peaks[i]);
       planned->set_upper_gb(peaks[i] * rule.k);
       const FitVerdict verdict = Verdict(peaks[i], budget_gb, rule);
-      planned->set_verdict(ToProto(verdict));
+      planned->set_verdict(ToApiVerdict(verdict));
       planned->set_microbatches_per_update(
           (request.global_batch() + microbatch - 1) / microbatch);
       Decide(verdict, compiled, budget_gb, rule, planned);

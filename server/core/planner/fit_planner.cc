@@ -29,11 +29,8 @@ absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
     }
     case v1::Target::kMemoryGb: {
       const double gb = target.memory_gb();
-      if (!(gb > 0 && gb <= kMaxCardGb)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("targets[", index, "].memory_gb = ", gb,
-                         " is out of range; allowed (0, ", kMaxCardGb, "]"));
-      }
+      RETURN_IF_ERROR(
+          CheckCardGb(gb, absl::StrCat("targets[", index, "].memory_gb")));
       return ResolvedTarget{absl::StrCat(gb, " GB"), gb};
     }
     case v1::Target::KIND_NOT_SET:
@@ -43,19 +40,16 @@ absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
       "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
 }
 
-v1::Verdict ToProto(FitVerdict verdict) {
-  switch (verdict) {
-    case FitVerdict::kFits:
-      return v1::FITS;
-    case FitVerdict::kBorderline:
-      return v1::BORDERLINE;
-    case FitVerdict::kDoesNotFit:
-      return v1::DOES_NOT_FIT;
-  }
-  return v1::VERDICT_UNSPECIFIED;
-}
-
 }  // namespace
+
+void SetComponentsGb(const ComponentArray& bytes, v1::ComponentsGb* out) {
+  out->set_optimizer(bytes[kOptimizer] / 1e9);
+  out->set_outputs(bytes[kOutputs] / 1e9);
+  out->set_attention(bytes[kAttention] / 1e9);
+  out->set_internal(bytes[kInternal] / 1e9);
+  out->set_recurrent(bytes[kRecurrent] / 1e9);
+  out->set_transient(bytes[kTransient] / 1e9);
+}
 
 FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
                        v1::FactorSet factor_set, double default_coverage)
@@ -135,16 +129,14 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   // Coverage picks k of the calibrated upper bound.
   double coverage =
       request.coverage() == 0 ? default_coverage_ : request.coverage();
-  double k;
-  if (std::abs(coverage - 0.9) < 1e-9) {
-    k = factor_set_.k90();
-  } else if (std::abs(coverage - 0.95) < 1e-9) {
-    k = factor_set_.k95();
-  } else {
+  const std::optional<double> calibrated_k =
+      KAtCoverage(factor_set_.k90(), factor_set_.k95(), coverage);
+  if (!calibrated_k.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coverage = ", request.coverage(),
         " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
   }
+  const double k = *calibrated_k;
 
   ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, request.setup()));
   const ComponentArray factors = FactorArray(factor_set_.factors());
@@ -170,15 +162,12 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     estimate->set_batch(batch);
     estimate->set_peak_gb(peak);
     estimate->set_upper_gb(peak * k);
-    v1::ComponentsGb* c = estimate->mutable_components();
-    c->set_optimizer(bytes[kOptimizer] * factors[kOptimizer] / 1e9);
-    c->set_outputs(bytes[kOutputs] * factors[kOutputs] / 1e9);
-    c->set_attention(bytes[kAttention] * factors[kAttention] / 1e9);
-    c->set_internal(bytes[kInternal] * factors[kInternal] / 1e9);
-    c->set_recurrent(bytes[kRecurrent] * factors[kRecurrent] / 1e9);
-    c->set_transient(bytes[kTransient] * factors[kTransient] / 1e9);
+    ComponentArray factored;
+    for (int c = 0; c < kNumComponents; ++c) {
+      factored[c] = bytes[c] * factors[c];
+    }
+    SetComponentsGb(factored, estimate->mutable_components());
   }
-  const bool coverage90 = std::abs(coverage - 0.9) < 1e-9;
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();
     result->set_name(target.name);
@@ -188,8 +177,10 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     VerdictRule target_rule = rule;
     if (regime != regimes_.end()) {
       target_factors = FactorArray(regime->second->factors());
+      // The coverage was checked above, so the regime has a k for it.
       target_rule.k =
-          coverage90 ? regime->second->k90() : regime->second->k95();
+          KAtCoverage(regime->second->k90(), regime->second->k95(), coverage)
+              .value_or(k);
       result->set_regime(regime->second->gpu());
     } else {
       result->set_regime("global");
@@ -202,7 +193,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
               : PeakAt(profile, target_factors, request.batches(i));
       result->add_peaks_gb(peak);
       result->add_verdicts(
-          ToProto(Verdict(peak, target.memory_gb, target_rule)));
+          ToApiVerdict(Verdict(peak, target.memory_gb, target_rule)));
     }
     result->set_max_batch_fits(MaxBatch(profile, target_factors,
                                         target.memory_gb, target_rule,

@@ -13,14 +13,16 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/core/memory/memory_profile.h"
 
 namespace headroom {
 
 // Most batches and targets one request may ask.
 inline constexpr int kMaxBatchesPerRequest = 256;
 inline constexpr int kMaxTargetsPerRequest = 64;
-// Largest bare card size accepted, in GB.
-inline constexpr double kMaxCardGb = 100000;
+
+// Writes component byte counts (in Component order) as GB.
+void SetComponentsGb(const ComponentArray& bytes, v1::ComponentsGb* out);
 
 class FitPlanner {
  public:

@@ -255,17 +255,17 @@ TEST_F(PlanMicrobatchTest, HandComputedVerdictsAndActions) {
   struct Expected {
     uint32_t microbatch;
     double peak_gb;
-    P::Verdict verdict;
+    v1::Verdict verdict;
     uint32_t per_update;
     P::Action eager, compiled;
   };
   // FITS when peak * 1.2 * 1.15 <= 20, i.e. peak <= 14.49 GB.
   const Expected expected[] = {
-      {1000, 4.016, P::FITS, 8, P::SKIP, P::SKIP},
-      {3000, 12.016, P::FITS, 3, P::SKIP, P::SKIP},
-      {4000, 16.016, P::BORDERLINE, 2, P::MEASURE, P::MEASURE},
-      {5000, 20.016, P::DOES_NOT_FIT, 2, P::SKIP, P::MEASURE},
-      {6000, 24.016, P::DOES_NOT_FIT, 2, P::SKIP, P::MEASURE},
+      {1000, 4.016, v1::FITS, 8, P::SKIP, P::SKIP},
+      {3000, 12.016, v1::FITS, 3, P::SKIP, P::SKIP},
+      {4000, 16.016, v1::BORDERLINE, 2, P::MEASURE, P::MEASURE},
+      {5000, 20.016, v1::DOES_NOT_FIT, 2, P::SKIP, P::MEASURE},
+      {6000, 24.016, v1::DOES_NOT_FIT, 2, P::SKIP, P::MEASURE},
   };
   ASSERT_EQ(plan->candidates_size(), 10);
   for (int mode = 0; mode < 2; ++mode) {
@@ -303,7 +303,7 @@ TEST_F(PlanMicrobatchTest, BareMemoryAndTemplate) {
   EXPECT_EQ(plan->gpu(), "20 GB");
   EXPECT_DOUBLE_EQ(plan->budget_gb(), 20);
   ASSERT_EQ(plan->candidates_size(), 5);
-  EXPECT_EQ(plan->candidates(2).verdict(), v1::PlannedMicrobatch::BORDERLINE);
+  EXPECT_EQ(plan->candidates(2).verdict(), v1::BORDERLINE);
   EXPECT_EQ(plan->measure_count(), 1);
 }
 
