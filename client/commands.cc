@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/rpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -30,6 +31,8 @@ bool IsHfConfig(const std::string& json) {
   return json.find("\"model_type\"") != std::string::npos;
 }
 
+}  // namespace
+
 std::shared_ptr<grpc::Channel> Connect(const Options& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
@@ -42,10 +45,14 @@ void SetDeadline(grpc::ClientContext& context, const Options& options) {
                        std::chrono::milliseconds(options.deadline_ms));
 }
 
+namespace {
+
 int Fail(std::ostream& err, const std::string& message, int code = 2) {
   err << "headroom: " << message << "\n";
   return code;
 }
+
+}  // namespace
 
 int FailRpc(std::ostream& err, const Options& options,
             const grpc::Status& status) {
@@ -59,7 +66,8 @@ int FailRpc(std::ostream& err, const Options& options,
 }
 
 // Builds the request from flags; an error message on bad input.
-absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
+absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
+                                               bool require_targets) {
   v1::CheckFitRequest request;
   if (options.model.empty()) {
     return absl::InvalidArgumentError(
@@ -101,7 +109,7 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
       request.add_targets()->set_gpu(std::string(part));
     }
   }
-  if (request.targets().empty()) {
+  if (request.targets().empty() && require_targets) {
     return absl::InvalidArgumentError(
         "--gpu is required: catalog names or sizes in GB, e.g. --gpu "
         "L4,H100,48");
@@ -135,6 +143,8 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options) {
   request.set_coverage(options.coverage);
   return request;
 }
+
+namespace {
 
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   out << std::fixed << std::setprecision(2);

@@ -11,6 +11,7 @@
 #include "client/commands.h"
 #include "client/density_commands.h"
 #include "client/energy_commands.h"
+#include "client/fleet_commands.h"
 #include "client/microbatch_commands.h"
 #include "client/model_commands.h"
 
@@ -51,6 +52,15 @@ ABSL_FLAG(std::string, policy, "",
           "record's)");
 ABSL_FLAG(std::string, o, "",
           "model convert: write the spec here (- = stdout)");
+ABSL_FLAG(std::string, worker, "", "probe submit: run on this worker id");
+ABSL_FLAG(uint32_t, repetitions, 0, "probe submit: runs per batch (0 = 1)");
+ABSL_FLAG(std::string, executor, "",
+          "probe submit: torch, cuda or sim (default: the worker's)");
+ABSL_FLAG(uint32_t, steps, 0, "probe submit: timed steps (0 = 3)");
+ABSL_FLAG(uint32_t, warmup, 0, "probe submit: warm-up steps (0 = 1)");
+ABSL_FLAG(bool, watch, false, "probe submit: follow the probe to its end");
+ABSL_FLAG(int, watch_timeout_s, 3600, "probe watch: longest wait in seconds");
+ABSL_FLAG(std::string, state, "", "probe list: only this state");
 ABSL_FLAG(std::string, svg, "",
           "calib page / energy plot: the SVG file to write");
 
@@ -77,6 +87,10 @@ constexpr char kUsage[] =
     "--svg F\n"
     "  factors list | show [--version fs-N] | promote --version fs-N | "
     "rollback\n"
+    "  workers [--json]                    worker daemons and their GPUs\n"
+    "  probe submit --model M --batch N[,N] --gpu KIND|--worker ID "
+    "[--executor torch|cuda|sim] [--repetitions R] [--watch]\n"
+    "  probe watch ID | probe cancel ID | probe list [--state S]\n"
     "  health                              the server's health status\n"
     "Every command but calib page talks to --server (default 127.0.0.1:50051).";
 
@@ -129,6 +143,31 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.size() == 1 && args[0] == "fit") {
     return headroom::cli::Fit(options, std::cout, std::cerr);
+  }
+  headroom::cli::ProbeOptions probe;
+  probe.worker = absl::GetFlag(FLAGS_worker);
+  probe.repetitions = absl::GetFlag(FLAGS_repetitions);
+  probe.executor = absl::GetFlag(FLAGS_executor);
+  probe.steps = absl::GetFlag(FLAGS_steps);
+  probe.warmup = absl::GetFlag(FLAGS_warmup);
+  probe.watch = absl::GetFlag(FLAGS_watch);
+  probe.watch_timeout_s = absl::GetFlag(FLAGS_watch_timeout_s);
+  probe.state = absl::GetFlag(FLAGS_state);
+  if (args.size() == 1 && args[0] == "workers") {
+    return headroom::cli::Workers(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "probe" && args[1] == "submit") {
+    return headroom::cli::ProbeSubmit(options, probe, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "probe" && args[1] == "list") {
+    return headroom::cli::ProbeList(options, probe, std::cout, std::cerr);
+  }
+  if (args.size() == 3 && args[0] == "probe" && args[1] == "watch") {
+    return headroom::cli::ProbeWatch(options, probe, args[2], std::cout,
+                                     std::cerr);
+  }
+  if (args.size() == 3 && args[0] == "probe" && args[1] == "cancel") {
+    return headroom::cli::ProbeCancel(options, args[2], std::cout, std::cerr);
   }
   if (args.size() == 1 && args[0] == "health") {
     return headroom::cli::Health(options, std::cout, std::cerr);

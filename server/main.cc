@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, energy_curves, "data/energy-curves.json",
           "energy curves stored on first start");
 ABSL_FLAG(double, coverage, 0.95,
           "coverage of the calibrated upper bound for verdicts: 0.9 or 0.95");
+ABSL_FLAG(int64_t, probe_lease_ms, 30000,
+          "a running probe whose worker is silent this long is re-queued");
+ABSL_FLAG(int64_t, worker_heartbeat_ms, 5000,
+          "heartbeat period asked of workers (keep well under the lease)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight calls may run after SIGTERM");
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
   config.runs_path = absl::GetFlag(FLAGS_runs);
   config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
   config.coverage = absl::GetFlag(FLAGS_coverage);
+  config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
+  config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
   auto app = headroom::PlannerApp::Start(config);
   if (!app.ok()) {
     spdlog::error("event=start_failed error=\"{}\"", app.status().ToString());

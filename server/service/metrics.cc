@@ -1,6 +1,7 @@
 #include "server/service/metrics.h"
 
 #include <chrono>
+#include <map>
 
 #include "server/service/grpc_status.h"
 
@@ -133,7 +134,38 @@ PlannerMetrics::PlannerMetrics()
       factor_set_info_(prometheus::BuildGauge()
                            .Name("headroom_factor_set_info")
                            .Help("1 for the factor set answers use now.")
-                           .Register(*registry_)) {
+                           .Register(*registry_)),
+      workers_connected_(prometheus::BuildGauge()
+                             .Name("headroom_workers_connected")
+                             .Help("Worker daemons connected to this planner.")
+                             .Register(*registry_)),
+      probes_(prometheus::BuildGauge()
+                  .Name("headroom_probes")
+                  .Help("Probes in the store, by state.")
+                  .Register(*registry_)),
+      samples_(prometheus::BuildCounter()
+                   .Name("headroom_fleet_samples_total")
+                   .Help("GPU samples received from workers.")
+                   .Register(*registry_)),
+      probe_results_(prometheus::BuildCounter()
+                         .Name("headroom_probe_results_total")
+                         .Help("Batch results received from workers, by "
+                               "outcome.")
+                         .Register(*registry_)),
+      dcgm_fb_used_(prometheus::BuildGauge()
+                        .Name("DCGM_FI_DEV_FB_USED")
+                        .Help("Framebuffer memory used (in MiB).")
+                        .Register(*registry_)),
+      dcgm_power_(prometheus::BuildGauge()
+                      .Name("DCGM_FI_DEV_POWER_USAGE")
+                      .Help("Power draw (in W).")
+                      .Register(*registry_)),
+      dcgm_energy_(prometheus::BuildGauge()
+                       .Name("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                       .Help("Total energy consumption since boot (in mJ).")
+                       .Register(*registry_)) {
+  workers_connected_.Add({}).Set(0);
+  samples_.Add({});
   for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
     verdicts_.Add({{"verdict", verdict}});
   }
@@ -189,6 +221,39 @@ void PlannerMetrics::FactorSetInstalled(const v1::FactorSet& set) {
   }
   factor_set_info_.Add({{"factor_set", set.version()}}).Set(1);
   current_version_ = set.version();
+}
+
+void PlannerMetrics::WorkersConnected(int64_t count) {
+  workers_connected_.Add({}).Set(static_cast<double>(count));
+}
+
+void PlannerMetrics::ProbeStates(
+    const std::vector<std::pair<std::string, int64_t>>& counts) {
+  for (const auto& [state, count] : counts) {
+    probes_.Add({{"state", state}}).Set(static_cast<double>(count));
+  }
+}
+
+void PlannerMetrics::SamplesReceived(uint64_t count) {
+  samples_.Add({}).Increment(static_cast<double>(count));
+}
+
+void PlannerMetrics::ProbeResultReceived(const std::string& outcome) {
+  probe_results_.Add({{"outcome", outcome}}).Increment();
+}
+
+PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(
+    const std::string& gpu_index, const std::string& uuid,
+    const std::string& model_name, const std::string& hostname) {
+  const std::map<std::string, std::string> labels = {{"gpu", gpu_index},
+                                                     {"UUID", uuid},
+                                                     {"modelName", model_name},
+                                                     {"Hostname", hostname}};
+  GpuGauges gauges;
+  gauges.fb_used_mib = &dcgm_fb_used_.Add(labels);
+  gauges.power_w = &dcgm_power_.Add(labels);
+  gauges.energy_mj = &dcgm_energy_.Add(labels);
+  return gauges;
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "grpcpp/support/server_interceptor.h"
 #include "headroom/v1/calibration.pb.h"
@@ -40,6 +42,26 @@ class PlannerMetrics {
   // (1 for the current version, 0 for those before it).
   void FactorSetInstalled(const v1::FactorSet& set);
 
+  // The fleet: workers connected to this planner, probes per state (from
+  // the store), samples received, results by outcome ("measured", "oom",
+  // "error", "duplicate").
+  void WorkersConnected(int64_t count);
+  void ProbeStates(const std::vector<std::pair<std::string, int64_t>>& counts);
+  void SamplesReceived(uint64_t count);
+  void ProbeResultReceived(const std::string& outcome);
+
+  // One GPU's latest reading, in dcgm-exporter's metric names and units
+  // (DCGM_FI_DEV_FB_USED MiB, DCGM_FI_DEV_POWER_USAGE W,
+  // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ) and labels.
+  struct GpuGauges {
+    prometheus::Gauge* fb_used_mib = nullptr;
+    prometheus::Gauge* power_w = nullptr;
+    prometheus::Gauge* energy_mj = nullptr;
+  };
+  GpuGauges GpuSeries(const std::string& gpu_index, const std::string& uuid,
+                      const std::string& model_name,
+                      const std::string& hostname);
+
   // An interceptor factory for ServerBuilder that records the grpc_server_*
   // metrics for every RPC. The metrics object must outlive the server.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
@@ -54,6 +76,13 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Gauge>& calibration_error_;
   prometheus::Family<prometheus::Gauge>& said_fits_but_oom_;
   prometheus::Family<prometheus::Gauge>& factor_set_info_;
+  prometheus::Family<prometheus::Gauge>& workers_connected_;
+  prometheus::Family<prometheus::Gauge>& probes_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Counter>& probe_results_;
+  prometheus::Family<prometheus::Gauge>& dcgm_fb_used_;
+  prometheus::Family<prometheus::Gauge>& dcgm_power_;
+  prometheus::Family<prometheus::Gauge>& dcgm_energy_;
   std::mutex info_mu_;
   std::string current_version_;  // guarded by info_mu_
 };

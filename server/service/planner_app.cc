@@ -72,6 +72,18 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         absl::StrCat("coverage = ", config.coverage,
                      " is not calibrated; allowed 0.9, 0.95"));
   }
+  if (config.probe_lease_ms < 100 || config.probe_lease_ms > 86400000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe_lease_ms = ", config.probe_lease_ms,
+                     " is out of range; allowed 100..86400000"));
+  }
+  if (config.worker_heartbeat_ms < 10 ||
+      config.worker_heartbeat_ms * 2 > config.probe_lease_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_heartbeat_ms = ", config.worker_heartbeat_ms,
+                     " is out of range; allowed 10..probe_lease_ms/2 (",
+                     config.probe_lease_ms / 2, ")"));
+  }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -97,12 +109,20 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->service_->SetEnergyCurves(
       std::make_shared<const v1::EnergyCurveSet>(std::move(curves)));
 
+  FleetService::Options fleet;
+  fleet.lease_ms = config.probe_lease_ms;
+  fleet.heartbeat_ms = config.worker_heartbeat_ms;
+  fleet.planner_version = HEADROOM_VERSION_STRING;
+  app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
+                                               app->metrics_.get(), fleet);
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
                            &app->grpc_port_);
   builder.RegisterService(app->service_.get());
+  builder.RegisterService(app->fleet_.get());
   builder.SetMaxReceiveMessageSize(2 * config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   // Keepalive: answer client pings, probe idle connections.
@@ -138,6 +158,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
   if (serving_.exchange(false) && server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
+    // Worker streams never end on their own: end them first.
+    fleet_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + grace);
   }
   http_.reset();

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/service/fleet_service.h"
 #include "server/service/http_server.h"
 #include "server/service/metrics.h"
 #include "server/service/planner_service.h"
@@ -34,6 +35,10 @@ struct PlannerConfig {
   std::string energy_curves_path = "data/energy-curves.json";
   // Coverage of the calibrated upper bound used for verdicts: 0.9 or 0.95.
   double coverage = 0.95;
+  // A probe whose worker is silent this long goes back to the queue.
+  int64_t probe_lease_ms = 30000;
+  // Heartbeat period asked of workers.
+  int64_t worker_heartbeat_ms = 5000;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
 };
@@ -66,6 +71,7 @@ class PlannerApp {
   std::shared_ptr<const ModelCatalog> catalog_;
   std::unique_ptr<PlannerMetrics> metrics_;
   std::unique_ptr<PlannerService> service_;
+  std::unique_ptr<FleetService> fleet_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   int grpc_port_ = 0;

@@ -1,5 +1,6 @@
 #include "server/service/planner_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -12,37 +13,10 @@
 #include "server/core/energy/energy_refit.h"
 #include "server/core/microbatch/plan.h"
 #include "server/service/grpc_status.h"
+#include "server/service/reply.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
-
-namespace {
-
-// Finishes a unary call with `answer`: its status, or OK with the value
-// moved into `response`.
-template <typename Response>
-grpc::ServerUnaryReactor* Reply(grpc::ServerUnaryReactor* reactor,
-                                absl::StatusOr<Response> answer,
-                                Response* response) {
-  if (!answer.ok()) {
-    reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
-  }
-  *response = std::move(*answer);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
-}
-
-// INVALID_ARGUMENT for a request over the size limit, saying both sizes.
-absl::Status CheckSize(const google::protobuf::Message& request,
-                       size_t max_bytes) {
-  if (request.ByteSizeLong() <= max_bytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "request is ", request.ByteSizeLong(), " bytes; allowed up to ",
-      max_bytes, " (model.spec too large?)"));
-}
-
-}  // namespace
 
 PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
                                std::shared_ptr<const FitPlanner> planner,
@@ -142,6 +116,13 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
   RETURN_IF_ERROR(ValidateRuns(imported, *catalog_));
   v1::RefitResponse response;
   ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
+  const auto drop_simulated = [&](std::vector<v1::MeasuredRun>* list) {
+    if (request.include_simulated()) return;
+    list->erase(std::remove_if(
+                    list->begin(), list->end(),
+                    [](const v1::MeasuredRun& run) { return run.simulated(); }),
+                list->end());
+  };
   if (request.dry_run()) {
     runs.insert(runs.end(), imported.begin(), imported.end());
     response.set_runs_imported(static_cast<int32_t>(imported.size()));
@@ -152,6 +133,8 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
     // Runs identical to stored ones are not imported twice.
     response.set_runs_imported(static_cast<int32_t>(runs.size() - before));
   }
+  // Simulated measurements never enter a calibration unless asked.
+  drop_simulated(&runs);
   response.set_runs_used(static_cast<int32_t>(runs.size()));
 
   const auto start = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <ctime>
 #include <functional>
 
@@ -66,6 +67,30 @@ CREATE TABLE density_runs (
   arch TEXT NOT NULL,
   dtype TEXT NOT NULL,
   mode TEXT NOT NULL,
+  body TEXT NOT NULL
+);
+)sql",
+    // 5: the probe queue with leases, results stored once, workers.
+    R"sql(
+CREATE TABLE probes (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  state INTEGER NOT NULL,
+  gpu TEXT NOT NULL,
+  worker_pin TEXT NOT NULL,
+  executor TEXT NOT NULL,
+  assignment_id TEXT NOT NULL DEFAULT '',
+  lease_until_ms INTEGER NOT NULL DEFAULT 0,
+  body TEXT NOT NULL
+);
+CREATE INDEX probes_by_state ON probes(state, seq);
+CREATE TABLE probe_results (
+  key TEXT PRIMARY KEY,
+  probe_id TEXT NOT NULL REFERENCES probes(id),
+  body TEXT NOT NULL
+);
+CREATE TABLE workers (
+  id TEXT PRIMARY KEY,
   body TEXT NOT NULL
 );
 )sql",
@@ -323,27 +348,11 @@ absl::StatusOr<std::vector<v1::FactorSet>> SqliteStore::ListFactorSets() {
 absl::StatusOr<int64_t> SqliteStore::AddRuns(
     const std::vector<v1::MeasuredRun>& runs) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  for (const v1::MeasuredRun& run : runs) {
-    Statement s(
-        db_,
-        "INSERT OR IGNORE INTO measured_runs (template, gpu, batch, body) "
-        "VALUES (?, ?, ?, ?);");
-    if (!s.ok()) {
-      (void)Exec("ROLLBACK;");
-      return SqliteError(db_, "storing run");
-    }
-    s.BindText(1, run.template_());
-    s.BindText(2, run.gpu());
-    sqlite3_bind_int64(s.get(), 3, static_cast<int64_t>(run.batch()));
-    s.BindText(4, ToJson(run, /*pretty=*/false));
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      const absl::Status status = SqliteError(db_, "storing run");
-      (void)Exec("ROLLBACK;");
-      return status;
-    }
-  }
-  RETURN_IF_ERROR(Exec("COMMIT;"));
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    for (const v1::MeasuredRun& run : runs)
+      RETURN_IF_ERROR(InsertRunLocked(run));
+    return absl::OkStatus();
+  }));
   Statement count(db_, "SELECT COUNT(*) FROM measured_runs;");
   if (!count.ok() || sqlite3_step(count.get()) != SQLITE_ROW) {
     return SqliteError(db_, "counting runs");
@@ -470,6 +479,338 @@ absl::StatusOr<std::vector<v1::DensityRawRun>> SqliteStore::ListDensityRuns(
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing density runs");
   return runs;
+}
+
+absl::Status SqliteStore::InTransactionLocked(
+    const std::function<absl::Status()>& body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  const absl::Status status = body();
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::Status SqliteStore::InsertRunLocked(const v1::MeasuredRun& run) {
+  Statement s(
+      db_,
+      "INSERT OR IGNORE INTO measured_runs (template, gpu, batch, body) "
+      "VALUES (?, ?, ?, ?);");
+  if (!s.ok()) return SqliteError(db_, "storing run");
+  s.BindText(1, run.template_());
+  s.BindText(2, run.gpu());
+  sqlite3_bind_int64(s.get(), 3, static_cast<int64_t>(run.batch()));
+  s.BindText(4, ToJson(run, /*pretty=*/false));
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "storing run");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::AddProbe(v1::Probe probe) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    int64_t next = 1;
+    {
+      Statement s(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM probes;");
+      if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+        return SqliteError(db_, "numbering probes");
+      }
+      next = sqlite3_column_int64(s.get(), 0);
+    }
+    probe.set_id(absl::StrCat("p-", next));
+    probe.set_state(v1::Probe::QUEUED);
+    Statement s(db_,
+                "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
+                "executor, body) VALUES (?, ?, ?, ?, ?, ?, ?);");
+    if (!s.ok()) return SqliteError(db_, "storing probe");
+    sqlite3_bind_int64(s.get(), 1, next);
+    s.BindText(2, probe.id());
+    sqlite3_bind_int(s.get(), 3, probe.state());
+    s.BindText(4, probe.gpu());
+    s.BindText(5, probe.request().worker());
+    s.BindText(6, probe.request().executor());
+    s.BindText(7, ToJson(probe, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return SqliteError(db_, "storing probe");
+    }
+    return absl::OkStatus();
+  }));
+  return probe;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::GetProbeLocked(const std::string& id) {
+  Statement s(db_, "SELECT body FROM probes WHERE id = ?;");
+  if (!s.ok()) return SqliteError(db_, "reading probe");
+  s.BindText(1, id);
+  const int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(
+        absl::StrCat("probe '", id.substr(0, 64), "' is not stored"));
+  }
+  if (rc != SQLITE_ROW) return SqliteError(db_, "reading probe");
+  v1::Probe probe;
+  RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored probe",
+                            /*ignore_unknown=*/true, &probe));
+  return probe;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::GetProbe(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return GetProbeLocked(id);
+}
+
+absl::Status SqliteStore::UpdateProbeLocked(const v1::Probe& probe,
+                                            int64_t lease_until_ms) {
+  Statement s(db_,
+              "UPDATE probes SET state = ?, assignment_id = ?, "
+              "lease_until_ms = ?, body = ? WHERE id = ?;");
+  if (!s.ok()) return SqliteError(db_, "updating probe");
+  sqlite3_bind_int(s.get(), 1, probe.state());
+  s.BindText(2, probe.state() == v1::Probe::RUNNING ? probe.assignment_id()
+                                                    : std::string());
+  sqlite3_bind_int64(s.get(), 3, lease_until_ms);
+  s.BindText(4, ToJson(probe, /*pretty=*/false));
+  s.BindText(5, probe.id());
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "updating probe");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Probe>> SqliteStore::ListProbes(
+    v1::Probe::State state, int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT body FROM probes WHERE (? = 0 OR state = ?) "
+              "ORDER BY seq DESC LIMIT ?;");
+  if (!s.ok()) return SqliteError(db_, "listing probes");
+  sqlite3_bind_int(s.get(), 1, state);
+  sqlite3_bind_int(s.get(), 2, state);
+  sqlite3_bind_int(s.get(), 3, limit);
+  std::vector<v1::Probe> probes;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::Probe probe;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored probe",
+                              /*ignore_unknown=*/true, &probe));
+    probes.push_back(std::move(probe));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing probes");
+  return probes;
+}
+
+absl::StatusOr<std::optional<v1::Probe>> SqliteStore::ClaimProbe(
+    const std::string& worker, const std::vector<std::string>& gpus,
+    const std::vector<std::string>& executors, int64_t now_ms,
+    int64_t lease_ms) {
+  const auto contains = [](const std::vector<std::string>& list,
+                           const std::string& item) {
+    return std::find(list.begin(), list.end(), item) != list.end();
+  };
+  absl::MutexLock lock(&mu_);
+  std::optional<v1::Probe> claimed;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    // The queue is scanned oldest first; a bounded window keeps one claim
+    // cheap even with a long queue no worker here can serve.
+    Statement s(db_,
+                "SELECT id, gpu, worker_pin, executor FROM probes "
+                "WHERE state = ? ORDER BY seq LIMIT 1000;");
+    if (!s.ok()) return SqliteError(db_, "claiming probe");
+    sqlite3_bind_int(s.get(), 1, v1::Probe::QUEUED);
+    std::string id;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      const std::string pin = s.ColumnText(2);
+      const std::string executor = s.ColumnText(3);
+      const bool placed =
+          pin.empty() ? contains(gpus, s.ColumnText(1)) : pin == worker;
+      if (placed && (executor.empty() || contains(executors, executor))) {
+        id = s.ColumnText(0);
+        break;
+      }
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      return SqliteError(db_, "claiming probe");
+    }
+    if (id.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(id));
+    probe.set_state(v1::Probe::RUNNING);
+    probe.set_attempts(probe.attempts() + 1);
+    probe.set_assignment_id(absl::StrCat(probe.id(), ".", probe.attempts()));
+    probe.set_worker(worker);
+    probe.set_updated_unix_ms(now_ms);
+    RETURN_IF_ERROR(UpdateProbeLocked(probe, now_ms + lease_ms));
+    claimed = std::move(probe);
+    return absl::OkStatus();
+  }));
+  return claimed;
+}
+
+absl::Status SqliteStore::RenewLease(const std::string& assignment_id,
+                                     int64_t until_ms) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "UPDATE probes SET lease_until_ms = MAX(lease_until_ms, ?) "
+              "WHERE assignment_id = ? AND state = ?;");
+  if (!s.ok()) return SqliteError(db_, "renewing lease");
+  sqlite3_bind_int64(s.get(), 1, until_ms);
+  s.BindText(2, assignment_id);
+  sqlite3_bind_int(s.get(), 3, v1::Probe::RUNNING);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "renewing lease");
+  }
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "assignment '", assignment_id.substr(0, 64), "' is not running"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteStore::RequeueExpired(
+    int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> requeued;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    {
+      Statement s(db_,
+                  "SELECT id FROM probes WHERE state = ? AND "
+                  "lease_until_ms < ? ORDER BY seq LIMIT 1000;");
+      if (!s.ok()) return SqliteError(db_, "finding expired leases");
+      sqlite3_bind_int(s.get(), 1, v1::Probe::RUNNING);
+      sqlite3_bind_int64(s.get(), 2, now_ms);
+      while (sqlite3_step(s.get()) == SQLITE_ROW) {
+        requeued.push_back(s.ColumnText(0));
+      }
+    }
+    for (const std::string& id : requeued) {
+      ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(id));
+      probe.set_state(v1::Probe::QUEUED);
+      probe.set_assignment_id("");
+      probe.set_updated_unix_ms(now_ms);
+      RETURN_IF_ERROR(UpdateProbeLocked(probe, 0));
+    }
+    return absl::OkStatus();
+  }));
+  return requeued;
+}
+
+absl::StatusOr<bool> SqliteStore::RecordProbeResult(
+    const std::string& probe_id, const std::string& key,
+    const v1::BatchResult& result, const std::optional<v1::MeasuredRun>& run) {
+  absl::MutexLock lock(&mu_);
+  bool inserted = false;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(probe_id));
+    Statement s(db_,
+                "INSERT OR IGNORE INTO probe_results (key, probe_id, body) "
+                "VALUES (?, ?, ?);");
+    if (!s.ok()) return SqliteError(db_, "storing probe result");
+    s.BindText(1, key);
+    s.BindText(2, probe_id);
+    s.BindText(3, ToJson(result, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return SqliteError(db_, "storing probe result");
+    }
+    inserted = sqlite3_changes(db_) == 1;
+    if (!inserted) return absl::OkStatus();
+    *probe.add_results() = result;
+    Statement lease(db_, "SELECT lease_until_ms FROM probes WHERE id = ?;");
+    if (!lease.ok()) return SqliteError(db_, "reading lease");
+    lease.BindText(1, probe_id);
+    if (sqlite3_step(lease.get()) != SQLITE_ROW) {
+      return SqliteError(db_, "reading lease");
+    }
+    RETURN_IF_ERROR(
+        UpdateProbeLocked(probe, sqlite3_column_int64(lease.get(), 0)));
+    if (run.has_value()) RETURN_IF_ERROR(InsertRunLocked(*run));
+    return absl::OkStatus();
+  }));
+  return inserted;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::FinishAssignment(
+    const std::string& probe_id, const std::string& assignment_id,
+    v1::Probe::State state, const std::string& error,
+    const std::string& details_json, bool requeue) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(probe_id));
+    if (probe.state() != v1::Probe::RUNNING ||
+        probe.assignment_id() != assignment_id) {
+      return absl::OkStatus();
+    }
+    probe.set_state(requeue ? v1::Probe::QUEUED : state);
+    if (requeue) probe.set_assignment_id("");
+    if (!error.empty()) probe.set_error(error);
+    if (!details_json.empty()) probe.set_details_json(details_json);
+    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::CancelProbe(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(id));
+    if (probe.state() != v1::Probe::QUEUED &&
+        probe.state() != v1::Probe::RUNNING) {
+      return absl::OkStatus();
+    }
+    probe.set_state(v1::Probe::CANCELLED);
+    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
+}
+
+absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
+SqliteStore::CountProbes() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT state, COUNT(*) FROM probes GROUP BY state;");
+  if (!s.ok()) return SqliteError(db_, "counting probes");
+  std::vector<std::pair<v1::Probe::State, int64_t>> counts;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    const int state = sqlite3_column_int(s.get(), 0);
+    if (!v1::Probe::State_IsValid(state)) continue;
+    counts.emplace_back(static_cast<v1::Probe::State>(state),
+                        sqlite3_column_int64(s.get(), 1));
+  }
+  return counts;
+}
+
+absl::Status SqliteStore::PutWorker(const v1::WorkerStatus& worker) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "INSERT INTO workers (id, body) VALUES (?, ?) "
+              "ON CONFLICT(id) DO UPDATE SET body = excluded.body;");
+  if (!s.ok()) return SqliteError(db_, "storing worker");
+  s.BindText(1, worker.hello().worker_id());
+  s.BindText(2, ToJson(worker, /*pretty=*/false));
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "storing worker");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::WorkerStatus>> SqliteStore::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT body FROM workers ORDER BY id;");
+  if (!s.ok()) return SqliteError(db_, "listing workers");
+  std::vector<v1::WorkerStatus> workers;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::WorkerStatus worker;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored worker",
+                              /*ignore_unknown=*/true, &worker));
+    workers.push_back(std::move(worker));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing workers");
+  return workers;
 }
 
 }  // namespace headroom

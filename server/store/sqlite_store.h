@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 4;
+inline constexpr int kSqliteSchemaVersion = 5;
 
 class SqliteStore : public Store {
  public:
@@ -52,8 +52,47 @@ class SqliteStore : public Store {
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
       override;
 
+  absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
+  absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
+  absl::StatusOr<std::vector<v1::Probe>> ListProbes(v1::Probe::State state,
+                                                    int limit) override;
+  absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(
+      const std::string& worker, const std::vector<std::string>& gpus,
+      const std::vector<std::string>& executors, int64_t now_ms,
+      int64_t lease_ms) override;
+  absl::Status RenewLease(const std::string& assignment_id,
+                          int64_t until_ms) override;
+  absl::StatusOr<std::vector<std::string>> RequeueExpired(
+      int64_t now_ms) override;
+  absl::StatusOr<bool> RecordProbeResult(
+      const std::string& probe_id, const std::string& key,
+      const v1::BatchResult& result,
+      const std::optional<v1::MeasuredRun>& run) override;
+  absl::StatusOr<v1::Probe> FinishAssignment(const std::string& probe_id,
+                                             const std::string& assignment_id,
+                                             v1::Probe::State state,
+                                             const std::string& error,
+                                             const std::string& details_json,
+                                             bool requeue) override;
+  absl::StatusOr<v1::Probe> CancelProbe(const std::string& id) override;
+  absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
+  CountProbes() override;
+  absl::Status PutWorker(const v1::WorkerStatus& worker) override;
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
+
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
+  // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back when it
+  // fails.
+  absl::Status InTransactionLocked(const std::function<absl::Status()>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::Probe> GetProbeLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the probe's body and its queue columns.
+  absl::Status UpdateProbeLocked(const v1::Probe& probe, int64_t lease_until_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertRunLocked(const v1::MeasuredRun& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetCurrentLocked(const std::string& version)

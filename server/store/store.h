@@ -12,6 +12,7 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/density.pb.h"
 #include "headroom/v1/energy.pb.h"
+#include "headroom/v1/fleet.pb.h"
 
 namespace headroom {
 
@@ -69,6 +70,66 @@ class Store {
 
   // Every stored measured run in insertion order.
   virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
+
+  // --- Probe queue (DESIGN.md, "Workers and probes") ---
+
+  // Stores a new probe under the next id ("p-N"), QUEUED; returns it.
+  virtual absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) = 0;
+
+  // One probe; NOT_FOUND names the id.
+  virtual absl::StatusOr<v1::Probe> GetProbe(const std::string& id) = 0;
+
+  // Probes newest first, only those in `state` unless STATE_UNSPECIFIED.
+  virtual absl::StatusOr<std::vector<v1::Probe>> ListProbes(
+      v1::Probe::State state, int limit) = 0;
+
+  // Atomically hands the oldest queued probe `worker` can run (pinned to
+  // it, or asking for one of `gpus`, with an executor among `executors`) to
+  // the worker: RUNNING, a new assignment id, a lease until now + lease_ms.
+  // nullopt when none waits. Exactly one caller gets each probe.
+  virtual absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(
+      const std::string& worker, const std::vector<std::string>& gpus,
+      const std::vector<std::string>& executors, int64_t now_ms,
+      int64_t lease_ms) = 0;
+
+  // Extends the lease of a running assignment; NOT_FOUND when the
+  // assignment is no longer the probe's (it was re-queued or ended).
+  virtual absl::Status RenewLease(const std::string& assignment_id,
+                                  int64_t until_ms) = 0;
+
+  // Puts every RUNNING probe whose lease ended before `now_ms` back in the
+  // queue; returns their ids.
+  virtual absl::StatusOr<std::vector<std::string>> RequeueExpired(
+      int64_t now_ms) = 0;
+
+  // Stores one batch result of a probe under `key`, once: a key seen before
+  // changes nothing and returns false. `run`, when given, is stored with it
+  // as a measured run in the same transaction.
+  virtual absl::StatusOr<bool> RecordProbeResult(
+      const std::string& probe_id, const std::string& key,
+      const v1::BatchResult& result,
+      const std::optional<v1::MeasuredRun>& run) = 0;
+
+  // Ends the probe's current assignment: SUCCEEDED or FAILED (with
+  // `error`), or back to QUEUED when `requeue`. Ignored (returns the probe
+  // unchanged) when `assignment_id` is no longer the probe's.
+  virtual absl::StatusOr<v1::Probe> FinishAssignment(
+      const std::string& probe_id, const std::string& assignment_id,
+      v1::Probe::State state, const std::string& error,
+      const std::string& details_json, bool requeue) = 0;
+
+  // QUEUED or RUNNING -> CANCELLED; a finished probe stays as it is.
+  virtual absl::StatusOr<v1::Probe> CancelProbe(const std::string& id) = 0;
+
+  // Probes per state.
+  virtual absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
+  CountProbes() = 0;
+
+  // --- Workers ---
+
+  // Stores (or replaces) what is known about one worker.
+  virtual absl::Status PutWorker(const v1::WorkerStatus& worker) = 0;
+  virtual absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() = 0;
 };
 
 }  // namespace headroom

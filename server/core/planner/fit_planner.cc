@@ -61,42 +61,52 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
   }
 }
 
-absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
-    const v1::CheckFitRequest& request) const {
-  // The model.
-  const v1::ModelSpec* spec = nullptr;
-  v1::ModelSpec converted_spec;  // owns a spec derived from a config
-  std::vector<std::string> assumptions;
-  switch (request.model().source_case()) {
+absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
+                                              const v1::TrainingSetup& setup,
+                                              const ModelCatalog& catalog) {
+  ResolvedModel resolved;
+  switch (model.source_case()) {
     case v1::ModelRef::kTemplate: {
-      ASSIGN_OR_RETURN(spec, catalog_->Find(request.model().template_()));
-      break;
+      ASSIGN_OR_RETURN(const v1::ModelSpec* spec,
+                       catalog.Find(model.template_()));
+      resolved.catalog_spec = spec;
+      resolved.template_name = spec->name();
+      return resolved;
     }
-    case v1::ModelRef::kSpec: {
-      RETURN_IF_ERROR(ValidateSpec(request.model().spec()));
-      spec = &request.model().spec();
-      break;
-    }
+    case v1::ModelRef::kSpec:
+      RETURN_IF_ERROR(ValidateSpec(model.spec()));
+      resolved.owned_spec = model.spec();
+      return resolved;
     case v1::ModelRef::kHfConfig: {
       HfOptions options;
-      options.seq_len = request.setup().positions();
+      options.seq_len = setup.positions();
       absl::StatusOr<HfConversion> converted =
-          SpecFromHfConfig(request.model().hf_config(), options);
+          SpecFromHfConfig(model.hf_config(), options);
       if (!converted.ok()) {
         return absl::Status(
             converted.status().code(),
             absl::StrCat("model.hf_config: ", converted.status().message()));
       }
-      converted_spec = std::move(converted->spec);
-      assumptions = std::move(converted->assumed_defaults);
-      spec = &converted_spec;
-      break;
+      resolved.owned_spec = std::move(converted->spec);
+      resolved.assumptions = std::move(converted->assumed_defaults);
+      return resolved;
     }
     case v1::ModelRef::SOURCE_NOT_SET:
-      return absl::InvalidArgumentError(
-          "model is empty; set model.template (a catalog name), model.spec "
-          "or model.hf_config");
+      break;
   }
+  return absl::InvalidArgumentError(
+      "model is empty; set model.template (a catalog name), model.spec or "
+      "model.hf_config");
+}
+
+absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
+    const v1::CheckFitRequest& request) const {
+  // The model.
+  ASSIGN_OR_RETURN(
+      ResolvedModel model,
+      ResolveModelRef(request.model(), request.setup(), *catalog_));
+  const v1::ModelSpec* spec = &model.spec();
+  std::vector<std::string>& assumptions = model.assumptions;
 
   // Batches and targets.
   if (request.batches().empty() ||

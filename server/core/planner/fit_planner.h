@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
@@ -23,6 +24,26 @@ inline constexpr int kMaxTargetsPerRequest = 64;
 
 // Writes component byte counts (in Component order) as GB.
 void SetComponentsGb(const ComponentArray& bytes, v1::ComponentsGb* out);
+
+// A request's model made concrete: a catalog spec (not copied) or one the
+// request carried or a front-end derived, with the defaults it assumed.
+struct ResolvedModel {
+  const v1::ModelSpec* catalog_spec = nullptr;
+  v1::ModelSpec owned_spec;
+  // The catalog template's name; empty for inline specs and configs.
+  std::string template_name;
+  std::vector<std::string> assumptions;
+
+  const v1::ModelSpec& spec() const {
+    return catalog_spec != nullptr ? *catalog_spec : owned_spec;
+  }
+};
+
+// Resolves model.template / model.spec / model.hf_config; INVALID_ARGUMENT
+// or NOT_FOUND name the field. `catalog` must outlive the result.
+absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
+                                              const v1::TrainingSetup& setup,
+                                              const ModelCatalog& catalog);
 
 class FitPlanner {
  public:

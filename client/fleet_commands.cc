@@ -1,0 +1,250 @@
+#include "client/fleet_commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/rpc.h"
+#include "headroom/v1/fleet.grpc.pb.h"
+#include "server/core/common/json_io.h"
+
+namespace headroom::cli {
+namespace {
+
+int Fail(std::ostream& err, const std::string& message) {
+  err << "headroom: " << message << "\n";
+  return 2;
+}
+
+std::string StateName(v1::Probe::State state) {
+  return absl::AsciiStrToLower(v1::Probe::State_Name(state));
+}
+
+void PrintResult(const v1::BatchResult& r, std::ostream& out) {
+  out << "batch " << r.batch() << " rep " << r.repetition() << ": ";
+  if (!r.error().empty()) {
+    out << "error: " << r.error();
+  } else if (r.oom()) {
+    out << "OOM";
+  } else {
+    out << std::fixed << std::setprecision(3);
+    if (r.has_peak_allocated_gb()) {
+      out << "peak " << r.peak_allocated_gb() << " GB";
+    }
+    if (r.has_device_peak_gb()) {
+      out << ", device " << r.device_peak_gb() << " GB";
+    }
+    if (r.has_step_seconds()) out << ", " << r.step_seconds() << " s/step";
+    if (r.has_energy_j()) out << ", " << r.energy_j() << " J";
+  }
+  out << " (" << r.samples() << " samples"
+      << (r.simulated() ? ", simulated" : "") << ")\n";
+}
+
+void PrintProbe(const v1::Probe& p, std::ostream& out) {
+  out << p.id() << " " << StateName(p.state()) << " " << p.spec().name()
+      << " on " << (p.gpu().empty() ? p.request().worker() : p.gpu())
+      << " batches " << absl::StrJoin(p.request().batches(), ",")
+      << " attempts " << p.attempts();
+  if (!p.worker().empty()) out << " worker " << p.worker();
+  if (!p.error().empty()) out << " error: " << p.error();
+  out << "\n";
+}
+
+}  // namespace
+
+int Workers(const Options& options, std::ostream& out, std::ostream& err) {
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::ListWorkersResponse response;
+  const grpc::Status status =
+      stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  if (response.workers().empty()) {
+    out << "no workers have connected\n";
+    return 0;
+  }
+  for (const v1::WorkerStatus& w : response.workers()) {
+    out << w.hello().worker_id() << "  "
+        << (w.connected() ? "connected" : "disconnected") << "  executors "
+        << absl::StrJoin(w.hello().executors(), ",");
+    if (!w.running_probe().empty()) out << "  running " << w.running_probe();
+    if (w.connected()) out << "  samples " << w.samples_received();
+    out << "\n";
+    for (const v1::GpuDevice& g : w.hello().gpus()) {
+      out << "  gpu " << g.index() << ": " << g.name() << ", " << std::fixed
+          << std::setprecision(1) << g.memory_bytes() / 1e9 << " GB";
+      if (!g.catalog_gpu().empty())
+        out << " (catalog " << g.catalog_gpu() << ")";
+      if (!g.compute_capability().empty()) {
+        out << ", cc " << g.compute_capability();
+      }
+      if (!g.driver_version().empty()) out << ", driver " << g.driver_version();
+      if (g.simulated()) out << ", SIMULATED";
+      if (!g.simulated() && !g.energy_supported()) out << ", no energy counter";
+      out << "\n";
+    }
+    for (const std::string& note : w.hello().notes()) {
+      out << "  note: " << note << "\n";
+    }
+  }
+  return 0;
+}
+
+int ProbeSubmit(const Options& options, const ProbeOptions& probe,
+                std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::CheckFitRequest> fit =
+      FitRequest(options, /*require_targets=*/false);
+  if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
+  v1::SubmitProbeRequest request;
+  *request.mutable_model() = fit->model();
+  *request.mutable_setup() = fit->setup();
+  *request.mutable_batches() = fit->batches();
+  if (!probe.worker.empty()) {
+    if (!fit->targets().empty()) {
+      return Fail(err, "give --gpu KIND or --worker ID, not both");
+    }
+    request.set_worker(probe.worker);
+  } else if (fit->targets_size() == 1 && fit->targets(0).has_gpu()) {
+    request.set_gpu(fit->targets(0).gpu());
+  } else {
+    return Fail(err,
+                "--gpu KIND (one catalog GPU, e.g. --gpu L4) or --worker ID "
+                "is required");
+  }
+  request.set_repetitions(probe.repetitions);
+  request.set_executor(probe.executor);
+  request.set_steps(probe.steps);
+  request.set_warmup_steps(probe.warmup);
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::SubmitProbeResponse response;
+  const grpc::Status status = stub->SubmitProbe(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json && !probe.watch) {
+    out << ToJson(response.probe(), /*pretty=*/true) << "\n";
+    return 0;
+  }
+  if (!options.json) out << "submitted " << response.probe().id() << "\n";
+  if (!probe.watch) return 0;
+  return ProbeWatch(options, probe, response.probe().id(), out, err);
+}
+
+int ProbeWatch(const Options& options, const ProbeOptions& probe,
+               const std::string& id, std::ostream& out, std::ostream& err) {
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(probe.watch_timeout_s));
+  v1::WatchProbeRequest request;
+  request.set_id(id);
+  request.set_follow(true);
+  auto reader = stub->WatchProbe(&context, request);
+  const bool live = isatty(STDERR_FILENO) != 0;
+  // Progress of the batch running now: samples, peak, first sample time.
+  uint32_t batch = 0;
+  uint64_t samples = 0;
+  double peak_mib = 0;
+  int64_t elapsed_ms = 0;
+  v1::Probe last;
+  v1::ProbeEvent event;
+  while (reader->Read(&event)) {
+    if (options.json) {
+      out << ToJson(event, /*pretty=*/false) << "\n";
+      out.flush();
+    }
+    switch (event.kind_case()) {
+      case v1::ProbeEvent::kProbe:
+        last = event.probe();
+        if (!options.json) PrintProbe(last, out);
+        break;
+      case v1::ProbeEvent::kSamples:
+        for (const v1::Sample& s : event.samples().samples()) {
+          if (s.batch() != batch) {
+            batch = s.batch();
+            samples = 0;
+            peak_mib = 0;
+          }
+          ++samples;
+          peak_mib = std::max(peak_mib, s.fb_used_mib());
+          elapsed_ms = s.t_ms();
+        }
+        if (live && !options.json) {
+          err << "\rbatch " << batch << ": " << samples << " samples, peak "
+              << std::fixed << std::setprecision(2) << peak_mib / 1024.0
+              << " GiB, " << std::setprecision(1) << elapsed_ms / 1000.0
+              << " s   " << std::flush;
+        }
+        break;
+      case v1::ProbeEvent::kResult:
+        if (live && !options.json) err << "\r" << std::string(60, ' ') << "\r";
+        if (!options.json) PrintResult(event.result(), out);
+        break;
+      case v1::ProbeEvent::KIND_NOT_SET:
+        break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FailRpc(err, options, status);
+  return last.state() == v1::Probe::SUCCEEDED ? 0 : 1;
+}
+
+int ProbeCancel(const Options& options, const std::string& id,
+                std::ostream& out, std::ostream& err) {
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::CancelProbeRequest request;
+  request.set_id(id);
+  v1::CancelProbeResponse response;
+  const grpc::Status status = stub->CancelProbe(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response.probe(), /*pretty=*/true) << "\n";
+  } else {
+    PrintProbe(response.probe(), out);
+  }
+  return 0;
+}
+
+int ProbeList(const Options& options, const ProbeOptions& probe,
+              std::ostream& out, std::ostream& err) {
+  v1::ListProbesRequest request;
+  if (!probe.state.empty()) {
+    v1::Probe::State state;
+    if (!v1::Probe::State_Parse(absl::AsciiStrToUpper(probe.state), &state) ||
+        state == v1::Probe::STATE_UNSPECIFIED) {
+      return Fail(err, absl::StrCat("--state '", probe.state,
+                                    "' is unknown; allowed queued, running, "
+                                    "succeeded, failed, cancelled"));
+    }
+    request.set_state(state);
+  }
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::ListProbesResponse response;
+  const grpc::Status status = stub->ListProbes(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  if (response.probes().empty()) out << "no probes\n";
+  for (const v1::Probe& p : response.probes()) PrintProbe(p, out);
+  return 0;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,42 @@
+#ifndef HEADROOM_CLIENT_FLEET_COMMANDS_H_
+#define HEADROOM_CLIENT_FLEET_COMMANDS_H_
+
+// headroom workers | probe submit|watch|cancel|list: the operator's side of
+// the fleet (DESIGN.md, "Workers and probes").
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "client/commands.h"
+
+namespace headroom::cli {
+
+struct ProbeOptions {
+  // Where: --gpu KIND (in Options) or --worker ID.
+  std::string worker;
+  uint32_t repetitions = 0;
+  std::string executor;
+  uint32_t steps = 0;
+  uint32_t warmup = 0;
+  bool watch = false;
+  // Longest a watch waits for the probe to end.
+  int watch_timeout_s = 3600;
+  // probe list: only this state (queued, running, succeeded, failed,
+  // cancelled; empty = all).
+  std::string state;
+};
+
+int Workers(const Options& options, std::ostream& out, std::ostream& err);
+int ProbeSubmit(const Options& options, const ProbeOptions& probe,
+                std::ostream& out, std::ostream& err);
+int ProbeWatch(const Options& options, const ProbeOptions& probe,
+               const std::string& id, std::ostream& out, std::ostream& err);
+int ProbeCancel(const Options& options, const std::string& id,
+                std::ostream& out, std::ostream& err);
+int ProbeList(const Options& options, const ProbeOptions& probe,
+              std::ostream& out, std::ostream& err);
+
+}  // namespace headroom::cli
+
+#endif  // HEADROOM_CLIENT_FLEET_COMMANDS_H_

@@ -1,0 +1,866 @@
+#include "server/service/fleet_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/status_macros.h"
+#include "server/core/memory/fit_verdict.h"
+#include "server/core/memory/model_spec.h"
+#include "server/core/planner/fit_planner.h"
+#include "server/service/queued_writer.h"
+#include "server/service/reply.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom {
+namespace {
+
+constexpr int kMaxProbeBatches = 64;
+constexpr uint32_t kMaxRepetitions = 10;
+constexpr uint32_t kMaxSteps = 1000;
+constexpr size_t kMaxIdLength = 128;
+constexpr int kMaxGpusPerWorker = 64;
+// How often a connected worker's last-seen time is written to the store.
+constexpr int64_t kLastSeenWriteMs = 30000;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Terminal(v1::Probe::State state) {
+  return state == v1::Probe::SUCCEEDED || state == v1::Probe::FAILED ||
+         state == v1::Probe::CANCELLED;
+}
+
+// Worker ids name hosts and pods: letters, digits, '.', '_', '-', ':'.
+absl::Status CheckId(const std::string& id, const char* field) {
+  if (id.empty() || id.size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be 1..", kMaxIdLength, " characters; got ", id.size()));
+  }
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+          c == '-' || c == ':')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " may hold letters, digits, '.', '_', '-' and ':' only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100),
+// or empty when the catalog does not know it.
+std::string CatalogGpu(std::string name) {
+  if (absl::StartsWithIgnoreCase(name, "NVIDIA ")) name = name.substr(7);
+  absl::StatusOr<GpuInfo> gpu = FindGpu(name);
+  if (gpu.ok()) return gpu->name;
+  // Driver names add the memory and form factor: try the first words.
+  for (size_t space = name.rfind(' '); space != std::string::npos;
+       space = name.rfind(' ')) {
+    name = name.substr(0, space);
+    gpu = FindGpu(name);
+    if (gpu.ok()) return gpu->name;
+  }
+  return "";
+}
+
+}  // namespace
+
+// One worker's Connect stream. Fields below the IO part are guarded by the
+// service's mu_.
+class FleetService::WorkerStream
+    : public QueuedWriter<
+          grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>,
+          v1::PlannerMessage> {
+ public:
+  WorkerStream(FleetService* service, std::string peer)
+      : service_(service), peer_(std::move(peer)) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(grpc::Status::OK);
+      return;
+    }
+    switch (incoming_.kind_case()) {
+      case v1::WorkerMessage::kHello:
+        service_->OnHello(this, incoming_.hello());
+        break;
+      case v1::WorkerMessage::kHeartbeat:
+        service_->OnHeartbeat(this, incoming_.heartbeat());
+        break;
+      case v1::WorkerMessage::kSamples:
+        service_->OnSamples(this, incoming_.samples());
+        break;
+      case v1::WorkerMessage::kResult:
+        service_->OnResult(this, incoming_.result());
+        break;
+      case v1::WorkerMessage::KIND_NOT_SET:
+        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         "empty WorkerMessage; send hello, heartbeat, "
+                         "samples or result"));
+        return;
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnCancel() override {
+    End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+  }
+
+  void OnDone() override {
+    service_->OnStreamDone(this);
+    delete this;
+  }
+
+  const std::string& peer() const { return peer_; }
+
+  // Guarded by FleetService::mu_.
+  bool registered = false;
+  bool replaced = false;
+  v1::WorkerHello hello;
+  std::vector<std::string> gpu_kinds;
+  std::vector<std::string> executors;
+  std::string running_assignment;
+  std::string running_probe;
+  uint64_t samples_received = 0;
+  int64_t last_seen_written_ms = 0;
+  std::vector<PlannerMetrics::GpuGauges> gauges;
+
+ private:
+  FleetService* service_;
+  std::string peer_;
+  v1::WorkerMessage incoming_;
+};
+
+// One WatchProbe call.
+class FleetService::ProbeWatch
+    : public QueuedWriter<grpc::ServerWriteReactor<v1::ProbeEvent>,
+                          v1::ProbeEvent> {
+ public:
+  ProbeWatch(FleetService* service, std::string probe_id)
+      : service_(service), probe_id_(std::move(probe_id)) {}
+
+  void OnCancel() override {
+    End(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&service_->mu_);
+      auto [begin, end] = service_->watches_.equal_range(probe_id_);
+      for (auto it = begin; it != end; ++it) {
+        if (it->second == this) {
+          service_->watches_.erase(it);
+          break;
+        }
+      }
+    }
+    delete this;
+  }
+
+ private:
+  FleetService* service_;
+  std::string probe_id_;
+};
+
+FleetService::FleetService(std::shared_ptr<const ModelCatalog> catalog,
+                           Store* store, PlannerMetrics* metrics,
+                           Options options)
+    : catalog_(std::move(catalog)),
+      store_(store),
+      metrics_(metrics),
+      options_(std::move(options)) {
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+}
+
+FleetService::~FleetService() { Shutdown(); }
+
+void FleetService::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    // Ended under mu_: a reactor's OnDone (which frees it) waits for mu_.
+    for (auto& [id, stream] : workers_) {
+      stream->End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "planner shutting down; reconnect"));
+    }
+    for (auto& [id, watch] : watches_) {
+      watch->End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "planner shutting down; watch again"));
+    }
+  }
+  if (dispatcher_.joinable()) dispatcher_.join();
+}
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>*
+FleetService::Connect(grpc::CallbackServerContext* context) {
+  return new WorkerStream(this, context->peer());
+}
+
+void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
+  v1::WorkerHello hello = in;
+  absl::Status valid = CheckId(hello.worker_id(), "hello.worker_id");
+  if (valid.ok() && hello.gpus_size() > kMaxGpusPerWorker) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("hello.gpus has ", hello.gpus_size(),
+                     " entries; allowed up to ", kMaxGpusPerWorker));
+  }
+  if (!valid.ok()) {
+    stream->End(ToGrpcStatus(valid));
+    return;
+  }
+  std::vector<std::string> kinds;
+  for (v1::GpuDevice& gpu : *hello.mutable_gpus()) {
+    gpu.set_catalog_gpu(CatalogGpu(gpu.name()));
+    if (!gpu.catalog_gpu().empty()) kinds.push_back(gpu.catalog_gpu());
+  }
+  bool accepted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // Refused: a second hello on one stream, or a planner going down.
+    accepted = !stopping_ && !stream->registered;
+    if (accepted) {
+      auto it = workers_.find(hello.worker_id());
+      if (it != workers_.end()) {
+        // Ended under mu_, so its OnDone cannot run (and free it) first.
+        it->second->replaced = true;
+        it->second->End(
+            grpc::Status(grpc::StatusCode::ABORTED,
+                         "replaced by a newer connection of the worker"));
+      }
+      workers_[hello.worker_id()] = stream;
+      stream->registered = true;
+      stream->hello = hello;
+      stream->gpu_kinds = kinds;
+      stream->executors.assign(hello.executors().begin(),
+                               hello.executors().end());
+      stream->running_assignment = hello.running_assignment_id();
+      stream->last_seen_written_ms = NowMs();
+      for (const v1::GpuDevice& gpu : hello.gpus()) {
+        stream->gauges.push_back(metrics_->GpuSeries(
+            absl::StrCat(gpu.index()), gpu.uuid(), gpu.name(),
+            hello.hostname().empty() ? hello.worker_id() : hello.hostname()));
+      }
+      metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
+    }
+  }
+  if (!accepted) {
+    stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                             "hello refused: sent twice on one stream, or the "
+                             "planner is shutting down"));
+    return;
+  }
+  v1::WorkerStatus status;
+  *status.mutable_hello() = hello;
+  status.set_connected(true);
+  status.set_last_seen_unix_ms(NowMs());
+  if (absl::Status stored = store_->PutWorker(status); !stored.ok()) {
+    spdlog::warn("event=worker_store_failed worker={} error=\"{}\"",
+                 hello.worker_id(), std::string(stored.message()));
+  }
+  if (!hello.running_assignment_id().empty() &&
+      !store_
+           ->RenewLease(hello.running_assignment_id(),
+                        NowMs() + options_.lease_ms)
+           .ok()) {
+    v1::PlannerMessage cancel;
+    cancel.mutable_cancel()->set_assignment_id(hello.running_assignment_id());
+    cancel.mutable_cancel()->set_reason(
+        "assignment no longer running here (lease expired or probe ended)");
+    stream->Enqueue(std::move(cancel));
+  }
+  v1::PlannerMessage welcome;
+  welcome.mutable_welcome()->set_planner_version(options_.planner_version);
+  welcome.mutable_welcome()->set_heartbeat_ms(options_.heartbeat_ms);
+  stream->Enqueue(std::move(welcome));
+  spdlog::info(
+      "event=worker_connected worker={} peer={} gpus={} executors={} "
+      "running={}",
+      hello.worker_id(), stream->peer(), hello.gpus_size(),
+      absl::StrJoin(hello.executors(), ","), hello.running_assignment_id());
+  Wake();
+}
+
+void FleetService::OnHeartbeat(WorkerStream* stream,
+                               const v1::Heartbeat& heartbeat) {
+  std::optional<v1::WorkerStatus> refresh;
+  bool registered = false;
+  {
+    absl::MutexLock lock(&mu_);
+    registered = stream->registered;
+    const int64_t now = NowMs();
+    if (registered && now - stream->last_seen_written_ms >= kLastSeenWriteMs) {
+      stream->last_seen_written_ms = now;
+      refresh.emplace();
+      *refresh->mutable_hello() = stream->hello;
+      refresh->set_connected(true);
+      refresh->set_last_seen_unix_ms(now);
+    }
+  }
+  if (!registered) {
+    stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                             "send hello first"));
+    return;
+  }
+  if (refresh.has_value()) (void)store_->PutWorker(*refresh);
+  if (heartbeat.assignment_id().empty()) return;
+  if (!store_
+           ->RenewLease(heartbeat.assignment_id(), NowMs() + options_.lease_ms)
+           .ok()) {
+    v1::PlannerMessage cancel;
+    cancel.mutable_cancel()->set_assignment_id(heartbeat.assignment_id());
+    cancel.mutable_cancel()->set_reason(
+        "assignment no longer running here (lease expired or probe ended)");
+    stream->Enqueue(std::move(cancel));
+  }
+}
+
+void FleetService::OnSamples(WorkerStream* stream,
+                             const v1::SampleBatch& samples) {
+  std::vector<PlannerMetrics::GpuGauges> gauges;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stream->registered) return;
+    stream->samples_received += samples.samples_size();
+    gauges = stream->gauges;
+  }
+  metrics_->SamplesReceived(samples.samples_size());
+  if (samples.samples_size() == 0) return;
+  const v1::Sample& last = samples.samples(samples.samples_size() - 1);
+  if (last.gpu_index() < gauges.size()) {
+    const PlannerMetrics::GpuGauges& gpu = gauges[last.gpu_index()];
+    gpu.fb_used_mib->Set(last.fb_used_mib());
+    if (last.has_power_w()) gpu.power_w->Set(last.power_w());
+    if (last.has_total_energy_mj()) gpu.energy_mj->Set(last.total_energy_mj());
+  }
+  if (!samples.probe_id().empty()) {
+    v1::ProbeEvent event;
+    *event.mutable_samples() = samples;
+    Publish(samples.probe_id(), event);
+  }
+}
+
+std::optional<v1::MeasuredRun> FleetService::RunFor(
+    const v1::Probe& probe, const v1::ProbeResult& result,
+    const WorkerStream& stream) const {
+  if (probe.template_().empty()) return std::nullopt;
+  std::string gpu = result.gpu().catalog_gpu();
+  if (gpu.empty()) gpu = CatalogGpu(result.gpu().name());
+  if (gpu.empty()) gpu = probe.gpu();
+  absl::StatusOr<GpuInfo> card = FindGpu(gpu);
+  if (gpu.empty() || !card.ok()) return std::nullopt;
+  const v1::BatchResult& batch = result.batch();
+  v1::MeasuredRun run;
+  run.set_template_(probe.template_());
+  run.set_family(probe.spec().family());
+  run.set_gpu(card->name);
+  run.set_batch(batch.batch());
+  run.set_params(CountParams(probe.spec()));
+  if (!batch.error().empty()) {
+    run.set_excluded(absl::StrCat("probe error: ", batch.error()));
+  } else if (batch.oom()) {
+    run.set_oom_on_gb(card->memory_gb);
+  } else if (batch.has_peak_allocated_gb()) {
+    run.set_measured_peak_gb(batch.peak_allocated_gb());
+  } else {
+    run.set_excluded("no allocator peak measured (device peak only)");
+  }
+  run.set_source(
+      absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
+  run.set_simulated(batch.simulated() || result.gpu().simulated());
+  run.set_worker(stream.hello.worker_id());
+  run.set_driver_version(result.gpu().driver_version());
+  run.set_cuda_version(result.gpu().cuda_version());
+  std::vector<std::string> versions;
+  for (const auto& [name, version] : result.framework_versions()) {
+    versions.push_back(absl::StrCat(name, " ", version));
+  }
+  std::sort(versions.begin(), versions.end());
+  run.set_framework(absl::StrJoin(versions, ", "));
+  if (batch.has_device_peak_gb()) {
+    run.set_device_peak_gb(batch.device_peak_gb());
+  }
+  if (batch.has_step_seconds()) run.set_step_seconds(batch.step_seconds());
+  if (batch.has_energy_j()) run.set_energy_j(batch.energy_j());
+  return run;
+}
+
+void FleetService::OnResult(WorkerStream* stream,
+                            const v1::ProbeResult& result) {
+  bool registered;
+  {
+    absl::MutexLock lock(&mu_);
+    registered = stream->registered;
+  }
+  if (!registered) {
+    stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                             "send hello first"));
+    return;
+  }
+  if (result.key().empty() || result.key().size() > 256) {
+    stream->End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             "result.key must be 1..256 characters"));
+    return;
+  }
+  absl::StatusOr<v1::Probe> probe = store_->GetProbe(result.probe_id());
+  if (probe.status().code() == absl::StatusCode::kNotFound) {
+    // Nothing to attach it to; acknowledged so the worker stops re-sending.
+    spdlog::warn("event=result_for_unknown_probe probe={} key={}",
+                 result.probe_id(), result.key());
+  } else if (!probe.ok()) {
+    spdlog::error("event=result_not_stored key={} error=\"{}\"", result.key(),
+                  std::string(probe.status().message()));
+    return;  // not acknowledged: the worker sends it again
+  } else {
+    if (result.has_batch()) {
+      const std::optional<v1::MeasuredRun> run =
+          RunFor(*probe, result, *stream);
+      absl::StatusOr<bool> stored = store_->RecordProbeResult(
+          probe->id(), result.key(), result.batch(), run);
+      if (!stored.ok()) {
+        spdlog::error("event=result_not_stored key={} error=\"{}\"",
+                      result.key(), std::string(stored.status().message()));
+        return;
+      }
+      const v1::BatchResult& batch = result.batch();
+      metrics_->ProbeResultReceived(!*stored                 ? "duplicate"
+                                    : batch.oom()            ? "oom"
+                                    : !batch.error().empty() ? "error"
+                                                             : "measured");
+      if (*stored) {
+        v1::ProbeEvent event;
+        *event.mutable_result() = batch;
+        Publish(probe->id(), event);
+      }
+    }
+    if (result.final() || result.handed_back()) {
+      absl::StatusOr<v1::Probe> finished = store_->FinishAssignment(
+          probe->id(), result.assignment_id(),
+          result.error().empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED,
+          result.error(), result.details_json(), result.handed_back());
+      if (!finished.ok()) {
+        spdlog::error("event=finish_not_stored key={} error=\"{}\"",
+                      result.key(), std::string(finished.status().message()));
+        return;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        if (stream->running_assignment == result.assignment_id()) {
+          stream->running_assignment.clear();
+          stream->running_probe.clear();
+        }
+      }
+      spdlog::info("event=assignment_done probe={} assignment={} state={}",
+                   finished->id(), result.assignment_id(),
+                   v1::Probe::State_Name(finished->state()));
+      PublishProbe(*finished);
+      Wake();
+    }
+  }
+  v1::PlannerMessage ack;
+  ack.mutable_ack()->add_keys(result.key());
+  stream->Enqueue(std::move(ack));
+}
+
+void FleetService::OnStreamDone(WorkerStream* stream) {
+  std::optional<v1::WorkerStatus> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stream->registered) return;
+    auto it = workers_.find(stream->hello.worker_id());
+    if (it != workers_.end() && it->second == stream) workers_.erase(it);
+    metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
+    if (!stream->replaced) {
+      gone.emplace();
+      *gone->mutable_hello() = stream->hello;
+      gone->set_connected(false);
+      gone->set_last_seen_unix_ms(NowMs());
+    }
+  }
+  if (gone.has_value()) {
+    // Its running probe keeps its lease: a reconnect within it continues.
+    (void)store_->PutWorker(*gone);
+    spdlog::info("event=worker_disconnected worker={}",
+                 gone->hello().worker_id());
+  }
+}
+
+grpc::ServerUnaryReactor* FleetService::ListWorkers(
+    grpc::CallbackServerContext* context,
+    const v1::ListWorkersRequest* /*request*/,
+    v1::ListWorkersResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::ListWorkersResponse> {
+    ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> stored,
+                     store_->ListWorkers());
+    v1::ListWorkersResponse out;
+    absl::MutexLock lock(&mu_);
+    for (v1::WorkerStatus& worker : stored) {
+      auto it = workers_.find(worker.hello().worker_id());
+      if (it != workers_.end()) {
+        worker.set_connected(true);
+        worker.set_samples_received(it->second->samples_received);
+        worker.set_running_probe(it->second->running_probe);
+        worker.set_last_seen_unix_ms(NowMs());
+      }
+      *out.add_workers() = std::move(worker);
+    }
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+absl::StatusOr<v1::Probe> FleetService::Submit(
+    const v1::SubmitProbeRequest& request) {
+  RETURN_IF_ERROR(CheckSize(request, 4 << 20));
+  ASSIGN_OR_RETURN(
+      ResolvedModel model,
+      ResolveModelRef(request.model(), request.setup(), *catalog_));
+  if (request.batches().empty() || request.batches_size() > kMaxProbeBatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batches has ", request.batches_size(),
+                     " entries; allowed 1..", kMaxProbeBatches));
+  }
+  for (int i = 0; i < request.batches_size(); ++i) {
+    if (request.batches(i) == 0 || request.batches(i) > kMaxBatch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batches[", i, "] = ", request.batches(i),
+                       " is out of range; allowed 1..", kMaxBatch));
+    }
+  }
+  v1::Probe probe;
+  switch (request.placement_case()) {
+    case v1::SubmitProbeRequest::kGpu: {
+      absl::StatusOr<GpuInfo> gpu = FindGpu(request.gpu());
+      if (!gpu.ok()) {
+        return absl::Status(gpu.status().code(),
+                            absl::StrCat("gpu: ", gpu.status().message()));
+      }
+      probe.set_gpu(gpu->name);
+      break;
+    }
+    case v1::SubmitProbeRequest::kWorker:
+      RETURN_IF_ERROR(CheckId(request.worker(), "worker"));
+      break;
+    case v1::SubmitProbeRequest::PLACEMENT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
+          "or worker (a worker id from ListWorkers)");
+  }
+  if (request.repetitions() > kMaxRepetitions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetitions = ", request.repetitions(),
+                     " is out of range; allowed 0..", kMaxRepetitions));
+  }
+  const std::string& executor = request.executor();
+  if (!executor.empty() && executor != "torch" && executor != "cuda" &&
+      executor != "sim") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor = \"", executor.substr(0, 32),
+                     "\"; allowed \"torch\", \"cuda\", \"sim\" or empty"));
+  }
+  if (request.steps() > kMaxSteps || request.warmup_steps() > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps and warmup_steps must be 0..", kMaxSteps, "; got ",
+                     request.steps(), " and ", request.warmup_steps()));
+  }
+  if (!(request.batch_timeout_s() >= 0 && request.batch_timeout_s() <= 86400)) {
+    return absl::InvalidArgumentError(
+        "batch_timeout_s is out of range; allowed 0..86400 seconds");
+  }
+  *probe.mutable_request() = request;
+  probe.set_template_(model.template_name);
+  *probe.mutable_spec() = model.spec();
+  probe.set_created_unix_ms(NowMs());
+  probe.set_updated_unix_ms(probe.created_unix_ms());
+  ASSIGN_OR_RETURN(v1::Probe stored, store_->AddProbe(std::move(probe)));
+  spdlog::info(
+      "event=probe_submitted probe={} model={} gpu={} worker={} "
+      "batches={} executor={}",
+      stored.id(), stored.spec().name(), stored.gpu(), request.worker(),
+      absl::StrJoin(request.batches(), ","), executor);
+  Wake();
+  return stored;
+}
+
+grpc::ServerUnaryReactor* FleetService::SubmitProbe(
+    grpc::CallbackServerContext* context, const v1::SubmitProbeRequest* request,
+    v1::SubmitProbeResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
+    v1::SubmitProbeResponse out;
+    ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
+    grpc::CallbackServerContext* /*context*/,
+    const v1::WatchProbeRequest* request) {
+  auto* watch = new ProbeWatch(this, request->id());
+  if (absl::Status valid = CheckId(request->id(), "id"); !valid.ok()) {
+    watch->End(ToGrpcStatus(valid));
+    return watch;
+  }
+  {
+    // Registered before the snapshot is read, so no event falls between.
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      watch->End(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "planner shutting down"));
+      return watch;
+    }
+    if (request->follow()) watches_.emplace(request->id(), watch);
+  }
+  absl::StatusOr<v1::Probe> probe = store_->GetProbe(request->id());
+  if (!probe.ok()) {
+    watch->End(ToGrpcStatus(probe.status()));
+    return watch;
+  }
+  v1::ProbeEvent snapshot;
+  *snapshot.mutable_probe() = *probe;
+  watch->Enqueue(std::move(snapshot));
+  if (!request->follow() || Terminal(probe->state())) {
+    watch->End(grpc::Status::OK);
+  }
+  return watch;
+}
+
+grpc::ServerUnaryReactor* FleetService::CancelProbe(
+    grpc::CallbackServerContext* context, const v1::CancelProbeRequest* request,
+    v1::CancelProbeResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::CancelProbeResponse> {
+    RETURN_IF_ERROR(CheckId(request->id(), "id"));
+    ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
+    ASSIGN_OR_RETURN(v1::Probe probe, store_->CancelProbe(request->id()));
+    if (before.state() == v1::Probe::RUNNING &&
+        probe.state() == v1::Probe::CANCELLED) {
+      absl::MutexLock lock(&mu_);
+      auto it = workers_.find(before.worker());
+      if (it != workers_.end()) {
+        v1::PlannerMessage cancel;
+        cancel.mutable_cancel()->set_assignment_id(before.assignment_id());
+        cancel.mutable_cancel()->set_reason("probe cancelled by an operator");
+        it->second->Enqueue(std::move(cancel));
+        it->second->running_assignment.clear();
+        it->second->running_probe.clear();
+      }
+    }
+    spdlog::info("event=probe_cancel probe={} state={}", probe.id(),
+                 v1::Probe::State_Name(probe.state()));
+    PublishProbe(probe);
+    Wake();
+    v1::CancelProbeResponse out;
+    *out.mutable_probe() = std::move(probe);
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::ListProbes(
+    grpc::CallbackServerContext* context, const v1::ListProbesRequest* request,
+    v1::ListProbesResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::ListProbesResponse> {
+    if (request->limit() > 10000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("limit = ", request->limit(),
+                       " is out of range; allowed 0..10000 (0 = 100)"));
+    }
+    const int limit = request->limit() == 0 ? 100 : request->limit();
+    ASSIGN_OR_RETURN(std::vector<v1::Probe> probes,
+                     store_->ListProbes(request->state(), limit));
+    v1::ListProbesResponse out;
+    for (v1::Probe& probe : probes) *out.add_probes() = std::move(probe);
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+void FleetService::Publish(const std::string& probe_id,
+                           const v1::ProbeEvent& event) {
+  absl::MutexLock lock(&mu_);
+  auto [begin, end] = watches_.equal_range(probe_id);
+  for (auto it = begin; it != end; ++it) {
+    it->second->Enqueue(event, /*droppable=*/event.has_samples());
+  }
+}
+
+void FleetService::PublishProbe(const v1::Probe& probe) {
+  v1::ProbeEvent event;
+  *event.mutable_probe() = probe;
+  absl::MutexLock lock(&mu_);
+  auto [begin, end] = watches_.equal_range(probe.id());
+  for (auto it = begin; it != end; ++it) {
+    it->second->Enqueue(event);
+    if (Terminal(probe.state())) it->second->End(grpc::Status::OK);
+  }
+}
+
+void FleetService::Wake() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
+void FleetService::DispatchLoop() {
+  int64_t last_counts_ms = 0;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return wake_ || stopping_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&woken),
+                           absl::Milliseconds(options_.dispatch_ms));
+      if (stopping_) return;
+      wake_ = false;
+    }
+    DispatchOnce();
+    const int64_t now = NowMs();
+    if (now - last_counts_ms >= 1000) {
+      last_counts_ms = now;
+      absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>> counts =
+          store_->CountProbes();
+      if (counts.ok()) {
+        std::vector<std::pair<std::string, int64_t>> named;
+        for (int state = v1::Probe::QUEUED; state <= v1::Probe::CANCELLED;
+             ++state) {
+          int64_t count = 0;
+          for (const auto& [s, n] : *counts) {
+            if (s == state) count = n;
+          }
+          named.emplace_back(
+              v1::Probe::State_Name(static_cast<v1::Probe::State>(state)),
+              count);
+        }
+        metrics_->ProbeStates(named);
+      }
+    }
+  }
+}
+
+void FleetService::DispatchOnce() {
+  const int64_t now = NowMs();
+  absl::StatusOr<std::vector<std::string>> requeued =
+      store_->RequeueExpired(now);
+  if (!requeued.ok()) {
+    spdlog::error("event=requeue_failed error=\"{}\"",
+                  std::string(requeued.status().message()));
+  } else {
+    for (const std::string& id : *requeued) {
+      spdlog::warn("event=lease_expired probe={} action=requeued", id);
+      absl::StatusOr<v1::Probe> probe = store_->GetProbe(id);
+      if (probe.ok()) PublishProbe(*probe);
+    }
+  }
+
+  struct Idle {
+    std::string worker;
+    std::vector<std::string> gpu_kinds;
+    std::vector<std::string> executors;
+    std::vector<v1::GpuDevice> gpus;
+  };
+  std::vector<Idle> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, stream] : workers_) {
+      if (!stream->running_assignment.empty()) continue;
+      idle.push_back(
+          {id,
+           stream->gpu_kinds,
+           stream->executors,
+           {stream->hello.gpus().begin(), stream->hello.gpus().end()}});
+    }
+  }
+  for (const Idle& worker : idle) {
+    absl::StatusOr<std::optional<v1::Probe>> claimed =
+        store_->ClaimProbe(worker.worker, worker.gpu_kinds, worker.executors,
+                           now, options_.lease_ms);
+    if (!claimed.ok()) {
+      spdlog::error("event=claim_failed worker={} error=\"{}\"", worker.worker,
+                    std::string(claimed.status().message()));
+      continue;
+    }
+    if (!claimed->has_value()) continue;
+    const v1::Probe& probe = **claimed;
+
+    v1::PlannerMessage message;
+    v1::Assignment& assignment = *message.mutable_assignment();
+    assignment.set_assignment_id(probe.assignment_id());
+    assignment.set_probe_id(probe.id());
+    *assignment.mutable_spec() = probe.spec();
+    assignment.set_template_(probe.template_());
+    *assignment.mutable_setup() = probe.request().setup();
+    // Only what is not measured yet (a re-queued probe resumes).
+    const uint32_t repetitions = std::max(1u, probe.request().repetitions());
+    for (uint32_t batch : probe.request().batches()) {
+      for (uint32_t rep = 0; rep < repetitions; ++rep) {
+        const bool done =
+            std::any_of(probe.results().begin(), probe.results().end(),
+                        [&](const v1::BatchResult& r) {
+                          return r.batch() == batch && r.repetition() == rep;
+                        });
+        if (done) continue;
+        v1::BatchRun* run = assignment.add_runs();
+        run->set_batch(batch);
+        run->set_repetition(rep);
+      }
+    }
+    assignment.set_executor(probe.request().executor());
+    for (const v1::GpuDevice& gpu : worker.gpus) {
+      if (gpu.catalog_gpu() == probe.gpu()) {
+        assignment.set_gpu_index(gpu.index());
+        break;
+      }
+    }
+    assignment.set_warmup_steps(probe.request().warmup_steps() == 0
+                                    ? 1
+                                    : probe.request().warmup_steps());
+    assignment.set_steps(
+        probe.request().steps() == 0 ? 3 : probe.request().steps());
+    assignment.set_lease_ms(options_.lease_ms);
+    assignment.set_batch_timeout_s(probe.request().batch_timeout_s() == 0
+                                       ? 600
+                                       : probe.request().batch_timeout_s());
+
+    if (assignment.runs().empty()) {
+      absl::StatusOr<v1::Probe> done =
+          store_->FinishAssignment(probe.id(), probe.assignment_id(),
+                                   v1::Probe::SUCCEEDED, "", "", false);
+      if (done.ok()) PublishProbe(*done);
+      continue;
+    }
+    bool sent = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = workers_.find(worker.worker);
+      if (it != workers_.end() && it->second->running_assignment.empty()) {
+        it->second->running_assignment = probe.assignment_id();
+        it->second->running_probe = probe.id();
+        sent = it->second->Enqueue(message);
+      }
+    }
+    if (!sent) {
+      // The worker left between the snapshot and now: straight back.
+      (void)store_->FinishAssignment(probe.id(), probe.assignment_id(),
+                                     v1::Probe::QUEUED, "", "",
+                                     /*requeue=*/true);
+      continue;
+    }
+    spdlog::info(
+        "event=probe_assigned probe={} assignment={} worker={} "
+        "runs={} attempt={}",
+        probe.id(), probe.assignment_id(), worker.worker,
+        assignment.runs_size(), probe.attempts());
+    PublishProbe(probe);
+  }
+}
+
+}  // namespace headroom

@@ -1,0 +1,115 @@
+#ifndef HEADROOM_SERVER_SERVICE_FLEET_SERVICE_H_
+#define HEADROOM_SERVER_SERVICE_FLEET_SERVICE_H_
+
+// headroom.v1.Fleet: worker daemons connect here, operators submit probes,
+// and a dispatcher thread hands queued probes to idle workers and re-queues
+// those whose lease ran out. All state that must survive a restart is in
+// the store; what lives here (open streams, watchers) is per process.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "headroom/v1/fleet.grpc.pb.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/service/metrics.h"
+#include "server/store/store.h"
+
+namespace headroom {
+
+class FleetService final : public v1::Fleet::CallbackService {
+ public:
+  struct Options {
+    // A running probe whose worker sends nothing for this long goes back
+    // to the queue.
+    int64_t lease_ms = 30000;
+    // How often workers send heartbeats (said in Welcome).
+    int64_t heartbeat_ms = 5000;
+    // How often the dispatcher looks at the queue and the leases when
+    // nothing wakes it.
+    int64_t dispatch_ms = 250;
+    std::string planner_version;
+  };
+
+  // `store` and `metrics` must outlive the service.
+  FleetService(std::shared_ptr<const ModelCatalog> catalog, Store* store,
+               PlannerMetrics* metrics, Options options);
+  ~FleetService() override;
+  FleetService(const FleetService&) = delete;
+  FleetService& operator=(const FleetService&) = delete;
+
+  // Stops the dispatcher and ends every open stream (workers reconnect to
+  // whichever planner comes next). Call before the server shuts down.
+  void Shutdown();
+
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListWorkers(
+      grpc::CallbackServerContext* context,
+      const v1::ListWorkersRequest* request,
+      v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitProbe(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitProbeRequest* request,
+      v1::SubmitProbeResponse* response) override;
+  grpc::ServerWriteReactor<v1::ProbeEvent>* WatchProbe(
+      grpc::CallbackServerContext* context,
+      const v1::WatchProbeRequest* request) override;
+  grpc::ServerUnaryReactor* CancelProbe(
+      grpc::CallbackServerContext* context,
+      const v1::CancelProbeRequest* request,
+      v1::CancelProbeResponse* response) override;
+  grpc::ServerUnaryReactor* ListProbes(
+      grpc::CallbackServerContext* context,
+      const v1::ListProbesRequest* request,
+      v1::ListProbesResponse* response) override;
+
+ private:
+  class WorkerStream;
+  class ProbeWatch;
+
+  // Stream callbacks.
+  void OnHello(WorkerStream* stream, const v1::WorkerHello& hello);
+  void OnHeartbeat(WorkerStream* stream, const v1::Heartbeat& heartbeat);
+  void OnSamples(WorkerStream* stream, const v1::SampleBatch& samples);
+  void OnResult(WorkerStream* stream, const v1::ProbeResult& result);
+  void OnStreamDone(WorkerStream* stream);
+
+  absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
+  // A measured run for the calibration from one batch result; nullopt when
+  // the probe has no catalog template or the batch measured nothing usable.
+  std::optional<v1::MeasuredRun> RunFor(const v1::Probe& probe,
+                                        const v1::ProbeResult& result,
+                                        const WorkerStream& stream) const;
+
+  // Dispatcher: one pass re-queues expired leases and hands queued probes
+  // to idle workers; Wake() runs a pass soon.
+  void DispatchLoop();
+  void DispatchOnce();
+  void Wake();
+
+  // Watchers of `probe_id` get `event`; a probe in a final state ends them.
+  void Publish(const std::string& probe_id, const v1::ProbeEvent& event);
+  void PublishProbe(const v1::Probe& probe);
+
+  std::shared_ptr<const ModelCatalog> catalog_;
+  Store* store_;
+  PlannerMetrics* metrics_;
+  const Options options_;
+
+  absl::Mutex mu_;
+  // Connected workers by id (the newest stream of an id replaces older).
+  std::map<std::string, WorkerStream*> workers_ ABSL_GUARDED_BY(mu_);
+  std::multimap<std::string, ProbeWatch*> watches_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread dispatcher_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_FLEET_SERVICE_H_

@@ -1,0 +1,155 @@
+// The probe queue: claims hand each probe to one worker, leases re-queue a
+// vanished worker's probe, results are stored once, and all of it survives
+// a reopen.
+
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "server/store/sqlite_store.h"
+
+namespace headroom {
+namespace {
+
+v1::Probe QueuedProbe(const std::string& gpu, const std::string& executor) {
+  v1::Probe probe;
+  probe.set_gpu(gpu);
+  probe.set_template_("gpt2");
+  probe.mutable_request()->set_executor(executor);
+  probe.mutable_request()->add_batches(8);
+  return probe;
+}
+
+v1::BatchResult Result(uint32_t batch, double peak_gb) {
+  v1::BatchResult result;
+  result.set_batch(batch);
+  result.set_peak_allocated_gb(peak_gb);
+  return result;
+}
+
+TEST(SqliteFleetTest, EachProbeGoesToOneMatchingWorker) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto l4 = (*store)->AddProbe(QueuedProbe("L4", ""));
+  auto h100 = (*store)->AddProbe(QueuedProbe("H100", "sim"));
+  ASSERT_TRUE(l4.ok() && h100.ok());
+  EXPECT_EQ(l4->id(), "p-1");
+  EXPECT_EQ(h100->id(), "p-2");
+  EXPECT_EQ(l4->state(), v1::Probe::QUEUED);
+
+  // An A10G worker can run neither.
+  auto none = (*store)->ClaimProbe("w-a10g", {"A10G"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  // An H100 worker without the sim executor cannot run p-2.
+  none = (*store)->ClaimProbe("w-h100", {"H100"}, {"torch"}, 1000, 500);
+  EXPECT_FALSE(none->has_value());
+
+  auto first = (*store)->ClaimProbe("w-l4", {"L4"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->id(), "p-1");
+  EXPECT_EQ((*first)->state(), v1::Probe::RUNNING);
+  EXPECT_EQ((*first)->assignment_id(), "p-1.1");
+  EXPECT_EQ((*first)->worker(), "w-l4");
+  // Claimed once: a second L4 worker finds nothing.
+  auto again = (*store)->ClaimProbe("w-l4-b", {"L4"}, {"sim"}, 1000, 500);
+  EXPECT_FALSE(again->has_value());
+}
+
+TEST(SqliteFleetTest, ExpiredLeaseRequeuesAndOldAssignmentIsIgnored) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  auto claimed = (*store)->ClaimProbe("w1", {"L4"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  // Renewed to 1800: nothing expires at 1600.
+  EXPECT_TRUE((*store)->RenewLease("p-1.1", 1800).ok());
+  auto expired = (*store)->RequeueExpired(1600);
+  ASSERT_TRUE(expired.ok());
+  EXPECT_TRUE(expired->empty());
+  expired = (*store)->RequeueExpired(1801);
+  ASSERT_EQ(expired->size(), 1u);
+  EXPECT_EQ((*expired)[0], "p-1");
+  EXPECT_EQ((*store)->RenewLease("p-1.1", 3000).code(),
+            absl::StatusCode::kNotFound);
+
+  auto second = (*store)->ClaimProbe("w2", {"L4"}, {"sim"}, 2000, 500);
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->assignment_id(), "p-1.2");
+  EXPECT_EQ((*second)->attempts(), 2u);
+  // The vanished worker's late finish changes nothing.
+  auto late = (*store)->FinishAssignment("p-1", "p-1.1", v1::Probe::FAILED,
+                                         "late", "", false);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->state(), v1::Probe::RUNNING);
+  auto done = (*store)->FinishAssignment("p-1", "p-1.2", v1::Probe::SUCCEEDED,
+                                         "", "", false);
+  EXPECT_EQ(done->state(), v1::Probe::SUCCEEDED);
+  // A finished probe cannot be cancelled.
+  EXPECT_EQ((*store)->CancelProbe("p-1")->state(), v1::Probe::SUCCEEDED);
+  EXPECT_EQ((*store)->CancelProbe("p-9").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteFleetTest, ResultsAreStoredOnceWithTheirRun) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  v1::MeasuredRun run;
+  run.set_template_("gpt2");
+  run.set_gpu("L4");
+  run.set_batch(8);
+  run.set_measured_peak_gb(5.5);
+  run.set_source("probe p-1");
+  auto first =
+      (*store)->RecordProbeResult("p-1", "p-1/8/0", Result(8, 5.5), run);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(*first);
+  auto resent =
+      (*store)->RecordProbeResult("p-1", "p-1/8/0", Result(8, 5.5), run);
+  ASSERT_TRUE(resent.ok());
+  EXPECT_FALSE(*resent);
+  EXPECT_EQ((*store)->GetProbe("p-1")->results_size(), 1);
+  EXPECT_EQ((*store)->ListRuns()->size(), 1u);
+  EXPECT_EQ((*store)
+                ->RecordProbeResult("p-7", "p-7/1/0", Result(1, 1), run)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteFleetTest, QueueAndWorkersSurviveReopen) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("fleet-" + std::to_string(getpid()) + ".db");
+  std::filesystem::remove(path);
+  {
+    auto store = SqliteStore::Open(path.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+    ASSERT_TRUE((*store)->AddProbe(QueuedProbe("H100", "")).ok());
+    ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 10, 100)->has_value());
+    v1::WorkerStatus worker;
+    worker.mutable_hello()->set_worker_id("w1");
+    worker.mutable_hello()->add_gpus()->set_name("L4");
+    worker.set_connected(true);
+    ASSERT_TRUE((*store)->PutWorker(worker).ok());
+    worker.set_connected(false);
+    ASSERT_TRUE((*store)->PutWorker(worker).ok());
+  }
+  auto store = SqliteStore::Open(path.string());
+  ASSERT_TRUE(store.ok());
+  auto probes = (*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, 10);
+  ASSERT_EQ(probes->size(), 2u);
+  EXPECT_EQ((*probes)[0].id(), "p-2");  // newest first
+  EXPECT_EQ((*store)->ListProbes(v1::Probe::RUNNING, 10)->size(), 1u);
+  auto counts = (*store)->CountProbes();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->size(), 2u);
+  auto workers = (*store)->ListWorkers();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_FALSE((*workers)[0].connected());
+  EXPECT_EQ((*workers)[0].hello().gpus(0).name(), "L4");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,412 @@
+#include "worker/daemon/daemon.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/create_channel.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom::worker {
+
+// Turns an executor's callbacks into queued samples and results.
+class WorkerDaemon::Sink final : public ExecutionSink {
+ public:
+  Sink(WorkerDaemon* daemon, const v1::Assignment& assignment)
+      : daemon_(daemon), assignment_(assignment) {}
+
+  void Sample(const v1::BatchRun& run, int64_t t_ms,
+              const GpuReading& reading) override {
+    v1::Sample sample;
+    sample.set_assignment_id(assignment_.assignment_id());
+    sample.set_batch(run.batch());
+    sample.set_t_ms(t_ms);
+    sample.set_gpu_index(assignment_.gpu_index());
+    sample.set_fb_used_mib(static_cast<double>(reading.memory_used_bytes) /
+                           (1024.0 * 1024.0));
+    if (reading.power_w) sample.set_power_w(*reading.power_w);
+    if (reading.total_energy_mj) {
+      sample.set_total_energy_mj(*reading.total_energy_mj);
+    }
+    daemon_->QueueSample(std::move(sample), assignment_.probe_id());
+  }
+
+  void BatchDone(const v1::BatchRun& run, v1::BatchResult result) override {
+    v1::ProbeResult message;
+    // The key names the measurement, not the attempt: a batch re-run after
+    // a re-queue is stored once.
+    message.set_key(absl::StrCat(assignment_.probe_id(), "/", run.batch(), "/",
+                                 run.repetition()));
+    message.set_probe_id(assignment_.probe_id());
+    message.set_assignment_id(assignment_.assignment_id());
+    *message.mutable_batch() = std::move(result);
+    daemon_->SendResult(std::move(message), assignment_.gpu_index());
+  }
+
+ private:
+  WorkerDaemon* daemon_;
+  const v1::Assignment& assignment_;
+};
+
+WorkerDaemon::WorkerDaemon(DaemonOptions options,
+                           std::vector<std::unique_ptr<Executor>> executors)
+    : options_(std::move(options)) {
+  for (std::unique_ptr<Executor>& executor : executors) {
+    if (default_executor_.empty()) default_executor_ = executor->name();
+    const std::string name = executor->name();
+    executors_[name] = std::move(executor);
+  }
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  Stop();
+  if (runner_.joinable()) runner_.join();
+}
+
+void WorkerDaemon::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  stop_deadline_ = std::chrono::steady_clock::now() + options_.shutdown_grace;
+  if (stop_.load() == StopReason::kNone) stop_ = StopReason::kShutdown;
+  cv_.notify_all();
+}
+
+DaemonCounters WorkerDaemon::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+v1::GpuDevice WorkerDaemon::DeviceAt(uint32_t index) const {
+  for (const v1::GpuDevice& gpu : options_.gpus) {
+    if (gpu.index() == index) return gpu;
+  }
+  return options_.gpus.empty() ? v1::GpuDevice() : options_.gpus.front();
+}
+
+bool WorkerDaemon::Finished() const {
+  return stopping_ && ((unacked_.empty() && running_assignment_.empty()) ||
+                       std::chrono::steady_clock::now() >= stop_deadline_);
+}
+
+void WorkerDaemon::Run() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  // Our own backoff decides when to reconnect, not the channel's.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(
+      options_.planner, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Fleet::NewStub(channel);
+  std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id));
+  std::chrono::milliseconds backoff = options_.backoff_min;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Finished()) break;
+    }
+    const bool welcomed = Serve(stub.get());
+    connected_ = false;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (Finished()) break;
+    if (welcomed) backoff = options_.backoff_min;
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
+        static_cast<double>(backoff.count()) * jitter(rng)));
+    spdlog::info("event=reconnect_wait worker={} ms={}", options_.worker_id,
+                 wait.count());
+    // A stopping daemon still retries (to deliver results) until its
+    // deadline, but no sooner than the backoff says.
+    cv_.wait_for(lock, wait, [this] { return Finished(); });
+    backoff = std::min(backoff * 2, options_.backoff_max);
+  }
+  std::thread runner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = StopReason::kShutdown;
+    runner = std::move(runner_);
+  }
+  if (runner.joinable()) runner.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  spdlog::info("event=worker_stopped worker={} unacked={}", options_.worker_id,
+               unacked_.size());
+}
+
+bool WorkerDaemon::Serve(v1::Fleet::Stub* stub) {
+  grpc::ClientContext context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context_ = &context;
+  }
+  std::unique_ptr<Stream> stream = stub->Connect(&context);
+  v1::WorkerMessage hello;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    v1::WorkerHello& h = *hello.mutable_hello();
+    h.set_worker_id(options_.worker_id);
+    h.set_hostname(options_.hostname);
+    for (const v1::GpuDevice& gpu : options_.gpus) *h.add_gpus() = gpu;
+    for (const auto& [name, executor] : executors_) h.add_executors(name);
+    h.set_version(HEADROOM_VERSION_STRING);
+    for (const auto& [name, version] : options_.framework_versions) {
+      (*h.mutable_framework_versions())[name] = version;
+    }
+    for (const std::string& note : options_.notes) h.add_notes(note);
+    h.set_running_assignment_id(running_assignment_);
+  }
+  bool welcomed = false;
+  if (stream->Write(hello)) {
+    {
+      // Everything not acknowledged goes again, oldest first; the planner
+      // stores each key once.
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counters_.connects;
+      outbox_.clear();
+      for (const std::string& key : unacked_order_) {
+        auto it = unacked_.find(key);
+        if (it == unacked_.end()) continue;
+        v1::WorkerMessage message;
+        *message.mutable_result() = it->second;
+        outbox_.push_back(std::move(message));
+      }
+    }
+    connected_ = true;
+    std::atomic<bool> stream_ok{true};
+    std::thread writer([&] { WriteLoop(stream.get(), &stream_ok); });
+    v1::PlannerMessage message;
+    while (stream->Read(&message)) {
+      if (message.has_welcome()) welcomed = true;
+      Handle(message);
+    }
+    stream_ok = false;
+    cv_.notify_all();
+    writer.join();
+  }
+  const grpc::Status status = stream->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context_ = nullptr;
+  }
+  spdlog::info("event=stream_ended worker={} code={} message=\"{}\"",
+               options_.worker_id, static_cast<int>(status.error_code()),
+               status.error_message());
+  return welcomed;
+}
+
+void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
+  switch (message.kind_case()) {
+    case v1::PlannerMessage::kWelcome: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (message.welcome().heartbeat_ms() > 0) {
+        heartbeat_ =
+            std::chrono::milliseconds(message.welcome().heartbeat_ms());
+      }
+      spdlog::info("event=connected worker={} planner={} heartbeat_ms={}",
+                   options_.worker_id, options_.planner, heartbeat_.count());
+      break;
+    }
+    case v1::PlannerMessage::kAssignment:
+      StartAssignment(message.assignment());
+      break;
+    case v1::PlannerMessage::kAck: {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& key : message.ack().keys()) {
+        if (unacked_.erase(key) > 0) ++counters_.results_acked;
+      }
+      while (!unacked_order_.empty() &&
+             unacked_.count(unacked_order_.front()) == 0) {
+        unacked_order_.pop_front();
+      }
+      cv_.notify_all();
+      break;
+    }
+    case v1::PlannerMessage::kCancel: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (message.cancel().assignment_id() == running_assignment_) {
+        spdlog::info("event=cancel worker={} assignment={} reason=\"{}\"",
+                     options_.worker_id, running_assignment_,
+                     message.cancel().reason());
+        stop_ = StopReason::kCancelled;
+      }
+      break;
+    }
+    case v1::PlannerMessage::KIND_NOT_SET:
+      break;
+  }
+}
+
+void WorkerDaemon::StartAssignment(const v1::Assignment& assignment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto refuse = [&](const std::string& why, bool hand_back) {
+    v1::ProbeResult result;
+    result.set_key(absl::StrCat(assignment.assignment_id(),
+                                hand_back ? "/handback" : "/final"));
+    result.set_probe_id(assignment.probe_id());
+    result.set_assignment_id(assignment.assignment_id());
+    result.set_handed_back(hand_back);
+    result.set_final(!hand_back);
+    if (!hand_back) result.set_error(why);
+    *result.mutable_gpu() = DeviceAt(assignment.gpu_index());
+    QueueResultLocked(std::move(result));
+    spdlog::warn("event=assignment_refused worker={} assignment={} why=\"{}\"",
+                 options_.worker_id, assignment.assignment_id(), why);
+  };
+  if (assignment.assignment_id() == running_assignment_) return;  // re-sent
+  if (stopping_ || !running_assignment_.empty()) {
+    refuse(stopping_ ? "worker stopping" : "worker busy", /*hand_back=*/true);
+    return;
+  }
+  const std::string name =
+      assignment.executor().empty() ? default_executor_ : assignment.executor();
+  if (executors_.count(name) == 0) {
+    std::vector<std::string> have;
+    for (const auto& [n, e] : executors_) have.push_back(n);
+    refuse(absl::StrCat("executor \"", name,
+                        "\" is not available on this worker (have: ",
+                        absl::StrJoin(have, ", "), ")"),
+           /*hand_back=*/false);
+    return;
+  }
+  running_assignment_ = assignment.assignment_id();
+  running_probe_ = assignment.probe_id();
+  stop_ = StopReason::kNone;
+  ++counters_.assignments;
+  // The previous runner cleared running_assignment_ as its last act.
+  if (runner_.joinable()) runner_.join();
+  runner_ = std::thread([this, assignment, name] {
+    RunAssignment(assignment, executors_.at(name).get());
+  });
+}
+
+void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
+                                 Executor* executor) {
+  spdlog::info(
+      "event=assignment_start worker={} assignment={} probe={} "
+      "executor={} runs={}",
+      options_.worker_id, assignment.assignment_id(), assignment.probe_id(),
+      executor->name(), assignment.runs_size());
+  Sink sink(this, assignment);
+  const ExecutionOutcome outcome = executor->Run(assignment, &sink, stop_);
+  v1::ProbeResult result;
+  result.set_key(absl::StrCat(assignment.assignment_id(),
+                              outcome.handed_back ? "/handback" : "/final"));
+  result.set_probe_id(assignment.probe_id());
+  result.set_assignment_id(assignment.assignment_id());
+  result.set_final(!outcome.handed_back);
+  result.set_handed_back(outcome.handed_back);
+  result.set_error(outcome.error);
+  result.set_details_json(outcome.details_json);
+  *result.mutable_gpu() = DeviceAt(assignment.gpu_index());
+  for (const auto& [name, version] : options_.framework_versions) {
+    (*result.mutable_framework_versions())[name] = version;
+  }
+  spdlog::info(
+      "event=assignment_end worker={} assignment={} handed_back={} "
+      "error=\"{}\"",
+      options_.worker_id, assignment.assignment_id(), outcome.handed_back,
+      outcome.error);
+  std::lock_guard<std::mutex> lock(mu_);
+  QueueResultLocked(std::move(result));
+  running_assignment_.clear();
+  running_probe_.clear();
+  cv_.notify_all();
+}
+
+void WorkerDaemon::SendResult(v1::ProbeResult result, uint32_t gpu_index) {
+  *result.mutable_gpu() = DeviceAt(gpu_index);
+  for (const auto& [name, version] : options_.framework_versions) {
+    (*result.mutable_framework_versions())[name] = version;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  QueueResultLocked(std::move(result));
+}
+
+void WorkerDaemon::QueueResultLocked(v1::ProbeResult result) {
+  const std::string key = result.key();
+  if (unacked_.count(key) == 0) unacked_order_.push_back(key);
+  v1::WorkerMessage message;
+  *message.mutable_result() = result;
+  unacked_[key] = std::move(result);
+  outbox_.push_back(std::move(message));
+  ++counters_.results_sent;
+  cv_.notify_all();
+}
+
+void WorkerDaemon::QueueSample(v1::Sample sample, const std::string& probe_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sample.set_seq(sample_seq_++);
+  if (samples_.size() >= options_.max_buffered_samples) {
+    samples_.pop_front();
+    ++counters_.samples_dropped;
+  }
+  samples_.emplace_back(probe_id, std::move(sample));
+  if (samples_.size() >= options_.sample_flush_count) cv_.notify_all();
+}
+
+void WorkerDaemon::WriteLoop(Stream* stream, std::atomic<bool>* stream_ok) {
+  auto last_heartbeat = std::chrono::steady_clock::now();
+  auto last_flush = last_heartbeat;
+  while (stream_ok->load()) {
+    std::vector<v1::WorkerMessage> out;
+    bool close = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] {
+        return !stream_ok->load() || !outbox_.empty() ||
+               samples_.size() >= options_.sample_flush_count;
+      });
+      if (!stream_ok->load()) break;
+      const auto now = std::chrono::steady_clock::now();
+      // Samples first: a batch's samples go out before its result.
+      if (!samples_.empty() &&
+          (samples_.size() >= options_.sample_flush_count ||
+           now - last_flush >= options_.sample_flush_period ||
+           !outbox_.empty() || stopping_)) {
+        last_flush = now;
+        while (!samples_.empty()) {
+          v1::WorkerMessage message;
+          v1::SampleBatch& batch = *message.mutable_samples();
+          batch.set_probe_id(samples_.front().first);
+          while (!samples_.empty() &&
+                 samples_.front().first == batch.probe_id() &&
+                 static_cast<size_t>(batch.samples_size()) < 256) {
+            *batch.add_samples() = std::move(samples_.front().second);
+            samples_.pop_front();
+          }
+          counters_.samples_sent += batch.samples_size();
+          out.push_back(std::move(message));
+        }
+      }
+      while (!outbox_.empty()) {
+        out.push_back(std::move(outbox_.front()));
+        outbox_.pop_front();
+      }
+      if (now - last_heartbeat >= heartbeat_) {
+        last_heartbeat = now;
+        v1::WorkerMessage message;
+        message.mutable_heartbeat()->set_assignment_id(running_assignment_);
+        out.push_back(std::move(message));
+      }
+      if (stopping_ && now >= stop_deadline_ && context_ != nullptr) {
+        context_->TryCancel();
+      }
+      close = stopping_ && unacked_.empty() && running_assignment_.empty() &&
+              samples_.empty();
+    }
+    for (const v1::WorkerMessage& message : out) {
+      if (!stream->Write(message)) {
+        // Results stay unacknowledged and go again after the reconnect.
+        stream_ok->store(false);
+        break;
+      }
+    }
+    if (close && stream_ok->load()) {
+      stream->WritesDone();
+      return;
+    }
+  }
+}
+
+}  // namespace headroom::worker

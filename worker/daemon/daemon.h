@@ -1,0 +1,118 @@
+#ifndef HEADROOM_WORKER_DAEMON_DAEMON_H_
+#define HEADROOM_WORKER_DAEMON_DAEMON_H_
+
+// The worker daemon: one Fleet.Connect stream to the planner, reconnected
+// with exponential backoff; assignments run one at a time on an executor;
+// samples stream back in small batches; results are kept until the planner
+// acknowledges them and are re-sent after every reconnect.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/client_context.h"
+#include "headroom/v1/fleet.grpc.pb.h"
+#include "worker/daemon/executor.h"
+
+namespace headroom::worker {
+
+struct DaemonOptions {
+  std::string planner = "127.0.0.1:50051";
+  std::string worker_id;
+  std::string hostname;
+  std::vector<v1::GpuDevice> gpus;
+  std::vector<std::string> notes;
+  std::map<std::string, std::string> framework_versions;
+  // Reconnect backoff: doubles from min to max, with +-20 % jitter.
+  std::chrono::milliseconds backoff_min{100};
+  std::chrono::milliseconds backoff_max{10000};
+  // Samples go out when this many wait or this long passed.
+  size_t sample_flush_count = 16;
+  std::chrono::milliseconds sample_flush_period{100};
+  // Samples kept while disconnected (older ones are dropped and counted).
+  size_t max_buffered_samples = 100000;
+  // On shutdown: how long to wait for the running batch and for acks.
+  std::chrono::milliseconds shutdown_grace{10000};
+};
+
+struct DaemonCounters {
+  uint64_t samples_sent = 0;
+  uint64_t samples_dropped = 0;
+  uint64_t results_sent = 0;
+  uint64_t results_acked = 0;
+  uint64_t connects = 0;
+  uint64_t assignments = 0;
+};
+
+class WorkerDaemon {
+ public:
+  // `executors` by name ("sim", "torch", "cuda"); the first is the default.
+  WorkerDaemon(DaemonOptions options,
+               std::vector<std::unique_ptr<Executor>> executors);
+  ~WorkerDaemon();
+  WorkerDaemon(const WorkerDaemon&) = delete;
+  WorkerDaemon& operator=(const WorkerDaemon&) = delete;
+
+  // Connects and serves until Stop(); returns after a clean hand-back.
+  void Run();
+  // Asks Run() to finish: the running assignment finishes its batch or is
+  // handed back, unacknowledged results get `shutdown_grace` to be acked.
+  void Stop();
+
+  DaemonCounters counters() const;
+  bool connected() const { return connected_.load(); }
+
+ private:
+  class Sink;
+  using Stream =
+      grpc::ClientReaderWriter<v1::WorkerMessage, v1::PlannerMessage>;
+
+  // One connection; true when the planner welcomed the worker.
+  bool Serve(v1::Fleet::Stub* stub);
+  // Stopping and nothing left to deliver (or out of time). Needs mu_.
+  bool Finished() const;
+  void Handle(const v1::PlannerMessage& message);
+  void StartAssignment(const v1::Assignment& assignment);
+  void RunAssignment(const v1::Assignment& assignment, Executor* executor);
+  void QueueResultLocked(v1::ProbeResult result);
+  // Queues a result until acknowledged and sends it when connected.
+  void SendResult(v1::ProbeResult result, uint32_t gpu_index);
+  void QueueSample(v1::Sample sample, const std::string& probe_id);
+  // The writer thread: samples in batches, results, heartbeats.
+  void WriteLoop(Stream* stream, std::atomic<bool>* stream_ok);
+  v1::GpuDevice DeviceAt(uint32_t index) const;
+
+  const DaemonOptions options_;
+  std::map<std::string, std::unique_ptr<Executor>> executors_;
+  std::string default_executor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point stop_deadline_;
+  grpc::ClientContext* context_ = nullptr;  // the live stream's, to cancel
+  std::chrono::milliseconds heartbeat_{5000};
+  // Results not yet acknowledged, by key, in the order made.
+  std::map<std::string, v1::ProbeResult> unacked_;
+  std::deque<std::string> unacked_order_;
+  std::deque<v1::WorkerMessage> outbox_;  // results to write now
+  std::deque<std::pair<std::string, v1::Sample>> samples_;
+  std::string running_assignment_;
+  std::string running_probe_;
+  std::thread runner_;
+  std::atomic<StopReason> stop_{StopReason::kNone};
+  DaemonCounters counters_;
+  std::uint64_t sample_seq_ = 0;
+  std::atomic<bool> connected_{false};
+};
+
+}  // namespace headroom::worker
+
+#endif  // HEADROOM_WORKER_DAEMON_DAEMON_H_

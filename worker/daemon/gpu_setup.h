@@ -1,0 +1,45 @@
+#ifndef HEADROOM_WORKER_DAEMON_GPU_SETUP_H_
+#define HEADROOM_WORKER_DAEMON_GPU_SETUP_H_
+
+// Which executors this worker runs and which GPUs it reports: real GPUs
+// (CUDA driver + NVML, both loaded at run time) for torch and cuda, a
+// simulated card for sim. What is missing is said in notes, not fatal.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "headroom/v1/fleet.pb.h"
+#include "worker/daemon/executor.h"
+#include "worker/daemon/sim_executor.h"
+
+namespace headroom::worker {
+
+struct GpuSetupOptions {
+  // "auto", or any of "torch", "cuda", "sim".
+  std::vector<std::string> executors = {"auto"};
+  SimGpuConfig sim;
+  int sample_ms = 20;
+  std::string python = "python3";
+  std::string harness;
+  std::string cuda_probe;
+  std::string argv0;
+};
+
+struct GpuSetup {
+  std::vector<v1::GpuDevice> gpus;
+  std::vector<std::unique_ptr<Executor>> executors;
+  std::vector<std::string> notes;
+  std::map<std::string, std::string> framework_versions;
+};
+
+// INVALID_ARGUMENT for an unknown executor or simulated GPU; a real
+// executor asked for explicitly on a machine without a GPU is
+// FAILED_PRECONDITION with the reason.
+absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options);
+
+}  // namespace headroom::worker
+
+#endif  // HEADROOM_WORKER_DAEMON_GPU_SETUP_H_

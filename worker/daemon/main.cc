@@ -1,0 +1,120 @@
+// headroom-worker: the daemon on each GPU node (DESIGN.md, "Workers and
+// probes"). Every flag can also be set as HEADROOM_WORKER_<FLAG>.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/env_flags.h"
+#include "spdlog/spdlog.h"
+#include "worker/daemon/daemon.h"
+#include "worker/daemon/gpu_setup.h"
+#include "worker/daemon/sim_executor.h"
+
+ABSL_FLAG(std::string, planner, "127.0.0.1:50051", "planner gRPC address");
+ABSL_FLAG(std::string, worker_id, "",
+          "stable id of this worker (default: the host name)");
+ABSL_FLAG(std::string, executors, "auto",
+          "comma list of torch, cuda, sim; auto = torch and cuda where a GPU "
+          "and the tools exist, else sim");
+ABSL_FLAG(std::string, sim_gpu, "L4", "simulated card kind (catalog name)");
+ABSL_FLAG(double, sim_memory_gb, 0,
+          "simulated card memory in GB (0 = the catalog's)");
+ABSL_FLAG(uint64_t, sim_seed, 1, "seed of the simulated card's hidden truth");
+ABSL_FLAG(int, sim_step_ms, 40, "wall time of one simulated training step");
+ABSL_FLAG(int, sample_ms, 20, "GPU sampling period during a probe");
+ABSL_FLAG(std::string, python, "python3", "Python with torch (torch executor)");
+ABSL_FLAG(std::string, harness, "",
+          "path of headroom_torch_probe.py (default: next to the binary or "
+          "in worker/harness/)");
+ABSL_FLAG(std::string, cuda_probe, "",
+          "path of headroom-cuda-probe (default: next to the binary)");
+ABSL_FLAG(int, backoff_max_ms, 10000, "longest wait between reconnects");
+ABSL_FLAG(int, shutdown_grace_ms, 10000,
+          "on SIGTERM: time to finish the batch and deliver results");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "worker";
+  return name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "headroom-worker --planner HOST:PORT [--executors sim --sim_gpu L4]\n"
+      "Runs probe runs the planner assigns and streams measurements back.\n"
+      "Every flag can also be set as HEADROOM_WORKER_<FLAG>.");
+  headroom::ApplyEnvironmentToFlags("HEADROOM_WORKER_");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  headroom::worker::DaemonOptions options;
+  options.planner = absl::GetFlag(FLAGS_planner);
+  options.hostname = HostName();
+  options.worker_id = absl::GetFlag(FLAGS_worker_id).empty()
+                          ? options.hostname
+                          : absl::GetFlag(FLAGS_worker_id);
+  options.backoff_max = std::chrono::milliseconds(
+      std::max(100, absl::GetFlag(FLAGS_backoff_max_ms)));
+  options.shutdown_grace = std::chrono::milliseconds(
+      std::max(0, absl::GetFlag(FLAGS_shutdown_grace_ms)));
+
+  headroom::worker::GpuSetupOptions setup;
+  setup.executors =
+      absl::StrSplit(absl::GetFlag(FLAGS_executors), ',', absl::SkipEmpty());
+  setup.sim.kind = absl::GetFlag(FLAGS_sim_gpu);
+  setup.sim.memory_gb = absl::GetFlag(FLAGS_sim_memory_gb);
+  setup.sim.seed = absl::GetFlag(FLAGS_sim_seed);
+  setup.sim.step_ms = absl::GetFlag(FLAGS_sim_step_ms);
+  setup.sim.sample_ms = absl::GetFlag(FLAGS_sample_ms);
+  setup.sample_ms = absl::GetFlag(FLAGS_sample_ms);
+  setup.python = absl::GetFlag(FLAGS_python);
+  setup.harness = absl::GetFlag(FLAGS_harness);
+  setup.cuda_probe = absl::GetFlag(FLAGS_cuda_probe);
+  setup.argv0 = argv[0];
+  absl::StatusOr<headroom::worker::GpuSetup> gpus =
+      headroom::worker::SetUpExecutors(setup);
+  if (!gpus.ok()) {
+    spdlog::error("event=start_failed error=\"{}\"", gpus.status().ToString());
+    return 2;
+  }
+  options.gpus = gpus->gpus;
+  options.notes = gpus->notes;
+  options.framework_versions = gpus->framework_versions;
+  for (const std::string& note : options.notes) {
+    spdlog::warn("event=note worker={} note=\"{}\"", options.worker_id, note);
+  }
+  headroom::worker::WorkerDaemon daemon(options, std::move(gpus->executors));
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    spdlog::info("event=signal signal={} action=hand_back_and_stop", signal);
+    daemon.Stop();
+  });
+  daemon.Run();
+  // Run() ends only after Stop(); wake the waiter if it ended otherwise.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return 0;
+}
