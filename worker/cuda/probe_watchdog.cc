@@ -1,0 +1,61 @@
+#include "worker/cuda/probe_watchdog.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "worker/cuda/probe_report.h"
+
+namespace headroom {
+namespace cuda {
+
+ProbeWatchdog::ProbeWatchdog(std::chrono::milliseconds deadline) {
+  const auto at = std::chrono::steady_clock::now() + deadline;
+  thread_ = std::thread([this, at, deadline] { Watch(at, deadline); });
+}
+
+ProbeWatchdog::~ProbeWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  cancel_.notify_all();
+  thread_.join();
+}
+
+void ProbeWatchdog::SetStage(const std::string& stage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stage_ = stage;
+}
+
+std::string ProbeWatchdog::stage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stage_;
+}
+
+bool ProbeWatchdog::ClaimOutput() { return !output_claimed_.exchange(true); }
+
+void ProbeWatchdog::Watch(std::chrono::steady_clock::time_point deadline,
+                          std::chrono::milliseconds limit) {
+  std::string stage;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cancel_.wait_until(lock, deadline, [this] { return cancelled_; })) {
+      return;
+    }
+    stage = stage_;
+  }
+  if (!ClaimOutput()) return;  // the probe is printing its own document
+  const std::string error =
+      "timed out after " + std::to_string(limit.count() / 1000) +
+      " s while in stage \"" + stage +
+      "\": the GPU or the driver stopped answering (check nvidia-smi and "
+      "dmesg for Xid errors)";
+  const std::string document = ProbeErrorJson(stage, error);
+  std::fwrite(document.data(), 1, document.size(), stdout);
+  std::fflush(stdout);
+  // No destructors: other threads may be stuck inside the driver.
+  std::_Exit(2);
+}
+
+}  // namespace cuda
+}  // namespace headroom
