@@ -1,9 +1,43 @@
 #include "worker/daemon/gpu_setup.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "worker/daemon/gpu_executors.h"
+#include "worker/daemon/subprocess.h"
 
 namespace headroom::worker {
+namespace {
+
+// The first of `candidates` that exists, or empty.
+std::string FirstExisting(
+    const std::vector<std::filesystem::path>& candidates) {
+  std::error_code ec;
+  for (const auto& path : candidates) {
+    if (std::filesystem::is_regular_file(path, ec)) return path.string();
+  }
+  return "";
+}
+
+// torch's version from `python`, or empty with `why` when it cannot import.
+std::string TorchVersion(const std::string& python, std::string* why) {
+  std::string version;
+  const ProcessResult result = RunProcess(
+      {python, "-c", "import torch; print(torch.__version__)"},
+      std::chrono::seconds(120),
+      [&](const std::string& line) { version = line; }, nullptr);
+  if (result.exit_code != 0 || version.empty()) {
+    *why = absl::StrCat(python, " cannot import torch: ",
+                        result.error.empty() ? result.stderr_tail.substr(0, 300)
+                                             : result.error);
+    return "";
+  }
+  return version;
+}
+
+}  // namespace
 
 absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
   GpuSetup setup;
@@ -15,19 +49,113 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
     } else if (name == "auto") {
       want_auto = true;
     } else if (name == "torch" || name == "cuda") {
-      return absl::FailedPreconditionError(
-          absl::StrCat("executor \"", name,
-                       "\" needs a GPU with its driver; none was found"));
+      // Set up below, once the GPUs are known.
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "executors: unknown \"", name, "\"; allowed torch, cuda, sim, auto"));
     }
   }
-  if (want_auto) {
-    setup.notes.push_back(
-        "no GPU driver found: running a simulated GPU (results labelled "
-        "simulated)");
-    want_sim = true;
+  bool want_torch = false;
+  bool want_cuda = false;
+  for (const std::string& name : options.executors) {
+    want_torch = want_torch || name == "torch";
+    want_cuda = want_cuda || name == "cuda";
+  }
+  if (want_torch || want_cuda || want_auto) {
+    std::string why;
+    std::vector<gpu::GpuInfo> found = gpu::DiscoverGpus(&why);
+    if (found.empty()) {
+      if (want_torch || want_cuda) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no GPU for the torch/cuda executors: ", why));
+      }
+      setup.notes.push_back(absl::StrCat(
+          "no GPU found (", why,
+          "): running a simulated GPU, its results labelled simulated"));
+      want_sim = true;
+    } else {
+      if (!why.empty()) setup.notes.push_back(why);
+      std::string nvml_why;
+      std::shared_ptr<const gpu::Nvml> nvml =
+          gpu::Nvml::Load(gpu::Nvml::DefaultLibrary(), &nvml_why);
+      if (nvml == nullptr) {
+        setup.notes.push_back(
+            absl::StrCat("NVML unavailable (", nvml_why,
+                         "): no device memory, power or energy figures"));
+      }
+      for (const gpu::GpuInfo& info : found) {
+        v1::GpuDevice device;
+        device.set_index(static_cast<uint32_t>(info.index));
+        device.set_name(info.name);
+        device.set_uuid(info.uuid);
+        device.set_memory_bytes(info.total_memory_bytes);
+        device.set_compute_capability(
+            absl::StrCat(info.cc_major, ".", info.cc_minor));
+        device.set_driver_version(info.driver_version);
+        device.set_cuda_version(info.cuda_version);
+        if (nvml != nullptr && info.nvml_index >= 0) {
+          const unsigned index = static_cast<unsigned>(info.nvml_index);
+          device.set_power_supported(nvml->PowerMw(index).kind ==
+                                     gpu::CounterRead::Kind::kValue);
+          device.set_energy_supported(nvml->TotalEnergyMj(index).kind ==
+                                      gpu::CounterRead::Kind::kValue);
+        }
+        setup.gpus.push_back(std::move(device));
+      }
+      const std::filesystem::path dir =
+          std::filesystem::path(options.argv0).parent_path();
+      GpuExecutorOptions gpu_options;
+      gpu_options.nvml = nvml;
+      gpu_options.gpus = found;
+      gpu_options.sample_ms = options.sample_ms;
+      gpu_options.python = options.python;
+      gpu_options.harness =
+          !options.harness.empty()
+              ? options.harness
+              : FirstExisting({dir / "headroom_torch_probe.py",
+                               dir / "../../worker/harness/"
+                                     "headroom_torch_probe.py",
+                               "worker/harness/headroom_torch_probe.py"});
+      gpu_options.cuda_probe =
+          !options.cuda_probe.empty()
+              ? options.cuda_probe
+              : FirstExisting({dir / "headroom-cuda-probe",
+                               dir / "cuda/headroom-cuda-probe"});
+      if (want_torch || want_auto) {
+        std::string torch_why;
+        const std::string torch =
+            gpu_options.harness.empty()
+                ? ""
+                : TorchVersion(options.python, &torch_why);
+        if (gpu_options.harness.empty()) {
+          torch_why = "headroom_torch_probe.py not found (pass --harness)";
+        }
+        if (!torch.empty()) {
+          setup.framework_versions["torch"] = torch;
+          setup.executors.push_back(
+              std::make_unique<TorchExecutor>(gpu_options));
+        } else if (want_torch) {
+          return absl::FailedPreconditionError(torch_why);
+        } else {
+          setup.notes.push_back(absl::StrCat("no torch executor: ", torch_why));
+        }
+      }
+      if (want_cuda || want_auto) {
+        if (!gpu_options.cuda_probe.empty()) {
+          setup.executors.push_back(
+              std::make_unique<CudaExecutor>(gpu_options));
+        } else if (want_cuda) {
+          return absl::FailedPreconditionError(
+              "headroom-cuda-probe not found (pass --cuda_probe)");
+        } else {
+          setup.notes.push_back(
+              "no cuda executor: headroom-cuda-probe not found");
+        }
+      }
+      if (!found.empty()) {
+        setup.framework_versions["cuda_driver"] = found[0].cuda_version;
+      }
+    }
   }
   if (want_sim) {
     SimGpuConfig sim = options.sim;
