@@ -1,0 +1,360 @@
+// The fleet end to end on loopback, with the real binaries: a planner and
+// three simulated workers (L4 24 GB, A10G 24 GB, H100 80 GB). Probes of two
+// templates at four batches each; one worker killed mid-probe (a new worker
+// of its kind finishes the assignment); the planner killed and restarted
+// mid-run on the same database; a refit afterwards sees the new runs.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "headroom/v1/fleet.grpc.pb.h"
+#include "headroom/v1/planner.grpc.pb.h"
+
+namespace headroom {
+namespace {
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// A child process, SIGKILLed when the test forgets it.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> argv) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> args;
+      for (std::string& arg : argv) args.push_back(arg.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Child() { Kill(SIGKILL); }
+  // Sends `signal` and reaps the child (bounded: SIGKILL after 10 s).
+  void Kill(int signal) {
+    if (pid_ <= 0) return;
+    kill(pid_, signal);
+    int status = 0;
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+int FreePort() {
+  // The workers need the address before the planner restarts, so a free
+  // loopback port is picked once and reused.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+class FleetIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = FreePort();
+    ASSERT_GT(port_, 0);
+    address_ = "127.0.0.1:" + std::to_string(port_);
+    db_ = ::testing::TempDir() + "/fleet-" + std::to_string(getpid()) + ".db";
+    std::filesystem::remove(db_);
+    auto channel =
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    fleet_ = v1::Fleet::NewStub(channel);
+    planner_stub_ = v1::Planner::NewStub(channel);
+  }
+  void TearDown() override {
+    workers_.clear();
+    planner_.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(db_ + suffix);
+    }
+  }
+
+  void StartPlanner() {
+    planner_ = std::make_unique<Child>(std::vector<std::string>{
+        HEADROOM_PLANNER_BIN, "--listen=" + address_,
+        "--http_listen=", "--models_dir=" + kRoot + "/models",
+        "--runs=" + kRoot + "/data/memory-runs.jsonl",
+        "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
+        "--probe_lease_ms=1500", "--worker_heartbeat_ms=200",
+        "--log_level=warn"});
+  }
+
+  void StartWorker(const std::string& id, const std::string& gpu, int step_ms) {
+    workers_[id] = std::make_unique<Child>(std::vector<std::string>{
+        HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=" + id,
+        "--executors=sim", "--sim_gpu=" + gpu,
+        "--sim_step_ms=" + std::to_string(step_ms), "--sample_ms=20",
+        "--backoff_max_ms=400", "--log_level=warn"});
+  }
+
+  // Polls (bounded) until `done` holds; false on timeout.
+  template <typename Done>
+  bool WaitFor(Done done, int seconds) {
+    for (int i = 0; i < seconds * 20; ++i) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  std::map<std::string, bool> Connected() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(2));
+    v1::ListWorkersResponse response;
+    std::map<std::string, bool> out;
+    if (!fleet_->ListWorkers(&context, {}, &response).ok()) return out;
+    for (const auto& w : response.workers()) {
+      out[w.hello().worker_id()] = w.connected();
+    }
+    return out;
+  }
+
+  std::optional<v1::Probe> Get(const std::string& id) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(2));
+    v1::WatchProbeRequest request;
+    request.set_id(id);
+    auto reader = fleet_->WatchProbe(&context, request);
+    v1::ProbeEvent event;
+    std::optional<v1::Probe> probe;
+    while (reader->Read(&event)) {
+      if (event.has_probe()) probe = event.probe();
+    }
+    if (!reader->Finish().ok()) return std::nullopt;
+    return probe;
+  }
+
+  std::string Submit(const std::string& model, const std::string& gpu,
+                     const std::vector<uint32_t>& batches) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::SubmitProbeRequest request;
+    request.mutable_model()->set_template_(model);
+    request.set_gpu(gpu);
+    for (uint32_t b : batches) request.add_batches(b);
+    request.set_executor("sim");
+    v1::SubmitProbeResponse response;
+    const grpc::Status status =
+        fleet_->SubmitProbe(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.probe().id();
+  }
+
+  int port_ = 0;
+  std::string address_;
+  std::string db_;
+  std::unique_ptr<Child> planner_;
+  std::map<std::string, std::unique_ptr<Child>> workers_;
+  std::unique_ptr<v1::Fleet::Stub> fleet_;
+  std::unique_ptr<v1::Planner::Stub> planner_stub_;
+};
+
+TEST_F(FleetIntegrationTest, ProbesSurviveAWorkerKillAndAPlannerRestart) {
+  StartPlanner();
+  // The L4 worker steps slowly so that it can be killed mid-probe.
+  StartWorker("sim-l4", "L4", 250);
+  StartWorker("sim-a10g", "A10G", 60);
+  StartWorker("sim-h100", "H100", 60);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto c = Connected();
+        return c["sim-l4"] && c["sim-a10g"] && c["sim-h100"];
+      },
+      30))
+      << "workers did not connect";
+
+  const std::vector<uint32_t> gpt2_batches = {8, 16, 32, 64};
+  const std::vector<uint32_t> vit_batches = {8, 32, 96, 128};
+  std::map<std::string, std::pair<std::string, std::string>> probes;
+  const std::string l4_gpt2 = Submit("gpt2", "L4", gpt2_batches);
+  probes[l4_gpt2] = {"gpt2", "L4"};
+  for (const char* gpu : {"A10G", "H100"}) {
+    probes[Submit("gpt2", gpu, gpt2_batches)] = {"gpt2", gpu};
+  }
+  for (const char* gpu : {"L4", "A10G", "H100"}) {
+    probes[Submit("vit-b16", gpu, vit_batches)] = {"vit-b16", gpu};
+  }
+  ASSERT_EQ(probes.size(), 6u);
+
+  // Kill the L4 worker once its first batch is stored, then bring up
+  // another L4 worker: the re-queued assignment completes there.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto p = Get(l4_gpt2);
+        return p && p->state() == v1::Probe::RUNNING && p->results_size() >= 1;
+      },
+      30));
+  workers_["sim-l4"]->Kill(SIGKILL);
+  StartWorker("sim-l4-b", "L4", 60);
+
+  // Kill the planner mid-run (no clean shutdown) and start it again on the
+  // same database and port; the workers reconnect and re-send.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  planner_->Kill(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  StartPlanner();
+
+  std::map<std::string, v1::Probe> done;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& [id, what] : probes) {
+          auto p = Get(id);
+          if (!p) return false;
+          if (p->state() == v1::Probe::SUCCEEDED ||
+              p->state() == v1::Probe::FAILED) {
+            done[id] = *p;
+          }
+        }
+        return done.size() == probes.size();
+      },
+      90))
+      << done.size() << " of " << probes.size() << " probes ended";
+
+  for (const auto& [id, probe] : done) {
+    const auto& [model, gpu] = probes[id];
+    SCOPED_TRACE(id + " " + model + " on " + gpu);
+    EXPECT_EQ(probe.state(), v1::Probe::SUCCEEDED) << probe.error();
+    // Every batch exactly once, whatever was re-sent or re-run.
+    std::multiset<uint32_t> batches;
+    for (const auto& r : probe.results()) {
+      batches.insert(r.batch());
+      EXPECT_TRUE(r.simulated());
+      EXPECT_TRUE(r.error().empty()) << r.error();
+      if (model == "gpt2" && r.batch() == 64) {
+        // 24 GB cards run out of memory at 64; the 80 GB card does not.
+        EXPECT_EQ(r.oom(), gpu != "H100") << "batch 64";
+      } else {
+        EXPECT_FALSE(r.oom()) << "batch " << r.batch();
+        EXPECT_GT(r.peak_allocated_gb(), 0);
+      }
+    }
+    const auto& expected = model == "gpt2" ? gpt2_batches : vit_batches;
+    EXPECT_EQ(batches,
+              std::multiset<uint32_t>(expected.begin(), expected.end()));
+  }
+  // The killed worker's assignment finished on the new L4 worker.
+  EXPECT_GE(done[l4_gpt2].attempts(), 2u);
+  EXPECT_EQ(done[l4_gpt2].worker(), "sim-l4-b");
+
+  // A refit sees the 24 new (simulated) runs only when asked to.
+  auto refit = [&](bool include_simulated) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::RefitRequest request;
+    request.set_dry_run(true);
+    request.set_include_simulated(include_simulated);
+    v1::RefitResponse response;
+    EXPECT_TRUE(planner_stub_->Refit(&context, request, &response).ok());
+    return response.runs_used();
+  };
+  const int base = refit(false);
+  EXPECT_EQ(base, 187);
+  EXPECT_EQ(refit(true), base + 24);
+}
+
+TEST_F(FleetIntegrationTest, BadProbesAreRefusedAndNothingIsStored) {
+  StartPlanner();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext context;
+        v1::ListProbesResponse response;
+        return fleet_->ListProbes(&context, {}, &response).ok();
+      },
+      30));
+  struct Case {
+    std::string what;
+    v1::SubmitProbeRequest request;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  std::vector<Case> cases;
+  auto base = [] {
+    v1::SubmitProbeRequest r;
+    r.mutable_model()->set_template_("gpt2");
+    r.set_gpu("L4");
+    r.add_batches(8);
+    return r;
+  };
+  cases.push_back({"no placement", base(), grpc::StatusCode::INVALID_ARGUMENT,
+                   "placement"});
+  cases.back().request.clear_gpu();
+  cases.push_back({"unknown gpu", base(), grpc::StatusCode::NOT_FOUND, "gpu"});
+  cases.back().request.set_gpu("Voodoo5");
+  cases.push_back(
+      {"unknown template", base(), grpc::StatusCode::NOT_FOUND, "gpt"});
+  cases.back().request.mutable_model()->set_template_("gpt-17");
+  cases.push_back(
+      {"batch 0", base(), grpc::StatusCode::INVALID_ARGUMENT, "batches[1]"});
+  cases.back().request.add_batches(0);
+  cases.push_back(
+      {"executor", base(), grpc::StatusCode::INVALID_ARGUMENT, "executor"});
+  cases.back().request.set_executor("jax");
+  cases.push_back({"repetitions", base(), grpc::StatusCode::INVALID_ARGUMENT,
+                   "repetitions"});
+  cases.back().request.set_repetitions(1000);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::ClientContext context;
+    v1::SubmitProbeResponse response;
+    const grpc::Status status =
+        fleet_->SubmitProbe(&context, c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_NE(status.error_message().find(c.says), std::string::npos)
+        << status.error_message();
+  }
+  grpc::ClientContext context;
+  v1::ListProbesResponse listed;
+  ASSERT_TRUE(fleet_->ListProbes(&context, {}, &listed).ok());
+  EXPECT_EQ(listed.probes_size(), 0);
+  // Unknown probes: NOT_FOUND naming the id.
+  grpc::ClientContext cancel_context;
+  v1::CancelProbeRequest cancel;
+  cancel.set_id("p-42");
+  v1::CancelProbeResponse cancelled;
+  const grpc::Status status =
+      fleet_->CancelProbe(&cancel_context, cancel, &cancelled);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("p-42"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace headroom
