@@ -131,6 +131,8 @@ class FleetService::WorkerStream
   std::vector<std::string> executors;
   std::string running_assignment;
   std::string running_probe;
+  // The worker is stopping: it gets no new assignment.
+  bool draining = false;
   uint64_t samples_received = 0;
   int64_t last_seen_written_ms = 0;
   std::vector<PlannerMetrics::GpuGauges> gauges;
@@ -297,6 +299,7 @@ void FleetService::OnHeartbeat(WorkerStream* stream,
   {
     absl::MutexLock lock(&mu_);
     registered = stream->registered;
+    if (registered && heartbeat.draining()) stream->draining = true;
     const int64_t now = NowMs();
     if (registered && now - stream->last_seen_written_ms >= kLastSeenWriteMs) {
       stream->last_seen_written_ms = now;
@@ -771,7 +774,7 @@ void FleetService::DispatchOnce() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, stream] : workers_) {
-      if (!stream->running_assignment.empty()) continue;
+      if (!stream->running_assignment.empty() || stream->draining) continue;
       idle.push_back(
           {id,
            stream->gpu_kinds,
@@ -841,7 +844,8 @@ void FleetService::DispatchOnce() {
     {
       absl::MutexLock lock(&mu_);
       auto it = workers_.find(worker.worker);
-      if (it != workers_.end() && it->second->running_assignment.empty()) {
+      if (it != workers_.end() && it->second->running_assignment.empty() &&
+          !it->second->draining) {
         it->second->running_assignment = probe.assignment_id();
         it->second->running_probe = probe.id();
         sent = it->second->Enqueue(message);

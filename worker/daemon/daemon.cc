@@ -348,6 +348,7 @@ void WorkerDaemon::QueueSample(v1::Sample sample, const std::string& probe_id) {
 void WorkerDaemon::WriteLoop(Stream* stream, std::atomic<bool>* stream_ok) {
   auto last_heartbeat = std::chrono::steady_clock::now();
   auto last_flush = last_heartbeat;
+  bool drain_announced = false;
   while (stream_ok->load()) {
     std::vector<v1::WorkerMessage> out;
     bool close = false;
@@ -383,11 +384,16 @@ void WorkerDaemon::WriteLoop(Stream* stream, std::atomic<bool>* stream_ok) {
         out.push_back(std::move(outbox_.front()));
         outbox_.pop_front();
       }
-      if (now - last_heartbeat >= heartbeat_) {
+      // A stopping worker says so at once (before its hand-back), so the
+      // planner assigns it nothing more.
+      const bool announce_drain = stopping_ && !drain_announced;
+      if (now - last_heartbeat >= heartbeat_ || announce_drain) {
         last_heartbeat = now;
+        drain_announced = drain_announced || stopping_;
         v1::WorkerMessage message;
         message.mutable_heartbeat()->set_assignment_id(running_assignment_);
-        out.push_back(std::move(message));
+        message.mutable_heartbeat()->set_draining(stopping_);
+        out.insert(out.begin(), std::move(message));
       }
       if (stopping_ && now >= stop_deadline_ && context_ != nullptr) {
         context_->TryCancel();

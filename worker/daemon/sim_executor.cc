@@ -76,7 +76,7 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     const auto start = std::chrono::steady_clock::now();
     uint64_t samples = 0;
     for (int t = 0; t <= total_ms; t += config_.sample_ms) {
-      if (stop.load() == StopReason::kCancelled) break;
+      if (stop.load() != StopReason::kNone) break;
       const double ramp = std::min(
           1.0, static_cast<double>(t + 1) / std::max(1, config_.step_ms));
       GpuReading reading;
@@ -96,8 +96,14 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       std::this_thread::sleep_until(
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
+    // Stopped inside a batch: a cancel ends the probe, a shutdown hands
+    // the unfinished batch back (the planner re-queues it).
     if (stop.load() == StopReason::kCancelled) {
       outcome.error = "cancelled";
+      return outcome;
+    }
+    if (stop.load() == StopReason::kShutdown) {
+      outcome.handed_back = true;
       return outcome;
     }
     v1::BatchResult result;
