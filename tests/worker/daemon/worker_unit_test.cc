@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/core/catalog/model_catalog.h"
+#include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/sim_executor.h"
 #include "worker/daemon/subprocess.h"
 
@@ -125,6 +127,97 @@ TEST(SimExecutorTest, ShutdownHandsBackCancelStops) {
   outcome = sim.Run(assignment, &sink, stop);
   EXPECT_FALSE(outcome.handed_back);
   EXPECT_EQ(outcome.error, "cancelled");
+}
+
+}  // namespace
+}  // namespace headroom::worker
+
+namespace headroom::worker {
+namespace {
+
+// A stand-in for the Python harness: a shell script speaking its protocol.
+std::string FakeHarness(const std::string& name, const std::string& body) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".sh";
+  std::ofstream(path) << body;
+  return path;
+}
+
+v1::Assignment TorchAssignment(double timeout_s) {
+  v1::Assignment assignment;
+  assignment.set_assignment_id("p-3.1");
+  assignment.set_probe_id("p-3");
+  assignment.mutable_spec()->set_name("tiny");
+  assignment.set_warmup_steps(1);
+  assignment.set_steps(2);
+  assignment.set_batch_timeout_s(timeout_s);
+  assignment.add_runs()->set_batch(16);
+  return assignment;
+}
+
+TEST(TorchExecutorTest, ReadsTheHarnessResultLine) {
+  GpuExecutorOptions options;
+  options.python = "/bin/sh";
+  // The batch comes back in the result, as the harness echoes it.
+  options.harness = FakeHarness(
+      "ok",
+      "echo '{\"event\":\"hello\",\"torch\":\"2.11.0\"}'\n"
+      "echo '{\"event\":\"batch_start\",\"batch\":16}'\n"
+      "echo '{\"event\":\"result\",\"batch\":16,\"oom\":false,"
+      "\"peak_allocated_bytes\":5500000000,\"peak_reserved_bytes\":"
+      "6000000000,\"step_seconds\":0.25,\"steps\":2,\"error\":\"\"}'\n");
+  TorchExecutor torch(options);
+  Collect sink;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  const ExecutionOutcome outcome = torch.Run(TorchAssignment(30), &sink, stop);
+  EXPECT_TRUE(outcome.error.empty()) << outcome.error;
+  ASSERT_EQ(sink.results.size(), 1u);
+  const v1::BatchResult& r = sink.results[0];
+  EXPECT_EQ(r.batch(), 16u);
+  EXPECT_FALSE(r.oom());
+  EXPECT_DOUBLE_EQ(r.peak_allocated_gb(), 5.5);
+  EXPECT_DOUBLE_EQ(r.peak_reserved_gb(), 6.0);
+  EXPECT_DOUBLE_EQ(r.step_seconds(), 0.25);
+  EXPECT_FALSE(r.simulated());
+  EXPECT_TRUE(r.error().empty());
+}
+
+TEST(TorchExecutorTest, OomCrashAndTimeoutAreResults) {
+  GpuExecutorOptions options;
+  options.python = "/bin/sh";
+  std::atomic<StopReason> stop{StopReason::kNone};
+  {
+    options.harness =
+        FakeHarness("oom",
+                    "echo '{\"event\":\"result\",\"batch\":16,\"oom\":true,"
+                    "\"peak_allocated_bytes\":null,\"error\":\"\"}'\n");
+    Collect sink;
+    TorchExecutor(options).Run(TorchAssignment(30), &sink, stop);
+    ASSERT_EQ(sink.results.size(), 1u);
+    EXPECT_TRUE(sink.results[0].oom());
+    EXPECT_FALSE(sink.results[0].has_peak_allocated_gb());
+  }
+  {
+    options.harness =
+        FakeHarness("crash", "echo 'Segmentation fault' >&2\nexit 139\n");
+    Collect sink;
+    TorchExecutor(options).Run(TorchAssignment(30), &sink, stop);
+    ASSERT_EQ(sink.results.size(), 1u);
+    EXPECT_NE(sink.results[0].error().find("exited with 139"),
+              std::string::npos)
+        << sink.results[0].error();
+    EXPECT_NE(sink.results[0].error().find("Segmentation fault"),
+              std::string::npos);
+  }
+  {
+    options.harness = FakeHarness("hang", "exec sleep 30\n");
+    Collect sink;
+    const auto start = std::chrono::steady_clock::now();
+    TorchExecutor(options).Run(TorchAssignment(0.3), &sink, stop);
+    ASSERT_EQ(sink.results.size(), 1u);
+    EXPECT_NE(sink.results[0].error().find("timed out"), std::string::npos);
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(10));
+  }
 }
 
 }  // namespace
