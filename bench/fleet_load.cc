@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -40,6 +41,9 @@ ABSL_FLAG(int, workers, 500, "simulated workers (1..2000)");
 ABSL_FLAG(int, sample_ms, 20, "sampling period of each worker (20 = 50 Hz)");
 ABSL_FLAG(int, seconds, 20, "measured seconds under load (5..600)");
 ABSL_FLAG(int, port, 50093, "loopback port for the planner");
+ABSL_FLAG(int, planner_cpu, -1,
+          "pin the planner to this CPU (-1: no pinning); run this program "
+          "under taskset on the other CPUs to keep the fleet off it");
 ABSL_FLAG(std::string, planner_bin, HEADROOM_PLANNER_BIN, "planner binary");
 
 namespace {
@@ -175,6 +179,7 @@ double MetricSamplesTotal(int port) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+
   spdlog::set_level(spdlog::level::warn);
   const int n = std::clamp(absl::GetFlag(FLAGS_workers), 1, 2000);
   const int sample_ms = std::clamp(absl::GetFlag(FLAGS_sample_ms), 1, 1000);
@@ -184,8 +189,15 @@ int main(int argc, char** argv) {
   const std::string db = "/tmp/headroom-fleet-load.db";
   for (const char* s : {"", "-wal", "-shm"}) std::remove((db + s).c_str());
 
+  const int planner_cpu = absl::GetFlag(FLAGS_planner_cpu);
   const pid_t planner = fork();
   if (planner == 0) {
+    if (planner_cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(planner_cpu, &set);
+      sched_setaffinity(0, sizeof(set), &set);
+    }
     const std::string bin = absl::GetFlag(FLAGS_planner_bin);
     execl(bin.c_str(), bin.c_str(), ("--listen=" + address).c_str(),
           ("--http_listen=127.0.0.1:" +
@@ -318,8 +330,9 @@ int main(int argc, char** argv) {
   waitpid(planner, &status, 0);
 
   std::printf(
-      "workers %d, sampling every %d ms (%.0f Hz each), measured %.1f s\n", n,
-      sample_ms, 1000.0 / sample_ms, load_wall);
+      "workers %d, sampling every %d ms (%.0f Hz each), measured %.1f s; "
+      "planner pinned to CPU %d (-1: not pinned)\n",
+      n, sample_ms, 1000.0 / sample_ms, load_wall, planner_cpu);
   std::printf("%-26s %12s %12s\n", "", "idle", "fleet");
   std::printf(
       "%-26s %12.1f %12.1f\n", "planner CPU (% of 1 core)",
