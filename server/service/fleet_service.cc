@@ -506,13 +506,20 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
                      store_->ListWorkers());
     v1::ListWorkersResponse out;
     absl::MutexLock lock(&mu_);
+    const int64_t now = NowMs();
     for (v1::WorkerStatus& worker : stored) {
       auto it = workers_.find(worker.hello().worker_id());
+      // Connected elsewhere (another replica) counts only while its
+      // last-seen time is fresh: a planner that died cannot say goodbye.
+      if (worker.connected() &&
+          now - worker.last_seen_unix_ms() > 2 * kLastSeenWriteMs) {
+        worker.set_connected(false);
+      }
       if (it != workers_.end()) {
         worker.set_connected(true);
         worker.set_samples_received(it->second->samples_received);
         worker.set_running_probe(it->second->running_probe);
-        worker.set_last_seen_unix_ms(NowMs());
+        worker.set_last_seen_unix_ms(now);
       }
       *out.add_workers() = std::move(worker);
     }
