@@ -1,0 +1,1714 @@
+#!/usr/bin/env python3
+"""Builds a Headroom model spec in PyTorch and measures its training step.
+
+The `torch` probe executor of headroom-worker runs this file as a subprocess.
+It reads the planner's own spec (models/*.json: the proto3 JSON of
+headroom.v1.ModelSpec) so that prediction and measurement describe the same
+graph. Commands:
+
+  count --spec FILE            one JSON line: name, params, trainable_params
+                               (built on the meta device: nothing allocated)
+  run --spec FILE --batches 1,2,4 [--setup JSON|FILE] [--warmup 1]
+      [--steps 3] [--device cuda|cuda:0|cpu] [--positions N]
+                               JSON lines: hello, then per batch a
+                               batch_start and a result (README.md)
+
+Bad input gives one {"event": "error"} line naming the field and exit 2.
+Needs python3 and torch (Debian 12's python3-torch 1.13 or a CUDA torch 2.x).
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import itertools
+import json
+import math
+import platform
+import re
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils import checkpoint as torch_checkpoint
+except ImportError as import_error:
+    if __name__ == "__main__":
+        print(json.dumps({"event": "error",
+                          "error": f"python3-torch is not installed: {import_error}"}),
+              flush=True)
+        sys.exit(2)
+    raise
+
+# Limits shared with the planner (server/core/memory/model_spec.h).
+MAX_DIMENSION = 1 << 32
+MAX_BLOCK_DEPTH = 8
+MAX_REPEAT = 100000
+MAX_NUM_LAYERS = 1000
+# Limits of the run command, so a mistyped flag cannot loop for hours.
+MAX_BATCH = 1 << 20
+MAX_STEPS = 1000
+
+EXIT_BAD_INPUT = 2
+# torch < 2.0 has no fused attention kernel: fused layers then run the eager
+# path, and the hello line says "sdpa": false.
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+class SpecError(ValueError):
+    """A spec, setup or flag the harness cannot use; the message names it."""
+
+
+# --------------------------------------------------------------------------
+# Reading the spec (proto3 JSON of headroom.v1.ModelSpec)
+# --------------------------------------------------------------------------
+
+U64, U32, BOOL, STRING, KERNEL, LAYERS = "u64", "u32", "bool", "string", "kernel", "layers"
+
+NORM_KINDS = ("KIND_UNSPECIFIED", "LAYER", "RMS", "BATCH", "GROUP")
+CELLS = ("CELL_UNSPECIFIED", "RNN", "LSTM", "GRU")
+ELEMENTWISE_OPS = ("OP_UNSPECIFIED", "ACTIVATION", "POOL", "DROPOUT", "ADD",
+                   "CONCAT", "SOFTMAX")
+PRECISIONS = ("PRECISION_UNSPECIFIED", "FP32", "BF16_MIXED", "FP16_MIXED")
+OPTIMIZERS = ("OPTIMIZER_UNSPECIFIED", "ADAMW", "SGD", "SGD_MOMENTUM")
+
+# The fields of each layer kind, as in proto/headroom/v1/model.proto.
+LAYER_KINDS = {
+    "embedding": {"num_embeddings": U64, "dim": U64, "lookups": U64},
+    "linear": {"in_features": U64, "out_features": U64, "bias": BOOL,
+               "logits": BOOL, "tied": BOOL},
+    "norm": {"kind": NORM_KINDS, "dim": U64, "no_affine": BOOL, "no_bias": BOOL},
+    "attention": {"hidden": U64, "heads": U64, "kv_heads": U64, "head_dim": U64,
+                  "kv_input_dim": U64, "kv_positions": U64, "qkv_bias": BOOL,
+                  "out_bias": BOOL, "qk_norm": BOOL, "window": U64,
+                  "fused": BOOL},
+    "mlp": {"hidden": U64, "ffn": U64, "gated": BOOL, "bias": BOOL},
+    "moe": {"hidden": U64, "ffn": U64, "experts": U64, "top_k": U64,
+            "shared_experts": U64, "gated": BOOL, "router_bias": BOOL},
+    "conv": {"in_channels": U64, "out_channels": U64, "kernel": KERNEL,
+             "dims": U32, "groups": U64, "bias": BOOL, "transposed": BOOL,
+             "in_positions": U64},
+    "recurrent": {"cell": CELLS, "input_size": U64, "hidden": U64,
+                  "num_layers": U32, "bidirectional": BOOL, "no_bias": BOOL},
+    "elementwise": {"op": ELEMENTWISE_OPS, "dim": U64},
+    "parameters": {"count": U64},
+    "block": {"layers": LAYERS},
+}
+LAYER_COMMON = {"name": STRING, "repeat": U32, "positions": U64, "frozen": BOOL}
+SPEC_FIELDS = {"name": STRING, "family": STRING, "source": STRING,
+               "input_source": STRING, "positions": U64, "layers": LAYERS,
+               "notes": STRING}
+SETUP_FIELDS = {"precision": PRECISIONS, "optimizer": OPTIMIZERS,
+                "activation_checkpointing": BOOL, "fused_attention": BOOL,
+                "positions": U64}
+
+
+def _snake_case(key):
+    # Protobuf's JSON mapping accepts lowerCamelCase and the original names.
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), key)
+
+
+def _convert(value, kind, path):
+    """One JSON value as its proto3 field type; proto3 JSON also allows
+    64-bit integers as strings and enums as their numbers."""
+    if kind == BOOL:
+        if not isinstance(value, bool):
+            raise SpecError(f"{path} = {json.dumps(value)} is not a boolean")
+        return value
+    if kind == STRING:
+        if not isinstance(value, str):
+            raise SpecError(f"{path} = {json.dumps(value)} is not a string")
+        return value
+    if kind in (U64, U32):
+        if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
+            value = int(value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        limit = (1 << 64) if kind == U64 else (1 << 32)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+            raise SpecError(f"{path} = {json.dumps(value)} is not an unsigned "
+                            f"{'64' if kind == U64 else '32'}-bit integer")
+        return value
+    if isinstance(kind, tuple):  # an enum: its names, index = number
+        if isinstance(value, str) and value in kind:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(kind):
+            return kind[value]
+        raise SpecError(f"{path} = {json.dumps(value)} is unknown; allowed "
+                        f"{', '.join(kind[1:])}")
+    raise AssertionError(kind)
+
+
+def _read_message(obj, fields, path):
+    """The fields of one JSON object by snake_case name; unknown keys are an
+    error, as in the planner's loader (ignore_unknown = false)."""
+    if not isinstance(obj, dict):
+        raise SpecError(f"{path} is not a JSON object")
+    out = {}
+    for key, value in obj.items():
+        name = _snake_case(key)
+        if name not in fields:
+            raise SpecError(f"{path}.{key} is not a field; allowed: "
+                            f"{', '.join(fields)}")
+        if value is None:
+            continue  # proto3 JSON: null means the default
+        kind = fields[name]
+        if kind == KERNEL:
+            if not isinstance(value, list):
+                raise SpecError(f"{path}.{name} is not a list of sizes")
+            out[name] = [_convert(v, U64, f"{path}.{name}[{i}]")
+                         for i, v in enumerate(value)]
+        elif kind == LAYERS:
+            if not isinstance(value, list):
+                raise SpecError(f"{path}.{name} is not a list of layers")
+            out[name] = value
+        else:
+            out[name] = _convert(value, kind, f"{path}.{name}")
+    return out
+
+
+@dataclasses.dataclass
+class Layer:
+    """One layer of the spec with proto3 defaults filled in."""
+    path: str            # e.g. "spec.layers[3].block.layers[1]", for errors
+    name: str
+    repeat: int          # copies in sequence, 0 read as 1
+    positions: int       # 0 inherits
+    frozen: bool
+    kind: str            # a key of LAYER_KINDS
+    f: dict              # the kind's fields, every one present
+    children: list       # for a block
+
+
+@dataclasses.dataclass
+class Spec:
+    name: str
+    positions: int
+    layers: list
+
+
+def _default(kind):
+    if kind == BOOL:
+        return False
+    if kind == STRING:
+        return ""
+    if kind == KERNEL:
+        return []
+    if isinstance(kind, tuple):
+        return kind[0]
+    return 0
+
+
+def _check_size(value, path, required):
+    if value == 0 and not required:
+        return
+    if value == 0 or value > MAX_DIMENSION:
+        raise SpecError(f"{path} = {value} is out of range; allowed 1..{MAX_DIMENSION}")
+
+
+def _read_layer(obj, path, inherited_positions, depth):
+    if not isinstance(obj, dict):
+        raise SpecError(f"{path} is not a JSON object")
+    common = {k: v for k, v in obj.items() if _snake_case(k) in LAYER_COMMON}
+    kinds = [k for k in obj if _snake_case(k) not in LAYER_COMMON]
+    unknown = [k for k in kinds if _snake_case(k) not in LAYER_KINDS]
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]} is not a layer kind; allowed: "
+                        f"{', '.join(LAYER_KINDS)}")
+    if not kinds:
+        raise SpecError(f"{path} has no kind; allowed: {', '.join(LAYER_KINDS)}")
+    if len(kinds) > 1:
+        raise SpecError(f"{path} has {len(kinds)} kinds ({', '.join(kinds)}); "
+                        "a layer has exactly one")
+    meta = _read_message(common, LAYER_COMMON, path)
+    kind = _snake_case(kinds[0])
+    schema = LAYER_KINDS[kind]
+    given = _read_message(obj[kinds[0]], schema, f"{path}.{kind}")
+    fields = {name: given.get(name, _default(t)) for name, t in schema.items()}
+    layer = Layer(path=path, name=meta.get("name", ""), repeat=meta.get("repeat", 0),
+                  positions=meta.get("positions", 0), frozen=meta.get("frozen", False),
+                  kind=kind, f=fields, children=[])
+    if layer.repeat > MAX_REPEAT:
+        raise SpecError(f"{path}.repeat = {layer.repeat} is out of range; "
+                        f"allowed 0..{MAX_REPEAT}")
+    _check_size(layer.positions, f"{path}.positions", False)
+    positions = layer.positions or inherited_positions
+    if kind not in ("parameters", "block") and positions == 0:
+        raise SpecError(f"{path}.positions is not set and the spec has no default "
+                        f"positions; allowed 1..{MAX_DIMENSION}")
+    _validate_kind(layer, positions, depth)
+    return layer
+
+
+def _validate_kind(layer, positions, depth):
+    """The planner's ValidateLayer checks, with the same field paths."""
+    p, f, kind = f"{layer.path}.{layer.kind}", layer.f, layer.kind
+    if kind == "embedding":
+        _check_size(f["num_embeddings"], p + ".num_embeddings", True)
+        _check_size(f["dim"], p + ".dim", True)
+        _check_size(f["lookups"], p + ".lookups", False)
+    elif kind == "linear":
+        _check_size(f["in_features"], p + ".in_features", True)
+        _check_size(f["out_features"], p + ".out_features", True)
+    elif kind == "norm":
+        if f["kind"] == "KIND_UNSPECIFIED":
+            raise SpecError(f"{p}.kind is not set; allowed LAYER, RMS, BATCH, GROUP")
+        _check_size(f["dim"], p + ".dim", True)
+    elif kind == "attention":
+        for name in ("hidden", "heads"):
+            _check_size(f[name], f"{p}.{name}", True)
+        for name in ("kv_heads", "head_dim", "kv_input_dim", "kv_positions", "window"):
+            _check_size(f[name], f"{p}.{name}", False)
+        if f["head_dim"] == 0 and f["hidden"] % f["heads"] != 0:
+            raise SpecError(f"{p}.heads = {f['heads']} does not divide hidden = "
+                            f"{f['hidden']}; set head_dim or use a divisor of hidden")
+        kv_heads = f["kv_heads"] or f["heads"]
+        if kv_heads > f["heads"] or f["heads"] % kv_heads != 0:
+            raise SpecError(f"{p}.kv_heads = {f['kv_heads']} must divide heads = {f['heads']}")
+    elif kind == "mlp":
+        _check_size(f["hidden"], p + ".hidden", True)
+        _check_size(f["ffn"], p + ".ffn", True)
+    elif kind == "moe":
+        for name in ("hidden", "ffn", "experts", "top_k"):
+            _check_size(f[name], f"{p}.{name}", True)
+        if f["top_k"] > f["experts"]:
+            raise SpecError(f"{p}.top_k = {f['top_k']} is out of range; allowed "
+                            f"1..{f['experts']} (experts)")
+        _check_size(f["shared_experts"], p + ".shared_experts", False)
+    elif kind == "conv":
+        _check_size(f["in_channels"], p + ".in_channels", True)
+        _check_size(f["out_channels"], p + ".out_channels", True)
+        _check_size(f["groups"], p + ".groups", False)
+        _check_size(f["in_positions"], p + ".in_positions", False)
+        if f["dims"] > 3:
+            raise SpecError(f"{p}.dims = {f['dims']} is out of range; allowed 0 (=2), 1, 2, 3")
+        dims = f["dims"] or 2
+        if len(f["kernel"]) not in (1, dims):
+            raise SpecError(f"{p}.kernel has {len(f['kernel'])} values; allowed 1 or "
+                            f"{dims} (dims)")
+        for i, k in enumerate(f["kernel"]):
+            _check_size(k, f"{p}.kernel[{i}]", True)
+        groups = f["groups"] or 1
+        if f["in_channels"] % groups or f["out_channels"] % groups:
+            raise SpecError(f"{p}.groups = {groups} must divide in_channels and out_channels")
+    elif kind == "recurrent":
+        if f["cell"] == "CELL_UNSPECIFIED":
+            raise SpecError(f"{p}.cell is not set; allowed RNN, LSTM, GRU")
+        _check_size(f["input_size"], p + ".input_size", True)
+        _check_size(f["hidden"], p + ".hidden", True)
+        if f["num_layers"] > MAX_NUM_LAYERS:
+            raise SpecError(f"{p}.num_layers = {f['num_layers']} is out of range; "
+                            f"allowed 0..{MAX_NUM_LAYERS}")
+    elif kind == "elementwise":
+        if f["op"] == "OP_UNSPECIFIED":
+            raise SpecError(f"{p}.op is not set; allowed {', '.join(ELEMENTWISE_OPS[1:])}")
+        _check_size(f["dim"], p + ".dim", True)
+    elif kind == "parameters":
+        _check_size(f["count"], p + ".count", True)
+    elif kind == "block":
+        if depth >= MAX_BLOCK_DEPTH:
+            raise SpecError(f"{layer.path}.block nests deeper than {MAX_BLOCK_DEPTH} levels")
+        if not f["layers"]:
+            raise SpecError(f"{layer.path}.block.layers is empty; a block needs at "
+                            "least one layer")
+        layer.children = [_read_layer(child, f"{p}.layers[{i}]", positions, depth + 1)
+                          for i, child in enumerate(f["layers"])]
+
+
+def parse_spec(text, what):
+    """A Spec from the JSON text of a ModelSpec; SpecError names the field."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{what} is not JSON: {error}") from None
+    fields = _read_message(obj, SPEC_FIELDS, "spec")
+    name = fields.get("name", "")
+    if not name:
+        raise SpecError("spec.name is empty; give the model a name (lowercase, digits, dashes)")
+    raw_layers = fields.get("layers", [])
+    if not raw_layers:
+        raise SpecError(f"spec.layers is empty for model '{name}'; a spec needs at least one layer")
+    positions = fields.get("positions", 0)
+    _check_size(positions, "spec.positions", False)
+    layers = [_read_layer(layer, f"spec.layers[{i}]", positions, 0)
+              for i, layer in enumerate(raw_layers)]
+    return Spec(name=name, positions=positions, layers=layers)
+
+
+def load_spec(path):
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as error:
+        raise SpecError(f"--spec {path}: cannot read: {error.strerror}") from None
+    return parse_spec(text, f"--spec {path}")
+
+
+@dataclasses.dataclass
+class Setup:
+    """headroom.v1.TrainingSetup with defaults resolved."""
+    precision: str = "FP32"
+    optimizer: str = "ADAMW"
+    activation_checkpointing: bool = False
+    fused_attention: bool = False
+    positions: int = 0
+
+
+def parse_setup(text):
+    """--setup: TrainingSetup JSON text, or the path of a file holding it."""
+    if text is None:
+        return Setup()
+    if not text.lstrip().startswith("{"):
+        try:
+            with open(text, encoding="utf-8") as file:
+                text = file.read()
+        except OSError as error:
+            raise SpecError(f"--setup {text}: not JSON and not a readable file "
+                            f"({error.strerror})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"--setup is not JSON: {error}") from None
+    fields = _read_message(obj, SETUP_FIELDS, "setup")
+    setup = Setup(**fields)
+    if setup.precision == "PRECISION_UNSPECIFIED":
+        setup.precision = "FP32"
+    if setup.optimizer == "OPTIMIZER_UNSPECIFIED":
+        setup.optimizer = "ADAMW"
+    if setup.positions > MAX_DIMENSION:
+        raise SpecError(f"setup.positions = {setup.positions} is out of range; allowed "
+                        f"0 (the model's standard) .. {MAX_DIMENSION}")
+    return setup
+
+
+# --------------------------------------------------------------------------
+# Modules: one per spec layer copy, parameters exactly as the planner counts
+# --------------------------------------------------------------------------
+
+def _rms_norm(x, weight, eps=1e-6):
+    if hasattr(F, "rms_norm"):  # torch >= 2.4
+        if weight is not None and x.dtype != weight.dtype:
+            # Autocast leaves rms_norm alone; in fp32, as Hugging Face
+            # normalizes, it keeps the fused kernel.
+            x = x.to(weight.dtype)
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    # Older torch: Hugging Face's LlamaRMSNorm, computed in fp32.
+    x32 = x.float()
+    y = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return y if weight is None else y * weight
+
+
+class Norm(nn.Module):
+    """LAYER and RMS normalize the last dim of [B, P, D]; BATCH and GROUP the
+    channels of [B, C, *grid]. Running statistics are buffers, not parameters."""
+
+    def __init__(self, f, device):
+        super().__init__()
+        self.kind, dim = f["kind"], f["dim"]
+        affine = not f["no_affine"]
+        with_bias = affine and not (self.kind == "RMS" or
+                                    (self.kind == "LAYER" and f["no_bias"]))
+        self.weight = nn.Parameter(torch.ones(dim, device=device)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim, device=device)) if with_bias else None
+        if self.kind == "BATCH":
+            self.register_buffer("running_mean", torch.zeros(dim, device=device))
+            self.register_buffer("running_var", torch.ones(dim, device=device))
+        # GroupNorm's usual 32 groups (diffusers, timm), or the largest
+        # divisor of the channels below that.
+        self.groups = max(g for g in range(1, 33) if dim % g == 0)
+
+    def forward(self, x):
+        if (self.weight is not None and x.dtype != self.weight.dtype
+                and self.kind in ("LAYER", "GROUP") and x.device.type == "cpu"):
+            # CUDA autocast runs these norms in fp32; CPU autocast (torch
+            # 1.13) leaves a bf16 input that the fp32 weights reject.
+            x = x.to(self.weight.dtype)
+        if self.kind == "LAYER":
+            return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias)
+        if self.kind == "RMS":
+            return _rms_norm(x, self.weight)
+        if self.kind == "BATCH":
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight,
+                                self.bias, training=self.training)
+        return F.group_norm(x, self.groups, self.weight, self.bias)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with separate q, k, v and output projections
+    (grouped-query when kv_heads < heads), as Hugging Face models build it."""
+
+    def __init__(self, f, device):
+        super().__init__()
+        self.heads = f["heads"]
+        self.kv_heads = f["kv_heads"] or f["heads"]
+        self.head_dim = f["head_dim"] or f["hidden"] // f["heads"]
+        self.window = f["window"]
+        self.fused = f["fused"]
+        kv_in = f["kv_input_dim"] or f["hidden"]
+        inner, kv_inner = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        self.q = nn.Linear(f["hidden"], inner, bias=f["qkv_bias"], device=device)
+        self.k = nn.Linear(kv_in, kv_inner, bias=f["qkv_bias"], device=device)
+        self.v = nn.Linear(kv_in, kv_inner, bias=f["qkv_bias"], device=device)
+        self.o = nn.Linear(inner, f["hidden"], bias=f["out_bias"], device=device)
+        if f["qk_norm"]:  # Qwen3: RMS norm on each q and k head
+            self.q_norm = nn.Parameter(torch.ones(self.head_dim, device=device))
+            self.k_norm = nn.Parameter(torch.ones(self.head_dim, device=device))
+        else:
+            self.q_norm = self.k_norm = None
+
+    def _heads(self, x, heads, chunk):
+        """[B, P, heads*hd] -> [B*n, heads, chunk, hd] with n = P / chunk;
+        without a window (n = 1) a view, as Hugging Face's transpose(1, 2)."""
+        b, p, _ = x.shape
+        if chunk == p:
+            return x.view(b, p, heads, self.head_dim).transpose(1, 2)
+        x = x.view(b, p // chunk, chunk, heads, self.head_dim)
+        return x.permute(0, 1, 3, 2, 4).reshape(b * (p // chunk), heads, chunk, self.head_dim)
+
+    def forward(self, x, kv, fused):
+        b, p, _ = x.shape
+        q, k, v = self.q(x), self.k(kv), self.v(kv)
+        if self.q_norm is not None:
+            q = _rms_norm(q.unflatten(-1, (self.heads, self.head_dim)), self.q_norm).flatten(-2)
+            k = _rms_norm(k.unflatten(-1, (self.kv_heads, self.head_dim)), self.k_norm).flatten(-2)
+        # A window splits self-attention into blocks of `window` queries that
+        # see the keys of their own block (Swin windows, Latte's per-frame
+        # attention): heads x P x window scores, as the planner counts.
+        chunk, padded = p, p
+        if self.window and kv is x and self.window < p:
+            chunk = self.window
+            padded = -(-p // chunk) * chunk
+            if padded != p:
+                q, k, v = (F.pad(t, (0, 0, 0, padded - p)) for t in (q, k, v))
+        kv_chunk = chunk if chunk != p else kv.shape[1]
+        q = self._heads(q, self.heads, chunk)
+        k = self._heads(k, self.kv_heads, kv_chunk)
+        v = self._heads(v, self.kv_heads, kv_chunk)
+        if self.kv_heads != self.heads:
+            # Hugging Face's repeat_kv: copies each kv head for its query group.
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        if (fused or self.fused) and HAS_SDPA:
+            out = F.scaled_dot_product_attention(q, k, v)
+        else:
+            # Eager attention: the heads x q x k score matrix is materialized
+            # and softmax keeps its probabilities for backward.
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (self.head_dim ** -0.5)
+            out = torch.matmul(torch.softmax(scores, dim=-1), v)
+        if chunk == p:
+            out = out.transpose(1, 2).reshape(b, p, self.heads * self.head_dim)
+        else:
+            n = padded // chunk
+            out = out.view(b, n, self.heads, chunk, self.head_dim).permute(0, 1, 3, 2, 4)
+            out = out.reshape(b, padded, self.heads * self.head_dim)[:, :p]
+        return self.o(out)
+
+
+class Mlp(nn.Module):
+    """hidden -> ffn -> hidden; GELU, or SiLU-gated (SwiGLU) when gated."""
+
+    def __init__(self, hidden, ffn, gated, bias, device):
+        super().__init__()
+        self.up = nn.Linear(hidden, ffn, bias=bias, device=device)
+        self.gate = nn.Linear(hidden, ffn, bias=bias, device=device) if gated else None
+        self.down = nn.Linear(ffn, hidden, bias=bias, device=device)
+
+    def forward(self, x):
+        if self.gate is not None:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+
+class Moe(nn.Module):
+    """Token-choice mixture of experts (Mixtral / DeepSeek style): a router,
+    `experts` bias-free MLPs each token reaches top_k of, and shared experts
+    every token uses. Experts run one at a time on their routed tokens, as
+    Hugging Face's MixtralSparseMoeBlock does."""
+
+    def __init__(self, f, device):
+        super().__init__()
+        self.top_k = f["top_k"]
+        self.router = nn.Linear(f["hidden"], f["experts"], bias=f["router_bias"],
+                                device=device)
+        self.experts = nn.ModuleList(Mlp(f["hidden"], f["ffn"], f["gated"], False, device)
+                                     for _ in range(f["experts"]))
+        self.shared = nn.ModuleList(Mlp(f["hidden"], f["ffn"], f["gated"], False, device)
+                                    for _ in range(f["shared_experts"]))
+
+    def forward(self, x):
+        b, p, h = x.shape
+        flat = x.reshape(b * p, h)
+        weights = torch.softmax(self.router(flat).float(), dim=-1)
+        top_w, top_i = torch.topk(weights, self.top_k, dim=-1)
+        top_w = (top_w / top_w.sum(-1, keepdim=True)).to(flat.dtype)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.nonzero(top_i == e, as_tuple=True)
+            if token.numel() == 0:
+                continue
+            y = expert(flat[token]) * top_w[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        for expert in self.shared:
+            out = out + expert(flat)
+        return out.view(b, p, h)
+
+
+class TiedLinear(nn.Module):
+    """An output head whose weight is an embedding's table (counted once)."""
+
+    def __init__(self, embedding, bias, device):
+        super().__init__()
+        self.weight = embedding.weight
+        out_features = embedding.weight.shape[0]
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class Parameters(nn.Module):
+    """Free-standing parameters (class token, position table, a PReLU slope)."""
+
+    def __init__(self, count, device):
+        super().__init__()
+        self.values = nn.Parameter(torch.empty(count, device=device))
+        nn.init.normal_(self.values, std=0.02)
+
+
+def _conv_module(f, device):
+    dims = f["dims"] or 2
+    kernel = tuple(f["kernel"] * dims if len(f["kernel"]) == 1 else f["kernel"])
+    cls = {(1, False): nn.Conv1d, (2, False): nn.Conv2d, (3, False): nn.Conv3d,
+           (1, True): nn.ConvTranspose1d, (2, True): nn.ConvTranspose2d,
+           (3, True): nn.ConvTranspose3d}[(dims, f["transposed"])]
+    # Stride and padding are set by the planner of the data flow, which knows
+    # the input grid; they do not change the parameter count.
+    return cls(f["in_channels"], f["out_channels"], kernel, groups=f["groups"] or 1,
+               bias=f["bias"], device=device)
+
+
+def _recurrent_module(f, device):
+    cls = {"RNN": nn.RNN, "LSTM": nn.LSTM, "GRU": nn.GRU}[f["cell"]]
+    return cls(f["input_size"], f["hidden"], num_layers=f["num_layers"] or 1,
+               bias=not f["no_bias"], batch_first=True,
+               bidirectional=f["bidirectional"], device=device)
+
+
+class _Builder:
+    """Builds the module tree; remembers embeddings for tied heads."""
+
+    def __init__(self, device):
+        self.device = device
+        self.embeddings = []
+
+    def layer(self, layer, frozen):
+        frozen = frozen or layer.frozen
+        copies = nn.ModuleList(self._one(layer, frozen) for _ in range(layer.repeat or 1))
+        if frozen:
+            copies.requires_grad_(False)
+        return copies
+
+    def _one(self, layer, frozen):
+        f, d = layer.f, self.device
+        if layer.kind == "embedding":
+            module = nn.Embedding(f["num_embeddings"], f["dim"], device=d)
+            self.embeddings.append(module)
+            return module
+        if layer.kind == "linear":
+            if not f["tied"]:
+                return nn.Linear(f["in_features"], f["out_features"], bias=f["bias"], device=d)
+            for embedding in reversed(self.embeddings):
+                if tuple(embedding.weight.shape) == (f["out_features"], f["in_features"]):
+                    return TiedLinear(embedding, f["bias"], d)
+            raise SpecError(
+                f"{layer.path}.linear.tied is set but no earlier embedding has "
+                f"num_embeddings = {f['out_features']} (out_features) and dim = "
+                f"{f['in_features']} (in_features) to share its weight with")
+        if layer.kind == "norm":
+            return Norm(f, d)
+        if layer.kind == "attention":
+            return Attention(f, d)
+        if layer.kind == "mlp":
+            return Mlp(f["hidden"], f["ffn"], f["gated"], f["bias"], d)
+        if layer.kind == "moe":
+            return Moe(f, d)
+        if layer.kind == "conv":
+            return _conv_module(f, d)
+        if layer.kind == "recurrent":
+            return _recurrent_module(f, d)
+        if layer.kind == "parameters":
+            return Parameters(f["count"], d)
+        if layer.kind == "block":
+            return nn.ModuleList(self.layer(child, frozen) for child in layer.children)
+        return nn.Identity()  # elementwise: no parameters
+
+
+def build_modules(spec, device):
+    """nn.ModuleList mirroring spec.layers: per layer a list of its `repeat`
+    copies; a block copy is a list of its children. Frozen layers have
+    requires_grad False."""
+    builder = _Builder(device)
+    return nn.ModuleList(builder.layer(layer, False) for layer in spec.layers)
+
+
+def count_params(spec):
+    """(params, trainable_params) of the spec's torch model, built on meta."""
+    modules = build_modules(spec, torch.device("meta"))
+    params = list(modules.parameters())  # shared (tied) parameters once
+    return (sum(p.numel() for p in params),
+            sum(p.numel() for p in params if p.requires_grad))
+
+
+# --------------------------------------------------------------------------
+# The data flow: which tensor each layer reads, decided once from shapes
+# --------------------------------------------------------------------------
+#
+# A spec is a list of layers, not a wired graph: towers, skips and residual
+# adds are implied by shapes (DESIGN.md; memory_profile.cc reads it the same
+# way, layer by layer). _Wiring below connects it with fixed rules, from
+# per-sample shapes only, before anything runs:
+#  - a layer reads the newest unread output whose shape is exactly what it
+#    needs (an output that carries gradient first, so a trainable layer does
+#    not read a frozen target network's output); else a model input of that
+#    shape; else the newest output with as many values (a reshape: flatten,
+#    patch merging); else the newest output adapted (see _plan_adapter);
+#  - ADD adds the newest output to the residual of its block: the last ADD
+#    output in the block, else the first input the block read of that shape;
+#  - CONCAT joins the newest unread outputs, then the block's earlier inputs
+#    of the same positions (U-Net skips), until it has dim values per position;
+#  - cross attention (kv_positions or kv_input_dim set) reads its keys and
+#    values from another output (an encoder's), which stays readable;
+#  - every output nobody reads ends in the loss, so every parameter gets a
+#    gradient and the optimizer keeps state for all of them.
+# Tensors are freed after their last read, as Python frees a model's locals.
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """Per-sample shape: "tokens" is [B, positions, width]; "spatial" is
+    channels-first [B, width, *grid]. A tokens shape keeps the grid it came
+    from (or None) so a later convolution can restore it."""
+    layout: str
+    positions: int
+    width: int
+    grid: tuple = None
+
+    @property
+    def numel(self):
+        return self.positions * self.width
+
+
+@dataclasses.dataclass
+class Value:
+    vid: int
+    shape: Shape
+    grad: bool            # carries gradient (not an input, not a frozen output)
+    is_input: bool = False
+    logits: bool = False
+    make: tuple = None    # for inputs: ("float",) | ("ids", num) | ("targets", num)
+    targets: int = None   # for logits: the vid of their class targets
+
+
+@dataclasses.dataclass
+class Op:
+    kind: str             # layer kind, or elementwise op name
+    name: str             # the spec path, for errors
+    module: nn.Module
+    reads: list           # [(vid, adapter steps)]
+    out: int
+    frozen: bool
+    extra: dict
+
+
+@dataclasses.dataclass
+class Segment:
+    """Ops run under one activation checkpoint (a block copy, or one copy of
+    a repeated layer)."""
+    ops: list
+    ext: list = None      # vids read from outside, in order
+    exports: list = None  # vids produced inside and needed later
+    free_after: list = None
+
+
+def _prod(xs):
+    return math.prod(xs) if xs else 1
+
+
+def _factorizations(n, dims, limit=20000):
+    """Ordered ways to write n as `dims` factors, squarest first."""
+    def rec(m, k):
+        if k == 1:
+            yield (m,)
+            return
+        for a in _divisors(m):
+            for rest in rec(m // a, k - 1):
+                yield (a,) + rest
+    out = list(itertools.islice(rec(n, dims), limit))
+    return sorted(out, key=lambda g: (max(g) / min(g), g))
+
+
+def _divisors(m):
+    small = [d for d in range(1, math.isqrt(m) + 1) if m % d == 0]
+    return small + [m // d for d in reversed(small) if d * d != m]
+
+
+# (stride, padding, output_padding) per dim from the kernel size, the usual
+# choices first; the first that turns the input grid into the layer's
+# positions wins.
+CONV_RULES = (
+    lambda k: (1, (k - 1) // 2, 0),   # "same"
+    lambda k: (1, 0, 0),              # "valid"
+    lambda k: (k, 0, 0),              # patchify: stride = kernel
+    lambda k: (2, (k - 1) // 2, 0),   # stride-2 downsample
+    lambda k: (2, k // 2, 0),
+    lambda k: (1, k // 2, 0),         # even kernel, padding k/2 (EEGNet)
+)
+TRANSPOSED_RULES = (
+    lambda k: (k, 0, 0),              # unpatchify: stride = kernel
+    lambda k: (2, max(k - 2, 0) // 2, 0),
+    lambda k: (2, (k - 1) // 2, 1),
+    lambda k: (1, (k - 1) // 2, 0),
+)
+
+
+def _conv_out(size, k, rule, transposed):
+    stride, pad, out_pad = rule(k)
+    if transposed:
+        return (size - 1) * stride - 2 * pad + k + out_pad
+    return (size + 2 * pad - k) // stride + 1 if size + 2 * pad >= k else 0
+
+
+class _Scope:
+    """A block copy (or the whole model): what ADD and CONCAT look back at."""
+
+    def __init__(self):
+        self.entries = []   # values its ops read, in order
+        self.adds = []      # its ADD outputs
+
+
+class _Wiring:
+    """Decides, from shapes, which tensor every layer copy reads; yields the
+    program's ops (with checkpoint segments) and the values the loss reads."""
+
+    def __init__(self, spec, setup):
+        self.spec = spec
+        self.setup = setup
+        self.values = []
+        self.live = []       # outputs not read yet, oldest first
+        self.contexts = []   # outputs read as cross-attention memory
+        self.inputs = []     # model inputs (kept by the training loop anyway)
+        self.scopes = [_Scope()]
+        self.default_positions = setup.positions or spec.positions
+        # The planner scales an attention's kv_positions with the setup's
+        # positions when the layer inherits its positions (memory_profile.cc).
+        self.position_scale = (setup.positions / spec.positions
+                               if setup.positions and spec.positions else 1.0)
+
+    # ---- values ----
+    def _new(self, shape, grad, **kw):
+        value = Value(len(self.values), shape, grad, **kw)
+        self.values.append(value)
+        return value
+
+    def _output(self, shape, grad, **kw):
+        value = self._new(shape, grad, **kw)
+        self.live.append(value)
+        return value
+
+    def _input(self, shape, make):
+        value = self._new(shape, False, is_input=True, make=make)
+        self.inputs.append(value)
+        return value
+
+    def _consume(self, value, as_context=False):
+        if value in self.live:
+            self.live.remove(value)
+            if as_context:
+                self.contexts.append(value)
+        self.scopes[-1].entries.append(value)
+
+    def _pick(self, positions, width, trainable):
+        """The value a layer reads (rules at the top of this section)."""
+        pool = list(itertools.chain(reversed(self.live), reversed(self.contexts)))
+        exact = [v for v in pool if (v.shape.positions, v.shape.width) == (positions, width)]
+        if trainable:
+            exact.sort(key=lambda v: not v.grad)  # stable: newest grad first
+        if exact:
+            return exact[0]
+        for v in reversed(self.inputs):
+            if (v.shape.positions, v.shape.width) == (positions, width) and v.make == ("float",):
+                return v
+        for v in pool:
+            if v.shape.numel == positions * width and v in self.live:
+                return v
+        if self.live:
+            return self.live[-1]
+        if pool:
+            return pool[0]
+        floats = [v for v in self.inputs if v.make == ("float",)]
+        return floats[-1] if floats else None
+
+    # ---- adapters: parameter-free reshapes between what one layer makes and
+    # what the next reads; each step is (name, args...) run by _apply_step.
+    def _plan_adapter(self, src, positions, width, layout, grid=None):
+        steps, cur = [], src.shape
+
+        def to_tokens():
+            nonlocal cur
+            if cur.layout == "spatial":
+                steps.append(("to_tokens",))
+                cur = Shape("tokens", cur.positions, cur.width, cur.grid)
+
+        def finish():
+            nonlocal cur
+            if layout == "tokens":
+                to_tokens()
+                return
+            want = grid or (cur.grid if cur.grid and _prod(cur.grid) == cur.positions
+                            else (cur.positions,))
+            if cur.layout == "tokens":
+                steps.append(("to_spatial", want))
+            elif cur.grid != want:
+                steps.append(("regrid", want))
+            cur = Shape("spatial", cur.positions, cur.width, want)
+
+        if (cur.positions, cur.width) == (positions, width):
+            finish()
+            return steps, cur
+        if cur.numel == positions * width:
+            to_tokens()
+            steps.append(("reshape", positions, width))
+            cur = Shape("tokens", positions, width, None)
+            finish()
+            return steps, cur
+        if (layout == "spatial" and cur.width == width and grid and cur.grid
+                and len(cur.grid) == len(grid)):
+            # Same channels on another grid: nearest upsampling (a U-Net
+            # decoder) or average pooling.
+            if cur.layout == "tokens":
+                steps.append(("to_spatial", cur.grid))
+            steps.append(("resize", grid))
+            cur = Shape("spatial", positions, width, grid)
+            return steps, cur
+        if cur.layout == "spatial" and cur.positions == positions and layout == "spatial":
+            # A feature map with more or fewer channels than the layer takes.
+            if cur.width > width:
+                steps.append(("take_channels", width))
+            else:
+                steps.append(("pad_channels", width - cur.width))
+            cur = Shape("spatial", positions, width, cur.grid)
+            finish()
+            return steps, cur
+        to_tokens()
+        if positions == 1 and cur.positions != 1:
+            # A per-sample vector: flatten (a CLS token when width fits).
+            steps.append(("flatten",))
+            cur = Shape("tokens", 1, cur.numel, None)
+        elif cur.positions > positions:
+            steps.append(("take_positions", positions))
+        elif cur.positions < positions and positions % cur.positions == 0:
+            steps.append(("repeat_positions", positions // cur.positions))
+        elif cur.positions < positions:
+            steps.append(("pad_positions", positions - cur.positions))
+        keep_grid = cur.grid if cur.positions == positions else None
+        if cur.width > width:
+            steps.append(("take_width", width))
+        elif cur.width < width:
+            steps.append(("pad_width", width - cur.width))
+        cur = Shape("tokens", positions, width, keep_grid)
+        finish()
+        return steps, cur
+
+    def _read(self, positions, width, layout, trainable, grid=None):
+        """Picks the value a layer reads and plans its adapter: returns the
+        read (vid, steps) and the shape the layer sees."""
+        src = self._pick(positions, width, trainable)
+        if layout == "any":  # keep the source's layout when shapes agree
+            same = src is not None and (src.shape.positions, src.shape.width) == (positions, width)
+            layout = src.shape.layout if same else "tokens"
+            grid = src.shape.grid if same else None
+        if src is None:  # the model's first layer: a synthetic input
+            shape = Shape(layout, positions, width, grid if layout == "spatial" else None)
+            if layout == "spatial" and grid is None:
+                shape = Shape("spatial", positions, width, (positions,))
+            src = self._input(shape, ("float",))
+        self._consume(src)
+        steps, shape = self._plan_adapter(src, positions, width, layout, grid)
+        return (src.vid, steps), shape
+
+    # ---- layers ----
+    def plan(self, modules, checkpointing):
+        ops = []
+        self._layers(self.spec.layers, modules, self.default_positions, False,
+                     checkpointing, ops)
+        final = list(self.live)
+        return ops, final
+
+    def _layers(self, layers, modules, positions, frozen, checkpointing, ops):
+        for layer, copies in zip(layers, modules):
+            p = layer.positions or positions
+            is_frozen = frozen or layer.frozen
+            repeat = layer.repeat or 1
+            # Checkpoint each block copy and each copy of a repeated layer
+            # (what the planner's checkpointing assumes), outermost only.
+            ckpt = checkpointing and not is_frozen and (layer.kind == "block" or repeat > 1)
+            for module in copies:
+                target = []
+                if layer.kind == "block":
+                    self._block(layer, module, p, is_frozen, checkpointing and not ckpt,
+                                target)
+                else:
+                    self._layer(layer, module, p, is_frozen, target)
+                if ckpt:
+                    ops.append(Segment(target))
+                else:
+                    ops.extend(target)
+
+    def _block(self, layer, module, p, frozen, checkpointing, ops):
+        first_new = len(self.values)
+        self.scopes.append(_Scope())
+        self._layers(layer.children, module, p, frozen, checkpointing, ops)
+        scope = self.scopes.pop()
+        # What a block copy read from before it, other than the stream it
+        # replaces (a DiT block's class embedding), the next copy reads too.
+        out = self.live[-1].shape if self.live else None
+        for v in scope.entries:
+            if (v.vid < first_new and not v.is_input and v not in self.contexts
+                    and (out is None or (v.shape.positions, v.shape.width)
+                         != (out.positions, out.width))):
+                self.contexts.append(v)
+
+    def _layer(self, layer, module, p, frozen, ops):
+        f, trainable = layer.f, not frozen
+        extra = {}
+        if layer.kind == "embedding":
+            lookups = f["lookups"] or 1
+            ids = self._input(Shape("tokens", p, lookups, None), ("ids", f["num_embeddings"]))
+            reads = [(ids.vid, [])]
+            out = Shape("tokens", p, f["dim"], None)
+        elif layer.kind == "linear":
+            read, shape = self._read(p, f["in_features"], "tokens", trainable)
+            reads = [read]
+            out = Shape("tokens", p, f["out_features"], shape.grid)
+        elif layer.kind == "norm":
+            layout = "tokens" if f["kind"] in ("LAYER", "RMS") else "spatial"
+            read, shape = self._read(p, f["dim"], layout, trainable)
+            reads, out = [read], shape
+        elif layer.kind == "attention":
+            reads, out = self._attention(layer, p, trainable, extra)
+        elif layer.kind in ("mlp", "moe"):
+            read, shape = self._read(p, f["hidden"], "tokens", trainable)
+            reads, out = [read], shape
+        elif layer.kind == "conv":
+            reads, out = self._conv(layer, module, p, trainable)
+        elif layer.kind == "recurrent":
+            read, shape = self._read(p, f["input_size"], "tokens", trainable)
+            dirs = 2 if f["bidirectional"] else 1
+            reads, out = [read], Shape("tokens", p, dirs * f["hidden"], shape.grid)
+        elif layer.kind == "parameters":
+            reads, out = self._parameters(layer, extra)
+        else:
+            reads, out = self._elementwise(layer, p, trainable, extra)
+        # An output carries gradient when its layer trains and has
+        # parameters or reads something that carries gradient.
+        grad = not frozen and (any(q.requires_grad for q in module.parameters())
+                               or any(self.values[vid].grad for vid, _ in reads))
+        value = self._output(out, grad, logits=layer.kind == "linear" and f["logits"])
+        if value.logits:
+            value.targets = self._input(Shape("tokens", p, 1, None),
+                                        ("targets", f["out_features"])).vid
+            extra["targets"] = value.targets
+        kind = f["op"] if layer.kind == "elementwise" else layer.kind
+        ops.append(Op(kind, layer.path, module, reads, value.vid, frozen, extra))
+        if kind == "ADD":
+            self.scopes[-1].adds.append(value)
+
+    def _attention(self, layer, p, trainable, extra):
+        f = layer.f
+        read, shape = self._read(p, f["hidden"], "tokens", trainable)
+        if not (f["kv_positions"] or f["kv_input_dim"]):
+            return [read], Shape("tokens", p, f["hidden"], shape.grid)
+        kv_p = f["kv_positions"] or p
+        if f["kv_positions"] and not layer.positions:
+            kv_p = max(1, round(f["kv_positions"] * self.position_scale))
+        kv_in = f["kv_input_dim"] or f["hidden"]
+        exact = [v for v in itertools.chain(reversed(self.live), reversed(self.contexts),
+                                            reversed(self.inputs))
+                 if (v.shape.positions, v.shape.width) == (kv_p, kv_in)
+                 and v.vid != read[0] and v.make in (None, ("float",))]
+        if exact:
+            # Cross attention: keys and values from another output (an
+            # encoder's), which stays readable for later layers.
+            src = exact[0]
+            self._consume(src, as_context=True)
+            steps, _ = self._plan_adapter(src, kv_p, kv_in, "tokens")
+            kv_read = (src.vid, steps)
+        else:
+            src = self.values[read[0]]
+            steps, _ = self._plan_adapter(src, kv_p, kv_in, "tokens")
+            kv_read = (src.vid, steps)
+        extra["cross"] = True
+        return [read, kv_read], Shape("tokens", p, f["hidden"], shape.grid)
+
+    def _conv(self, layer, module, p, trainable):
+        f = layer.f
+        dims = f["dims"] or 2
+        kernel = module.kernel_size
+        in_p = f["in_positions"] or p
+        src = self._pick(in_p, f["in_channels"], trainable)
+        # The input grid: the source's own (or it scaled evenly, as a
+        # decoder upsamples), else the squarest factorization that works.
+        grids = []
+        if src is not None and src.shape.grid and len(src.shape.grid) == dims:
+            scaled = _scaled_grid(src.shape.grid, in_p)
+            if scaled:
+                grids.append(scaled)
+        grids += [g for g in _factorizations(in_p, dims) if g not in grids]
+        rules = TRANSPOSED_RULES if f["transposed"] else CONV_RULES
+        for grid in grids:
+            for rule in rules:
+                out = tuple(_conv_out(s, k, rule, f["transposed"]) for s, k in zip(grid, kernel))
+                if min(out) >= 1 and _prod(out) == p:
+                    geometry = [rule(k) for k in kernel]
+                    module.stride = tuple(g[0] for g in geometry)
+                    module.padding = tuple(g[1] for g in geometry)
+                    if f["transposed"]:
+                        module.output_padding = tuple(g[2] for g in geometry)
+                    read, _ = self._read(in_p, f["in_channels"], "spatial", trainable, grid=grid)
+                    return [read], Shape("spatial", p, f["out_channels"], out)
+        raise SpecError(
+            f"{layer.path}.conv: no usual stride and padding take in_positions = {in_p} "
+            f"to positions = {p} with kernel {list(kernel)} in {dims} dims")
+
+    def _parameters(self, layer, extra):
+        # The spec gives a count, not a shape: the values join the newest
+        # output the way such tensors do (a position table added per
+        # position, a per-channel vector added everywhere, a single slope
+        # scaling), so they train like the model's own.
+        if not self.live:
+            extra["mode"] = "alone"
+            return [], Shape("tokens", 1, layer.f["count"], None)
+        src = self.live[-1]
+        self._consume(src)
+        steps, shape = self._plan_adapter(src, src.shape.positions, src.shape.width, "tokens")
+        count, width = layer.f["count"], shape.width
+        if count == 1:
+            extra["mode"] = "scale"
+        elif count % width == 0 and count // width >= shape.positions:
+            extra["mode"] = "table"
+        elif count == width:
+            extra["mode"] = "vector"
+        else:
+            extra["mode"] = "mean"
+        return [(src.vid, steps)], shape
+
+    def _elementwise(self, layer, p, trainable, extra):
+        op, dim = layer.f["op"], layer.f["dim"]
+        extra["name"] = layer.name
+        if op in ("ACTIVATION", "DROPOUT"):
+            read, shape = self._read(p, dim, "any", trainable)
+            return [read], shape
+        if op == "SOFTMAX":
+            read, shape = self._read(p, dim, "tokens", trainable)
+            return [read], shape
+        if op == "ADD":
+            return self._add(p, dim, trainable)
+        if op == "CONCAT":
+            return self._concat(p, dim, extra)
+        return self._pool(p, dim, trainable, extra)
+
+    def _add(self, p, dim, trainable):
+        read, shape = self._read(p, dim, "any", trainable)
+        a = read[0]
+        same = lambda v: (v.shape.positions, v.shape.width) == (p, dim) and v.vid != a
+        scope = self.scopes[-1]
+        partner = (next((v for v in reversed(scope.adds) if same(v)), None)
+                   or next((v for v in scope.entries
+                            if same(v) and v.make in (None, ("float",))), None)
+                   or next((v for v in reversed(self.live) if same(v)), None)
+                   or next((v for v in reversed(self.inputs)
+                            if same(v) and v.make == ("float",)), None))
+        if partner is None:
+            return [read], shape  # nothing to add: the sum of the value with itself
+        if partner in self.live:
+            self.live.remove(partner)
+        steps, _ = self._plan_adapter(partner, p, dim, shape.layout, shape.grid)
+        return [read, (partner.vid, steps)], shape
+
+    def _concat(self, p, dim, extra):
+        need, parts, total = p * dim, [], 0
+        for v in reversed(list(self.live)):
+            if total >= need:
+                break
+            parts.append(v)
+            total += v.shape.numel
+        if total < need:
+            # Skip connections: the block's earlier inputs at these positions.
+            for v in reversed(self.scopes[-1].entries):
+                if total >= need:
+                    break
+                if (v.shape.positions == p and v not in parts
+                        and v.make in (None, ("float",))):
+                    parts.append(v)
+                    total += v.shape.numel
+        if not parts:
+            floats = [v for v in self.inputs if v.make == ("float",)]
+            parts = floats[-1:]
+        parts.reverse()  # oldest first, as torch.cat([a, b]) is written
+        for v in parts:
+            self._consume(v)
+        if parts and all(v.shape.positions == p for v in parts):
+            spatial = all(v.shape.layout == "spatial" and v.shape.grid == parts[0].shape.grid
+                          for v in parts)
+            layout = "spatial" if spatial else "tokens"
+            reads = [(v.vid, self._plan_adapter(v, p, v.shape.width, layout,
+                                                parts[0].shape.grid if spatial else None)[0])
+                     for v in parts]
+            extra["join"] = "width"
+            extra["layout"] = layout
+            grid = parts[0].shape.grid
+        elif parts and all(v.shape.width == dim for v in parts):
+            reads = [(v.vid, self._plan_adapter(v, v.shape.positions, dim, "tokens")[0])
+                     for v in parts]
+            extra["join"] = "positions"
+            layout, grid = "tokens", None
+        else:
+            reads = [(v.vid, self._plan_adapter(v, 1, v.shape.numel, "tokens")[0])
+                     for v in parts]
+            extra["join"] = "flat"
+            layout, grid = "tokens", None
+        extra["fit"] = (p, dim)
+        return reads, Shape(layout, p, dim, grid if layout == "spatial" else None)
+
+    def _pool(self, p, dim, trainable, extra):
+        src = next((v for v in reversed(self.live) if v.shape.width == dim), None)
+        src = src or self._pick(p, dim, trainable)
+        if src is None or src.shape.numel <= p * dim:
+            read, shape = self._read(p, dim, "tokens", trainable)
+            extra["pool"] = ("none",)
+            return [read], shape
+        self._consume(src)
+        s = src.shape
+        if s.width != dim or s.positions <= p:
+            # Mismatched width (a dot-product score): pool the flattened
+            # values down to p x dim.
+            steps, _ = self._plan_adapter(src, 1, s.numel, "tokens")
+            extra["pool"] = ("flat", p, dim)
+            return [(src.vid, steps)], Shape("tokens", p, dim, None)
+        if s.layout == "spatial" and s.grid:
+            grid = _pool_grid(s.grid, p)
+            if grid:
+                # Spatial pooling in a conv net: max pooling, the CNN default.
+                extra["pool"] = ("max", grid)
+                return [(src.vid, [])], Shape("spatial", p, dim, grid)
+        steps, _ = self._plan_adapter(src, s.positions, dim, "tokens")
+        # Pooling tokens (a ViT head, a mean over a history): the mean.
+        extra["pool"] = ("mean", p)
+        return [(src.vid, steps)], Shape("tokens", p, dim, None)
+
+
+def _scaled_grid(grid, positions):
+    """`grid` with every dim > 1 multiplied (or divided) by one integer so
+    that it holds `positions`, or None."""
+    if _prod(grid) == positions:
+        return tuple(grid)
+    big = [s for s in grid if s > 1]
+    if not big:
+        return None
+    ratio = (positions / _prod(grid)) ** (1 / len(big))
+    for r in (ratio, 1 / ratio):
+        k = round(r)
+        if k >= 2 and abs(r - k) < 1e-6:
+            out = tuple((s * k if r is ratio else s // k) if s > 1 else 1 for s in grid)
+            if _prod(out) == positions:
+                return out
+    return None
+
+
+def _pool_grid(grid, positions):
+    """The grid of an even pooling of `grid` down to `positions`, or None."""
+    big = [s for s in grid if s > 1]
+    if not big:
+        return None
+    k0 = round((_prod(grid) / positions) ** (1 / len(big)))
+    for k in (k0, k0 - 1, k0 + 1):
+        if k >= 1:
+            out = tuple(s // k if s > 1 else 1 for s in grid)
+            if _prod(out) == positions and min(out) >= 1:
+                return out
+    return None
+
+
+def _liveness(units, keep):
+    """For each unit, the vids whose last read is that unit (to free after
+    it); vids in `keep` are never freed."""
+    last = {}
+    for i, unit in enumerate(units):
+        for vid in _unit_reads(unit):
+            last[vid] = i
+    free = [[] for _ in units]
+    for vid, i in last.items():
+        if vid not in keep:
+            free[i].append(vid)
+    return free
+
+
+def _unit_reads(unit):
+    if isinstance(unit, Segment):
+        return unit.ext
+    reads = [vid for vid, _ in unit.reads]
+    if "targets" in unit.extra:
+        reads.append(unit.extra["targets"])
+    return reads
+
+
+def _finish_segments(units, final):
+    """Fills each segment's external reads, exports and free lists."""
+    later_reads = {v.vid for v in final}
+    for unit in reversed(units):
+        if isinstance(unit, Segment):
+            made = {op.out for op in unit.ops}
+            reads = []
+            for op in unit.ops:
+                for vid in _unit_reads(op):
+                    if vid not in made and vid not in reads:
+                        reads.append(vid)
+            unit.ext = reads
+            unit.exports = [op.out for op in unit.ops if op.out in later_reads]
+            unit.free_after = _liveness(unit.ops, set(unit.exports) | set(unit.ext))
+        later_reads.update(_unit_reads(unit))
+
+
+# --------------------------------------------------------------------------
+# The program: modules + data flow, one training step's forward and loss
+# --------------------------------------------------------------------------
+
+def _activation(name):
+    """The activation a layer's name says (relu1, quick_gelu, silu_gate...);
+    GELU when it says none."""
+    n = name.lower()
+    if "quick_gelu" in n:
+        return lambda x: x * torch.sigmoid(1.702 * x)
+    for key, fn in (("gelu", F.gelu), ("silu", F.silu), ("swish", F.silu),
+                    ("relu", F.relu), ("elu", F.elu),
+                    ("tanh", torch.tanh), ("sigmoid", torch.sigmoid),
+                    ("l2norm", lambda x: F.normalize(x, dim=-1))):
+        if key in n:
+            return fn
+    return F.gelu
+
+
+def _apply_step(t, step):
+    name, b = step[0], t.shape[0]
+    if name == "to_tokens":
+        return t.flatten(2).transpose(1, 2)
+    if name == "to_spatial":
+        return t.transpose(1, 2).reshape(b, t.shape[2], *step[1])
+    if name == "regrid":
+        return t.reshape(b, t.shape[1], *step[1])
+    if name == "reshape":
+        return t.reshape(b, step[1], step[2])
+    if name == "flatten":
+        return t.reshape(b, 1, -1)
+    # Slices are copied: a layer that saves its input would otherwise keep
+    # the whole sliced tensor alive until backward.
+    if name == "take_positions":
+        return t[:, :step[1]].contiguous()
+    if name == "repeat_positions":
+        return t.repeat_interleave(step[1], dim=1)
+    if name == "pad_positions":
+        return F.pad(t, (0, 0, 0, step[1]))
+    if name == "take_width":
+        return t[..., :step[1]].contiguous()
+    if name == "pad_width":
+        return F.pad(t, (0, step[1]))
+    if name == "take_channels":
+        return t[:, :step[1]].contiguous()
+    if name == "pad_channels":
+        return F.pad(t, [0, 0] * (t.dim() - 2) + [0, step[1]])
+    if name == "resize":
+        grid = step[1]
+        if _prod(grid) >= _prod(t.shape[2:]):
+            return F.interpolate(t, size=grid, mode="nearest")
+        return {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d,
+                3: F.adaptive_avg_pool3d}[len(grid)](t, grid)
+    raise AssertionError(name)
+
+
+class Program(nn.Module):
+    """The spec's model on a device: forward(data) returns the step's loss."""
+
+    def __init__(self, spec, setup, device):
+        super().__init__()
+        self.layers = build_modules(spec, device)
+        wiring = _Wiring(spec, setup)
+        self.units, self.final = wiring.plan(self.layers, setup.activation_checkpointing)
+        self.values = wiring.values
+        _finish_segments(self.units, self.final)
+        keep = {v.vid for v in self.final} | {v.vid for v in wiring.inputs}
+        self.free_after = _liveness(self.units, keep)
+        self.inputs = wiring.inputs
+        self.fused = setup.fused_attention
+
+    def make_batch(self, batch, device):
+        """Synthetic inputs: random floats, token ids and loss targets."""
+        data = {}
+        for v in self.inputs:
+            s = v.shape
+            if v.make[0] == "float":
+                shape = ((batch, s.width) + tuple(s.grid) if s.layout == "spatial"
+                         else (batch, s.positions, s.width))
+                data[v.vid] = torch.randn(shape, device=device)
+            elif v.make[0] == "ids":
+                shape = (batch, s.positions) if s.width == 1 else (batch, s.positions, s.width)
+                data[v.vid] = torch.randint(0, v.make[1], shape, device=device)
+            else:
+                data[v.vid] = torch.randint(0, v.make[1], (batch * s.positions,), device=device)
+        return data
+
+    def forward(self, data):
+        env = dict(data)
+        for unit, free in zip(self.units, self.free_after):
+            if isinstance(unit, Segment):
+                outs = torch_checkpoint.checkpoint(self._segment_fn(unit),
+                                                   *[env[v] for v in unit.ext],
+                                                   use_reentrant=False)
+                env.update(zip(unit.exports, outs))
+            else:
+                env[unit.out] = self._run(unit, env)
+            for vid in free:
+                del env[vid]
+        loss = None
+        for v in self.final:
+            t = env[v.vid]
+            if v.logits:
+                logits = t.reshape(-1, t.shape[-1]).float()
+                term = F.cross_entropy(logits, env[v.targets])
+            else:
+                term = t.float().mean()
+            loss = term if loss is None else loss + term
+        return loss
+
+    def _segment_fn(self, segment):
+        def run(*tensors):
+            env = dict(zip(segment.ext, tensors))
+            for op, free in zip(segment.ops, segment.free_after):
+                env[op.out] = self._run(op, env)
+                for vid in free:
+                    del env[vid]
+            return tuple(env[v] for v in segment.exports)
+        return run
+
+    def _run(self, op, env):
+        args = []
+        for vid, steps in op.reads:
+            t = env[vid]
+            for step in steps:
+                t = _apply_step(t, step)
+            args.append(t)
+        if op.frozen:
+            with torch.no_grad():
+                return self._compute(op, args)
+        return self._compute(op, args)
+
+    def _compute(self, op, args):
+        m, kind, extra = op.module, op.kind, op.extra
+        if kind in ("linear", "norm", "mlp", "moe", "conv"):
+            return m(args[0])
+        if kind == "embedding":
+            out = m(args[0])
+            return out.sum(dim=2) if out.dim() == 4 else out
+        if kind == "attention":
+            x = args[0]
+            return m(x, args[1] if extra.get("cross") else x, self.fused)
+        if kind == "recurrent":
+            return m(args[0])[0]
+        if kind == "parameters":
+            w, mode = m.values, extra["mode"]
+            if mode == "alone":
+                return w.view(1, 1, -1).expand(1, 1, -1)
+            x = args[0]
+            if mode == "scale":
+                return x * w
+            if mode == "table":
+                return x + w.view(-1, x.shape[-1])[: x.shape[1]]
+            if mode == "vector":
+                return x + w
+            return x + w.mean()
+        if kind == "ACTIVATION":
+            return _activation(extra["name"])(args[0])
+        if kind == "DROPOUT":
+            return F.dropout(args[0], p=0.1, training=True)
+        if kind == "SOFTMAX":
+            return torch.softmax(args[0], dim=-1)
+        if kind == "ADD":
+            return args[0] + (args[1] if len(args) > 1 else args[0])
+        if kind == "CONCAT":
+            return self._concat(args, extra)
+        return self._pool(args[0], extra["pool"])
+
+    @staticmethod
+    def _concat(args, extra):
+        p, dim = extra["fit"]
+        b = args[0].shape[0]
+        if extra["join"] == "width":
+            # Channels of a feature map (a U-Net skip) or features of tokens.
+            axis = 1 if extra["layout"] == "spatial" else 2
+            out = torch.cat(args, dim=axis) if len(args) > 1 else args[0]
+            have = out.shape[axis]
+            if have > dim:
+                out = out.narrow(axis, 0, dim)
+            elif have < dim:
+                out = F.pad(out, [0, 0] * (out.dim() - 1 - axis) + [0, dim - have])
+            return out
+        if extra["join"] == "positions":
+            out = torch.cat(args, dim=1) if len(args) > 1 else args[0]
+        else:
+            out = torch.cat([a.reshape(b, -1) for a in args], dim=1)
+        out = out.reshape(b, -1)
+        if out.shape[1] > p * dim:
+            out = out[:, : p * dim]
+        elif out.shape[1] < p * dim:
+            out = F.pad(out, (0, p * dim - out.shape[1]))
+        return out.reshape(b, p, dim)
+
+    @staticmethod
+    def _pool(x, pool):
+        if pool[0] == "none":
+            return x
+        if pool[0] == "max":
+            grid = pool[1]
+            return {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d,
+                    3: F.adaptive_max_pool3d}[len(grid)](x, grid)
+        if pool[0] == "mean":
+            if pool[1] == 1:
+                return x.mean(dim=1, keepdim=True)
+            return F.adaptive_avg_pool1d(x.transpose(1, 2), pool[1]).transpose(1, 2)
+        _, p, dim = pool
+        b = x.shape[0]
+        return F.adaptive_avg_pool1d(x.reshape(b, 1, -1), p * dim).reshape(b, p, dim)
+
+
+# --------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------
+
+def _emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def _is_oom(error):
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(error, oom_type):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def _autocast_enabled(device_type):
+    # torch < 2.4 has only the per-device functions; it switches CPU autocast
+    # off (with a warning) for a dtype it does not support.
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:
+        return (torch.is_autocast_cpu_enabled() if device_type == "cpu"
+                else torch.is_autocast_enabled())
+
+
+def _make_optimizer(name, params):
+    if name == "SGD":
+        return torch.optim.SGD(params, lr=1e-3)
+    if name == "SGD_MOMENTUM":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    return torch.optim.AdamW(params, lr=1e-4)
+
+
+def _grad_scaler():
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+class _Measurement:
+    """What one batch's run has seen so far (kept when it fails midway)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.seconds = []
+
+
+def _measure_batch(spec, setup, device, batch, warmup, steps, record):
+    """Builds a fresh model and optimizer and runs warmup + steps training
+    steps; raises on OOM or any other failure."""
+    cuda = device.type == "cuda"
+    if cuda:
+        # Reset before building, so an OOM while building has its own peak.
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    program = Program(spec, setup, device)
+    program.train()
+    trainable = [p for p in program.parameters() if p.requires_grad]
+    if not trainable:
+        raise SpecError("the spec has no trainable parameters (every layer is frozen)")
+    optimizer = _make_optimizer(setup.optimizer, trainable)
+    mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
+    scaler = _grad_scaler() if mixed is torch.float16 and cuda else None
+    for step in range(warmup + steps):
+        data = program.make_batch(batch, device)
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        # fp32 runs outside autocast (torch 1.13 rejects a disabled one).
+        context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
+                   else contextlib.nullcontext())
+        with context:
+            if mixed is not None and not _autocast_enabled(device.type):
+                raise SpecError(f"setup.precision = {setup.precision} is not supported "
+                                f"on cpu by torch {torch.__version__}")
+            loss = program(data)
+        if not loss.requires_grad:
+            raise SpecError("no trainable layer reaches the loss")
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del loss, data
+        if cuda:
+            torch.cuda.synchronize(device)
+        if step >= warmup:
+            record.seconds.append(time.perf_counter() - start)
+            record.steps += 1
+
+
+def run_batches(spec, setup, device, batches, warmup, steps):
+    cuda = device.type == "cuda"
+    for batch in batches:
+        _emit({"event": "batch_start", "batch": batch})
+        record = _Measurement()
+        oom, error = False, ""
+        try:
+            _measure_batch(spec, setup, device, batch, warmup, steps, record)
+        except Exception as e:  # one batch's failure is its result, not a crash
+            oom = _is_oom(e)
+            error = "" if oom else f"{type(e).__name__}: {e}"
+        # The failed frames are gone once the except block ends; now the
+        # allocator can really give their memory back.
+        gc.collect()
+        peak_allocated = peak_reserved = None
+        if cuda:
+            torch.cuda.synchronize(device)
+            peak_allocated = torch.cuda.max_memory_allocated(device)
+            peak_reserved = torch.cuda.max_memory_reserved(device)
+            torch.cuda.empty_cache()
+        ok = not oom and not error
+        _emit({"event": "result", "batch": batch, "oom": oom,
+               "peak_allocated_bytes": peak_allocated,
+               "peak_reserved_bytes": peak_reserved,
+               "step_seconds": (sum(record.seconds) / len(record.seconds)
+                                if ok and record.seconds else None),
+               "steps": record.steps, "error": error})
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        _emit({"event": "error", "error": f"bad flags: {message}"})
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _parse_batches(text):
+    batches = []
+    for part in text.split(","):
+        if not re.fullmatch(r"\s*[0-9]+\s*", part) or not 1 <= int(part) <= MAX_BATCH:
+            raise SpecError(f"--batches {text}: '{part}' is not a batch size; allowed "
+                            f"a comma-separated list of 1..{MAX_BATCH}")
+        batches.append(int(part))
+    return batches
+
+
+def _device(name):
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise SpecError(f"--device {name} is unknown; allowed cuda, cuda:N, cpu") from None
+    if device.type not in ("cuda", "cpu"):
+        raise SpecError(f"--device {name} is unknown; allowed cuda, cuda:N, cpu")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SpecError(f"--device {name}: this torch ({torch.__version__}) sees no "
+                            "CUDA device")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise SpecError(f"--device {name}: only {torch.cuda.device_count()} CUDA "
+                            "device(s) are visible")
+        device = torch.device("cuda", index)
+    return device
+
+
+def _hello(device, params):
+    cuda = device.type == "cuda"
+    props = torch.cuda.get_device_properties(device) if cuda else None
+    return {"event": "hello", "torch": torch.__version__, "cuda": torch.version.cuda,
+            "device": str(device),
+            "device_name": props.name if cuda else (platform.processor() or "cpu"),
+            "total_memory_bytes": props.total_memory if cuda else None,
+            "params": params,
+            "sdpa": HAS_SDPA}
+
+
+def main(argv=None):
+    parser = _Parser(description="Build a Headroom model spec in PyTorch and measure it.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    count = sub.add_parser("count", help="parameter counts, built on the meta device")
+    count.add_argument("--spec", required=True)
+    run = sub.add_parser("run", help="measure training steps at each batch")
+    run.add_argument("--spec", required=True)
+    run.add_argument("--batches", required=True)
+    run.add_argument("--setup")
+    run.add_argument("--warmup", type=int, default=1)
+    run.add_argument("--steps", type=int, default=3)
+    run.add_argument("--device")
+    run.add_argument("--positions", type=int)
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        if args.command == "count":
+            params, trainable = count_params(spec)
+            _emit({"name": spec.name, "params": params, "trainable_params": trainable})
+            return 0
+        setup = parse_setup(args.setup)
+        if args.positions is not None:
+            if not 1 <= args.positions <= MAX_DIMENSION:
+                raise SpecError(f"--positions {args.positions} is out of range; allowed "
+                                f"1..{MAX_DIMENSION}")
+            setup.positions = args.positions
+        batches = _parse_batches(args.batches)
+        for flag, value, low in (("--warmup", args.warmup, 0), ("--steps", args.steps, 1)):
+            if not low <= value <= MAX_STEPS:
+                raise SpecError(f"{flag} {value} is out of range; allowed {low}..{MAX_STEPS}")
+        device = _device(args.device)
+        # Build once on meta: a spec that cannot be built fails here, before
+        # any batch, and the hello line can carry the parameter count.
+        meta = Program(spec, setup, torch.device("meta"))
+        params = sum(p.numel() for p in meta.parameters())
+        del meta
+    except SpecError as error:
+        _emit({"event": "error", "error": str(error)})
+        return EXIT_BAD_INPUT
+    _emit(_hello(device, params))
+    run_batches(spec, setup, device, batches, args.warmup, args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

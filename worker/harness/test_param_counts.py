@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The torch harness builds the planner's graph: same parameter counts.
+
+For every template in --models, the harness's torch model (built on the meta
+device, in process) must have exactly the parameters and trainable
+parameters that `headroom model inspect FILE --json` reports. Then a smoke
+run trains the smallest template on the CPU at batches 1 and 2 and checks
+the JSON lines the worker reads.
+
+  python3 worker/harness/test_param_counts.py \
+      --headroom build/client/headroom --models models
+
+Exit 0 when everything agrees, 1 on any mismatch (named), 77 (skipped)
+when python3 has no torch.
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+EXIT_SKIPPED = 77
+# Generous per-call limits; the whole test takes well under a minute.
+INSPECT_TIMEOUT_S = 60
+SMOKE_TIMEOUT_S = 120
+SMOKE_TEMPLATE = "simple-cnn"
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HARNESS = os.path.join(HERE, "headroom_torch_probe.py")
+
+
+def planner_counts(headroom, path):
+    """(params, trainable_params) from the planner's CLI."""
+    done = subprocess.run([headroom, "model", "inspect", path, "--json"],
+                          capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"headroom model inspect exited {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()[:300]}")
+    report = json.loads(done.stdout)
+    # Protobuf's JSON mapping may write 64-bit integers as strings.
+    params = int(report["params"])
+    return params, int(report.get("trainableParams", params))
+
+
+def compare_counts(probe, headroom, files):
+    """Prints the table; returns the names that do not match."""
+    failures = []
+    print(f"{'template':<22} {'planner':>14} {'harness':>14} "
+          f"{'planner train':>14} {'harness train':>14}  result")
+    for path in files:
+        label = os.path.basename(path)[: -len(".json")]
+        try:
+            spec = probe.load_spec(path)
+            label = spec.name
+            params, trainable = probe.count_params(spec)
+            want_params, want_trainable = planner_counts(headroom, path)
+        except Exception as error:  # a template either side cannot read
+            print(f"{label:<22} ERROR {type(error).__name__}: {error}")
+            failures.append(label)
+            continue
+        ok = (params, trainable) == (want_params, want_trainable)
+        if not ok:
+            failures.append(label)
+        print(f"{label:<22} {want_params:>14,} {params:>14,} {want_trainable:>14,} "
+              f"{trainable:>14,}  {'ok' if ok else 'MISMATCH'}")
+    return failures
+
+
+def smallest_template(probe, files):
+    for path in files:
+        if os.path.basename(path) == SMOKE_TEMPLATE + ".json":
+            return path
+    return min(files, key=lambda path: probe.count_params(probe.load_spec(path))[0])
+
+
+def smoke_run(path, want_params):
+    """Runs the harness on the CPU at batches 1,2; returns problems found."""
+    command = [sys.executable, HARNESS, "run", "--spec", path, "--batches", "1,2",
+               "--warmup", "0", "--steps", "1", "--device", "cpu"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=SMOKE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return [f"run did not finish in {SMOKE_TIMEOUT_S} s"]
+    problems = []
+    if done.returncode != 0:
+        problems.append(f"run exited {done.returncode}: {done.stderr.strip()[:300]}")
+    try:
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    except json.JSONDecodeError as error:
+        return problems + [f"stdout is not JSON lines: {error}: {done.stdout[:300]}"]
+    events = [line.get("event") for line in lines]
+    if events != ["hello", "batch_start", "result", "batch_start", "result"]:
+        return problems + [f"events are {events}; want hello, then batch_start and "
+                           "result for batches 1 and 2"]
+    hello = lines[0]
+    if hello.get("params") != want_params:
+        problems.append(f"hello.params = {hello.get('params')}, want {want_params}")
+    if hello.get("device") != "cpu" or hello.get("total_memory_bytes") is not None:
+        problems.append(f"hello on cpu says device {hello.get('device')} and "
+                        f"total_memory_bytes {hello.get('total_memory_bytes')}")
+    for batch, result in ((1, lines[2]), (2, lines[4])):
+        where = f"result for batch {batch}"
+        if result.get("batch") != batch:
+            problems.append(f"{where} has batch {result.get('batch')}")
+        if result.get("oom") is not False or result.get("error") != "":
+            problems.append(f"{where}: oom {result.get('oom')}, error "
+                            f"'{result.get('error')}'")
+        seconds = result.get("step_seconds")
+        if not isinstance(seconds, float) or seconds <= 0:
+            problems.append(f"{where}: step_seconds = {seconds}, want > 0")
+        if result.get("steps") != 1:
+            problems.append(f"{where}: steps = {result.get('steps')}, want 1")
+        for field in ("peak_allocated_bytes", "peak_reserved_bytes"):
+            if result.get(field, "missing") is not None:
+                problems.append(f"{where}: {field} = {result.get(field)}, want null on cpu")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--headroom", required=True, help="the headroom CLI binary")
+    parser.add_argument("--models", required=True, help="folder of template specs")
+    args = parser.parse_args()
+    try:
+        import torch  # noqa: F401  (only whether it imports)
+    except ImportError as error:
+        print(f"SKIPPED: python3-torch not installed ({error}; "
+              f"python3 is {sys.executable})")
+        return EXIT_SKIPPED
+    sys.path.insert(0, HERE)
+    sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
+    import headroom_torch_probe as probe
+
+    if not os.access(args.headroom, os.X_OK):
+        print(f"FAILED: --headroom {args.headroom} is not an executable; build it with "
+              "ninja -C build headroom")
+        return 1
+    files = sorted(glob.glob(os.path.join(args.models, "*.json")))
+    if not files:
+        print(f"FAILED: --models {args.models} holds no *.json templates")
+        return 1
+
+    failures = compare_counts(probe, args.headroom, files)
+    smoke = smallest_template(probe, files)
+    smoke_params = probe.count_params(probe.load_spec(smoke))[0]
+    problems = smoke_run(smoke, smoke_params)
+    print(f"\nsmoke run of {os.path.basename(smoke)} on cpu at batches 1,2: "
+          f"{'ok' if not problems else 'FAILED'}")
+    for problem in problems:
+        print(f"  {problem}")
+
+    matched = len(files) - len(failures)
+    print(f"\n{matched} of {len(files)} templates match the planner's counts")
+    if failures:
+        print(f"mismatched: {', '.join(failures)}")
+    passed = matched + (0 if problems else 1)
+    print(f"{passed} passed, {len(files) + 1 - passed} failed")
+    return 0 if not failures and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
