@@ -1,0 +1,204 @@
+// headroom-autotune-search: how many probe runs it takes to pick the largest
+// microbatch that fits, three ways, on simulated GPUs whose truth the
+// planner does not know (the sim executor's hidden factors, context and
+// card, exactly what a sim worker reports):
+//   exhaustive  every candidate is run;
+//   doubling    Lightning's batch-size finder: from the smallest candidate,
+//               double (next candidate at least twice as large) until one
+//               goes OOM, then bisect between the last fit and that OOM;
+//   headroom    PlanMicrobatch predicts every candidate; the largest
+//               calibrated FITS is run once to verify it, then only the
+//               span it leaves open (up to the last candidate not called
+//               DOES_NOT_FIT) is bisected (the truth is monotone in the
+//               microbatch).
+// Each run of a candidate counts once. All three must end on the same
+// choice: the largest candidate whose true peak fits the budget.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "server/core/calibration/calibrate.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/core/common/json_io.h"
+#include "server/core/microbatch/plan.h"
+#include "worker/daemon/sim_executor.h"
+
+namespace {
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+struct Search {
+  int runs = 0;
+  uint32_t choice = 0;  // 0: none fits
+};
+
+// Largest index in [lo, hi] whose candidate fits, given fits(lo-1) and not
+// fits(hi+1); counts one run per probe.
+template <typename Fits>
+int Bisect(int lo, int hi, Fits fits, int* runs) {
+  int best = lo - 1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    ++*runs;
+    if (fits(mid)) {
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int main() {
+  using headroom::v1::PlannedMicrobatch;
+  auto catalog = headroom::ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto runs = headroom::LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
+  if (!catalog.ok() || !runs.ok()) {
+    std::fprintf(stderr, "cannot load the catalog or the runs\n");
+    return 1;
+  }
+  auto fitted = headroom::Calibrate(*runs, *catalog, headroom::FitOptions{},
+                                    "data/memory-runs.jsonl");
+  if (!fitted.ok()) {
+    std::fprintf(stderr, "fit failed: %s\n",
+                 std::string(fitted.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<uint32_t> candidates = {
+      1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+  const double vram_fraction = 0.95;
+  const double reserve_gb = 1.0;
+  std::printf("%-14s %-5s %7s | %10s %9s %9s | %s\n", "template", "gpu",
+              "choice", "exhaustive", "doubling", "headroom",
+              "plan: fits/borderline/no");
+  int total[3] = {0, 0, 0};
+  int disagreements = 0;
+  uint64_t seed = 1;
+  for (const char* name : {"gpt2", "bert-base", "llama3-block"}) {
+    for (const char* gpu_name : {"L4", "A10G", "H100"}) {
+      const headroom::GpuInfo gpu = *headroom::FindGpu(gpu_name);
+      headroom::worker::SimGpuConfig sim;
+      sim.kind = gpu.name;
+      sim.memory_gb = gpu.memory_gb;
+      sim.seed = seed++;
+      headroom::worker::SimExecutor truth(sim);
+      headroom::v1::Assignment assignment;
+      *assignment.mutable_spec() = **catalog->Find(name);
+      *assignment.mutable_setup() = headroom::CalibrationSetup();
+      const double budget = vram_fraction * gpu.memory_gb - reserve_gb;
+      // What a worker would measure: the true peak plus the context.
+      auto fits = [&](int i) {
+        return truth.TruePeakGb(assignment, candidates[i]) +
+                   truth.context_gb() <=
+               budget;
+      };
+      const int n = static_cast<int>(candidates.size());
+
+      Search exhaustive;
+      for (int i = 0; i < n; ++i) {
+        ++exhaustive.runs;
+        if (fits(i)) exhaustive.choice = candidates[i];
+      }
+
+      Search doubling;
+      int last_fit = -1;
+      int first_oom = n;
+      for (int i = 0; i < n;) {
+        ++doubling.runs;
+        if (!fits(i)) {
+          first_oom = i;
+          break;
+        }
+        last_fit = i;
+        int next = i + 1;
+        while (next < n && candidates[next] < 2 * candidates[i]) ++next;
+        i = next;
+      }
+      if (last_fit >= 0) {
+        const int best =
+            Bisect(last_fit + 1, first_oom - 1, fits, &doubling.runs);
+        doubling.choice = candidates[std::max(best, last_fit)];
+      }
+
+      headroom::v1::PlanMicrobatchRequest request;
+      request.set_template_(name);
+      *request.mutable_setup() = headroom::CalibrationSetup();
+      request.set_global_batch(candidates.back());
+      for (uint32_t c : candidates) request.add_microbatch_candidates(c);
+      request.set_vram_fraction(vram_fraction);
+      request.set_reserve_gb(reserve_gb);
+      request.set_gpu(gpu.name);
+      auto plan =
+          headroom::PlanMicrobatch(request, *catalog, fitted->factor_set);
+      if (!plan.ok()) {
+        std::fprintf(stderr, "plan failed: %s\n",
+                     std::string(plan.status().message()).c_str());
+        return 1;
+      }
+      // The plan's FITS are taken as fitting without a run, its eager
+      // DOES_NOT_FIT as not; the BORDERLINE span is bisected.
+      int fit_count = 0, borderline = 0, no_count = 0;
+      int last_sure = -1;
+      int first_measure = n, last_measure = -1;
+      for (int i = 0; i < n; ++i) {
+        const PlannedMicrobatch& p = plan->candidates(i);
+        if (p.action() == PlannedMicrobatch::MEASURE) {
+          ++borderline;
+          first_measure = std::min(first_measure, i);
+          last_measure = std::max(last_measure, i);
+        } else if (p.verdict() == headroom::v1::FITS) {
+          ++fit_count;
+          last_sure = i;
+        } else {
+          ++no_count;
+        }
+      }
+      // Headroom's search: the largest predicted FITS is run first, to
+      // verify the prediction (a wrong "fits" must not be selected); then
+      // the span it leaves open is bisected, never above the last
+      // candidate the plan did not rule out.
+      Search planned;
+      const int last_possible = std::max(last_sure, last_measure);
+      int best = -1;
+      if (last_sure >= 0) {
+        ++planned.runs;
+        if (fits(last_sure)) {
+          best = std::max(last_sure, Bisect(last_sure + 1, last_possible, fits,
+                                            &planned.runs));
+        } else {
+          best = Bisect(0, last_sure - 1, fits, &planned.runs);
+        }
+      } else if (last_possible >= 0) {
+        best = Bisect(0, last_possible, fits, &planned.runs);
+      }
+      planned.choice = best >= 0 ? candidates[best] : 0;
+      (void)first_measure;
+
+      const bool same = planned.choice == exhaustive.choice &&
+                        doubling.choice == exhaustive.choice;
+      if (!same) ++disagreements;
+      total[0] += exhaustive.runs;
+      total[1] += doubling.runs;
+      total[2] += planned.runs;
+      std::printf("%-14s %-5s %7u | %10d %9d %9d | %d/%d/%d", name,
+                  gpu.name.c_str(), exhaustive.choice, exhaustive.runs,
+                  doubling.runs, planned.runs, fit_count, borderline, no_count);
+      if (!same) {
+        std::printf("  DIFFERENT: doubling %u, headroom %u", doubling.choice,
+                    planned.choice);
+      }
+      std::printf("\n");
+    }
+  }
+  std::printf("%-14s %-5s %7s | %10d %9d %9d |\n", "total", "", "", total[0],
+              total[1], total[2]);
+  std::printf("choices that differ from the exhaustive sweep: %d\n",
+              disagreements);
+  return disagreements == 0 ? 0 : 1;
+}
