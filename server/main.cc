@@ -1,5 +1,6 @@
 // headroom-planner: flags in, PlannerApp up, SIGTERM/SIGINT shut it down.
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +26,9 @@ ABSL_FLAG(std::string, energy_curves, "data/energy-curves.json",
           "energy curves stored on first start");
 ABSL_FLAG(double, coverage, 0.95,
           "coverage of the calibrated upper bound for verdicts: 0.9 or 0.95");
+ABSL_FLAG(int64_t, grpc_memory_mb, 512,
+          "memory gRPC may hold for connections, in MiB: a message larger "
+          "than this is cut off while it arrives");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight calls may run after SIGTERM");
@@ -57,6 +61,10 @@ int main(int argc, char** argv) {
   config.runs_path = absl::GetFlag(FLAGS_runs);
   config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
   config.coverage = absl::GetFlag(FLAGS_coverage);
+  // Planner start refuses a budget below 4 x the message limit.
+  config.grpc_memory_bytes =
+      std::min<int64_t>(absl::GetFlag(FLAGS_grpc_memory_mb), int64_t{1} << 20) *
+      (int64_t{1} << 20);
   auto app = headroom::PlannerApp::Start(config);
   if (!app.ok()) {
     spdlog::error("event=start_failed error=\"{}\"", app.status().ToString());

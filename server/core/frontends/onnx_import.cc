@@ -37,78 +37,52 @@ bool IsFloatType(int32_t type) {
          type == onnx::TensorProto::BFLOAT16;
 }
 
+// Whether `op` is in `ops`.
+template <size_t N>
+bool OneOf(const std::string& op, const char* const (&ops)[N]) {
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+}
+
 // Ops through which a projection's output travels to the score MatMul:
 // head split, transposes, the fused-QKV split, scaling, rotary embeddings,
 // grouped-query K/V repetition.
-const std::set<std::string>& PlumbingOps() {
-  static const auto* ops = new std::set<std::string>{
-      "Reshape",  "Transpose", "Split",  "Slice",  "Squeeze", "Unsqueeze",
-      "Identity", "Cast",      "Gather", "Expand", "Tile",    "Concat",
-      "Mul",      "Div",       "Add",    "Sub",    "Neg",     "Flatten"};
-  return *ops;
-}
+constexpr const char* kPlumbingOps[] = {
+    "Reshape",  "Transpose", "Split",  "Slice",  "Squeeze", "Unsqueeze",
+    "Identity", "Cast",      "Gather", "Expand", "Tile",    "Concat",
+    "Mul",      "Div",       "Add",    "Sub",    "Neg",     "Flatten"};
 
 // Ops between a score MatMul and its Softmax (scale, mask, bias).
-const std::set<std::string>& ScoreOps() {
-  static const auto* ops = new std::set<std::string>{
-      "Add", "Sub", "Mul", "Div", "Where", "Cast", "Identity", "Reshape"};
-  return *ops;
-}
+constexpr const char* kScoreOps[] = {"Add",   "Sub",  "Mul",      "Div",
+                                     "Where", "Cast", "Identity", "Reshape"};
 
 // Parameter-free element-wise ops inside an MLP (activations, GELU written
 // out, gate products).
-const std::set<std::string>& MlpOps() {
-  static const auto* ops = new std::set<std::string>{
-      "Relu",      "Gelu",    "Sigmoid", "Tanh",        "Erf",
-      "Mul",       "Div",     "Add",     "Sub",         "Pow",
-      "Sqrt",      "Dropout", "Cast",    "Identity",    "Softplus",
-      "LeakyRelu", "Elu",     "Selu",    "HardSigmoid", "HardSwish",
-      "Clip",      "Exp",     "Neg",     "Mish",        "ThresholdedRelu",
-      "Softsign",  "Celu"};
-  return *ops;
-}
+constexpr const char* kMlpOps[] = {
+    "Relu",      "Gelu",    "Sigmoid", "Tanh",        "Erf",
+    "Mul",       "Div",     "Add",     "Sub",         "Pow",
+    "Sqrt",      "Dropout", "Cast",    "Identity",    "Softplus",
+    "LeakyRelu", "Elu",     "Selu",    "HardSigmoid", "HardSwish",
+    "Clip",      "Exp",     "Neg",     "Mish",        "ThresholdedRelu",
+    "Softsign",  "Celu"};
 
 // Unary activations whose output (or input) autograd keeps.
-const std::set<std::string>& ActivationOps() {
-  static const auto* ops =
-      new std::set<std::string>{"Relu",
-                                "LeakyRelu",
-                                "PRelu",
-                                "Elu",
-                                "Selu",
-                                "Celu",
-                                "Gelu",
-                                "Sigmoid",
-                                "HardSigmoid",
-                                "HardSwish",
-                                "Tanh",
-                                "Softplus",
-                                "Softsign",
-                                "Erf",
-                                "Exp",
-                                "Log",
-                                "Sqrt",
-                                "Reciprocal",
-                                "Pow",
-                                "Sin",
-                                "Cos",
-                                "Abs",
-                                "Mish",
-                                "Clip",
-                                "ThresholdedRelu",
-                                "LpNormalization",
-                                "MeanVarianceNormalization"};
-  return *ops;
-}
+constexpr const char* kActivationOps[] = {
+    "Relu", "LeakyRelu", "PRelu",      "Elu",         "Selu",
+    "Celu", "Gelu",      "Sigmoid",    "HardSigmoid", "HardSwish",
+    "Tanh", "Softplus",  "Softsign",   "Erf",         "Exp",
+    "Log",  "Sqrt",      "Reciprocal", "Pow",         "Sin",
+    "Cos",  "Abs",       "Mish",       "Clip",        "ThresholdedRelu"};
 
-const std::set<std::string>& PoolOps() {
-  static const auto* ops = new std::set<std::string>{
-      "MaxPool",    "AveragePool",     "GlobalAveragePool", "GlobalMaxPool",
-      "LpPool",     "GlobalLpPool",    "ReduceMean",        "ReduceMax",
-      "ReduceMin",  "ReduceSum",       "ReduceL1",          "ReduceL2",
-      "ReduceProd", "ReduceLogSumExp", "ReduceSumSquare"};
-  return *ops;
-}
+// Normalizations without parameters: saved like activations.
+constexpr const char* kPlainNormOps[] = {"LpNormalization",
+                                         "MeanVarianceNormalization"};
+
+// Pooling and reductions: their output is saved.
+constexpr const char* kPoolOps[] = {
+    "MaxPool",    "AveragePool",     "GlobalAveragePool", "GlobalMaxPool",
+    "LpPool",     "GlobalLpPool",    "ReduceMean",        "ReduceMax",
+    "ReduceMin",  "ReduceSum",       "ReduceL1",          "ReduceL2",
+    "ReduceProd", "ReduceLogSumExp", "ReduceSumSquare"};
 
 std::string DimsText(const std::vector<std::string>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
@@ -183,7 +157,7 @@ std::string CommonPrefix(const std::vector<std::string>& names) {
     prefix.resize(i);
   }
   if (names.size() > 1) {
-    const size_t cut = prefix.find_last_of("/.:_");
+    const size_t cut = prefix.find_last_of("/.:");
     prefix = cut == std::string::npos ? "" : prefix.substr(0, cut);
   }
   while (!prefix.empty() && (prefix.back() == '/' || prefix.back() == '.' ||
@@ -395,9 +369,11 @@ class Importer {
               ? std::string("the dynamic dimension")
               : absl::StrCat("symbolic dimension '", batch_symbol_, "'"),
           " (", absl::StrJoin(where, ", "), ")",
-          shared.size() > 1 ? absl::StrCat("; also shared by every input: ",
-                                           absl::StrJoin(shared, ", "))
-                            : "");
+          shared.size() > 1 && inputs.size() > 1
+              ? absl::StrCat("; every input shares ",
+                             absl::StrJoin(shared, ", "),
+                             ": this one is named like a batch or comes first")
+              : "");
     } else {
       // (2) A leading dimension of one fixed size in every input.
       bool fixed = true;
@@ -825,7 +801,7 @@ class Importer {
         found = l;
         break;
       }
-      if (PlumbingOps().count(Op(n)) == 0) continue;
+      if (!OneOf(Op(n), kPlumbingOps)) continue;
       for (const std::string& in : N(n).input()) {
         if (in.empty() || !Batched(in) || IsWeight(in)) continue;
         const int p = Producer(in);
@@ -871,7 +847,7 @@ class Importer {
           }
           break;
         }
-        if (ScoreOps().count(Op(n)) == 0) continue;
+        if (!OneOf(Op(n), kScoreOps)) continue;
         for (const std::string& in : N(n).input()) {
           const int p = in.empty() ? -1 : Producer(in);
           if (p >= 0 && Batched(in)) {
@@ -1051,7 +1027,7 @@ class Importer {
           down = l;
           continue;
         }
-        if (MlpOps().count(Op(c)) == 0) return;
+        if (!OneOf(Op(c), kMlpOps)) return;
         if (static_cast<int>(region.size()) >= kMaxWalk / 2) return;
         region.insert(c);
         for (const std::string& out : N(c).output()) {
@@ -1317,7 +1293,8 @@ class Importer {
     for (const std::string& in : n.input()) {
       if (!in.empty() && Batched(in)) ++batched_inputs;
     }
-    if (ActivationOps().count(op) != 0 && batched_inputs >= 1) {
+    if ((OneOf(op, kActivationOps) || OneOf(op, kPlainNormOps)) &&
+        batched_inputs >= 1) {
       return EmitValue(i, v1::Elementwise::ACTIVATION);
     }
     if ((op == "Mul" || op == "Div") && batched_inputs == 2) {
@@ -1330,7 +1307,7 @@ class Importer {
       return EmitValue(i, v1::Elementwise::SOFTMAX);
     }
     if (op == "Dropout") return EmitValue(i, v1::Elementwise::DROPOUT);
-    if (PoolOps().count(op) != 0) return EmitValue(i, v1::Elementwise::POOL);
+    if (OneOf(op, kPoolOps)) return EmitValue(i, v1::Elementwise::POOL);
     if (op == "MatMul" && batched_inputs == 2) ++activation_matmuls_;
     return absl::OkStatus();
   }
@@ -1398,22 +1375,23 @@ class Importer {
         opset = absl::StrCat(o.version());
       }
     }
-    spec.set_source(
-        absl::StrCat("ONNX graph '", graph().name(), "' (IR version ",
-                     model_.ir_version(), ", opset ", opset,
-                     model_.producer_name().empty()
-                         ? std::string()
-                         : absl::StrCat(", from ", model_.producer_name(), " ",
-                                        model_.producer_version()),
-                     "), ", NodeCount(),
-                     " nodes, mapped to layers by headroom's ONNX "
-                     "front-end."));
+    spec.set_source(absl::StrCat(
+        "ONNX graph '", graph().name(), "' (IR version ", model_.ir_version(),
+        ", opset ", opset,
+        model_.producer_name().empty()
+            ? std::string()
+            : absl::StrCat(", from ", model_.producer_name(),
+                           model_.producer_version().empty() ? "" : " ",
+                           model_.producer_version()),
+        "), ", NodeCount(),
+        " nodes, mapped to layers by headroom's ONNX "
+        "front-end."));
     spec.set_input_source(absl::StrCat(
         "graph inputs ", absl::StrJoin(input_text_, ", "), "; ", batch_axis_));
 
-    std::vector<std::string> notes;
-    notes.push_back(batch_axis_);
-    for (std::string& n : notes_) notes.push_back(std::move(n));
+    // The spec's notes; the conversion's notes lead with the batch axis,
+    // which the spec keeps in input_source.
+    std::vector<std::string> notes = std::move(notes_);
     if (!unmatched_softmax_.empty()) {
       std::vector<std::string> names;
       for (int s : unmatched_softmax_) names.push_back(NodeLabel(s));
@@ -1447,6 +1425,7 @@ class Importer {
                                    " nodes are not analysed"));
     }
     spec.set_notes(absl::StrJoin(notes, "; "));
+    notes.insert(notes.begin(), batch_axis_);
 
     const absl::Status valid = ValidateSpec(spec);
     if (!valid.ok()) {

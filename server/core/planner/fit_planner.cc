@@ -8,6 +8,7 @@
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_config.h"
+#include "server/core/frontends/onnx_import.h"
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
@@ -92,10 +93,25 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       spec = &converted_spec;
       break;
     }
+    case v1::ModelRef::kOnnx: {
+      OnnxOptions options;
+      options.positions = request.setup().positions();
+      absl::StatusOr<OnnxConversion> converted =
+          SpecFromOnnx(request.model().onnx(), options);
+      if (!converted.ok()) {
+        return absl::Status(
+            converted.status().code(),
+            absl::StrCat("model.onnx: ", converted.status().message()));
+      }
+      converted_spec = std::move(converted->spec);
+      assumptions = std::move(converted->notes);
+      spec = &converted_spec;
+      break;
+    }
     case v1::ModelRef::SOURCE_NOT_SET:
       return absl::InvalidArgumentError(
-          "model is empty; set model.template (a catalog name), model.spec "
-          "or model.hf_config");
+          "model is empty; set model.template (a catalog name), model.spec, "
+          "model.hf_config or model.onnx");
   }
 
   // Batches and targets.
