@@ -6,6 +6,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
+#include "server/core/frontends/hf_config.h"
 #include "server/core/frontends/onnx_strip.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
@@ -219,6 +220,62 @@ TEST(OnnxImportTest, LstmParametersAndComponents) {
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kRecurrent], 50 * 6 * 64 * 4.0);
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kOutputs], 50 * 64 * 4.0);
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kTransient], 5 * 8.0);
+}
+
+// A two-layer Llama as exports write it (RMSNorm as Pow/ReduceMean/Sqrt/
+// Reciprocal/Mul, rotary embeddings, K/V heads repeated by Expand, SiLU as
+// x * sigmoid(x)) against the same dimensions as a Hugging Face config.
+TEST(OnnxImportTest, LlamaExportMatchesItsHfConfig) {
+  const OnnxConversion c = Convert(testing::LlamaGraph({}));
+  HfOptions hf_options;
+  hf_options.seq_len = 128;
+  absl::StatusOr<HfConversion> hf = SpecFromHfConfig(
+      R"({"model_type": "llama", "hidden_size": 256,
+          "intermediate_size": 688, "num_attention_heads": 8,
+          "num_key_value_heads": 2, "num_hidden_layers": 2,
+          "vocab_size": 1000, "max_position_embeddings": 128,
+          "tie_word_embeddings": false})",
+      hf_options);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  // The export holds rotary's inv_freq buffer (head_dim / 2 = 16 floats)
+  // as an initializer, which the front-end cannot tell from a parameter.
+  EXPECT_EQ(CountParams(c.spec), CountParams(hf->spec) + 16);
+  EXPECT_EQ(c.batch_axis,
+            "batch axis: symbolic dimension 'batch' (input_ids axis 0, "
+            "position_ids axis 0)");
+  // embed, inv_freq, two blocks, final norm, lm_head; rotary's cos and sin
+  // are element-wise layers.
+  const v1::Layer* block = nullptr;
+  int norms = 0;
+  for (const v1::Layer& layer : c.spec.layers()) {
+    if (layer.has_block()) block = &layer;
+    if (layer.has_norm()) ++norms;
+  }
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->repeat(), 2u);
+  ASSERT_EQ(block->block().layers_size(), 4);
+  EXPECT_EQ(block->block().layers(0).norm().kind(), v1::Norm::RMS);
+  const v1::Attention& attn = block->block().layers(1).attention();
+  EXPECT_EQ(attn.heads(), 8u);
+  EXPECT_EQ(attn.kv_heads(), 2u);
+  EXPECT_FALSE(attn.qkv_bias());
+  EXPECT_TRUE(block->block().layers(3).mlp().gated());
+  EXPECT_EQ(block->block().layers(3).mlp().ffn(), 688u);
+  EXPECT_EQ(norms, 1);  // the final norm
+  EXPECT_TRUE(c.spec.layers(c.spec.layers_size() - 1).linear().logits());
+
+  v1::TrainingSetup fused;
+  fused.set_fused_attention(true);
+  absl::StatusOr<MemoryProfile> a = BuildProfile(c.spec, fused);
+  absl::StatusOr<MemoryProfile> b = BuildProfile(hf->spec, fused);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int k : {kOutputs, kInternal, kTransient}) {
+    // Rotary's cos and sin tables are the whole difference (2 x 128 x 32
+    // floats per sample).
+    EXPECT_NEAR(a->per_sample_bytes[k], b->per_sample_bytes[k],
+                k == kInternal ? 2 * 128 * 32 * 4.0 : 0)
+        << ComponentNames()[k];
+  }
 }
 
 TEST(OnnxImportTest, FixedLeadingDimensionIsTheBatch) {

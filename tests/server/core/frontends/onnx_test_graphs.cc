@@ -407,4 +407,137 @@ std::string VitGraph(const TransformerShape& s, int64_t image, int64_t patch,
   return g.Serialize();
 }
 
+std::string LlamaGraph(const LlamaShape& s) {
+  GraphBuilder g("llama");
+  const int64_t hd = s.hidden / s.heads;
+  const int64_t n = s.positions;
+  const std::string ids =
+      g.Input("input_ids", {"batch", n}, onnx::TensorProto::INT64);
+  const std::string position_ids =
+      g.Input("position_ids", {"batch", n}, onnx::TensorProto::INT64);
+  std::string h =
+      g.Op("Gather", {g.Weight("embed_tokens", {s.vocab, s.hidden}), ids},
+           "/model/embed_tokens/Gather");
+  // Rotary tables: freqs = position x inv_freq, emb = [freqs, freqs].
+  const std::string inv_freq = g.Weight("rotary.inv_freq", {1, hd / 2, 1});
+  std::string pos = g.Op("Cast", {position_ids}, "/rotary/Cast",
+                         {IntAttr("to", onnx::TensorProto::FLOAT)});
+  pos = g.Op("Unsqueeze", {pos, g.Ints("rotary.axis1", {1})},
+             "/rotary/Unsqueeze");  // [b, 1, n]
+  std::string freqs =
+      g.Op("MatMul", {inv_freq, pos}, "/rotary/MatMul");  // [b, hd/2, n]
+  freqs = g.Op("Transpose", {freqs}, "/rotary/Transpose",
+               {IntsAttr("perm", {0, 2, 1})});  // [b, n, hd/2]
+  const std::string emb =
+      g.Op("Concat", {freqs, freqs}, "/rotary/Concat", {IntAttr("axis", -1)});
+  const std::string axis1 = g.Ints("heads_axis", {1});
+  const std::string cos = g.Op(
+      "Unsqueeze", {g.Op("Cos", {emb}, "/rotary/Cos"), axis1}, "/rotary/U_cos");
+  const std::string sin = g.Op(
+      "Unsqueeze", {g.Op("Sin", {emb}, "/rotary/Sin"), axis1}, "/rotary/U_sin");
+
+  auto rms = [&](const std::string& x, const std::string& name) {
+    std::string v =
+        g.Op("Pow", {x, g.Scalar(name + ".two", 2.0f)}, name + "/Pow");
+    v = g.Op("ReduceMean", {v}, name + "/ReduceMean",
+             {IntsAttr("axes", {-1}), IntAttr("keepdims", 1)});
+    v = g.Op("Add", {v, g.Scalar(name + ".eps", 1e-6f)}, name + "/Add");
+    v = g.Op("Sqrt", {v}, name + "/Sqrt");
+    v = g.Op("Reciprocal", {v}, name + "/Reciprocal");
+    v = g.Op("Mul", {x, v}, name + "/Mul");
+    return g.Op("Mul", {g.Weight(name + ".weight", {s.hidden}), v},
+                name + "/Mul_1");
+  };
+  auto rotate = [&](const std::string& x, const std::string& name) {
+    const std::string axis = g.Ints(name + ".axis", {3});
+    const std::string x1 = g.Op(
+        "Slice",
+        {x, g.Ints(name + ".s0", {0}), g.Ints(name + ".e0", {hd / 2}), axis},
+        name + "/Slice");
+    const std::string x2 = g.Op(
+        "Slice",
+        {x, g.Ints(name + ".s1", {hd / 2}), g.Ints(name + ".e1", {hd}), axis},
+        name + "/Slice_1");
+    const std::string rotated =
+        g.Op("Concat", {g.Op("Neg", {x2}, name + "/Neg"), x1}, name + "/Concat",
+             {IntAttr("axis", -1)});
+    return g.Op("Add",
+                {g.Op("Mul", {x, cos}, name + "/Mul"),
+                 g.Op("Mul", {rotated, sin}, name + "/Mul_1")},
+                name + "/Add");
+  };
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = "/model/layers." + std::to_string(l);
+    const std::string a = rms(h, p + "/input_layernorm");
+    auto heads = [&](const std::string& t, int64_t count,
+                     const std::string& tag) {
+      const std::string r =
+          g.Op("Reshape", {t, g.Ints(p + ".shape_" + tag, {0, n, count, hd})},
+               p + "/self_attn/Reshape_" + tag);
+      return g.Op("Transpose", {r}, p + "/self_attn/Transpose_" + tag,
+                  {IntsAttr("perm", {0, 2, 1, 3})});
+    };
+    std::string q = heads(
+        g.Linear(a, s.hidden, s.heads * hd, false, p + "/self_attn/q_proj"),
+        s.heads, "q");
+    std::string k = heads(
+        g.Linear(a, s.hidden, s.kv_heads * hd, false, p + "/self_attn/k_proj"),
+        s.kv_heads, "k");
+    std::string v = heads(
+        g.Linear(a, s.hidden, s.kv_heads * hd, false, p + "/self_attn/v_proj"),
+        s.kv_heads, "v");
+    q = rotate(q, p + "/self_attn/rotary_q");
+    k = rotate(k, p + "/self_attn/rotary_k");
+    // repeat_kv: [b, kv, n, hd] -> [b, kv, rep, n, hd] -> [b, heads, n, hd].
+    const int64_t rep = s.heads / s.kv_heads;
+    auto repeat = [&](const std::string& t, const std::string& tag) {
+      std::string r =
+          g.Op("Unsqueeze", {t, g.Ints(p + ".rep_axis_" + tag, {2})},
+               p + "/self_attn/Unsqueeze_" + tag);
+      r = g.Op(
+          "Expand",
+          {r, g.Ints(p + ".rep_shape_" + tag, {1, s.kv_heads, rep, n, hd})},
+          p + "/self_attn/Expand_" + tag);
+      return g.Op("Reshape",
+                  {r, g.Ints(p + ".merged_" + tag, {0, s.heads, n, hd})},
+                  p + "/self_attn/Reshape_rep_" + tag);
+    };
+    k = repeat(k, "k");
+    v = repeat(v, "v");
+    k = g.Op("Transpose", {k}, p + "/self_attn/Transpose_kt",
+             {IntsAttr("perm", {0, 1, 3, 2})});
+    std::string scores = g.Op("MatMul", {q, k}, p + "/self_attn/MatMul");
+    scores = g.Op("Mul",
+                  {scores, g.Scalar(p + ".scale",
+                                    1.0f / std::sqrt(static_cast<float>(hd)))},
+                  p + "/self_attn/Mul_scale");
+    const std::string probs = g.Op(
+        "Softmax", {scores}, p + "/self_attn/Softmax", {IntAttr("axis", -1)});
+    std::string ctx = g.Op("MatMul", {probs, v}, p + "/self_attn/MatMul_1");
+    ctx = g.Op("Transpose", {ctx}, p + "/self_attn/Transpose_ctx",
+               {IntsAttr("perm", {0, 2, 1, 3})});
+    ctx = g.Op("Reshape", {ctx, g.Ints(p + ".merged", {0, n, s.hidden})},
+               p + "/self_attn/Reshape_ctx");
+    h = g.Op(
+        "Add",
+        {h, g.Linear(ctx, s.hidden, s.hidden, false, p + "/self_attn/o_proj")},
+        p + "/Add");
+    const std::string m = rms(h, p + "/post_attention_layernorm");
+    const std::string gate =
+        g.Linear(m, s.hidden, s.ffn, false, p + "/mlp/gate_proj");
+    const std::string up =
+        g.Linear(m, s.hidden, s.ffn, false, p + "/mlp/up_proj");
+    const std::string silu =
+        g.Op("Mul", {gate, g.Op("Sigmoid", {gate}, p + "/mlp/Sigmoid")},
+             p + "/mlp/Mul");
+    const std::string prod = g.Op("Mul", {silu, up}, p + "/mlp/Mul_1");
+    h = g.Op("Add",
+             {h, g.Linear(prod, s.ffn, s.hidden, false, p + "/mlp/down_proj")},
+             p + "/Add_1");
+  }
+  h = rms(h, "/model/norm");
+  g.Output(g.Linear(h, s.hidden, s.vocab, false, "/lm_head"));
+  return g.Serialize();
+}
+
 }  // namespace headroom::testing

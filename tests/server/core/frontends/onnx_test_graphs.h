@@ -113,6 +113,22 @@ std::string BertGraph(const TransformerShape& shape,
 std::string VitGraph(const TransformerShape& shape, int64_t image,
                      int64_t patch, int64_t classes = 0);
 
+// Llama (LlamaForCausalLM) as opset-17 exports write it: token embeddings,
+// RMSNorm written out (x * 1/sqrt(mean(x^2) + eps) * weight), attention
+// with grouped K/V heads (repeated by Expand) and rotary embeddings computed
+// from a position_ids input and the inv_freq buffer, SwiGLU MLP (SiLU as
+// x * sigmoid(x)), final norm, untied LM head. Inputs [batch, positions].
+struct LlamaShape {
+  int64_t layers = 2;
+  int64_t hidden = 256;
+  int64_t heads = 8;
+  int64_t kv_heads = 2;
+  int64_t ffn = 688;
+  int64_t vocab = 1000;
+  int64_t positions = 128;
+};
+std::string LlamaGraph(const LlamaShape& shape);
+
 }  // namespace headroom::testing
 
 #endif  // HEADROOM_TESTS_SERVER_CORE_FRONTENDS_ONNX_TEST_GRAPHS_H_
