@@ -51,8 +51,9 @@
 //
 // What a graph cannot say: a float buffer stored as an initializer (rotary
 // inv_freq, a cached cos/sin table, a float mask) counts as parameters;
-// weights held in Constant nodes rather than initializers, ops outside the
-// ONNX domain and If/Loop/Scan subgraphs are not counted (the notes say so).
+// weights held in Constant nodes rather than initializers and ops outside
+// the ONNX domain are not counted (the notes say so); control flow (If,
+// Loop, Scan subgraphs) is refused.
 // Attention that is not MatMul -> Softmax -> MatMul with linear
 // projections counts as an element-wise softmax (noted).
 
@@ -111,9 +112,11 @@ struct OnnxConversion {
 // ignored.
 //
 // INVALID_ARGUMENT, naming what is wrong: empty, oversized (kMaxOnnxBytes)
-// or non-ONNX bytes, truncated bytes, more than kMaxOnnxNodes nodes, no
-// batch axis, an input dimension of 0 or above 2^32, an unbound symbolic
-// dimension, a failing shape inference, more than 10^14 parameters.
+// or non-ONNX bytes, truncated bytes, more than kMaxOnnxNodes nodes, a node
+// that reads an undefined value or does not fit its operator's schema,
+// control flow, no batch axis, an input dimension of 0 or above 2^32, an
+// unbound symbolic dimension, a failing shape inference, more than 10^14
+// parameters.
 absl::StatusOr<OnnxConversion> SpecFromOnnx(absl::string_view model_bytes,
                                             const OnnxOptions& options);
 

@@ -1,6 +1,8 @@
 #include "server/core/frontends/onnx_import.h"
 
+#include <random>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -384,6 +386,121 @@ TEST(OnnxImportTest, AbsurdSizesAreRefusedByName) {
         HasSubstr(absl::StrCat("ONNX graph has ", kMaxOnnxNodes + 1,
                                " nodes; allowed up to ", kMaxOnnxNodes)));
   }
+}
+
+// Graphs that ONNX 1.12's own shape inference would crash on (found by
+// mutating the graphs above): each is refused by name before it runs.
+TEST(OnnxImportTest, GraphsThatCrashShapeInferenceAreRefused) {
+  {
+    // A node reading a value nothing defines.
+    GraphBuilder g("undefined-input");
+    g.Input("x", {"batch", 16});
+    g.Output(g.Op("Relu", {"y"}, "/relu"));
+    EXPECT_THAT(ErrorOf(g.Serialize()).message(),
+                HasSubstr("node '/relu' (Relu) reads 'y', which no graph "
+                          "input, initializer or earlier node provides"));
+  }
+  {
+    // Stride 0: inference divides by it.
+    GraphBuilder g("stride-zero");
+    const std::string x = g.Input("x", {"batch", 3, 32, 32});
+    g.Output(
+        g.Op("Conv", {x, g.Weight("w", {8, 3, 3, 3})}, "/conv",
+             {IntsAttr("kernel_shape", {3, 3}), IntsAttr("strides", {0, 0})}));
+    EXPECT_THAT(ErrorOf(g.Serialize()).message(),
+                HasSubstr("node '/conv' (Conv) attribute strides = 0 is out "
+                          "of range; allowed 1.."));
+  }
+  {
+    // A transposed convolution whose weight has fewer axes than its input.
+    GraphBuilder g("weight-rank");
+    const std::string x = g.Input("x", {"batch", 3, 32, 32});
+    g.Output(g.Op("ConvTranspose", {x, g.Weight("w", {3, 8})}, "/deconv"));
+    EXPECT_THAT(ErrorOf(g.Serialize()).message(),
+                HasSubstr("node '/deconv' (ConvTranspose): the weight has "
+                          "rank 2; the input has rank 4"));
+  }
+  {
+    // A node without its required inputs.
+    GraphBuilder g("arity");
+    g.Input("x", {"batch", 16});
+    g.Output(g.Op("MatMul", {"x"}, "/fc"));
+    EXPECT_THAT(ErrorOf(g.Serialize()).message(),
+                HasSubstr("node '/fc' (MatMul) does not fit its operator"));
+  }
+}
+
+// Mutations of valid graphs (op types, inputs, attributes, dims, shape
+// constants): each converts or gets INVALID_ARGUMENT, none crashes.
+TEST(OnnxImportTest, MutatedGraphsNeverCrash) {
+  const std::vector<std::string> seeds = {
+      ConvGraph(), AttentionGraph(), LstmGraph(),
+      testing::LlamaGraph({1, 64, 4, 2, 96, 100, 16})};
+  const char* ops[] = {"MatMul",    "Conv",    "ConvTranspose",
+                       "LSTM",      "Softmax", "Reshape",
+                       "Transpose", "Gather",  "Split",
+                       "Concat",    "Expand",  "ReduceMean",
+                       "Gemm",      "MaxPool", "Slice",
+                       "Squeeze",   "Flatten", "LayerNormalization",
+                       "GRU",       "Tile"};
+  std::mt19937 rng(20240601);
+  int converted = 0;
+  for (int it = 0; it < 400; ++it) {
+    onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(seeds[it % seeds.size()]));
+    onnx::GraphProto* g = m.mutable_graph();
+    onnx::NodeProto* n = g->mutable_node(rng() % g->node_size());
+    switch (rng() % 6) {
+      case 0:
+        n->set_op_type(ops[rng() % (sizeof(ops) / sizeof(ops[0]))]);
+        break;
+      case 1:
+        if (n->input_size() > 1) n->mutable_input()->SwapElements(0, 1);
+        break;
+      case 2:
+        if (n->attribute_size() > 0) {
+          onnx::AttributeProto* a =
+              n->mutable_attribute(rng() % n->attribute_size());
+          a->set_i(static_cast<int64_t>(rng() % 9) - 4);
+          for (int k = 0; k < a->ints_size(); ++k) {
+            a->set_ints(k, static_cast<int64_t>(rng() % 9) - 4);
+          }
+        }
+        break;
+      case 3: {
+        onnx::TensorProto* t =
+            g->mutable_initializer(rng() % g->initializer_size());
+        if (t->dims_size() > 0) {
+          t->set_dims(rng() % t->dims_size(),
+                      static_cast<int64_t>(rng() % 5) - 1);
+        }
+        for (int k = 0; k < t->int64_data_size(); ++k) {
+          t->set_int64_data(k, static_cast<int64_t>(rng() % 11) - 5);
+        }
+        break;
+      }
+      case 4:
+        if (n->input_size() > 0) {
+          n->set_input(rng() % n->input_size(),
+                       g->node(rng() % g->node_size()).output(0));
+        }
+        break;
+      case 5:
+        n->add_attribute()->CopyFrom(IntAttr("axis", rng() % 9 - 4));
+        break;
+    }
+    OnnxOptions options;
+    options.positions = 16;
+    absl::StatusOr<OnnxConversion> c =
+        SpecFromOnnx(m.SerializeAsString(), options);
+    if (c.ok()) {
+      ++converted;
+    } else {
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+          << c.status();
+    }
+  }
+  EXPECT_GT(converted, 0);
 }
 
 TEST(OnnxImportTest, StrippedWeightsGiveTheSameSpec) {
