@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <exception>
 #include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -13,10 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
-#include "onnx/shape_inference/implementation.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/frontends/onnx_shapes.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom {
@@ -43,109 +40,6 @@ template <size_t N>
 bool OneOf(const std::string& op, const char* const (&ops)[N]) {
   return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
 }
-
-// Operators whose ONNX inference function runs (see Importer::InferShapes):
-// those of training graphs, each checked on malformed input.
-constexpr const char* kInferredOps[] = {"Abs",
-                                        "Add",
-                                        "And",
-                                        "ArgMax",
-                                        "ArgMin",
-                                        "AveragePool",
-                                        "BatchNormalization",
-                                        "Cast",
-                                        "Ceil",
-                                        "Clip",
-                                        "Concat",
-                                        "Constant",
-                                        "ConstantOfShape",
-                                        "Conv",
-                                        "ConvTranspose",
-                                        "Cos",
-                                        "CumSum",
-                                        "Div",
-                                        "Dropout",
-                                        "Elu",
-                                        "Equal",
-                                        "Erf",
-                                        "Exp",
-                                        "Expand",
-                                        "Flatten",
-                                        "Floor",
-                                        "GRU",
-                                        "Gather",
-                                        "Gemm",
-                                        "GlobalAveragePool",
-                                        "GlobalMaxPool",
-                                        "Greater",
-                                        "GreaterOrEqual",
-                                        "HardSigmoid",
-                                        "HardSwish",
-                                        "Identity",
-                                        "InstanceNormalization",
-                                        "LSTM",
-                                        "LayerNormalization",
-                                        "LeakyRelu",
-                                        "Less",
-                                        "LessOrEqual",
-                                        "Log",
-                                        "LogSoftmax",
-                                        "LpPool",
-                                        "MatMul",
-                                        "Max",
-                                        "MaxPool",
-                                        "Mean",
-                                        "Min",
-                                        "Mul",
-                                        "Neg",
-                                        "Not",
-                                        "Or",
-                                        "PRelu",
-                                        "Pow",
-                                        "RNN",
-                                        "Range",
-                                        "Reciprocal",
-                                        "ReduceL1",
-                                        "ReduceL2",
-                                        "ReduceLogSumExp",
-                                        "ReduceMax",
-                                        "ReduceMean",
-                                        "ReduceMin",
-                                        "ReduceProd",
-                                        "ReduceSum",
-                                        "ReduceSumSquare",
-                                        "Relu",
-                                        "Reshape",
-                                        "Round",
-                                        "Selu",
-                                        "Shape",
-                                        "Sigmoid",
-                                        "Sign",
-                                        "Sin",
-                                        "Size",
-                                        "Slice",
-                                        "Softmax",
-                                        "Softplus",
-                                        "Softsign",
-                                        "Split",
-                                        "Sqrt",
-                                        "Squeeze",
-                                        "Sub",
-                                        "Sum",
-                                        "Tanh",
-                                        "Tile",
-                                        "Transpose",
-                                        "Trilu",
-                                        "Unsqueeze",
-                                        "Where",
-                                        "Xor",
-                                        "Celu",
-                                        "Mish",
-                                        "ThresholdedRelu",
-                                        "Sinh",
-                                        "Cosh",
-                                        "SoftmaxCrossEntropyLoss",
-                                        "NegativeLogLikelihoodLoss"};
 
 // Ops through which a projection's output travels to the score MatMul:
 // head split, transposes, the fused-QKV split, scaling, rotary embeddings,
@@ -284,9 +178,9 @@ class Importer {
       : model_(std::move(model)), options_(options) {}
 
   absl::StatusOr<OnnxConversion> Run() {
-    RETURN_IF_ERROR(CheckStructure());
+    RETURN_IF_ERROR(CheckOnnxStructure(model_));
     RETURN_IF_ERROR(FindBatchAxis());
-    RETURN_IF_ERROR(InferShapes());
+    RETURN_IF_ERROR(InferOnnxShapes(&model_));
     RETURN_IF_ERROR(Index());
     RETURN_IF_ERROR(CheckWeights());
     MatchEmbeddings();
@@ -334,14 +228,7 @@ class Importer {
     return n.name();
   }
 
-  std::string NodeLabel(int i) const {
-    const onnx::NodeProto& n = N(i);
-    return absl::StrCat("node '",
-                        !n.name().empty()     ? n.name()
-                        : n.output_size() > 0 ? n.output(0)
-                                              : absl::StrCat("#", i),
-                        "' (", Op(i), ")");
-  }
+  std::string NodeLabel(int i) const { return OnnxNodeLabel(N(i), i); }
 
   int64_t IntAttr(int i, const std::string& name, int64_t fallback) const {
     for (const auto& a : N(i).attribute()) {
@@ -395,98 +282,6 @@ class Importer {
   }
   uint64_t WeightElements(const std::string& name) const {
     return IsWeight(name) ? Elements(*Initializer(name)) : 0;
-  }
-
-  // --- structure -----------------------------------------------------------
-
-  // What ONNX's shape inference assumes and does not check (it can crash
-  // on a graph that breaks it): every node has an output, reads only
-  // values defined before it, writes values no other node writes, has no
-  // subgraph, and fits its operator's schema (input and output counts,
-  // attribute types).
-  absl::Status CheckStructure() const {
-    int opset = 0;
-    for (const auto& o : model_.opset_import()) {
-      if (o.domain().empty() || o.domain() == "ai.onnx") {
-        opset = static_cast<int>(o.version());
-      }
-    }
-    std::unordered_set<std::string> defined;
-    for (const auto& t : graph().initializer()) defined.insert(t.name());
-    for (const auto& info : graph().input()) defined.insert(info.name());
-    const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
-    for (int i = 0; i < NodeCount(); ++i) {
-      const onnx::NodeProto& n = N(i);
-      if (n.output_size() == 0 || n.output(0).empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(NodeLabel(i), " has no output"));
-      }
-      for (const std::string& in : n.input()) {
-        if (!in.empty() && defined.count(in) == 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              NodeLabel(i), " reads '", in,
-              "', which no graph input, initializer or earlier node "
-              "provides (ONNX lists nodes in topological order)"));
-        }
-      }
-      for (const auto& a : n.attribute()) {
-        if (a.has_g() || a.graphs_size() > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              NodeLabel(i),
-              " holds a subgraph; graphs with control flow (If, Loop, Scan) "
-              "are not supported: export the training step without it"));
-        }
-      }
-      RETURN_IF_ERROR(CheckIntAttributes(i));
-      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-      if (default_domain) {
-        const onnx::OpSchema* schema =
-            registry->GetSchema(n.op_type(), opset, "");
-        if (schema != nullptr) {
-          try {
-            schema->Verify(n);
-          } catch (const std::exception& e) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                NodeLabel(i), " does not fit its operator: ", e.what()));
-          }
-        }
-      }
-      for (const std::string& out : n.output()) {
-        if (out.empty()) continue;
-        if (!defined.insert(out).second) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(NodeLabel(i), " writes '", out,
-                           "', which is already defined; a value has one "
-                           "producer in ONNX"));
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Integer attributes within what shape inference can compute with: no
-  // value beyond 2^32 in size, no stride, dilation, kernel or block size
-  // below 1 (ONNX divides by them unchecked), no negative padding.
-  absl::Status CheckIntAttributes(int i) const {
-    for (const auto& a : N(i).attribute()) {
-      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
-      if (a.has_i()) values.push_back(a.i());
-      const std::string& name = a.name();
-      const bool positive = name == "strides" || name == "dilations" ||
-                            name == "kernel_shape" || name == "blocksize" ||
-                            name == "group" || name == "hidden_size";
-      const int64_t low = positive         ? 1
-                          : name == "pads" ? 0
-                                           : -(int64_t{1} << 32);
-      for (int64_t v : values) {
-        if (v < low || v > (int64_t{1} << 32)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              NodeLabel(i), " attribute ", name, " = ", v,
-              " is out of range; allowed ", low, "..", int64_t{1} << 32));
-        }
-      }
-    }
-    return absl::OkStatus();
   }
 
   // --- the batch axis ------------------------------------------------------
@@ -686,214 +481,6 @@ class Importer {
 
   // --- shapes and indexes --------------------------------------------------
 
-  // Shape inference, node by node: ONNX's own inference functions (and its
-  // data propagation, for shapes computed with Shape/Gather/Concat), run
-  // only for the operators listed in kInferredOps and only once the node's
-  // input ranks and attributes fit what the function assumes (ONNX 1.12's
-  // functions index and divide unchecked on malformed graphs). Other nodes'
-  // outputs stay unknown. The inferred types go into the graph's
-  // value_info.
-  absl::Status InferShapes() {
-    int opset = 0;
-    for (const auto& o : model_.opset_import()) {
-      if (o.domain().empty() || o.domain() == "ai.onnx") {
-        opset = static_cast<int>(o.version());
-      }
-    }
-    onnx::GraphProto* g = model_.mutable_graph();
-    g->clear_value_info();
-    // Owned types of every value known so far, by name.
-    std::unordered_map<std::string, std::unique_ptr<onnx::TypeProto>> owned;
-    std::unordered_map<std::string, onnx::TypeProto*> types;
-    std::unordered_map<std::string, const onnx::TensorProto*> data;
-    std::unordered_map<std::string, onnx::TensorShapeProto> shape_data;
-    auto define = [&](const std::string& name, const onnx::TypeProto& type) {
-      auto& slot = owned[name];
-      slot = std::make_unique<onnx::TypeProto>(type);
-      types[name] = slot.get();
-    };
-    for (const auto& t : g->initializer()) {
-      onnx::TypeProto type;
-      auto* tensor = type.mutable_tensor_type();
-      tensor->set_elem_type(t.data_type());
-      auto* shape = tensor->mutable_shape();
-      for (int64_t d : t.dims()) shape->add_dim()->set_dim_value(d);
-      define(t.name(), type);
-      if (HasData(t)) data[t.name()] = &t;
-    }
-    for (const auto& in : g->input()) {
-      if (types.count(in.name()) == 0) define(in.name(), in.type());
-    }
-    const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
-    for (int i = 0; i < NodeCount(); ++i) {
-      onnx::NodeProto& n = *g->mutable_node(i);
-      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-      const onnx::OpSchema* schema =
-          default_domain ? registry->GetSchema(n.op_type(), opset, "")
-                         : nullptr;
-      if (schema == nullptr || !OneOf(n.op_type(), kInferredOps) ||
-          !schema->has_type_and_shape_inference_function()) {
-        continue;
-      }
-      std::vector<const onnx::TypeProto*> inputs;
-      for (const std::string& in : n.input()) {
-        auto it = in.empty() ? types.end() : types.find(in);
-        inputs.push_back(it == types.end() ? nullptr : it->second);
-      }
-      ASSIGN_OR_RETURN(const bool inferable, Inferable(i, inputs));
-      if (!inferable) continue;
-      try {
-        onnx::shape_inference::InferenceContextImpl context(
-            n, types, data, {}, &shape_data, nullptr);
-        schema->GetTypeAndShapeInferenceFunction()(context);
-        if (schema->has_data_propagation_function()) {
-          onnx::shape_inference::DataPropagationContextImpl propagation(
-              n, types, data, shape_data);
-          schema->GetDataPropagationFunction()(propagation);
-        }
-        for (int k = 0; k < n.output_size(); ++k) {
-          const onnx::TypeProto& out = context.allOutputTypes_[k];
-          if (n.output(k).empty() || !out.has_tensor_type()) continue;
-          define(n.output(k), out);
-          onnx::ValueInfoProto* info = g->add_value_info();
-          info->set_name(n.output(k));
-          *info->mutable_type() = out;
-        }
-      } catch (const std::exception& e) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ONNX shape inference failed at ", NodeLabel(i),
-                         " with the batch set to one sample: ", e.what()));
-      }
-      if (n.op_type() == "Constant") {
-        for (const auto& a : n.attribute()) {
-          if (a.name() == "value" && a.has_t() && HasData(a.t())) {
-            data[n.output(0)] = &a.t();
-          }
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Whether a tensor carries its values (not stripped, not external).
-  static bool HasData(const onnx::TensorProto& t) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) return false;
-    uint64_t elements = 1;
-    for (int64_t d : t.dims()) elements *= static_cast<uint64_t>(d);
-    return elements == 0 || !t.raw_data().empty() || t.float_data_size() > 0 ||
-           t.int32_data_size() > 0 || t.int64_data_size() > 0 ||
-           t.double_data_size() > 0 || t.uint64_data_size() > 0 ||
-           t.string_data_size() > 0;
-  }
-
-  static int Rank(const onnx::TypeProto* type) {
-    if (type == nullptr || !type->has_tensor_type() ||
-        !type->tensor_type().has_shape()) {
-      return -1;
-    }
-    return type->tensor_type().shape().dim_size();
-  }
-
-  // Whether ONNX's inference function for node i may run on these input
-  // types: true, false (its outputs stay unknown), or INVALID_ARGUMENT for
-  // a node that cannot be right whatever the shapes.
-  absl::StatusOr<bool> Inferable(
-      int i, const std::vector<const onnx::TypeProto*>& inputs) const {
-    const onnx::NodeProto& n = N(i);
-    const std::string& op = n.op_type();
-    for (const onnx::TypeProto* t : inputs) {
-      if (t != nullptr && !t->has_tensor_type()) return false;
-    }
-    const int rank = inputs.empty() ? -1 : Rank(inputs[0]);
-    auto bad = [&](const std::string& what) {
-      return absl::InvalidArgumentError(absl::StrCat(NodeLabel(i), ": ", what));
-    };
-    auto list_size = [&](const char* name) -> int {
-      for (const auto& a : n.attribute()) {
-        if (a.name() == name) return a.ints_size();
-      }
-      return -1;
-    };
-    // An axis attribute must name an axis of the first input.
-    for (const auto& a : n.attribute()) {
-      if (rank < 0) break;
-      const int extra = op == "Unsqueeze" || op == "Flatten" ? 1 : 0;
-      if (a.name() == "axis" &&
-          (a.i() < -(rank + extra) || a.i() >= rank + extra)) {
-        return bad(absl::StrCat(
-            "axis = ", a.i(), " is out of range for a rank-", rank, " input"));
-      }
-      if (a.name() == "axes" && op != "Unsqueeze") {
-        for (int64_t axis : a.ints()) {
-          if (axis < -rank || axis >= rank) {
-            return bad(absl::StrCat("axes has ", axis,
-                                    ", out of range for a rank-", rank,
-                                    " input"));
-          }
-        }
-      }
-      if (a.name() == "perm") {
-        std::vector<int64_t> perm(a.ints().begin(), a.ints().end());
-        std::sort(perm.begin(), perm.end());
-        for (int k = 0; k < static_cast<int>(perm.size()); ++k) {
-          if (perm.size() != static_cast<size_t>(rank) || perm[k] != k) {
-            return bad(absl::StrCat("perm is not a permutation of the ", rank,
-                                    " axes of its input"));
-          }
-        }
-      }
-    }
-    if (op == "Conv" || op == "ConvTranspose" || op == "MaxPool" ||
-        op == "AveragePool" || op == "LpPool") {
-      if (rank < 0) return false;
-      const int spatial = rank - 2;
-      if (spatial < 1)
-        return bad("the input needs a batch, a channel and 1+ spatial axes");
-      if (op == "Conv" || op == "ConvTranspose") {
-        const int w = inputs.size() > 1 ? Rank(inputs[1]) : -1;
-        if (w < 0) return false;
-        if (w != rank) {
-          return bad(absl::StrCat("the weight has rank ", w,
-                                  "; the input has rank ", rank));
-        }
-      }
-      for (const char* name : {"kernel_shape", "strides", "dilations",
-                               "output_shape", "output_padding"}) {
-        const int size = list_size(name);
-        if (size >= 0 && size != spatial) {
-          return bad(absl::StrCat(name, " has ", size, " values for ", spatial,
-                                  " spatial axes"));
-        }
-      }
-      const int pads = list_size("pads");
-      if (pads >= 0 && pads != 2 * spatial) {
-        return bad(absl::StrCat("pads has ", pads, " values for ", spatial,
-                                " spatial axes"));
-      }
-    }
-    if (op == "LSTM" || op == "GRU" || op == "RNN") {
-      for (size_t k = 0; k < inputs.size() && k < 3; ++k) {
-        if (Rank(inputs[k]) >= 0 && Rank(inputs[k]) != 3) {
-          return bad(absl::StrCat("input ", k, " has rank ", Rank(inputs[k]),
-                                  "; expected 3"));
-        }
-      }
-    }
-    if (op == "Gemm") {
-      for (size_t k = 0; k < 2 && k < inputs.size(); ++k) {
-        if (Rank(inputs[k]) >= 0 && Rank(inputs[k]) != 2) {
-          return bad(absl::StrCat("input ", k, " has rank ", Rank(inputs[k]),
-                                  "; expected 2"));
-        }
-      }
-    }
-    if ((op == "BatchNormalization" || op == "InstanceNormalization") &&
-        rank >= 0 && rank < 2) {
-      return bad("the input needs a batch and a channel axis");
-    }
-    return true;
-  }
-
   absl::Status Index() {
     const onnx::GraphProto& g = graph();
     for (const auto& t : g.initializer()) {
@@ -969,25 +556,11 @@ class Importer {
         }
       }
     }
+    // Dims were checked with the structure (CheckOnnxStructure).
     double total = 0;
     for (const auto& t : graph().initializer()) {
-      uint64_t elements = 1;
-      for (int k = 0; k < t.dims_size(); ++k) {
-        const int64_t d = t.dims(k);
-        if (d < 0 || static_cast<uint64_t>(d) > kMaxSpecDimension) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("initializer '", t.name(), "' dims[", k, "] = ", d,
-                           " is out of range; allowed 0..", kMaxSpecDimension));
-        }
-        if (d != 0 && elements > kMaxElements / static_cast<uint64_t>(d)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("initializer '", t.name(), "' holds more than ",
-                           kMaxElements, " elements"));
-        }
-        elements *= static_cast<uint64_t>(d);
-      }
       if (IsWeight(t.name())) {
-        total += static_cast<double>(elements);
+        total += static_cast<double>(Elements(t));
         weight_order_.push_back(t.name());
       }
     }
