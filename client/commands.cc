@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/model_commands.h"
 #include "client/rpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -19,6 +20,7 @@
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_config.h"
+#include "server/core/frontends/onnx_import.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/planner/fit_planner.h"
@@ -69,12 +71,24 @@ int FailRpc(std::ostream& err, const Options& options,
 absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
                                                bool require_targets) {
   v1::CheckFitRequest request;
-  if (options.model.empty()) {
+  if (options.model.empty() == options.onnx.empty()) {
     return absl::InvalidArgumentError(
-        "--model is required: a catalog template or a spec JSON file");
+        "give one model: --model (a catalog template, a spec or config.json "
+        "file) or --onnx (an ONNX model file)");
   }
   std::error_code ec;
-  if (std::filesystem::is_regular_file(options.model, ec)) {
+  const std::string& onnx =
+      !options.onnx.empty() ? options.onnx
+      : std::filesystem::is_regular_file(options.model, ec) &&
+              IsOnnxFile(options.model)
+          ? options.model
+          : std::string();
+  if (!onnx.empty()) {
+    // The planner reads the graph's shapes only: its weights stay here.
+    absl::StatusOr<std::string> graph = ReadOnnxGraph(onnx);
+    if (!graph.ok()) return graph.status();
+    request.mutable_model()->set_onnx(std::move(*graph));
+  } else if (std::filesystem::is_regular_file(options.model, ec)) {
     absl::StatusOr<std::string> text = ReadFile(options.model);
     if (!text.ok()) return text.status();
     if (IsHfConfig(*text)) {
@@ -444,11 +458,22 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
 
 namespace {
 
-// The spec named by --model: a catalog template, a spec file, or a Hugging
-// Face config.json (its assumed defaults appended to `assumptions`).
+// The spec named by --model: a catalog template, a spec file, a Hugging
+// Face config.json (its assumed defaults appended to `assumptions`) or an
+// ONNX model (its conversion notes appended).
 absl::StatusOr<v1::ModelSpec> ResolveSpec(
     const Options& options, std::vector<std::string>* assumptions) {
   std::error_code ec;
+  if (std::filesystem::is_regular_file(options.model, ec) &&
+      IsOnnxFile(options.model)) {
+    ASSIGN_OR_RETURN(std::string graph, ReadOnnxGraph(options.model));
+    OnnxOptions onnx;
+    onnx.positions = options.positions;
+    // The batch axis and the conversion's notes are in the spec's
+    // input_source and notes, which inspect prints.
+    ASSIGN_OR_RETURN(OnnxConversion converted, SpecFromOnnx(graph, onnx));
+    return std::move(converted.spec);
+  }
   if (std::filesystem::is_regular_file(options.model, ec)) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(options.model));
     if (IsHfConfig(text)) {

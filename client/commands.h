@@ -17,6 +17,8 @@ struct Options {
   bool json = false;
   std::string models_dir = "models";
   std::string model;
+  // fit: an ONNX model file (sent without its weights).
+  std::string onnx;
   std::string batch;
   std::string gpu;
   std::string precision = "fp32";
@@ -35,7 +37,8 @@ struct Options {
   std::string svg;
 };
 
-// headroom fit --model TEMPLATE|FILE --batch N[,N...] --gpu NAME|GB[,...]
+// headroom fit --model TEMPLATE|FILE | --onnx FILE --batch N[,N...]
+// --gpu NAME|GB[,...]
 int Fit(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib page --runs FILE [--json] [--svg FILE]: the calibration
@@ -64,6 +67,7 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
 
 // headroom model inspect TEMPLATE|FILE [--batch N] [--positions N] [--json]:
 // parameters, each top-level layer's bytes per component, the assumptions.
+// FILE is a spec, a Hugging Face config.json or an ONNX model.
 int ModelInspect(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom health: the server's gRPC health status; exit 0 when serving.

@@ -20,7 +20,10 @@ ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(std::string, models_dir, "models",
           "model catalog (offline commands)");
-ABSL_FLAG(std::string, model, "", "catalog template or spec JSON file");
+ABSL_FLAG(std::string, model, "",
+          "catalog template, or a spec, config.json or ONNX file");
+ABSL_FLAG(std::string, onnx, "",
+          "fit: an ONNX model file (its weights are not sent)");
 ABSL_FLAG(std::string, batch, "", "batches, comma-separated");
 ABSL_FLAG(std::string, gpu, "", "GPU names or sizes in GB, comma-separated");
 ABSL_FLAG(std::string, precision, "fp32", "fp32, bf16 or fp16 (mixed)");
@@ -68,16 +71,17 @@ namespace {
 
 constexpr char kUsage[] =
     "headroom COMMAND [flags]\n"
-    "  fit --model TEMPLATE|FILE --batch N[,N] --gpu L4,H100[,GB] [--json]\n"
+    "  fit --model TEMPLATE|FILE | --onnx FILE --batch N[,N] --gpu "
+    "L4,H100[,GB] [--json]\n"
     "  calib page --runs FILE [--json] [--svg F]   calibration page, offline\n"
     "  calib rows --runs FILE              per-run predictions, offline\n"
     "  calib show [--version fs-N]         the server's factor set\n"
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
     "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
     "  model inspect TEMPLATE|FILE [--batch N] [--json]   where memory comes "
-    "from\n"
-    "  model convert CONFIG.json [-o spec.json] [--positions N]   HF config -> "
-    "spec\n"
+    "from (FILE: spec, config.json or .onnx)\n"
+    "  model convert CONFIG.json|FILE.onnx [-o spec.json] [--positions N]   "
+    "HF config or ONNX -> spec\n"
     "  microbatch select --record FILE [--policy max_batch|max_throughput] "
     "[--json]\n"
     "  density rank --runs FILE [--json]   density leaderboard, offline\n"
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
   options.json = absl::GetFlag(FLAGS_json);
   options.models_dir = absl::GetFlag(FLAGS_models_dir);
   options.model = absl::GetFlag(FLAGS_model);
+  options.onnx = absl::GetFlag(FLAGS_onnx);
   options.batch = absl::GetFlag(FLAGS_batch);
   options.gpu = absl::GetFlag(FLAGS_gpu);
   options.precision = absl::GetFlag(FLAGS_precision);

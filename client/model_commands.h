@@ -7,17 +7,32 @@
 #include <ostream>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace headroom::cli {
 
-// headroom model convert CONFIG [--seq-len N] -o OUT: converts a Hugging Face
-// config.json into a spec in the catalog's JSON format (models/*.json) and
-// writes it to OUT, then prints the parameter count, each default assumed
-// for a key the config left out, and the conversion notes. With OUT empty or
-// "-" the spec goes to `out` and the rest to `err`, so stdout stays JSON.
-// seq_len 0 takes the config's own length (see HfOptions::seq_len). Returns
-// 0, or 2 for a missing, oversized or unconvertible config or an unwritable
-// OUT (the reason goes to `err`).
-int ModelConvert(const std::string& config_path, uint64_t seq_len,
+// Whether `path` holds an ONNX model: its name ends in ".onnx", or its first
+// byte is the tag of ModelProto.ir_version (exporters write it first). JSON
+// (a spec or a config.json) starts with '{'.
+bool IsOnnxFile(const std::string& path);
+
+// Reads an ONNX model file (up to kMaxOnnxFileBytes) without its weight
+// data, in one pass that holds only what it keeps (onnx_strip.h): the bytes
+// to send as ModelRef.onnx or to convert. INVALID_ARGUMENT naming the file
+// for a missing, oversized or non-ONNX file.
+absl::StatusOr<std::string> ReadOnnxGraph(const std::string& path);
+
+// headroom model convert FILE [--positions N] -o OUT: converts a Hugging
+// Face config.json or an ONNX model into a spec in the catalog's JSON format
+// (models/*.json) and writes it to OUT, then prints the parameter count,
+// each default assumed for a key the config left out (for ONNX: the batch
+// axis and what the conversion decided), and the conversion notes. With OUT
+// empty or "-" the spec goes to `out` and the rest to `err`, so stdout stays
+// JSON. positions 0 takes the config's own length (see HfOptions::seq_len);
+// for ONNX it binds the graph's symbolic lengths. Returns 0, or 2 for a
+// missing, oversized or unconvertible file or an unwritable OUT (the reason
+// goes to `err`).
+int ModelConvert(const std::string& path, uint64_t positions,
                  const std::string& out_path, std::ostream& out,
                  std::ostream& err);
 

@@ -7,6 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang-format
+  libonnx-dev
   # The torch harness's test builds every catalog template on the CPU.
   python3-torch
 )

@@ -1,5 +1,6 @@
 // headroom-planner: flags in, PlannerApp up, SIGTERM/SIGINT shut it down.
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -29,6 +30,9 @@ ABSL_FLAG(int64_t, probe_lease_ms, 30000,
           "a running probe whose worker is silent this long is re-queued");
 ABSL_FLAG(int64_t, worker_heartbeat_ms, 5000,
           "heartbeat period asked of workers (keep well under the lease)");
+ABSL_FLAG(int64_t, grpc_memory_mb, 512,
+          "memory gRPC may hold for connections, in MiB: a message larger "
+          "than this is cut off while it arrives");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight calls may run after SIGTERM");
@@ -63,6 +67,10 @@ int main(int argc, char** argv) {
   config.coverage = absl::GetFlag(FLAGS_coverage);
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
+  // Planner start refuses a budget below 4 x the message limit.
+  config.grpc_memory_bytes =
+      std::min<int64_t>(absl::GetFlag(FLAGS_grpc_memory_mb), int64_t{1} << 20) *
+      (int64_t{1} << 20);
   auto app = headroom::PlannerApp::Start(config);
   if (!app.ok()) {
     spdlog::error("event=start_failed error=\"{}\"", app.status().ToString());

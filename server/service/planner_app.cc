@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
@@ -84,6 +85,12 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
                      " is out of range; allowed 10..probe_lease_ms/2 (",
                      config.probe_lease_ms / 2, ")"));
   }
+  if (config.grpc_memory_bytes < 4 * int64_t{config.max_message_bytes}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpc_memory_bytes = ", config.grpc_memory_bytes,
+                     " is too small; allowed at least 4 x max_message_bytes = ",
+                     4 * int64_t{config.max_message_bytes}));
+  }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -124,6 +131,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   builder.RegisterService(app->service_.get());
   builder.RegisterService(app->fleet_.get());
   builder.SetMaxReceiveMessageSize(2 * config.max_message_bytes);
+  grpc::ResourceQuota quota("headroom-planner");
+  quota.Resize(static_cast<size_t>(config.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   // Keepalive: answer client pings, probe idle connections.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);

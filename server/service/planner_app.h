@@ -41,6 +41,12 @@ struct PlannerConfig {
   int64_t worker_heartbeat_ms = 5000;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
+  // Memory gRPC may hold for this server's connections (a resource quota).
+  // gRPC checks a message against the size limit only once all of it has
+  // arrived; past this budget it resets the stream instead (the client sees
+  // RESOURCE_EXHAUSTED), so a 2 GB message costs the server this much at
+  // most. At least 4 x max_message_bytes.
+  int64_t grpc_memory_bytes = int64_t{512} << 20;
 };
 
 class PlannerApp {

@@ -34,7 +34,9 @@ inline absl::Status CheckSize(const google::protobuf::Message& request,
   if (request.ByteSizeLong() <= max_bytes) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "request is ", request.ByteSizeLong(), " bytes; allowed up to ",
-      max_bytes, " (model.spec too large?)"));
+      max_bytes,
+      " (an inline model too large? an ONNX graph is sent without its "
+      "weights)"));
 }
 
 }  // namespace headroom

@@ -1,5 +1,6 @@
 #include "client/commands.h"
 
+#include <fstream>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -8,6 +9,7 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/common/json_io.h"
+#include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom::cli {
 namespace {
@@ -86,6 +88,49 @@ TEST(ModelInspectCommandTest, ReportsLayerShares) {
   std::ostringstream out2, err2;
   EXPECT_EQ(ModelInspect(options, out2, err2), 2);
   EXPECT_THAT(err2.str(), HasSubstr("closest"));
+}
+
+// An ONNX graph of one attention block, inspected like a template.
+TEST(ModelInspectCommandTest, ReadsAnOnnxFile) {
+  testing::GraphBuilder g("attention");
+  const std::string x = g.Input("x", {"batch", "seq", 512});
+  g.Output(
+      g.Op("Add", {x, g.Attention(x, 512, 8, true, "", "/attn")}, "/residual"));
+  const std::string path = ::testing::TempDir() + "attention.onnx";
+  std::ofstream(path, std::ios::binary) << g.Serialize();
+  Options options;
+  options.model = path;
+  options.batch = "32";
+  options.positions = 512;
+  options.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(ModelInspect(options, out, err), 0) << err.str();
+  v1::ModelReport report;
+  ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &report).ok());
+  EXPECT_EQ(report.params(), 4 * (512 * 512 + 512));
+  ASSERT_EQ(report.layers_size(), 1);
+  EXPECT_EQ(report.layers(0).name(), "/attn");
+  EXPECT_NEAR(report.layers(0).components().attention(),
+              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+  EXPECT_THAT(report.assumptions(),
+              ::testing::Contains(HasSubstr("batch axis: symbolic dimension "
+                                            "'batch' (x axis 0)")));
+}
+
+TEST(FitCommandTest, OnnxAndModelAreExclusiveAndFilesMustExist) {
+  Options options;
+  options.batch = "8";
+  options.gpu = "L4";
+  std::ostringstream out, err;
+  EXPECT_EQ(Fit(options, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("give one model: --model"));
+  options.model = "bert-base";
+  options.onnx = "/nonexistent/model.onnx";
+  EXPECT_EQ(Fit(options, out, err), 2);
+  options.model.clear();
+  err.str("");
+  EXPECT_EQ(Fit(options, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("cannot open /nonexistent/model.onnx"));
 }
 
 TEST(FitCommandTest, BadBatchIsRejectedBeforeAnyCall) {

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
 #include "server/core/memory/model_spec.h"
+#include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom::cli {
 namespace {
@@ -54,6 +55,48 @@ TEST(ModelConvertCommandTest, BadInputsExitTwo) {
   err.str("");
   EXPECT_EQ(ModelConvert(bad, 0, "-", out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("hidden_size = 0 is out of range"));
+  EXPECT_EQ(out.str(), "");
+}
+
+// An ONNX model with its weights (two 512x2048 fp32 matrices, 8 MB) on
+// disk, converted offline from the graph alone.
+TEST(ModelConvertCommandTest, ConvertsAnOnnxFile) {
+  testing::GraphBuilder g("mlp-block");
+  std::string h = g.Input("x", {"batch", "tokens", 512});
+  h = g.Linear(h, 512, 2048, true, "/up", /*with_data=*/true);
+  h = g.Gelu(h, "/act");
+  g.Output(g.Linear(h, 2048, 512, true, "/down", /*with_data=*/true));
+  // No ".onnx" suffix: the content says what it is.
+  const std::string path = ::testing::TempDir() + "mlp-block.model";
+  std::ofstream(path, std::ios::binary) << g.Serialize();
+  EXPECT_TRUE(IsOnnxFile(path));
+  EXPECT_FALSE(IsOnnxFile(kHfDir + "gpt2.json"));
+
+  std::ostringstream out, err;
+  ASSERT_EQ(ModelConvert(path, 256, "-", out, err), 0) << err.str();
+  absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(out.str(), "stdout");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(CountParams(*spec), 2u * 512 * 2048 + 2048 + 512);
+  EXPECT_EQ(spec->positions(), 256u);
+  ASSERT_EQ(spec->layers_size(), 1);
+  EXPECT_EQ(spec->layers(0).mlp().ffn(), 2048u);
+  EXPECT_THAT(err.str(), HasSubstr("spec mlp-block: 2099712 parameters, 256 "
+                                   "positions per sample"));
+  EXPECT_THAT(err.str(),
+              HasSubstr("note: symbolic dimension 'tokens' bound to 256"));
+
+  // Without --positions the symbolic length is named.
+  std::ostringstream out2, err2;
+  EXPECT_EQ(ModelConvert(path, 0, "-", out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("axis 1 is symbolic ('tokens')"));
+}
+
+TEST(ModelConvertCommandTest, BadOnnxFileExitsTwo) {
+  const std::string path = ::testing::TempDir() + "broken.onnx";
+  std::ofstream(path, std::ios::binary) << "\x08\x08\x3a\xff\xff";
+  std::ostringstream out, err;
+  EXPECT_EQ(ModelConvert(path, 0, "-", out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("broken.onnx: not an ONNX model"));
   EXPECT_EQ(out.str(), "");
 }
 

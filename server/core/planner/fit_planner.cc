@@ -8,6 +8,7 @@
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_config.h"
+#include "server/core/frontends/onnx_import.h"
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
@@ -91,12 +92,26 @@ absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
       resolved.assumptions = std::move(converted->assumed_defaults);
       return resolved;
     }
+    case v1::ModelRef::kOnnx: {
+      OnnxOptions options;
+      options.positions = setup.positions();
+      absl::StatusOr<OnnxConversion> converted =
+          SpecFromOnnx(model.onnx(), options);
+      if (!converted.ok()) {
+        return absl::Status(
+            converted.status().code(),
+            absl::StrCat("model.onnx: ", converted.status().message()));
+      }
+      resolved.owned_spec = std::move(converted->spec);
+      resolved.assumptions = std::move(converted->notes);
+      return resolved;
+    }
     case v1::ModelRef::SOURCE_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "model is empty; set model.template (a catalog name), model.spec or "
-      "model.hf_config");
+      "model is empty; set model.template (a catalog name), model.spec, "
+      "model.hf_config or model.onnx");
 }
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(

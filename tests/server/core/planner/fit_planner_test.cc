@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/memory/model_spec.h"
+#include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom {
 namespace {
@@ -161,6 +162,33 @@ TEST_F(FitPlannerTest, RejectsInlineSpecWithoutLayers) {
   auto response = planner_->CheckFit(request);
   EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(response.status().message(), HasSubstr("spec.layers is empty"));
+}
+
+TEST_F(FitPlannerTest, ConvertsAnOnnxGraphWithTheSetupsPositions) {
+  // x [batch, seq, 1000] -> Linear 1000x1000: the template "lin" as ONNX.
+  testing::GraphBuilder g("lin-onnx");
+  g.Output(
+      g.Linear(g.Input("x", {"batch", "seq", 1000}), 1000, 1000, false, "/fc"));
+  v1::CheckFitRequest request = Request();
+  request.mutable_model()->set_onnx(g.Serialize());
+  request.mutable_setup()->set_positions(1000);
+  auto response = planner_->CheckFit(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->model(), "lin-onnx");
+  EXPECT_EQ(response->params(), 1000000u);
+  EXPECT_THAT(response->assumptions(),
+              ::testing::ElementsAre(
+                  "batch axis: symbolic dimension 'batch' (x axis 0)",
+                  "symbolic dimension 'seq' bound to 1000 positions"));
+
+  request.mutable_setup()->set_positions(0);
+  EXPECT_THAT(planner_->CheckFit(request).status().message(),
+              HasSubstr("model.onnx: graph input 'x' axis 1 is symbolic"));
+  request.mutable_model()->set_onnx("not a graph");
+  auto bad = planner_->CheckFit(request);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("model.onnx: not an ONNX model"));
 }
 
 TEST_F(FitPlannerTest, RejectsMissingModel) {

@@ -1,0 +1,369 @@
+#include "server/core/frontends/onnx_shapes.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
+#include "server/core/common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 32;
+constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+
+// Operators whose inference function runs: those of training graphs, each
+// checked against malformed input (mutated graphs) with the preconditions
+// in Inferable().
+constexpr char kInferredOps[] =
+    "Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast Ceil Celu "
+    "Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos Cosh CumSum "
+    "Div Dropout Elu Equal Erf Exp Expand Flatten Floor GRU Gather Gemm "
+    "GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid "
+    "HardSwish Identity InstanceNormalization LSTM LayerNormalization "
+    "LeakyRelu Less LessOrEqual Log LogSoftmax LpPool MatMul Max MaxPool Mean "
+    "Min Mish Mul Neg NegativeLogLikelihoodLoss Not Or PRelu Pow RNN Range "
+    "Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp ReduceMax ReduceMean "
+    "ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Round Selu "
+    "Shape Sigmoid Sign Sin Sinh Size Slice Softmax SoftmaxCrossEntropyLoss "
+    "Softplus Softsign Split Sqrt Squeeze Sub Sum Tanh ThresholdedRelu Tile "
+    "Transpose Trilu Unsqueeze Where Xor";
+
+bool Inferred(const std::string& op) {
+  static const auto* ops = [] {
+    auto* set = new std::set<std::string>();
+    for (absl::string_view word :
+         absl::StrSplit(kInferredOps, ' ', absl::SkipEmpty())) {
+      set->emplace(word);
+    }
+    return set;
+  }();
+  return ops->count(op) != 0;
+}
+
+int DefaultOpset(const onnx::ModelProto& model) {
+  int opset = 0;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") {
+      opset = static_cast<int>(o.version());
+    }
+  }
+  return opset;
+}
+
+bool DefaultDomain(const onnx::NodeProto& n) {
+  return n.domain().empty() || n.domain() == "ai.onnx";
+}
+
+// Integer attributes within what inference computes with: nothing beyond
+// 2^32 in size, no stride, dilation, kernel, group, block or hidden size
+// below 1 (ONNX divides by them unchecked), no negative padding.
+absl::Status CheckIntAttributes(const onnx::NodeProto& n, int index) {
+  for (const auto& a : n.attribute()) {
+    std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+    if (a.has_i()) values.push_back(a.i());
+    const std::string& name = a.name();
+    const bool positive = name == "strides" || name == "dilations" ||
+                          name == "kernel_shape" || name == "blocksize" ||
+                          name == "group" || name == "hidden_size";
+    const int64_t low = positive ? 1 : name == "pads" ? 0 : -kMaxDim;
+    for (int64_t v : values) {
+      if (v < low || v > kMaxDim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(OnnxNodeLabel(n, index), " attribute ", name, " = ", v,
+                         " is out of range; allowed ", low, "..", kMaxDim));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether a tensor carries its values (not stripped, not external).
+bool HasData(const onnx::TensorProto& t) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return false;
+  uint64_t elements = 1;
+  for (int64_t d : t.dims()) elements *= static_cast<uint64_t>(d);
+  return elements == 0 || !t.raw_data().empty() || t.float_data_size() > 0 ||
+         t.int32_data_size() > 0 || t.int64_data_size() > 0 ||
+         t.double_data_size() > 0 || t.uint64_data_size() > 0 ||
+         t.string_data_size() > 0;
+}
+
+int Rank(const onnx::TypeProto* type) {
+  if (type == nullptr || !type->has_tensor_type() ||
+      !type->tensor_type().has_shape()) {
+    return -1;
+  }
+  return type->tensor_type().shape().dim_size();
+}
+
+// Whether ONNX's inference function for the node may run on these input
+// types: true, false (its outputs stay unknown), or INVALID_ARGUMENT for a
+// node that cannot be right whatever the shapes.
+absl::StatusOr<bool> Inferable(
+    const onnx::NodeProto& n, int index,
+    const std::vector<const onnx::TypeProto*>& inputs) {
+  const std::string& op = n.op_type();
+  for (const onnx::TypeProto* t : inputs) {
+    if (t != nullptr && !t->has_tensor_type()) return false;
+  }
+  const int rank = inputs.empty() ? -1 : Rank(inputs[0]);
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OnnxNodeLabel(n, index), ": ", what));
+  };
+  auto list_size = [&](const char* name) -> int {
+    for (const auto& a : n.attribute()) {
+      if (a.name() == name) return a.ints_size();
+    }
+    return -1;
+  };
+  // Axis attributes name axes of the first input.
+  for (const auto& a : n.attribute()) {
+    if (rank < 0) break;
+    const int extra = op == "Unsqueeze" || op == "Flatten" ? 1 : 0;
+    if (a.name() == "axis" &&
+        (a.i() < -(rank + extra) || a.i() >= rank + extra)) {
+      return bad(absl::StrCat("axis = ", a.i(), " is out of range for a rank-",
+                              rank, " input"));
+    }
+    if (a.name() == "axes" && op != "Unsqueeze") {
+      for (int64_t axis : a.ints()) {
+        if (axis < -rank || axis >= rank) {
+          return bad(absl::StrCat(
+              "axes has ", axis, ", out of range for a rank-", rank, " input"));
+        }
+      }
+    }
+    if (a.name() == "perm") {
+      std::vector<int64_t> perm(a.ints().begin(), a.ints().end());
+      std::sort(perm.begin(), perm.end());
+      for (int k = 0; k < static_cast<int>(perm.size()); ++k) {
+        if (perm.size() != static_cast<size_t>(rank) || perm[k] != k) {
+          return bad(absl::StrCat("perm is not a permutation of the ", rank,
+                                  " axes of its input"));
+        }
+      }
+    }
+  }
+  if (op == "Conv" || op == "ConvTranspose" || op == "MaxPool" ||
+      op == "AveragePool" || op == "LpPool") {
+    if (rank < 0) return false;
+    const int spatial = rank - 2;
+    if (spatial < 1) {
+      return bad("the input needs a batch, a channel and a spatial axis");
+    }
+    if (op == "Conv" || op == "ConvTranspose") {
+      const int w = inputs.size() > 1 ? Rank(inputs[1]) : -1;
+      if (w < 0) return false;
+      if (w != rank) {
+        return bad(absl::StrCat("the weight has rank ", w,
+                                "; the input has rank ", rank));
+      }
+    }
+    for (const char* name : {"kernel_shape", "strides", "dilations",
+                             "output_shape", "output_padding"}) {
+      const int size = list_size(name);
+      if (size >= 0 && size != spatial) {
+        return bad(absl::StrCat(name, " has ", size, " values for ", spatial,
+                                " spatial axes"));
+      }
+    }
+    const int pads = list_size("pads");
+    if (pads >= 0 && pads != 2 * spatial) {
+      return bad(absl::StrCat("pads has ", pads, " values for ", spatial,
+                              " spatial axes"));
+    }
+  }
+  if (op == "LSTM" || op == "GRU" || op == "RNN") {
+    for (size_t k = 0; k < inputs.size() && k < 3; ++k) {
+      if (Rank(inputs[k]) >= 0 && Rank(inputs[k]) != 3) {
+        return bad(absl::StrCat("input ", k, " has rank ", Rank(inputs[k]),
+                                "; expected 3"));
+      }
+    }
+  }
+  if (op == "Gemm") {
+    for (size_t k = 0; k < 2 && k < inputs.size(); ++k) {
+      if (Rank(inputs[k]) >= 0 && Rank(inputs[k]) != 2) {
+        return bad(absl::StrCat("input ", k, " has rank ", Rank(inputs[k]),
+                                "; expected 2"));
+      }
+    }
+  }
+  if ((op == "BatchNormalization" || op == "InstanceNormalization") &&
+      rank >= 0 && rank < 2) {
+    return bad("the input needs a batch and a channel axis");
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string OnnxNodeLabel(const onnx::NodeProto& node, int index) {
+  return absl::StrCat("node '",
+                      !node.name().empty()     ? node.name()
+                      : node.output_size() > 0 ? node.output(0)
+                                               : absl::StrCat("#", index),
+                      "' (", node.op_type(), ")");
+}
+
+absl::Status CheckOnnxStructure(const onnx::ModelProto& model) {
+  const onnx::GraphProto& graph = model.graph();
+  std::unordered_set<std::string> defined;
+  for (const auto& t : graph.initializer()) {
+    uint64_t elements = 1;
+    for (int k = 0; k < t.dims_size(); ++k) {
+      const int64_t d = t.dims(k);
+      if (d < 0 || d > kMaxDim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("initializer '", t.name(), "' dims[", k, "] = ", d,
+                         " is out of range; allowed 0..", kMaxDim));
+      }
+      if (d != 0 && elements > kMaxElements / static_cast<uint64_t>(d)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("initializer '", t.name(), "' holds more than ",
+                         kMaxElements, " elements"));
+      }
+      elements *= static_cast<uint64_t>(d);
+    }
+    defined.insert(t.name());
+  }
+  for (const auto& info : graph.input()) defined.insert(info.name());
+  const int opset = DefaultOpset(model);
+  const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const onnx::NodeProto& n = graph.node(i);
+    if (n.output_size() == 0 || n.output(0).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(OnnxNodeLabel(n, i), " has no output"));
+    }
+    for (const std::string& in : n.input()) {
+      if (!in.empty() && defined.count(in) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            OnnxNodeLabel(n, i), " reads '", in,
+            "', which no graph input, initializer or earlier node provides "
+            "(ONNX lists nodes in topological order)"));
+      }
+    }
+    for (const auto& a : n.attribute()) {
+      if (a.has_g() || a.graphs_size() > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            OnnxNodeLabel(n, i),
+            " holds a subgraph; graphs with control flow (If, Loop, Scan) are "
+            "not supported: export the training step without it"));
+      }
+    }
+    RETURN_IF_ERROR(CheckIntAttributes(n, i));
+    if (DefaultDomain(n)) {
+      const onnx::OpSchema* schema =
+          registry->GetSchema(n.op_type(), opset, "");
+      if (schema != nullptr) {
+        try {
+          schema->Verify(n);
+        } catch (const std::exception& e) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              OnnxNodeLabel(n, i), " does not fit its operator: ", e.what()));
+        }
+      }
+    }
+    for (const std::string& out : n.output()) {
+      if (!out.empty() && !defined.insert(out).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            OnnxNodeLabel(n, i), " writes '", out,
+            "', which is already defined; a value has one producer in ONNX"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferOnnxShapes(onnx::ModelProto* model) {
+  const int opset = DefaultOpset(*model);
+  onnx::GraphProto* graph = model->mutable_graph();
+  graph->clear_value_info();
+  // The type of every value known so far, owned here, and the values whose
+  // data inference may read (initializers and constants with their data,
+  // and shapes computed by data propagation).
+  std::unordered_map<std::string, std::unique_ptr<onnx::TypeProto>> owned;
+  std::unordered_map<std::string, onnx::TypeProto*> types;
+  std::unordered_map<std::string, const onnx::TensorProto*> data;
+  std::unordered_map<std::string, onnx::TensorShapeProto> shape_data;
+  auto define = [&](const std::string& name, const onnx::TypeProto& type) {
+    std::unique_ptr<onnx::TypeProto>& slot = owned[name];
+    slot = std::make_unique<onnx::TypeProto>(type);
+    types[name] = slot.get();
+  };
+  for (const auto& t : graph->initializer()) {
+    onnx::TypeProto type;
+    auto* tensor = type.mutable_tensor_type();
+    tensor->set_elem_type(t.data_type());
+    auto* shape = tensor->mutable_shape();
+    for (int64_t d : t.dims()) shape->add_dim()->set_dim_value(d);
+    define(t.name(), type);
+    if (HasData(t)) data[t.name()] = &t;
+  }
+  for (const auto& in : graph->input()) {
+    if (types.count(in.name()) == 0) define(in.name(), in.type());
+  }
+  const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
+  for (int i = 0; i < graph->node_size(); ++i) {
+    onnx::NodeProto& n = *graph->mutable_node(i);
+    const onnx::OpSchema* schema =
+        DefaultDomain(n) ? registry->GetSchema(n.op_type(), opset, "")
+                         : nullptr;
+    if (schema == nullptr || !Inferred(n.op_type()) ||
+        !schema->has_type_and_shape_inference_function()) {
+      continue;
+    }
+    std::vector<const onnx::TypeProto*> inputs;
+    for (const std::string& in : n.input()) {
+      auto it = in.empty() ? types.end() : types.find(in);
+      inputs.push_back(it == types.end() ? nullptr : it->second);
+    }
+    ASSIGN_OR_RETURN(const bool inferable, Inferable(n, i, inputs));
+    if (!inferable) continue;
+    try {
+      onnx::shape_inference::InferenceContextImpl context(n, types, data, {},
+                                                          &shape_data, nullptr);
+      schema->GetTypeAndShapeInferenceFunction()(context);
+      if (schema->has_data_propagation_function()) {
+        onnx::shape_inference::DataPropagationContextImpl propagation(
+            n, types, data, shape_data);
+        schema->GetDataPropagationFunction()(propagation);
+      }
+      for (int k = 0; k < n.output_size(); ++k) {
+        const onnx::TypeProto& out = context.allOutputTypes_[k];
+        if (n.output(k).empty() || !out.has_tensor_type()) continue;
+        define(n.output(k), out);
+        onnx::ValueInfoProto* info = graph->add_value_info();
+        info->set_name(n.output(k));
+        *info->mutable_type() = out;
+      }
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ONNX shape inference failed at ", OnnxNodeLabel(n, i),
+                       " with the batch set to one sample: ", e.what()));
+    }
+    if (n.op_type() == "Constant") {
+      for (const auto& a : n.attribute()) {
+        if (a.name() == "value" && a.has_t() && HasData(a.t())) {
+          data[n.output(0)] = &a.t();
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace headroom
