@@ -109,7 +109,8 @@ class FleetService::WorkerStream
                          "samples or result"));
         return;
     }
-    StartRead(&incoming_);
+    // A handler may have ended the stream (a refused hello, a bad result).
+    if (!ending()) StartRead(&incoming_);
   }
 
   void OnCancel() override {
@@ -777,6 +778,10 @@ void FleetService::DispatchOnce() {
     std::vector<std::string> executors;
     std::vector<v1::GpuDevice> gpus;
   };
+  // Claims are write transactions: none is tried while nothing waits.
+  absl::StatusOr<std::vector<v1::Probe>> waiting =
+      store_->ListProbes(v1::Probe::QUEUED, 1);
+  if (!waiting.ok() || waiting->empty()) return;
   std::vector<Idle> idle;
   {
     absl::MutexLock lock(&mu_);

@@ -85,6 +85,12 @@ class QueuedWriter : public Reactor {
     }
   }
 
+  // End() was called (or a write failed): start no further reads.
+  bool ending() {
+    absl::MutexLock lock(&write_mu_);
+    return ending_;
+  }
+
   size_t dropped() {
     absl::MutexLock lock(&write_mu_);
     return dropped_;

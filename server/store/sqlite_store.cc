@@ -672,6 +672,17 @@ absl::StatusOr<std::vector<std::string>> SqliteStore::RequeueExpired(
     int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> requeued;
+  {
+    // Read first: the write transaction below runs only when a lease ran
+    // out, not on every dispatcher pass.
+    Statement s(db_,
+                "SELECT 1 FROM probes WHERE state = ? AND lease_until_ms < ? "
+                "LIMIT 1;");
+    if (!s.ok()) return SqliteError(db_, "finding expired leases");
+    sqlite3_bind_int(s.get(), 1, v1::Probe::RUNNING);
+    sqlite3_bind_int64(s.get(), 2, now_ms);
+    if (sqlite3_step(s.get()) != SQLITE_ROW) return requeued;
+  }
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     {
       Statement s(db_,

@@ -356,5 +356,58 @@ TEST_F(FleetIntegrationTest, BadProbesAreRefusedAndNothingIsStored) {
   EXPECT_NE(status.error_message().find("p-42"), std::string::npos);
 }
 
+TEST_F(FleetIntegrationTest, BadWorkerMessagesEndTheStreamNotThePlanner) {
+  StartPlanner();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext context;
+        v1::ListProbesResponse response;
+        return fleet_->ListProbes(&context, {}, &response).ok();
+      },
+      30));
+  struct Case {
+    std::string what;
+    v1::WorkerMessage message;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  std::vector<Case> cases(3);
+  cases[0] = {"bad worker id",
+              {},
+              grpc::StatusCode::INVALID_ARGUMENT,
+              "hello.worker_id"};
+  cases[0].message.mutable_hello()->set_worker_id("no spaces allowed");
+  cases[1] = {"result before hello",
+              {},
+              grpc::StatusCode::FAILED_PRECONDITION,
+              "hello first"};
+  cases[1].message.mutable_result()->set_key("p-1/8/0");
+  cases[2] = {"empty message",
+              {},
+              grpc::StatusCode::INVALID_ARGUMENT,
+              "empty WorkerMessage"};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    auto stream = fleet_->Connect(&context);
+    ASSERT_TRUE(stream->Write(c.message));
+    v1::PlannerMessage reply;
+    while (stream->Read(&reply)) {
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_NE(status.error_message().find(c.says), std::string::npos)
+        << status.error_message();
+  }
+  // The planner still serves, and no worker was registered.
+  auto connected = Connected();
+  EXPECT_TRUE(connected.empty());
+  grpc::ClientContext context;
+  v1::PingResponse pong;
+  EXPECT_TRUE(planner_stub_->Ping(&context, {}, &pong).ok());
+}
+
 }  // namespace
 }  // namespace headroom
