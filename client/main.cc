@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "client/autotune_commands.h"
 #include "client/commands.h"
 #include "client/density_commands.h"
 #include "client/energy_commands.h"
@@ -55,6 +56,17 @@ ABSL_FLAG(std::string, policy, "",
           "record's)");
 ABSL_FLAG(std::string, o, "",
           "model convert: write the spec here (- = stdout)");
+ABSL_FLAG(uint32_t, context, 0, "microbatch plan: tokens per sample");
+ABSL_FLAG(uint32_t, global_batch, 0, "microbatch plan: samples per update");
+ABSL_FLAG(std::string, candidates, "",
+          "microbatch plan: microbatches, e.g. 8,16,32");
+ABSL_FLAG(bool, compile, false, "microbatch plan: plan compiled mode too");
+ABSL_FLAG(std::string, attention_backend, "",
+          "microbatch plan: flash, sdpa or eager (default: --fused_attention)");
+ABSL_FLAG(double, vram_fraction, 0.98, "microbatch plan: budget fraction");
+ABSL_FLAG(double, reserve_gb, 0, "microbatch plan: GB kept free");
+ABSL_FLAG(std::string, cache_key, "",
+          "microbatch plan: a cache key (or record) JSON file to look up");
 ABSL_FLAG(std::string, worker, "", "probe submit: run on this worker id");
 ABSL_FLAG(uint32_t, repetitions, 0, "probe submit: runs per batch (0 = 1)");
 ABSL_FLAG(std::string, executor, "",
@@ -84,6 +96,9 @@ constexpr char kUsage[] =
     "HF config or ONNX -> spec\n"
     "  microbatch select --record FILE [--policy max_batch|max_throughput] "
     "[--json]\n"
+    "  microbatch plan --model M --gpu G --context C --global_batch N "
+    "--candidates 8,16 [--compile] [--cache_key F]\n"
+    "  microbatch cache list | put --record F | drop ID\n"
     "  density rank --runs FILE [--json]   density leaderboard, offline\n"
     "  energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8 "
     "[--json]\n"
@@ -158,6 +173,32 @@ int main(int argc, char** argv) {
   probe.watch = absl::GetFlag(FLAGS_watch);
   probe.watch_timeout_s = absl::GetFlag(FLAGS_watch_timeout_s);
   probe.state = absl::GetFlag(FLAGS_state);
+  if (args.size() == 2 && args[0] == "microbatch" && args[1] == "plan") {
+    headroom::cli::MicrobatchPlanOptions plan;
+    plan.context = absl::GetFlag(FLAGS_context);
+    plan.global_batch = absl::GetFlag(FLAGS_global_batch);
+    plan.candidates = absl::GetFlag(FLAGS_candidates);
+    plan.compile = absl::GetFlag(FLAGS_compile);
+    plan.attention_backend = absl::GetFlag(FLAGS_attention_backend);
+    plan.vram_fraction = absl::GetFlag(FLAGS_vram_fraction);
+    plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
+    plan.cache_key = absl::GetFlag(FLAGS_cache_key);
+    return headroom::cli::MicrobatchPlan(options, plan, std::cout, std::cerr);
+  }
+  if (args.size() == 3 && args[0] == "microbatch" && args[1] == "cache" &&
+      args[2] == "list") {
+    return headroom::cli::MicrobatchCacheList(options, std::cout, std::cerr);
+  }
+  if (args.size() == 3 && args[0] == "microbatch" && args[1] == "cache" &&
+      args[2] == "put") {
+    return headroom::cli::MicrobatchCachePut(
+        options, absl::GetFlag(FLAGS_record), std::cout, std::cerr);
+  }
+  if (args.size() == 4 && args[0] == "microbatch" && args[1] == "cache" &&
+      args[2] == "drop") {
+    return headroom::cli::MicrobatchCacheDrop(options, args[3], std::cout,
+                                              std::cerr);
+  }
   if (args.size() == 1 && args[0] == "workers") {
     return headroom::cli::Workers(options, std::cout, std::cerr);
   }

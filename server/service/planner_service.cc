@@ -11,6 +11,7 @@
 #include "server/core/density/density_rank.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/core/microbatch/cache_key.h"
 #include "server/core/microbatch/plan.h"
 #include "server/service/grpc_status.h"
 #include "server/service/reply.h"
@@ -401,7 +402,88 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
   const std::shared_ptr<const FitPlanner> current = planner();
   absl::StatusOr<v1::PlanMicrobatchResponse> answer =
       headroom::PlanMicrobatch(*request, *catalog_, current->factor_set());
+  if (answer.ok() && request->has_cache_key()) {
+    // A record under exactly this key (GPU, versions, settings, source)
+    // stands: nothing needs measuring.
+    absl::StatusOr<std::optional<v1::AutotuneRecord>> cached =
+        store_->FindAutotuneRecord(CacheKeyId(request->cache_key()),
+                                   CacheKeyBytes(request->cache_key()));
+    if (!cached.ok()) {
+      answer = cached.status();
+    } else if (cached->has_value()) {
+      v1::AutotuneRecord& record = **cached;
+      record.set_cache_reused(true);
+      *answer->mutable_cached() = std::move(record);
+      for (v1::PlannedMicrobatch& planned : *answer->mutable_candidates()) {
+        planned.set_action(v1::PlannedMicrobatch::SKIP);
+        planned.set_reason(absl::StrCat(
+            "cached selection ", CacheKeyId(request->cache_key()), " reused"));
+      }
+      answer->set_skip_count(answer->candidates_size());
+      answer->set_measure_count(0);
+    }
+  }
   return Reply(reactor, std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
+    grpc::CallbackServerContext* context,
+    const v1::PutAutotuneRecordRequest* request,
+    v1::PutAutotuneRecordResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
+    RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
+    if (!request->record().has_cache_key()) {
+      return absl::InvalidArgumentError(
+          "record.cache_key is missing; a cached selection needs the key it "
+          "was measured under");
+    }
+    const v1::AutotuneRecord& record = request->record();
+    if (!record.has_selected() || record.selected().microbatch() == 0) {
+      return absl::InvalidArgumentError(
+          "record.selected is missing; only a record with a selection can be "
+          "reused");
+    }
+    v1::PutAutotuneRecordResponse out;
+    out.set_id(CacheKeyId(record.cache_key()));
+    ASSIGN_OR_RETURN(bool replaced,
+                     store_->PutAutotuneRecord(
+                         out.id(), CacheKeyBytes(record.cache_key()), record));
+    out.set_replaced(replaced);
+    spdlog::info("event=autotune_record_stored id={} replaced={}", out.id(),
+                 replaced);
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListAutotuneRecords(
+    grpc::CallbackServerContext* context,
+    const v1::ListAutotuneRecordsRequest* /*request*/,
+    v1::ListAutotuneRecordsResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
+    ASSIGN_OR_RETURN(std::vector<v1::AutotuneCacheEntry> entries,
+                     store_->ListAutotuneRecords());
+    v1::ListAutotuneRecordsResponse out;
+    for (v1::AutotuneCacheEntry& e : entries) *out.add_entries() = std::move(e);
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* PlannerService::DropAutotuneRecord(
+    grpc::CallbackServerContext* context,
+    const v1::DropAutotuneRecordRequest* request,
+    v1::DropAutotuneRecordResponse* response) {
+  auto answer = [&]() -> absl::StatusOr<v1::DropAutotuneRecordResponse> {
+    if (request->id().empty() || request->id().size() > 64) {
+      return absl::InvalidArgumentError(
+          "id must be 1..64 characters (an id from ListAutotuneRecords)");
+    }
+    RETURN_IF_ERROR(store_->DropAutotuneRecord(request->id()));
+    spdlog::info("event=autotune_record_dropped id={}", request->id());
+    return v1::DropAutotuneRecordResponse();
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
 }  // namespace headroom

@@ -76,6 +76,19 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RefitEnergyRequest* request,
       v1::RefitEnergyResponse* response) override;
 
+  grpc::ServerUnaryReactor* PutAutotuneRecord(
+      grpc::CallbackServerContext* context,
+      const v1::PutAutotuneRecordRequest* request,
+      v1::PutAutotuneRecordResponse* response) override;
+  grpc::ServerUnaryReactor* ListAutotuneRecords(
+      grpc::CallbackServerContext* context,
+      const v1::ListAutotuneRecordsRequest* request,
+      v1::ListAutotuneRecordsResponse* response) override;
+  grpc::ServerUnaryReactor* DropAutotuneRecord(
+      grpc::CallbackServerContext* context,
+      const v1::DropAutotuneRecordRequest* request,
+      v1::DropAutotuneRecordResponse* response) override;
+
   grpc::ServerUnaryReactor* PlanMicrobatch(
       grpc::CallbackServerContext* context,
       const v1::PlanMicrobatchRequest* request,

@@ -94,6 +94,15 @@ CREATE TABLE workers (
   body TEXT NOT NULL
 );
 )sql",
+    // 6: the autotune cache.
+    R"sql(
+CREATE TABLE autotune_cache (
+  id TEXT PRIMARY KEY,
+  key_bytes BLOB NOT NULL,
+  created_unix INTEGER NOT NULL,
+  body TEXT NOT NULL
+);
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -822,6 +831,97 @@ absl::StatusOr<std::vector<v1::WorkerStatus>> SqliteStore::ListWorkers() {
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing workers");
   return workers;
+}
+
+absl::StatusOr<bool> SqliteStore::PutAutotuneRecord(
+    const std::string& id, const std::string& key_bytes,
+    const v1::AutotuneRecord& record) {
+  absl::MutexLock lock(&mu_);
+  bool replaced = false;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    {
+      Statement s(db_, "DELETE FROM autotune_cache WHERE id = ?;");
+      if (!s.ok()) return SqliteError(db_, "storing autotune record");
+      s.BindText(1, id);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        return SqliteError(db_, "storing autotune record");
+      }
+      replaced = sqlite3_changes(db_) > 0;
+    }
+    Statement s(db_,
+                "INSERT INTO autotune_cache (id, key_bytes, created_unix, "
+                "body) VALUES (?, ?, ?, ?);");
+    if (!s.ok()) return SqliteError(db_, "storing autotune record");
+    s.BindText(1, id);
+    sqlite3_bind_blob(s.get(), 2, key_bytes.data(),
+                      static_cast<int>(key_bytes.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.get(), 3, std::time(nullptr));
+    s.BindText(4, ToJson(record, /*pretty=*/false));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return SqliteError(db_, "storing autotune record");
+    }
+    return absl::OkStatus();
+  }));
+  return replaced;
+}
+
+absl::StatusOr<std::optional<v1::AutotuneRecord>>
+SqliteStore::FindAutotuneRecord(const std::string& id,
+                                const std::string& key_bytes) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT key_bytes, body FROM autotune_cache WHERE id = ?;");
+  if (!s.ok()) return SqliteError(db_, "reading autotune cache");
+  s.BindText(1, id);
+  if (sqlite3_step(s.get()) != SQLITE_ROW) {
+    return std::optional<v1::AutotuneRecord>();
+  }
+  const void* blob = sqlite3_column_blob(s.get(), 0);
+  const int size = sqlite3_column_bytes(s.get(), 0);
+  const std::string stored(static_cast<const char*>(blob),
+                           blob == nullptr ? 0 : static_cast<size_t>(size));
+  // Same id but another key (a hash collision) is a miss.
+  if (stored != key_bytes) return std::optional<v1::AutotuneRecord>();
+  v1::AutotuneRecord record;
+  RETURN_IF_ERROR(ParseJson(s.ColumnText(1), "stored autotune record",
+                            /*ignore_unknown=*/true, &record));
+  return std::optional<v1::AutotuneRecord>(std::move(record));
+}
+
+absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
+SqliteStore::ListAutotuneRecords() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT id, created_unix, body FROM autotune_cache "
+              "ORDER BY created_unix, id;");
+  if (!s.ok()) return SqliteError(db_, "listing autotune cache");
+  std::vector<v1::AutotuneCacheEntry> entries;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::AutotuneCacheEntry entry;
+    entry.set_id(s.ColumnText(0));
+    entry.set_created_unix(sqlite3_column_int64(s.get(), 1));
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(2), "stored autotune record",
+                              /*ignore_unknown=*/true, entry.mutable_record()));
+    entries.push_back(std::move(entry));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing autotune cache");
+  return entries;
+}
+
+absl::Status SqliteStore::DropAutotuneRecord(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "DELETE FROM autotune_cache WHERE id = ?;");
+  if (!s.ok()) return SqliteError(db_, "dropping autotune record");
+  s.BindText(1, id);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "dropping autotune record");
+  }
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "autotune cache entry '", id.substr(0, 64),
+        "' is not stored; headroom microbatch cache list shows the ids"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace headroom

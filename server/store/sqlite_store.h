@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 5;
+inline constexpr int kSqliteSchemaVersion = 6;
 
 class SqliteStore : public Store {
  public:
@@ -77,6 +77,14 @@ class SqliteStore : public Store {
   absl::StatusOr<v1::Probe> CancelProbe(const std::string& id) override;
   absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
   CountProbes() override;
+  absl::StatusOr<bool> PutAutotuneRecord(
+      const std::string& id, const std::string& key_bytes,
+      const v1::AutotuneRecord& record) override;
+  absl::StatusOr<std::optional<v1::AutotuneRecord>> FindAutotuneRecord(
+      const std::string& id, const std::string& key_bytes) override;
+  absl::StatusOr<std::vector<v1::AutotuneCacheEntry>> ListAutotuneRecords()
+      override;
+  absl::Status DropAutotuneRecord(const std::string& id) override;
   absl::Status PutWorker(const v1::WorkerStatus& worker) override;
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
 

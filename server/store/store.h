@@ -13,6 +13,7 @@
 #include "headroom/v1/density.pb.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
+#include "headroom/v1/microbatch.pb.h"
 
 namespace headroom {
 
@@ -124,6 +125,21 @@ class Store {
   // Probes per state.
   virtual absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
   CountProbes() = 0;
+
+  // --- Autotune cache (issue 7), by key id with the key's bytes ---
+
+  // Stores `record` under `id`, replacing an entry with the same id;
+  // returns whether one was replaced.
+  virtual absl::StatusOr<bool> PutAutotuneRecord(
+      const std::string& id, const std::string& key_bytes,
+      const v1::AutotuneRecord& record) = 0;
+  // The record stored under `id` whose key bytes equal `key_bytes`.
+  virtual absl::StatusOr<std::optional<v1::AutotuneRecord>> FindAutotuneRecord(
+      const std::string& id, const std::string& key_bytes) = 0;
+  virtual absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
+  ListAutotuneRecords() = 0;
+  // NOT_FOUND names an unknown id.
+  virtual absl::Status DropAutotuneRecord(const std::string& id) = 0;
 
   // --- Workers ---
 

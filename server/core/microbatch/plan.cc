@@ -178,6 +178,12 @@ absl::StatusOr<v1::PlanMicrobatchResponse> PlanMicrobatch(
       planned->set_microbatches_per_update(
           (request.global_batch() + microbatch - 1) / microbatch);
       Decide(verdict, compiled, budget_gb, rule, planned);
+      // The margin a selection without a measurement keeps: the largest
+      // eager predicted fit and how far its upper bound stays below budget.
+      if (!compiled && verdict == FitVerdict::kFits) {
+        *response.mutable_largest_predicted_fit() = *planned;
+        response.set_margin_gb(budget_gb - planned->upper_gb());
+      }
       if (planned->action() == v1::PlannedMicrobatch::MEASURE) {
         response.set_measure_count(response.measure_count() + 1);
       } else {

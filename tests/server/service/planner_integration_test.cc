@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -248,6 +249,84 @@ TEST_F(PlannerIntegrationTest, PlansMicrobatchesWithTheCurrentFactors) {
   const grpc::Status bad = stub_->PlanMicrobatch(&context, request, &response);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("vram_fraction"));
+}
+
+// The autotune cache: the shipped record is stored under its key; a plan
+// with exactly that key reuses its selection and measures nothing; any
+// change of the key (here the torch version) misses; entries are listed and
+// dropped; the plan says what margin its largest predicted fit keeps.
+TEST_F(PlannerIntegrationTest, AutotuneCacheReusesOnlyAnExactKey) {
+  std::ifstream file(kRoot + "/data/microbatch-autotune.json");
+  std::stringstream text;
+  text << file.rdbuf();
+  v1::PutAutotuneRecordRequest put;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(),
+                                                          put.mutable_record())
+                  .ok());
+  v1::PutAutotuneRecordResponse stored;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->PutAutotuneRecord(&context, put, &stored).ok());
+  }
+  EXPECT_EQ(stored.id().size(), 16u);
+
+  v1::PlanMicrobatchRequest request;
+  request.set_template_("llama3-block");
+  request.set_global_batch(90);
+  for (uint32_t c : {8, 16, 32, 48, 64, 90}) {
+    request.add_microbatch_candidates(c);
+  }
+  request.set_vram_fraction(0.98);
+  request.set_memory_gb(96);
+  request.set_context(2048);
+  request.mutable_setup()->set_precision(v1::TrainingSetup::BF16_MIXED);
+  *request.mutable_cache_key() = put.record().cache_key();
+  v1::PlanMicrobatchResponse hit;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->PlanMicrobatch(&context, request, &hit).ok());
+  }
+  ASSERT_TRUE(hit.has_cached());
+  EXPECT_TRUE(hit.cached().cache_reused());
+  EXPECT_EQ(hit.cached().selected().microbatch(), 90u);
+  EXPECT_EQ(hit.cached().selected().mode(), "compiled");
+  EXPECT_EQ(hit.measure_count(), 0);
+  for (const auto& c : hit.candidates()) {
+    EXPECT_EQ(c.action(), v1::PlannedMicrobatch::SKIP);
+  }
+  // The largest predicted fit and its margin: budget minus upper bound.
+  ASSERT_TRUE(hit.has_largest_predicted_fit());
+  EXPECT_NEAR(hit.margin_gb(),
+              hit.budget_gb() - hit.largest_predicted_fit().upper_gb(), 1e-9);
+  EXPECT_GT(hit.margin_gb(), 0);
+
+  request.mutable_cache_key()->set_torch("2.9.0+cu128");
+  v1::PlanMicrobatchResponse miss;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->PlanMicrobatch(&context, request, &miss).ok());
+  }
+  EXPECT_FALSE(miss.has_cached());
+
+  v1::ListAutotuneRecordsResponse listed;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->ListAutotuneRecords(&context, {}, &listed).ok());
+  }
+  ASSERT_EQ(listed.entries_size(), 1);
+  EXPECT_EQ(listed.entries(0).id(), stored.id());
+  v1::DropAutotuneRecordRequest drop;
+  drop.set_id(stored.id());
+  v1::DropAutotuneRecordResponse dropped;
+  {
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->DropAutotuneRecord(&context, drop, &dropped).ok());
+  }
+  grpc::ClientContext context;
+  const grpc::Status again =
+      stub_->DropAutotuneRecord(&context, drop, &dropped);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(again.error_message(), HasSubstr(stored.id()));
 }
 
 TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {

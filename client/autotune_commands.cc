@@ -1,0 +1,193 @@
+#include "client/autotune_commands.h"
+
+#include <iomanip>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/rpc.h"
+#include "headroom/v1/planner.grpc.pb.h"
+#include "server/core/common/json_io.h"
+
+namespace headroom::cli {
+namespace {
+
+int Fail(std::ostream& err, const std::string& message) {
+  err << "headroom: " << message << "\n";
+  return 2;
+}
+
+// An AutotuneCacheKey from a file holding the key itself or a whole record.
+absl::StatusOr<v1::AutotuneCacheKey> LoadCacheKey(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  v1::AutotuneRecord record;
+  if (ParseJson(*text, path, /*ignore_unknown=*/true, &record).ok() &&
+      record.has_cache_key()) {
+    return record.cache_key();
+  }
+  v1::AutotuneCacheKey key;
+  absl::Status parsed = ParseJson(*text, path, /*ignore_unknown=*/false, &key);
+  if (!parsed.ok()) return parsed;
+  return key;
+}
+
+}  // namespace
+
+int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
+                   std::ostream& out, std::ostream& err) {
+  // Model and setup come from the fit flags (--batch is not used here).
+  Options fit_options = options;
+  fit_options.batch = "1";
+  absl::StatusOr<v1::CheckFitRequest> fit =
+      FitRequest(fit_options, /*require_targets=*/false);
+  if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
+  v1::PlanMicrobatchRequest request;
+  if (fit->model().has_spec()) {
+    *request.mutable_spec() = fit->model().spec();
+  } else if (!fit->model().template_().empty()) {
+    request.set_template_(fit->model().template_());
+  } else {
+    return Fail(err,
+                "--model must be a catalog template or a spec JSON file for "
+                "microbatch plan");
+  }
+  *request.mutable_setup() = fit->setup();
+  if (fit->targets_size() != 1) {
+    return Fail(err, "--gpu must name one card (a catalog GPU or GB)");
+  }
+  if (fit->targets(0).has_gpu()) {
+    request.set_gpu(fit->targets(0).gpu());
+  } else {
+    request.set_memory_gb(fit->targets(0).memory_gb());
+  }
+  request.set_context(plan.context);
+  request.set_global_batch(plan.global_batch);
+  for (absl::string_view part :
+       absl::StrSplit(plan.candidates, ',', absl::SkipEmpty())) {
+    uint32_t candidate = 0;
+    if (!absl::SimpleAtoi(part, &candidate)) {
+      return Fail(err, absl::StrCat("--candidates '", part,
+                                    "' is not a number; e.g. 8,16,32"));
+    }
+    request.add_microbatch_candidates(candidate);
+  }
+  request.set_compile_model(plan.compile);
+  request.set_attention_backend(plan.attention_backend);
+  request.set_vram_fraction(plan.vram_fraction);
+  request.set_reserve_gb(plan.reserve_gb);
+  if (!plan.cache_key.empty()) {
+    absl::StatusOr<v1::AutotuneCacheKey> key = LoadCacheKey(plan.cache_key);
+    if (!key.ok()) return Fail(err, std::string(key.status().message()));
+    *request.mutable_cache_key() = *key;
+  }
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::PlanMicrobatchResponse response;
+  const grpc::Status status =
+      stub->PlanMicrobatch(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << std::fixed << std::setprecision(2);
+  out << response.model() << " on " << response.gpu() << " ("
+      << response.memory_gb() << " GB): budget " << response.budget_gb()
+      << " GB; factor set " << response.factor_set_version() << ", k "
+      << response.k() << ", headroom " << response.headroom() << "\n";
+  if (response.has_cached()) {
+    const auto& s = response.cached().selected();
+    out << "cached selection reused: microbatch " << s.microbatch() << " ("
+        << s.mode() << "), peak " << s.peak_gb() << " GiB, "
+        << s.microbatch_seconds() << " s per microbatch\n";
+  }
+  out << "mode      micro  peak GB  upper GB  verdict       per update  "
+         "action\n";
+  for (const auto& c : response.candidates()) {
+    out << std::left << std::setw(9) << c.mode() << std::right << std::setw(6)
+        << c.microbatch() << std::setw(9) << c.peak_gb() << std::setw(10)
+        << c.upper_gb() << "  " << std::left << std::setw(13)
+        << v1::Verdict_Name(c.verdict()) << std::right << std::setw(10)
+        << c.microbatches_per_update() << "  "
+        << v1::PlannedMicrobatch::Action_Name(c.action()) << "\n";
+  }
+  out << "measure " << response.measure_count() << ", skip "
+      << response.skip_count() << "\n";
+  if (response.has_largest_predicted_fit()) {
+    out << "largest predicted fit without a measurement: microbatch "
+        << response.largest_predicted_fit().microbatch() << ", keeping "
+        << response.margin_gb() << " GB below the budget at its upper bound\n";
+  } else {
+    out << "no candidate is a predicted fit: every selection needs a "
+           "measurement\n";
+  }
+  return 0;
+}
+
+int MicrobatchCacheList(const Options& options, std::ostream& out,
+                        std::ostream& err) {
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::ListAutotuneRecordsResponse response;
+  const grpc::Status status =
+      stub->ListAutotuneRecords(&context, {}, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  if (response.entries().empty()) out << "the autotune cache is empty\n";
+  for (const auto& e : response.entries()) {
+    const auto& key = e.record().cache_key();
+    out << e.id() << "  " << key.gpu().name() << "  torch " << key.torch()
+        << "  context " << key.settings().context() << "  global batch "
+        << key.settings().global_batch() << "  selected "
+        << e.record().selected().microbatch() << " ("
+        << e.record().selected().mode() << ")\n";
+  }
+  return 0;
+}
+
+int MicrobatchCachePut(const Options& options, const std::string& record_path,
+                       std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::string> text = ReadFile(record_path);
+  if (!text.ok()) return Fail(err, std::string(text.status().message()));
+  v1::PutAutotuneRecordRequest request;
+  absl::Status parsed = ParseJson(*text, record_path, /*ignore_unknown=*/false,
+                                  request.mutable_record());
+  if (!parsed.ok()) return Fail(err, std::string(parsed.message()));
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::PutAutotuneRecordResponse response;
+  const grpc::Status status =
+      stub->PutAutotuneRecord(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+  } else {
+    out << (response.replaced() ? "replaced " : "stored ") << response.id()
+        << "\n";
+  }
+  return 0;
+}
+
+int MicrobatchCacheDrop(const Options& options, const std::string& id,
+                        std::ostream& out, std::ostream& err) {
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::DropAutotuneRecordRequest request;
+  request.set_id(id);
+  v1::DropAutotuneRecordResponse response;
+  const grpc::Status status =
+      stub->DropAutotuneRecord(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  out << "dropped " << id << "\n";
+  return 0;
+}
+
+}  // namespace headroom::cli

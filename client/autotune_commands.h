@@ -1,0 +1,39 @@
+#ifndef HEADROOM_CLIENT_AUTOTUNE_COMMANDS_H_
+#define HEADROOM_CLIENT_AUTOTUNE_COMMANDS_H_
+
+// headroom microbatch plan | cache list|put|drop: the planner's side of
+// microbatch autotuning (issue 7).
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "client/commands.h"
+
+namespace headroom::cli {
+
+struct MicrobatchPlanOptions {
+  uint32_t context = 0;
+  uint32_t global_batch = 0;
+  std::string candidates;  // comma-separated
+  bool compile = false;
+  std::string attention_backend;
+  double vram_fraction = 0.98;
+  double reserve_gb = 0;
+  // A JSON file holding an AutotuneCacheKey, or a record whose cache_key is
+  // used.
+  std::string cache_key;
+};
+
+int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
+                   std::ostream& out, std::ostream& err);
+int MicrobatchCacheList(const Options& options, std::ostream& out,
+                        std::ostream& err);
+int MicrobatchCachePut(const Options& options, const std::string& record_path,
+                       std::ostream& out, std::ostream& err);
+int MicrobatchCacheDrop(const Options& options, const std::string& id,
+                        std::ostream& out, std::ostream& err);
+
+}  // namespace headroom::cli
+
+#endif  // HEADROOM_CLIENT_AUTOTUNE_COMMANDS_H_
