@@ -19,6 +19,14 @@ namespace headroom {
 // node has no name.
 std::string OnnxNodeLabel(const onnx::NodeProto& node, int index);
 
+// The version of the default-domain opset the model imports (0 if none).
+int OnnxDefaultOpset(const onnx::ModelProto& model);
+
+// Whether the node is an operator of the default domain that `opset` defines:
+// one whose input and output counts CheckOnnxStructure verified. Others
+// (another domain's, or newer than the opset) are opaque to the importer.
+bool IsStandardOnnxOp(const onnx::NodeProto& node, int opset);
+
 // Checks what shape inference assumes of a graph: initializer dims in
 // 0..2^32 (2^50 elements at most); every node has an output, reads only
 // values defined before it, writes values no other node writes, holds no

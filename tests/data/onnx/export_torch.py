@@ -1,0 +1,106 @@
+"""Exports the ONNX graphs in this folder with PyTorch's own exporter.
+
+Run with Debian 12's python3-torch (1.13): `python3 export_torch.py OUT_DIR`.
+The committed .onnx files are these exports with their weight data left out
+by headroom's StripOnnxWeights (as `headroom fit --onnx` sends a graph); the
+importer reads shapes only, so the results are the same.
+"""
+import math
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+
+
+class Block(nn.Module):
+    """A GPT-2 block: pre-LayerNorm, fused QKV, causal mask, GELU (tanh)."""
+
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    """Two GPT-2 blocks, learned positions, LM head tied to the embedding."""
+
+    def __init__(self, vocab=1000, positions=128, d=256, layers=2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(positions, d)
+        self.blocks = nn.ModuleList([Block(d) for _ in range(layers)])
+        self.lnf = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(0, idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.lnf(x))
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.bn = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.c1(x))).mean((2, 3)))
+
+
+class Lstm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(32, 64, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(64, 5)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1])
+
+
+def export(model, example, path, axes, **kwargs):
+    torch.onnx.export(model, (example,), path, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": axes}, **kwargs)
+    print(path, sum(p.numel() for p in model.parameters()), "parameters")
+
+
+out = sys.argv[1] if len(sys.argv) > 1 else "."
+# Without constant folding the tied head stays a Transpose of wte.
+export(Gpt().eval(), torch.randint(0, 1000, (2, 128)), f"{out}/gpt-mini.onnx",
+       {0: "batch", 1: "seq"}, opset_version=17, do_constant_folding=False)
+# Opset 14 writes LayerNorm out in element-wise ops; the exporter keeps one
+# copy of equal-valued parameters and reaches the others through Identity.
+export(nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True).eval(),
+       torch.randn(2, 64, 256), f"{out}/encoder-layer.onnx", {0: "batch"},
+       opset_version=14)
+export(Lstm().eval(), torch.randn(2, 50, 32), f"{out}/lstm-classifier.onnx",
+       {0: "batch"}, opset_version=17)
+# Training mode keeps BatchNormalization (eval mode folds it into the conv).
+export(Cnn().train(), torch.randn(2, 3, 32, 32), f"{out}/cnn-train.onnx",
+       {0: "batch"}, opset_version=17, do_constant_folding=False,
+       training=torch.onnx.TrainingMode.TRAINING)
