@@ -500,7 +500,11 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::ModelSpec> spec = ResolveSpec(options, &assumptions);
   if (!spec.ok()) return Fail(err, spec.status().ToString());
   v1::TrainingSetup setup = CalibrationSetup();
-  setup.set_positions(options.positions);
+  // An ONNX graph's lengths were bound by its conversion, not rescaled.
+  std::error_code ec;
+  const bool onnx = std::filesystem::is_regular_file(options.model, ec) &&
+                    IsOnnxFile(options.model);
+  setup.set_positions(onnx ? 0 : options.positions);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
   if (!profile.ok()) return Fail(err, profile.status().ToString());
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);

@@ -469,6 +469,11 @@ class Importer {
             " bound to ", options_.positions, " positions"));
       }
     }
+    if (options_.positions != 0 && bound_.empty()) {
+      notes_.push_back(
+          absl::StrCat("positions = ", options_.positions,
+                       " not used: the graph's inputs fix every length"));
+    }
     ApplyBindings();
     return absl::OkStatus();
   }

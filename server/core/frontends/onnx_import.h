@@ -80,7 +80,10 @@ inline constexpr int kMaxOnnxNodes = 250000;
 struct OnnxOptions {
   // Binds every symbolic dimension other than the batch (a sequence length,
   // "seq", "sequence_length") to this many positions. 0: a graph with such a
-  // dimension is refused with the dimension named.
+  // dimension is refused with the dimension named. A graph whose inputs fix
+  // every length keeps them (a note says so). Either way the spec's layers
+  // describe the graph at these lengths: do not rescale it with
+  // TrainingSetup.positions again.
   uint64_t positions = 0;
   // Spec name; empty takes the graph's name, else "onnx-model".
   std::string name;
