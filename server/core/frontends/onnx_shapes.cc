@@ -82,15 +82,59 @@ absl::Status CheckIntAttributes(const onnx::NodeProto& n, int index) {
   return absl::OkStatus();
 }
 
-// Whether a tensor carries its values (not stripped, not external).
+// Whether a tensor carries values ONNX's inference may read: in the
+// repository (not stripped, not external), of a numeric type, exactly as
+// many as its dims say (inference copies them unchecked).
 bool HasData(const onnx::TensorProto& t) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL) return false;
-  uint64_t elements = 1;
-  for (int64_t d : t.dims()) elements *= static_cast<uint64_t>(d);
-  return elements == 0 || !t.raw_data().empty() || t.float_data_size() > 0 ||
-         t.int32_data_size() > 0 || t.int64_data_size() > 0 ||
-         t.double_data_size() > 0 || t.uint64_data_size() > 0 ||
-         t.string_data_size() > 0;
+  uint64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || d > kMaxDim) return false;
+    n *= static_cast<uint64_t>(d);
+    if (n > kMaxElements) return false;
+  }
+  size_t bytes = 0;
+  int typed = -1;  // values in the type's repeated field
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      bytes = 4;
+      typed = t.float_data_size();
+      break;
+    case onnx::TensorProto::DOUBLE:
+      bytes = 8;
+      typed = t.double_data_size();
+      break;
+    case onnx::TensorProto::INT64:
+      bytes = 8;
+      typed = t.int64_data_size();
+      break;
+    case onnx::TensorProto::UINT64:
+    case onnx::TensorProto::UINT32:
+      bytes = t.data_type() == onnx::TensorProto::UINT64 ? 8 : 4;
+      typed = t.uint64_data_size();
+      break;
+    case onnx::TensorProto::INT32:
+      bytes = 4;
+      typed = t.int32_data_size();
+      break;
+    case onnx::TensorProto::INT16:
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      bytes = 2;
+      typed = t.int32_data_size();
+      break;
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::BOOL:
+      bytes = 1;
+      typed = t.int32_data_size();
+      break;
+    default:
+      return false;
+  }
+  if (!t.raw_data().empty()) return t.raw_data().size() == n * bytes;
+  return static_cast<uint64_t>(typed) == n;
 }
 
 int Rank(const onnx::TypeProto* type) {

@@ -479,6 +479,21 @@ TEST(OnnxImportTest, GraphsThatCrashShapeInferenceAreRefused) {
                           "rank 2; the input has rank 4"));
   }
   {
+    // A shape constant holding fewer values than its dims say: inference
+    // would copy past them; the Reshape's output stays unknown instead.
+    GraphBuilder g("short-data");
+    const std::string x = g.Input("x", {"batch", 16});
+    onnx::TensorProto* shape = g.model().mutable_graph()->add_initializer();
+    shape->set_name("shape");
+    shape->set_data_type(onnx::TensorProto::INT64);
+    shape->add_dims(3);
+    shape->set_raw_data(std::string(5, '\0'));
+    const std::string r = g.Op("Reshape", {x, "shape"}, "/reshape");
+    g.Output(g.Linear(r, 16, 4, false, "/fc"));
+    EXPECT_THAT(ErrorOf(g.Serialize()).message(),
+                HasSubstr("is unknown after shape inference"));
+  }
+  {
     // A node without its required inputs.
     GraphBuilder g("arity");
     g.Input("x", {"batch", 16});
