@@ -1441,7 +1441,8 @@ class Importer {
       norm->set_dim(dim);
       norm->set_no_affine(!affine);
       // The spec's norms have a bias with their weight except LayerNorm's
-      // no_bias; a lone bias stays a Parameters layer.
+      // no_bias; a lone scale or bias stays a Parameters layer.
+      bool keep_scale = affine;
       if (affine && !bias) {
         if (op == "LayerNormalization") {
           norm->set_no_bias(true);
@@ -1450,13 +1451,11 @@ class Importer {
                                         " has a scale but no bias; the spec "
                                         "counts its scale as parameters"));
           norm->set_no_affine(true);
-          affine_orphans_.insert(n.input(1));
+          keep_scale = false;
         }
       }
       std::vector<std::string> weights;
-      if (affine && affine_orphans_.count(n.input(1)) == 0) {
-        weights.push_back(n.input(1));
-      }
+      if (keep_scale) weights.push_back(n.input(1));
       if (affine && bias) weights.push_back(n.input(2));
       return EmitWeighted(i, std::move(layer), weights);
     }
@@ -1797,7 +1796,6 @@ class Importer {
   std::vector<std::optional<LinearNode>> linear_cache_;
   std::vector<bool> linear_done_;
   std::set<std::string> claimed_;
-  std::set<std::string> affine_orphans_;
   std::set<int> embeddings_;
   std::vector<Group> groups_;
   int attention_layers_ = 0;
