@@ -25,6 +25,9 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 32;
 constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+// Most axes a tensor may have, and values an integer-list attribute may hold.
+constexpr int kMaxRank = 64;
+constexpr int kMaxAttributeValues = 1024;
 
 // Operators whose inference function runs: those of training graphs, each
 // checked against malformed input (mutated graphs) with the preconditions
@@ -64,6 +67,13 @@ bool DefaultDomain(const onnx::NodeProto& n) {
 // below 1 (ONNX divides by them unchecked), no negative padding.
 absl::Status CheckIntAttributes(const onnx::NodeProto& n, int index) {
   for (const auto& a : n.attribute()) {
+    if (a.ints_size() > kMaxAttributeValues ||
+        a.floats_size() > kMaxAttributeValues) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(OnnxNodeLabel(n, index), " attribute ", a.name(),
+                       " holds ", std::max(a.ints_size(), a.floats_size()),
+                       " values; allowed up to ", kMaxAttributeValues));
+    }
     std::vector<int64_t> values(a.ints().begin(), a.ints().end());
     if (a.has_i()) values.push_back(a.i());
     const std::string& name = a.name();
@@ -193,6 +203,30 @@ absl::StatusOr<bool> Inferable(
         }
       }
     }
+  }
+  // Shape-like inputs (a target shape, axes, repeats, slice bounds) are
+  // short vectors: inference makes one output axis per value.
+  const bool shape_like =
+      op == "Reshape" || op == "Expand" || op == "ConstantOfShape" ||
+      op == "Tile" || op == "Slice" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Split" || op.rfind("Reduce", 0) == 0;
+  if (shape_like) {
+    const size_t first = op == "ConstantOfShape" ? 0 : 1;
+    for (size_t k = first; k < inputs.size(); ++k) {
+      const onnx::TypeProto* t = inputs[k];
+      if (t == nullptr || Rank(t) < 0) continue;
+      const auto& shape = t->tensor_type().shape();
+      if (shape.dim_size() > 1 ||
+          (shape.dim_size() == 1 && shape.dim(0).has_dim_value() &&
+           shape.dim(0).dim_value() > kMaxRank)) {
+        return bad(absl::StrCat("input ", k, " is not a shape of at most ",
+                                kMaxRank, " axes"));
+      }
+    }
+  }
+  if (rank > kMaxRank) {
+    return bad(absl::StrCat("the input has ", rank, " axes; allowed up to ",
+                            kMaxRank));
   }
   if (op == "Conv" || op == "ConvTranspose" || op == "MaxPool" ||
       op == "AveragePool" || op == "LpPool") {
@@ -550,6 +584,11 @@ absl::Status CheckOnnxStructure(const onnx::ModelProto& model) {
   const onnx::GraphProto& graph = model.graph();
   std::unordered_set<std::string> defined;
   for (const auto& t : graph.initializer()) {
+    if (t.dims_size() > kMaxRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initializer '", t.name(), "' has ", t.dims_size(),
+                       " axes; allowed up to ", kMaxRank));
+    }
     uint64_t elements = 1;
     for (int k = 0; k < t.dims_size(); ++k) {
       const int64_t d = t.dims(k);
@@ -567,7 +606,15 @@ absl::Status CheckOnnxStructure(const onnx::ModelProto& model) {
     }
     defined.insert(t.name());
   }
-  for (const auto& info : graph.input()) defined.insert(info.name());
+  for (const auto& info : graph.input()) {
+    const int rank = info.type().tensor_type().shape().dim_size();
+    if (rank > kMaxRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("graph input '", info.name(), "' has ", rank,
+                       " axes; allowed up to ", kMaxRank));
+    }
+    defined.insert(info.name());
+  }
   const int opset = OnnxDefaultOpset(model);
   const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
   for (int i = 0; i < graph.node_size(); ++i) {

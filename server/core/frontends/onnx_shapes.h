@@ -27,12 +27,13 @@ int OnnxDefaultOpset(const onnx::ModelProto& model);
 // (another domain's, or newer than the opset) are opaque to the importer.
 bool IsStandardOnnxOp(const onnx::NodeProto& node, int opset);
 
-// Checks what shape inference assumes of a graph: initializer dims in
-// 0..2^32 (2^50 elements at most); every node has an output, reads only
-// values defined before it, writes values no other node writes, holds no
-// subgraph (control flow is not supported), fits its operator's schema
-// (input and output counts, attribute types) and has integer attributes in
-// range (strides, dilations, kernels, groups, block sizes at least 1).
+// Checks what shape inference assumes of a graph: at most 64 axes per graph
+// input and initializer, initializer dims in 0..2^32 (2^50 elements at
+// most); every node has an output, reads only values defined before it,
+// writes values no other node writes, holds no subgraph (control flow is not
+// supported), fits its operator's schema (input and output counts, attribute
+// types) and has integer attributes in range (strides, dilations, kernels,
+// groups, block sizes at least 1; at most 1,024 values in a list).
 // INVALID_ARGUMENT naming the node or initializer otherwise.
 absl::Status CheckOnnxStructure(const onnx::ModelProto& model);
 
