@@ -450,7 +450,7 @@ namespace {
 
 // The spec named by --model: a catalog template, a spec file, a Hugging
 // Face config.json (its assumed defaults appended to `assumptions`) or an
-// ONNX model (its conversion notes appended).
+// ONNX model (its notes are in the spec's notes).
 absl::StatusOr<v1::ModelSpec> ResolveSpec(
     const Options& options, std::vector<std::string>* assumptions) {
   std::error_code ec;
