@@ -460,7 +460,7 @@ namespace {
 
 // The spec named by --model: a catalog template, a spec file, a Hugging
 // Face config.json (its assumed defaults appended to `assumptions`) or an
-// ONNX model (its conversion notes appended).
+// ONNX model (its notes are in the spec's notes).
 absl::StatusOr<v1::ModelSpec> ResolveSpec(
     const Options& options, std::vector<std::string>* assumptions) {
   std::error_code ec;
@@ -510,7 +510,11 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::ModelSpec> spec = ResolveSpec(options, &assumptions);
   if (!spec.ok()) return Fail(err, spec.status().ToString());
   v1::TrainingSetup setup = CalibrationSetup();
-  setup.set_positions(options.positions);
+  // An ONNX graph's lengths were bound by its conversion, not rescaled.
+  std::error_code ec;
+  const bool onnx = std::filesystem::is_regular_file(options.model, ec) &&
+                    IsOnnxFile(options.model);
+  setup.set_positions(onnx ? 0 : options.positions);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
   if (!profile.ok()) return Fail(err, profile.status().ToString());
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);

@@ -109,7 +109,7 @@ TEST(ModelInspectCommandTest, ReadsAnOnnxFile) {
   ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &report).ok());
   EXPECT_EQ(report.params(), 4 * (512 * 512 + 512));
   ASSERT_EQ(report.layers_size(), 1);
-  EXPECT_EQ(report.layers(0).name(), "/attn");
+  EXPECT_EQ(report.layers(0).name(), "/attn.c_attn+c_proj");
   EXPECT_NEAR(report.layers(0).components().attention(),
               32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
   EXPECT_THAT(report.assumptions(),

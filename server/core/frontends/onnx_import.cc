@@ -172,6 +172,30 @@ std::string CommonPrefix(const std::vector<std::string>& names) {
   return prefix;
 }
 
+// A group's name from its first and last nodes' names: their common path
+// with both last components, "/h.0/attn/c_attn+c_proj".
+std::string GroupName(const std::string& first, const std::string& last) {
+  if (first == last) return first;
+  const std::string prefix = CommonPrefix({first, last});
+  size_t a = prefix.size();
+  size_t b = prefix.size();
+  std::string separator;
+  if (a < first.size() && IsSeparator(first[a]) && b < last.size() &&
+      last[b] == first[a]) {
+    separator = std::string(1, first[a]);
+    ++a;
+    ++b;
+  }
+  const std::string head = first.substr(a);
+  const std::string tail = last.substr(b);
+  if (head.find_first_of("/.:") != std::string::npos ||
+      tail.find_first_of("/.:") != std::string::npos || head.empty() ||
+      tail.empty()) {
+    return prefix.empty() ? first : prefix;
+  }
+  return absl::StrCat(prefix, separator, head, "+", tail);
+}
+
 class Importer {
  public:
   Importer(onnx::ModelProto model, const OnnxOptions& options)
@@ -211,7 +235,12 @@ class Importer {
   const onnx::GraphProto& graph() const { return model_.graph(); }
   int NodeCount() const { return graph().node_size(); }
   const onnx::NodeProto& N(int i) const { return graph().node(i); }
-  const std::string& Op(int i) const { return N(i).op_type(); }
+  // The node's operator; "" for one the importer treats as opaque (another
+  // domain's, or not in the model's opset), so no pattern matches it.
+  const std::string& Op(int i) const {
+    static const std::string kOpaque;
+    return standard_[i] ? N(i).op_type() : kOpaque;
+  }
 
   std::string NodeName(int i) const {
     const onnx::NodeProto& n = N(i);
@@ -440,6 +469,11 @@ class Importer {
             " bound to ", options_.positions, " positions"));
       }
     }
+    if (options_.positions != 0 && bound_.empty()) {
+      notes_.push_back(
+          absl::StrCat("positions = ", options_.positions,
+                       " not used: the graph's inputs fix every length"));
+    }
     ApplyBindings();
     return absl::OkStatus();
   }
@@ -483,6 +517,11 @@ class Importer {
 
   absl::Status Index() {
     const onnx::GraphProto& g = graph();
+    const int opset = OnnxDefaultOpset(model_);
+    standard_.resize(NodeCount());
+    for (int i = 0; i < NodeCount(); ++i) {
+      standard_[i] = IsStandardOnnxOp(N(i), opset);
+    }
     for (const auto& t : g.initializer()) {
       initializers_[t.name()] = &t;
       Value& v = values_[t.name()];
@@ -507,14 +546,20 @@ class Importer {
     for (int i = 0; i < NodeCount(); ++i) {
       const onnx::NodeProto& n = N(i);
       bool batched = false;
+      // Shape and Size read metadata only: they are not a value's consumers
+      // (exports with dynamic axes read the shape of nearly every value).
+      const bool metadata = Op(i) == "Shape" || Op(i) == "Size";
       for (const std::string& in : n.input()) {
         if (in.empty()) continue;
-        consumers_[in].push_back(i);
+        if (!metadata) consumers_[in].push_back(i);
         if (Batched(in)) batched = true;
       }
-      if (Op(i) == "Shape" || Op(i) == "Size") batched = false;
-      if (!n.domain().empty() && n.domain() != "ai.onnx") {
-        foreign_ops_.insert(absl::StrCat(n.domain(), ".", Op(i)));
+      if (metadata) batched = false;
+      if (!standard_[i]) {
+        foreign_ops_.insert(
+            n.domain().empty() || n.domain() == "ai.onnx"
+                ? absl::StrCat(n.op_type(), " (not in opset ", opset, ")")
+                : absl::StrCat(n.domain(), ".", n.op_type()));
       }
       for (const std::string& out : n.output()) {
         if (out.empty()) continue;
@@ -542,6 +587,19 @@ class Importer {
         v.per_sample = elements / batch_divisor_;
       }
     }
+    // Exporters write a parameter equal in value to another (a freshly
+    // initialized LayerNorm's ones and zeros) as an Identity of it: each
+    // such copy is a parameter of its own.
+    for (int i = 0; i < NodeCount(); ++i) {
+      const onnx::NodeProto& n = N(i);
+      if (Op(i) != "Identity" || n.input_size() != 1) continue;
+      const onnx::TensorProto* source = Initializer(n.input(0));
+      if (source != nullptr && IsFloatType(source->data_type()) &&
+          initializers_.count(n.output(0)) == 0) {
+        initializers_[n.output(0)] = source;
+        aliases_.push_back(n.output(0));
+      }
+    }
     consumed_.assign(NodeCount(), false);
     linear_cache_.assign(NodeCount(), std::nullopt);
     linear_done_.assign(NodeCount(), false);
@@ -558,10 +616,13 @@ class Importer {
     }
     // Dims were checked with the structure (CheckOnnxStructure).
     double total = 0;
-    for (const auto& t : graph().initializer()) {
-      if (IsWeight(t.name())) {
-        total += static_cast<double>(Elements(t));
-        weight_order_.push_back(t.name());
+    std::vector<std::string> names;
+    for (const auto& t : graph().initializer()) names.push_back(t.name());
+    names.insert(names.end(), aliases_.begin(), aliases_.end());
+    for (const std::string& name : names) {
+      if (IsWeight(name)) {
+        total += static_cast<double>(WeightElements(name));
+        weight_order_.push_back(name);
       }
     }
     if (total > kMaxOnnxParams) {
@@ -628,7 +689,7 @@ class Importer {
       return std::nullopt;
     }
     linear.output = n.output(0);
-    if (Op(i) == "Gemm" && n.input_size() >= 3 &&
+    if (Op(i) == "Gemm" && n.input_size() >= 3 && n.input(2) != linear.weight &&
         WeightElements(n.input(2)) == linear.out) {
       linear.bias = n.input(2);
     } else if (Op(i) == "MatMul") {
@@ -638,7 +699,7 @@ class Importer {
         const onnx::NodeProto& add = N(next[0]);
         const std::string& other =
             add.input(0) == linear.output ? add.input(1) : add.input(0);
-        if (WeightElements(other) == linear.out) {
+        if (other != linear.weight && WeightElements(other) == linear.out) {
           linear.bias = other;
           linear.bias_node = next[0];
           linear.output = add.output(0);
@@ -673,8 +734,27 @@ class Importer {
   void Claim(const std::string& weight) {
     if (!weight.empty()) claimed_.insert(weight);
   }
-  uint64_t LinearParams(const LinearNode& l) const {
-    return WeightElements(l.weight) + WeightElements(l.bias);
+  // Whether another layer already counts a weight or bias of these linears.
+  bool AnyClaimed(const std::vector<const LinearNode*>& parts) const {
+    for (const LinearNode* l : parts) {
+      if (Claimed(l->weight) || (!l->bias.empty() && Claimed(l->bias))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // What a group of linears holds: each distinct weight and bias once (a
+  // group whose spec kind counts more is not that kind).
+  uint64_t HeldParams(const std::vector<const LinearNode*>& parts) const {
+    std::set<std::string> names;
+    for (const LinearNode* l : parts) {
+      names.insert(l->weight);
+      if (!l->bias.empty()) names.insert(l->bias);
+    }
+    uint64_t n = 0;
+    for (const std::string& name : names) n += WeightElements(name);
+    return n;
   }
 
   // Positions of a layer whose `tensor` has `width` values per position.
@@ -720,7 +800,10 @@ class Importer {
       const std::vector<int>& next = Consumers(cur);
       if (next.size() != 1 || consumed_[next[0]]) return;
       const int c = next[0];
-      if (Op(c) == "Dropout" || Op(c) == "Identity" || Op(c) == "Cast") {
+      // Dropout, casts, and the transpose back to batch-first (PyTorch's
+      // MultiheadAttention) come before the add.
+      if (Op(c) == "Dropout" || Op(c) == "Identity" || Op(c) == "Cast" ||
+          Op(c) == "Transpose" || Op(c) == "Reshape") {
         chain.push_back(c);
         cur = N(c).output(0);
         continue;
@@ -839,7 +922,7 @@ class Importer {
       const std::string& b = N(add).input(0) == N(mul).output(0)
                                  ? N(add).input(1)
                                  : N(add).input(0);
-      if (WeightElements(b) == dim && !Claimed(b)) {
+      if (b != w && WeightElements(b) == dim && !Claimed(b)) {
         shift = b;
         nodes->push_back(add);
       }
@@ -1107,8 +1190,7 @@ class Importer {
       return NoteUnmatchedSoftmax(softmax);
     }
     Layer layer;
-    layer.set_name(CommonPrefix({NodeName(pq->node), NodeName(po->node)}));
-    if (layer.name().empty()) layer.set_name(NodeName(scores));
+    layer.set_name(GroupName(NodeName(pq->node), NodeName(po->node)));
     layer.set_positions(q_len);
     v1::Attention* a = layer.mutable_attention();
     a->set_hidden(po->out);
@@ -1123,14 +1205,10 @@ class Importer {
     // (one bias setting for Q, K and V, the query width equal to the
     // output's): otherwise the graph is something else.
     const std::vector<const LinearNode*> parts = {&*pq, &*pk, &*pv, &*po};
-    std::set<int> projections = {pq->node, pk->node, pv->node, po->node};
-    uint64_t graph_params = 0;
-    for (const LinearNode* l : parts) {
-      if (projections.erase(l->node) != 0) graph_params += LinearParams(*l);
-    }
+    const uint64_t graph_params = HeldParams(parts);
     const bool same_bias = pq->bias.empty() == pk->bias.empty() &&
                            pk->bias.empty() == pv->bias.empty();
-    if (!same_bias || pq->in != po->out ||
+    if (!same_bias || pq->in != po->out || AnyClaimed(parts) ||
         CountLayerParams(layer) != graph_params) {
       return NoteUnmatchedSoftmax(softmax);
     }
@@ -1223,19 +1301,18 @@ class Importer {
     absl::StatusOr<uint64_t> positions = Positions(up_node, up.output, f);
     if (!positions.ok()) return;
     Layer layer;
-    layer.set_name(CommonPrefix({NodeName(up_node), NodeName(down->node)}));
-    if (layer.name().empty()) layer.set_name(NodeName(up_node));
+    layer.set_name(GroupName(NodeName(up_node), NodeName(down->node)));
     layer.set_positions(*positions);
     v1::Mlp* mlp = layer.mutable_mlp();
     mlp->set_hidden(d);
     mlp->set_ffn(f);
     mlp->set_gated(gate.has_value());
     mlp->set_bias(bias);
-    uint64_t graph_params = LinearParams(up) + LinearParams(*down);
-    if (gate.has_value()) graph_params += LinearParams(*gate);
-    if (CountLayerParams(layer) != graph_params) return;
     std::vector<const LinearNode*> parts = {&up, &*down};
     if (gate.has_value()) parts.push_back(&*gate);
+    if (AnyClaimed(parts) || CountLayerParams(layer) != HeldParams(parts)) {
+      return;
+    }
     int anchor = up_node;
     for (const LinearNode* l : parts) {
       ConsumeLinear(*l);
@@ -1281,6 +1358,20 @@ class Importer {
         notes_.push_back(absl::StrCat(NodeLabel(i),
                                       " adds a bias another "
                                       "layer already counts"));
+      }
+      if (linear->logits() && !linear->tied()) {
+        for (int e : embeddings_) {
+          const onnx::TensorProto& table = *Initializer(N(e).input(0));
+          if (static_cast<uint64_t>(table.dims(0)) == l->out &&
+              static_cast<uint64_t>(table.dims(1)) == l->in) {
+            notes_.push_back(absl::StrCat(
+                NodeLabel(i), " has its own ", l->out, "x", l->in,
+                " weight, the shape of the embedding table: if the model ties "
+                "them, the exporter folded the tie away (export with "
+                "do_constant_folding=False) and the table counts twice"));
+            break;
+          }
+        }
       }
       Claim(l->weight);
       Claim(l->bias);
@@ -1350,7 +1441,8 @@ class Importer {
       norm->set_dim(dim);
       norm->set_no_affine(!affine);
       // The spec's norms have a bias with their weight except LayerNorm's
-      // no_bias; a lone bias stays a Parameters layer.
+      // no_bias; a lone scale or bias stays a Parameters layer.
+      bool keep_scale = affine;
       if (affine && !bias) {
         if (op == "LayerNormalization") {
           norm->set_no_bias(true);
@@ -1359,13 +1451,11 @@ class Importer {
                                         " has a scale but no bias; the spec "
                                         "counts its scale as parameters"));
           norm->set_no_affine(true);
-          affine_orphans_.insert(n.input(1));
+          keep_scale = false;
         }
       }
       std::vector<std::string> weights;
-      if (affine && affine_orphans_.count(n.input(1)) == 0) {
-        weights.push_back(n.input(1));
-      }
+      if (keep_scale) weights.push_back(n.input(1));
       if (affine && bias) weights.push_back(n.input(2));
       return EmitWeighted(i, std::move(layer), weights);
     }
@@ -1411,8 +1501,9 @@ class Importer {
   // become Parameters layers).
   absl::Status EmitWeighted(int i, Layer layer,
                             const std::vector<std::string>& weights) {
+    const std::set<std::string> distinct(weights.begin(), weights.end());
     uint64_t held = 0;
-    for (const std::string& w : weights) held += WeightElements(w);
+    for (const std::string& w : distinct) held += WeightElements(w);
     if (CountLayerParams(layer) != held) return EmitShared(i);
     for (const std::string& w : weights) Claim(w);
     return Emit(i, std::move(layer));
@@ -1579,9 +1670,9 @@ class Importer {
                        " nodes have no inferred shape and add nothing"));
     }
     if (!foreign_ops_.empty()) {
-      notes.push_back(
-          absl::StrCat("ops outside the ONNX domain are not analysed: ",
-                       absl::StrJoin(foreign_ops_, ", ")));
+      notes.push_back(absl::StrCat(
+          "operators the importer does not know are not analysed: ",
+          absl::StrJoin(foreign_ops_, ", ")));
     }
     spec.set_notes(absl::StrJoin(notes, "; "));
     notes.insert(notes.begin(), batch_axis_);
@@ -1695,15 +1786,16 @@ class Importer {
   std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
   std::unordered_set<std::string> graph_outputs_;
   std::unordered_set<std::string> buffers_;
+  std::vector<std::string> aliases_;  // Identity copies of initializers
   std::vector<std::string> weight_order_;
   double total_params_ = 0;
 
   // Matching state.
+  std::vector<bool> standard_;  // the node is a standard operator (Op)
   std::vector<bool> consumed_;
   std::vector<std::optional<LinearNode>> linear_cache_;
   std::vector<bool> linear_done_;
   std::set<std::string> claimed_;
-  std::set<std::string> affine_orphans_;
   std::set<int> embeddings_;
   std::vector<Group> groups_;
   int attention_layers_ = 0;

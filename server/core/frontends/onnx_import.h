@@ -6,19 +6,25 @@
 // as they apply to a catalog template or a Hugging Face config.
 //
 // The graph is parsed with Debian's ONNX library and shape-inferred with the
-// batch axis set to one sample, so every tensor's size is a per-sample size.
-// Nodes are then grouped into the spec's layer kinds, the same kinds the
-// catalog and the Hugging Face front-end write, so that one architecture
-// gives one answer whichever way it arrives. (A spec of one layer per node
-// would count every reshape, scale and residual add the composite kinds
-// already cover, and the calibrated factors were fitted on composite
-// layers; grouping is what keeps GPT-2, BERT and ViT within 0.01 % of
-// their Hugging Face configs, three_ways_test.cc.)
+// batch axis set to one sample and symbolic lengths bound, so every tensor's
+// size is a per-sample size (onnx_shapes.h; shape arithmetic on small
+// tensors, which exports with dynamic axes are full of, is evaluated
+// exactly). Nodes are then grouped into the spec's layer kinds, the same
+// kinds the catalog and the Hugging Face front-end write, so that one
+// architecture gives one answer whichever way it arrives. (A spec of one
+// layer per node would count every reshape, scale and residual add the
+// composite kinds already cover, and the calibrated factors were fitted on
+// composite layers; grouping is what keeps GPT-2, BERT and ViT graphs, built
+// by hand or by torch.onnx, within 0.01 % of their Hugging Face configs:
+// three_ways_test.cc.)
 //
 //   - parameters: float initializers of two or more elements, each counted
 //     once however many nodes read it (a tied LM head reads the embedding
-//     table: a Linear with `tied`); BatchNormalization's running statistics
-//     are buffers, not parameters; scalars are constants.
+//     table: a Linear with `tied`); an Identity of an initializer is a
+//     parameter of its own (exporters keep one copy of equal-valued
+//     parameters, such as fresh LayerNorm ones and zeros, and reach the
+//     others that way); BatchNormalization's running statistics are
+//     buffers, not parameters; scalars are constants.
 //   - Gather from a weight by batch-dependent indices: Embedding. A Gather
 //     whose indices do not depend on the inputs (a position table read with
 //     constant positions) is broadcast once, not per sample: its table is a
@@ -50,12 +56,15 @@
 // activation checkpointing applies per block as it does for the catalog's.
 //
 // What a graph cannot say: a float buffer stored as an initializer (rotary
-// inv_freq, a cached cos/sin table, a float mask) counts as parameters;
-// weights held in Constant nodes rather than initializers and ops outside
-// the ONNX domain are not counted (the notes say so); control flow (If,
-// Loop, Scan subgraphs) is refused.
-// Attention that is not MatMul -> Softmax -> MatMul with linear
-// projections counts as an element-wise softmax (noted).
+// inv_freq, a cached cos/sin table, a float mask) counts as parameters, and
+// so does a tied LM head whose transpose an exporter folded into a new
+// initializer (noted; export with do_constant_folding=False). Weights held
+// in Constant nodes rather than initializers, and operators of another
+// domain or newer than the model's opset, are not counted (noted); control
+// flow (If, Loop, Scan subgraphs) is refused. Attention that is not
+// MatMul -> Softmax -> MatMul with linear projections counts as an
+// element-wise softmax (noted). An export in eval mode may fold
+// BatchNormalization into its convolution; training-mode exports keep it.
 
 #include <cstddef>
 #include <cstdint>
@@ -80,7 +89,10 @@ inline constexpr int kMaxOnnxNodes = 250000;
 struct OnnxOptions {
   // Binds every symbolic dimension other than the batch (a sequence length,
   // "seq", "sequence_length") to this many positions. 0: a graph with such a
-  // dimension is refused with the dimension named.
+  // dimension is refused with the dimension named. A graph whose inputs fix
+  // every length keeps them (a note says so). Either way the spec's layers
+  // describe the graph at these lengths: do not rescale it with
+  // TrainingSetup.positions again.
   uint64_t positions = 0;
   // Spec name; empty takes the graph's name, else "onnx-model".
   std::string name;

@@ -19,12 +19,21 @@ namespace headroom {
 // node has no name.
 std::string OnnxNodeLabel(const onnx::NodeProto& node, int index);
 
-// Checks what shape inference assumes of a graph: initializer dims in
-// 0..2^32 (2^50 elements at most); every node has an output, reads only
-// values defined before it, writes values no other node writes, holds no
-// subgraph (control flow is not supported), fits its operator's schema
-// (input and output counts, attribute types) and has integer attributes in
-// range (strides, dilations, kernels, groups, block sizes at least 1).
+// The version of the default-domain opset the model imports (0 if none).
+int OnnxDefaultOpset(const onnx::ModelProto& model);
+
+// Whether the node is an operator of the default domain that `opset` defines:
+// one whose input and output counts CheckOnnxStructure verified. Others
+// (another domain's, or newer than the opset) are opaque to the importer.
+bool IsStandardOnnxOp(const onnx::NodeProto& node, int opset);
+
+// Checks what shape inference assumes of a graph: at most 64 axes per graph
+// input and initializer, initializer dims in 0..2^32 (2^50 elements at
+// most); every node has an output, reads only values defined before it,
+// writes values no other node writes, holds no subgraph (control flow is not
+// supported), fits its operator's schema (input and output counts, attribute
+// types) and has integer attributes in range (strides, dilations, kernels,
+// groups, block sizes at least 1; at most 1,024 values in a list).
 // INVALID_ARGUMENT naming the node or initializer otherwise.
 absl::Status CheckOnnxStructure(const onnx::ModelProto& model);
 

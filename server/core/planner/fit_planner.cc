@@ -163,7 +163,13 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   }
   const double k = *calibrated_k;
 
-  ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, request.setup()));
+  // An ONNX graph's lengths are resolved by its conversion (setup.positions
+  // bound its symbolic dimensions); they are not rescaled again.
+  v1::TrainingSetup setup = request.setup();
+  if (request.model().source_case() == v1::ModelRef::kOnnx) {
+    setup.clear_positions();
+  }
+  ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
   const ComponentArray factors = FactorArray(factor_set_.factors());
   const VerdictRule rule{factor_set_.headroom(), k};
 

@@ -2,6 +2,8 @@
 // every request gets a clear error naming what is wrong or the limit, and
 // the server answers the next call.
 
+#include <fcntl.h>
+
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -10,10 +12,14 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/io/gzip_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "server/core/frontends/onnx_import.h"
+#include "server/core/frontends/onnx_strip.h"
 #include "server/service/planner_app.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
 
@@ -127,6 +133,30 @@ TEST_F(BadModelInputTest, OnnxGraphIsConverted) {
   EXPECT_THAT(
       response.assumptions(),
       ::testing::Contains("batch axis: symbolic dimension 'batch' (x axis 0)"));
+}
+
+// GPT-2 as torch.onnx writes it (tests/data/onnx), read as `headroom fit
+// --onnx` reads a file: 222 KB without its weights, well inside the limit.
+TEST_F(BadModelInputTest, TorchExportOfGpt2FitsInARequest) {
+  const std::string path = kRoot + "/tests/data/onnx/gpt2-small.onnx.gz";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  google::protobuf::io::FileInputStream file(fd);
+  file.SetCloseOnDelete(true);
+  google::protobuf::io::GzipInputStream gzip(&file);
+  absl::StatusOr<std::string> graph = StripOnnxWeights(&gzip, kMaxOnnxBytes);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  v1::CheckFitRequest request = Request();
+  request.mutable_model()->set_onnx(*graph);
+  request.mutable_setup()->set_positions(1024);
+  grpc::ClientContext context;
+  v1::CheckFitResponse response;
+  const grpc::Status status = stub_->CheckFit(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.params(), 124439808u);
+  EXPECT_THAT(
+      response.assumptions(),
+      ::testing::Contains("symbolic dimension 'seq' bound to 1024 positions"));
 }
 
 TEST_F(BadModelInputTest, EachBadModelGetsANamedErrorAndTheServerServes) {
