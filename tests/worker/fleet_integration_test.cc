@@ -132,6 +132,17 @@ class FleetIntegrationTest : public ::testing::Test {
     return false;
   }
 
+  // Polls (bounded) until the planner answers the fleet service.
+  bool PlannerAnswers() {
+    return WaitFor(
+        [&] {
+          grpc::ClientContext context;
+          v1::ListProbesResponse response;
+          return fleet_->ListProbes(&context, {}, &response).ok();
+        },
+        30);
+  }
+
   std::map<std::string, bool> Connected() {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
@@ -293,13 +304,7 @@ TEST_F(FleetIntegrationTest, ProbesSurviveAWorkerKillAndAPlannerRestart) {
 
 TEST_F(FleetIntegrationTest, BadProbesAreRefusedAndNothingIsStored) {
   StartPlanner();
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext context;
-        v1::ListProbesResponse response;
-        return fleet_->ListProbes(&context, {}, &response).ok();
-      },
-      30));
+  ASSERT_TRUE(PlannerAnswers());
   struct Case {
     std::string what;
     v1::SubmitProbeRequest request;
@@ -358,13 +363,7 @@ TEST_F(FleetIntegrationTest, BadProbesAreRefusedAndNothingIsStored) {
 
 TEST_F(FleetIntegrationTest, BadWorkerMessagesEndTheStreamNotThePlanner) {
   StartPlanner();
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext context;
-        v1::ListProbesResponse response;
-        return fleet_->ListProbes(&context, {}, &response).ok();
-      },
-      30));
+  ASSERT_TRUE(PlannerAnswers());
   struct Case {
     std::string what;
     v1::WorkerMessage message;
