@@ -4,8 +4,9 @@
 # templates at the batches the reference measured on H100; the planner's
 # predictions for the same card beside them. Everything lands in $OUT.
 #
-# Binaries come prebuilt in .devbundle/ (bin/ and the Debian libs they need,
-# lib/); the CUDA probe is built here with the node's nvcc.
+# Binaries come prebuilt in .devbundle/ (scripts/device-bundle.sh makes it:
+# bin/ and the Debian libs they need, lib/); the CUDA probe is built on the
+# node with its nvcc.
 #   OUT=/tmp/out scripts/device-check.sh            # on the GPU node
 #   DEVICE_EXECUTORS=sim OUT=/tmp/out scripts/device-check.sh   # dry run
 set -u
