@@ -8,11 +8,8 @@
 // received, and every worker must have connected exactly once.
 // Every loop is bounded by count and time.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +31,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "tests/support/loopback.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/sim_executor.h"
 
@@ -142,33 +140,10 @@ uint64_t SamplesReceived(headroom::v1::Fleet::Stub* fleet, int* running,
   return total;
 }
 
-// headroom_fleet_samples_total from the planner's /metrics (plain HTTP on
-// loopback); -1 when it cannot be read.
+// headroom_fleet_samples_total from the planner's /metrics; -1 when it
+// cannot be read.
 double MetricSamplesTotal(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  std::string text;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-      0) {
-    const std::string request =
-        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buffer[65536];
-      for (int i = 0; i < 10000; ++i) {
-        const ssize_t got = read(fd, buffer, sizeof(buffer));
-        if (got <= 0) break;
-        text.append(buffer, static_cast<size_t>(got));
-      }
-    }
-  }
-  close(fd);
+  const std::string text = headroom::testing::HttpGet(port, "/metrics");
   const std::string name = "\nheadroom_fleet_samples_total ";
   const size_t at = text.find(name);
   if (at == std::string::npos) return -1;

@@ -4,10 +4,7 @@
 // of its kind finishes the assignment); the planner killed and restarted
 // mid-run on the same database; a refit afterwards sees the new runs.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "tests/support/loopback.h"
 
 namespace headroom {
 namespace {
@@ -64,29 +62,10 @@ class Child {
   pid_t pid_ = -1;
 };
 
-int FreePort() {
-  // The workers need the address before the planner restarts, so a free
-  // loopback port is picked once and reused.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 class FleetIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    port_ = FreePort();
+    port_ = ::headroom::testing::FreeLoopbackPort();
     ASSERT_GT(port_, 0);
     address_ = "127.0.0.1:" + std::to_string(port_);
     db_ = ::testing::TempDir() + "/fleet-" + std::to_string(getpid()) + ".db";

@@ -22,6 +22,7 @@
 #include "server/core/frontends/onnx_strip.h"
 #include "server/service/planner_app.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "tests/support/test_planner.h"
 
 namespace headroom {
 namespace {
@@ -51,13 +52,8 @@ int64_t PeakRssBytes() {
 class BadModelInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    PlannerConfig config;
-    config.listen = "127.0.0.1:0";
+    PlannerConfig config = ::headroom::testing::TestPlannerConfig();
     config.http_listen = "";
-    config.db_path = ":memory:";
-    config.models_dir = kRoot + "/models";
-    config.runs_path = kRoot + "/data/memory-runs.jsonl";
-    config.energy_curves_path = kRoot + "/data/energy-curves.json";
     config.grpc_memory_bytes = kGrpcMemoryBytes;
     auto app = PlannerApp::Start(config);
     ASSERT_TRUE(app.ok()) << app.status();

@@ -1,10 +1,7 @@
 // Starts the real planner (PlannerApp, as the binary does) on port 0 and
 // talks to it through the generated stubs and plain HTTP on loopback.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
+#include "tests/support/loopback.h"
+#include "tests/support/test_planner.h"
 
 namespace headroom {
 namespace {
@@ -29,47 +28,13 @@ using ::testing::HasSubstr;
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
-// GET http://127.0.0.1:port/path; returns the whole response ("" on error).
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET " + path +
-        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buffer[8192];
-      for (int i = 0; i < 1000; ++i) {
-        const ssize_t n = read(fd, buffer, sizeof(buffer));
-        if (n <= 0) break;
-        response.append(buffer, static_cast<size_t>(n));
-      }
-    }
-  }
-  close(fd);
-  return response;
-}
+using ::headroom::testing::HttpGet;
+using ::headroom::testing::TestPlannerConfig;
 
 class PlannerIntegrationTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    PlannerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.http_listen = "127.0.0.1:0";
-    config.db_path = ":memory:";
-    config.models_dir = kRoot + "/models";
-    config.runs_path = kRoot + "/data/memory-runs.jsonl";
-    config.energy_curves_path = kRoot + "/data/energy-curves.json";
-    config.energy_curves_path = kRoot + "/data/energy-curves.json";
-    auto app = PlannerApp::Start(config);
+    auto app = PlannerApp::Start(TestPlannerConfig());
     ASSERT_TRUE(app.ok()) << app.status();
     app_ = app->release();
   }
@@ -459,14 +424,7 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
 
 // Refit, promotion and rollback against a planner of its own.
 TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
-  PlannerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.http_listen = "127.0.0.1:0";
-  config.db_path = ":memory:";
-  config.models_dir = kRoot + "/models";
-  config.runs_path = kRoot + "/data/memory-runs.jsonl";
-  config.energy_curves_path = kRoot + "/data/energy-curves.json";
-  auto app = PlannerApp::Start(config);
+  auto app = PlannerApp::Start(TestPlannerConfig());
   ASSERT_TRUE(app.ok()) << app.status();
   auto channel =
       grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),

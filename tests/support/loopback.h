@@ -1,0 +1,69 @@
+#ifndef HEADROOM_TESTS_SUPPORT_LOOPBACK_H_
+#define HEADROOM_TESTS_SUPPORT_LOOPBACK_H_
+
+// Loopback helpers the tests and benchmarks share: a plain HTTP GET (for
+// /metrics, /healthz, /calibration) and a free TCP port. Loopback only;
+// every read bounded in count and time.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+namespace headroom::testing {
+
+// GET http://127.0.0.1:port/path; the whole response ("" on error).
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET " + path +
+        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buffer[8192];
+      for (int i = 0; i < 10000; ++i) {
+        const ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n <= 0) break;
+        response.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  close(fd);
+  return response;
+}
+
+// A loopback TCP port free right now (0 on error), for a process that must
+// know its address before it starts (and again when it restarts).
+inline int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace headroom::testing
+
+#endif  // HEADROOM_TESTS_SUPPORT_LOOPBACK_H_
