@@ -12,11 +12,6 @@
 namespace headroom::cli {
 namespace {
 
-int Fail(std::ostream& err, const std::string& message) {
-  err << "headroom: " << message << "\n";
-  return 2;
-}
-
 // An AutotuneCacheKey from a file holding the key itself or a whole record.
 absl::StatusOr<v1::AutotuneCacheKey> LoadCacheKey(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);

@@ -47,14 +47,10 @@ void SetDeadline(grpc::ClientContext& context, const Options& options) {
                        std::chrono::milliseconds(options.deadline_ms));
 }
 
-namespace {
-
-int Fail(std::ostream& err, const std::string& message, int code = 2) {
+int Fail(std::ostream& err, const std::string& message, int code) {
   err << "headroom: " << message << "\n";
   return code;
 }
-
-}  // namespace
 
 int FailRpc(std::ostream& err, const Options& options,
             const grpc::Status& status) {

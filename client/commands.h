@@ -11,6 +11,10 @@
 
 namespace headroom::cli {
 
+// Writes "headroom: <message>" to `err` and returns `code` (2: bad usage or
+// input), the exit code every command fails with.
+int Fail(std::ostream& err, const std::string& message, int code = 2);
+
 struct Options {
   std::string server = "127.0.0.1:50051";
   int deadline_ms = 5000;

@@ -6,16 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/commands.h"
 #include "server/core/common/json_io.h"
 #include "server/core/density/density_rank.h"
 
 namespace headroom::cli {
 namespace {
-
-int Fail(std::ostream& err, const std::string& message) {
-  err << "headroom: " << message << "\n";
-  return 2;
-}
 
 // True when the first line of `text` is a whole run with an id, which a
 // leaderboard's first line never is.

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/commands.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_plot.h"
@@ -13,11 +14,6 @@
 
 namespace headroom::cli {
 namespace {
-
-int Fail(std::ostream& err, const std::string& message, int code = 2) {
-  err << "headroom: " << message << "\n";
-  return code;
-}
 
 std::string Fixed(double value, int decimals) {
   char buffer[64];

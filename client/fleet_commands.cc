@@ -17,11 +17,6 @@
 namespace headroom::cli {
 namespace {
 
-int Fail(std::ostream& err, const std::string& message) {
-  err << "headroom: " << message << "\n";
-  return 2;
-}
-
 std::string StateName(v1::Probe::State state) {
   return absl::AsciiStrToLower(v1::Probe::State_Name(state));
 }

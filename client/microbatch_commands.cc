@@ -4,17 +4,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/commands.h"
 #include "headroom/v1/microbatch.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/microbatch/select.h"
 
 namespace headroom::cli {
 namespace {
-
-int Fail(std::ostream& err, const std::string& message) {
-  err << "headroom: " << message << "\n";
-  return 2;
-}
 
 void PrintTable(const v1::MicrobatchSelection& selection, std::ostream& out) {
   out << "selection_policy " << selection.selection_policy() << "  budget_gb "

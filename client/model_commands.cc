@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/commands.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
@@ -19,11 +20,6 @@
 
 namespace headroom::cli {
 namespace {
-
-int Fail(std::ostream& err, const std::string& message) {
-  err << "headroom: " << message << "\n";
-  return 2;
-}
 
 // Writes the spec to OUT (or `out` for "-") and returns the stream the
 // report goes to; nullptr after a failure written to `err`.
