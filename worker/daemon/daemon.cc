@@ -248,8 +248,7 @@ void WorkerDaemon::StartAssignment(const v1::Assignment& assignment) {
     result.set_handed_back(hand_back);
     result.set_final(!hand_back);
     if (!hand_back) result.set_error(why);
-    *result.mutable_gpu() = DeviceAt(assignment.gpu_index());
-    QueueResultLocked(std::move(result));
+    QueueResultLocked(std::move(result), assignment.gpu_index());
     spdlog::warn("event=assignment_refused worker={} assignment={} why=\"{}\"",
                  options_.worker_id, assignment.assignment_id(), why);
   };
@@ -298,32 +297,30 @@ void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
   result.set_handed_back(outcome.handed_back);
   result.set_error(outcome.error);
   result.set_details_json(outcome.details_json);
-  *result.mutable_gpu() = DeviceAt(assignment.gpu_index());
-  for (const auto& [name, version] : options_.framework_versions) {
-    (*result.mutable_framework_versions())[name] = version;
-  }
   spdlog::info(
       "event=assignment_end worker={} assignment={} handed_back={} "
       "error=\"{}\"",
       options_.worker_id, assignment.assignment_id(), outcome.handed_back,
       outcome.error);
   std::lock_guard<std::mutex> lock(mu_);
-  QueueResultLocked(std::move(result));
+  QueueResultLocked(std::move(result), assignment.gpu_index());
   running_assignment_.clear();
   running_probe_.clear();
   cv_.notify_all();
 }
 
 void WorkerDaemon::SendResult(v1::ProbeResult result, uint32_t gpu_index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  QueueResultLocked(std::move(result), gpu_index);
+}
+
+void WorkerDaemon::QueueResultLocked(v1::ProbeResult result,
+                                     uint32_t gpu_index) {
+  // Every result names the card and the versions it was measured with.
   *result.mutable_gpu() = DeviceAt(gpu_index);
   for (const auto& [name, version] : options_.framework_versions) {
     (*result.mutable_framework_versions())[name] = version;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  QueueResultLocked(std::move(result));
-}
-
-void WorkerDaemon::QueueResultLocked(v1::ProbeResult result) {
   const std::string key = result.key();
   if (unacked_.count(key) == 0) unacked_order_.push_back(key);
   v1::WorkerMessage message;

@@ -81,7 +81,9 @@ class WorkerDaemon {
   void Handle(const v1::PlannerMessage& message);
   void StartAssignment(const v1::Assignment& assignment);
   void RunAssignment(const v1::Assignment& assignment, Executor* executor);
-  void QueueResultLocked(v1::ProbeResult result);
+  // Sets the result's GPU and versions, keeps it until acknowledged and
+  // queues it for the writer. Needs mu_.
+  void QueueResultLocked(v1::ProbeResult result, uint32_t gpu_index);
   // Queues a result until acknowledged and sends it when connected.
   void SendResult(v1::ProbeResult result, uint32_t gpu_index);
   void QueueSample(v1::Sample sample, const std::string& probe_id);
