@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
-#include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/queued_writer.h"
@@ -531,22 +530,11 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
 
 absl::StatusOr<v1::Probe> FleetService::Submit(
     const v1::SubmitProbeRequest& request) {
-  RETURN_IF_ERROR(CheckSize(request, 4 << 20));
+  RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
   ASSIGN_OR_RETURN(
       ResolvedModel model,
       ResolveModelRef(request.model(), request.setup(), *catalog_));
-  if (request.batches().empty() || request.batches_size() > kMaxProbeBatches) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batches has ", request.batches_size(),
-                     " entries; allowed 1..", kMaxProbeBatches));
-  }
-  for (int i = 0; i < request.batches_size(); ++i) {
-    if (request.batches(i) == 0 || request.batches(i) > kMaxBatch) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batches[", i, "] = ", request.batches(i),
-                       " is out of range; allowed 1..", kMaxBatch));
-    }
-  }
+  RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));
   v1::Probe probe;
   switch (request.placement_case()) {
     case v1::SubmitProbeRequest::kGpu: {

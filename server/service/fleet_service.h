@@ -33,6 +33,8 @@ class FleetService final : public v1::Fleet::CallbackService {
     // nothing wakes it.
     int64_t dispatch_ms = 250;
     std::string planner_version;
+    // SubmitProbe requests larger than this get INVALID_ARGUMENT.
+    size_t max_request_bytes = 4 << 20;
   };
 
   // `store` and `metrics` must outlive the service.

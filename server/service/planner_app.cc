@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.lease_ms = config.probe_lease_ms;
   fleet.heartbeat_ms = config.worker_heartbeat_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
+  fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
                                                app->metrics_.get(), fleet);
 

@@ -62,6 +62,22 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
   }
 }
 
+absl::Status CheckBatches(
+    const google::protobuf::RepeatedField<uint32_t>& batches, int max_entries) {
+  if (batches.empty() || batches.size() > max_entries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batches has ", batches.size(), " entries; allowed 1..", max_entries));
+  }
+  for (int i = 0; i < batches.size(); ++i) {
+    if (batches[i] == 0 || batches[i] > kMaxBatch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batches[", i, "] = ", batches[i],
+                       " is out of range; allowed 1..", kMaxBatch));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
                                               const v1::TrainingSetup& setup,
                                               const ModelCatalog& catalog) {
@@ -124,20 +140,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   std::vector<std::string>& assumptions = model.assumptions;
 
   // Batches and targets.
-  if (request.batches().empty() ||
-      request.batches_size() > kMaxBatchesPerRequest) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batches has ", request.batches_size(),
-                     " entries; allowed 1..", kMaxBatchesPerRequest));
-  }
-  for (int i = 0; i < request.batches_size(); ++i) {
-    const uint64_t batch = request.batches(i);
-    if (batch == 0 || batch > kMaxBatch) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batches[", i, "] = ", batch,
-                       " is out of range; allowed 1..", kMaxBatch));
-    }
-  }
+  RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxBatchesPerRequest));
   if (request.targets().empty() ||
       request.targets_size() > kMaxTargetsPerRequest) {
     return absl::InvalidArgumentError(

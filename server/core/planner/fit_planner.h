@@ -45,6 +45,11 @@ absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
                                               const v1::TrainingSetup& setup,
                                               const ModelCatalog& catalog);
 
+// OK when `batches` has 1..max_entries entries, each 1..kMaxBatch; else
+// INVALID_ARGUMENT naming the field ("batches[2] = 0 ...").
+absl::Status CheckBatches(
+    const google::protobuf::RepeatedField<uint32_t>& batches, int max_entries);
+
 class FitPlanner {
  public:
   // `catalog` must outlive the planner. `default_coverage` is 0.9 or 0.95.
