@@ -1,5 +1,5 @@
 # Headroom planner image: built with the same scripts CI uses, run on debian:12-slim.
-# The headroom-worker image (GPU nodes, CUDA runtime) comes with a later issue.
+# The headroom-worker image (GPU nodes) is Dockerfile.worker.
 
 FROM debian:12 AS build
 WORKDIR /src
@@ -7,9 +7,8 @@ WORKDIR /src
 COPY scripts/install-deps.sh scripts/
 RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN --mount=type=cache,target=/root/.cache/ccache \
-    scripts/build.sh -DHEADROOM_BUILD_TESTS=OFF -DHEADROOM_BUILD_BENCH=OFF \
-      headroom-planner headroom
+# Exactly what CI (scripts/test.sh) runs; tests/deploy/check_dockerfiles.py checks it.
+RUN --mount=type=cache,target=/root/.cache/ccache scripts/build-release.sh
 
 FROM debian:12-slim
 # Runtime halves of the -dev packages the binaries link against.
@@ -19,17 +18,26 @@ RUN apt-get update \
       libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       libcivetweb1 libsqlite3-0 libonnx1 \
  && rm -rf /var/lib/apt/lists/*
-RUN useradd --system --user-group --home-dir /var/lib/headroom --create-home \
-      --shell /usr/sbin/nologin headroom
-COPY --from=build /src/build/server/headroom-planner /src/build/client/headroom /usr/local/bin/
+# A numeric USER lets Kubernetes' runAsNonRoot verify it without a runAsUser.
+RUN groupadd --system --gid 10001 headroom \
+ && useradd --system --uid 10001 --gid headroom --home-dir /var/lib/headroom \
+      --create-home --shell /usr/sbin/nologin headroom
+# headroom-worker too, for a simulated worker beside the planner (deploy/compose.yaml);
+# GPU nodes run Dockerfile.worker's image.
+COPY --from=build /src/build/server/headroom-planner /src/build/client/headroom \
+     /src/build/worker/headroom-worker /usr/local/bin/
 # The planner reads models/ and data/ relative to its working directory.
 WORKDIR /opt/headroom
 COPY models/ models/
 COPY data/ data/
-USER headroom
+USER 10001:10001
 VOLUME /var/lib/headroom
 EXPOSE 50051 9464
+# Every flag can be set as HEADROOM_<FLAG>; the command line wins. Kubernetes and
+# compose set HEADROOM_DB (a PostgreSQL URL from a Secret) instead of the SQLite file.
+ENV HEADROOM_LISTEN=0.0.0.0:50051 \
+    HEADROOM_HTTP_LISTEN=0.0.0.0:9464 \
+    HEADROOM_DB=/var/lib/headroom/headroom.db
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["headroom", "health", "--server", "127.0.0.1:50051"]
-ENTRYPOINT ["headroom-planner", "--listen=0.0.0.0:50051", "--http_listen=0.0.0.0:9464", \
-            "--db=/var/lib/headroom/headroom.db"]
+ENTRYPOINT ["headroom-planner"]

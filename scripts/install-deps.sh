@@ -10,6 +10,8 @@ packages=(
   libonnx-dev
   # The torch harness's test builds every catalog template on the CPU.
   python3-torch
+  # tests/deploy: manifest schemas, the dashboard, the Dockerfiles.
+  python3-jsonschema python3-yaml
 )
 
 missing=()

@@ -15,6 +15,9 @@ if [[ ${#dirs[@]} -gt 0 ]]; then
   done < <(find "${dirs[@]}" -type f \( -name '*.h' -o -name '*.cc' \) -print0 | sort -z)
 fi
 
+# What the images ship, built exactly as their build stages build it, then
+# the tests and benchmarks in the same build directory.
+scripts/build-release.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j2
 
