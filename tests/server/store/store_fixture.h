@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,11 @@
 namespace headroom {
 
 enum class StoreKind { kSqlite, kPostgres };
+
+// Names the kind in test output and ctest's test names.
+inline void PrintTo(StoreKind kind, std::ostream* out) {
+  *out << (kind == StoreKind::kSqlite ? "Sqlite" : "Postgres");
+}
 
 class StoreFixture : public ::testing::TestWithParam<StoreKind> {
  protected:
