@@ -19,6 +19,14 @@ fi
 # the tests and benchmarks in the same build directory.
 scripts/build-release.sh
 scripts/build.sh
+
+# The PostgreSQL store's tests get a throwaway server on loopback, unless
+# HEADROOM_TEST_PG_URL names one already; each test makes its own database.
+if [[ -z ${HEADROOM_TEST_PG_URL:-} ]]; then
+  trap 'scripts/test-postgres.sh stop || echo "test: could not stop test PostgreSQL" >&2' EXIT
+  HEADROOM_TEST_PG_URL=$(scripts/test-postgres.sh start)
+  export HEADROOM_TEST_PG_URL
+fi
 ctest --test-dir build --output-on-failure -j2
 
 if [[ ${#unformatted[@]} -gt 0 ]]; then

@@ -17,7 +17,7 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:9464",
           "HTTP address for /metrics and /healthz (empty disables)");
-ABSL_FLAG(std::string, db, "headroom.db", "SQLite database file");
+ABSL_FLAG(std::string, db, "headroom.db", "SQLite file or postgresql:// URL");
 ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,

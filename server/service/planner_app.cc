@@ -12,7 +12,7 @@
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/memory/fit_verdict.h"
-#include "server/store/sqlite_store.h"
+#include "server/store/open_store.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
   app->catalog_ = std::make_shared<const ModelCatalog>(std::move(catalog));
-  ASSIGN_OR_RETURN(app->store_, SqliteStore::Open(config.db_path));
+  ASSIGN_OR_RETURN(app->store_, OpenStore(config.db_path));
   ASSIGN_OR_RETURN(
       v1::FactorSet set,
       EnsureFactorSet(*app->store_, *app->catalog_, config.runs_path));

@@ -1,14 +1,15 @@
 // The probe queue: claims hand each probe to one worker, leases re-queue a
 // vanished worker's probe, results are stored once, and all of it survives
-// a reopen.
-
-#include <filesystem>
+// a reopen; against every store.
 
 #include "gtest/gtest.h"
-#include "server/store/sqlite_store.h"
+#include "tests/server/store/store_fixture.h"
 
 namespace headroom {
 namespace {
+
+class FleetStoreTest : public StoreFixture {};
+HEADROOM_INSTANTIATE_FOR_EVERY_STORE(FleetStoreTest);
 
 v1::Probe QueuedProbe(const std::string& gpu, const std::string& executor) {
   v1::Probe probe;
@@ -26,8 +27,8 @@ v1::BatchResult Result(uint32_t batch, double peak_gb) {
   return result;
 }
 
-TEST(SqliteFleetTest, EachProbeGoesToOneMatchingWorker) {
-  auto store = SqliteStore::Open(":memory:");
+TEST_P(FleetStoreTest, EachProbeGoesToOneMatchingWorker) {
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   auto l4 = (*store)->AddProbe(QueuedProbe("L4", ""));
   auto h100 = (*store)->AddProbe(QueuedProbe("H100", "sim"));
@@ -55,9 +56,29 @@ TEST(SqliteFleetTest, EachProbeGoesToOneMatchingWorker) {
   EXPECT_FALSE(again->has_value());
 }
 
-TEST(SqliteFleetTest, ExpiredLeaseRequeuesAndOldAssignmentIsIgnored) {
-  auto store = SqliteStore::Open(":memory:");
-  ASSERT_TRUE(store.ok());
+TEST_P(FleetStoreTest, PinnedProbeGoesOnlyToItsWorker) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Probe pinned = QueuedProbe("", "");
+  pinned.mutable_request()->set_worker("w-pinned");
+  ASSERT_TRUE((*store)->AddProbe(pinned).ok());
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  // Another worker with every GPU skips the pinned p-1 and takes p-2.
+  auto other = (*store)->ClaimProbe("w-other", {"L4", ""}, {}, 10, 100);
+  ASSERT_TRUE(other.ok() && other->has_value()) << other.status();
+  EXPECT_EQ((*other)->id(), "p-2");
+  auto mine = (*store)->ClaimProbe("w-pinned", {}, {}, 10, 100);
+  ASSERT_TRUE(mine.ok() && mine->has_value());
+  EXPECT_EQ((*mine)->id(), "p-1");
+  // Cancelled while running; a negative limit lists every probe.
+  EXPECT_EQ((*store)->CancelProbe("p-1")->state(), v1::Probe::CANCELLED);
+  EXPECT_EQ((*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, -1)->size(), 2u);
+  EXPECT_EQ((*store)->ListProbes(v1::Probe::CANCELLED, 10)->size(), 1u);
+}
+
+TEST_P(FleetStoreTest, ExpiredLeaseRequeuesAndOldAssignmentIsIgnored) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
   auto claimed = (*store)->ClaimProbe("w1", {"L4"}, {"sim"}, 1000, 500);
   ASSERT_TRUE(claimed.ok() && claimed->has_value());
@@ -90,9 +111,9 @@ TEST(SqliteFleetTest, ExpiredLeaseRequeuesAndOldAssignmentIsIgnored) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(SqliteFleetTest, ResultsAreStoredOnceWithTheirRun) {
-  auto store = SqliteStore::Open(":memory:");
-  ASSERT_TRUE(store.ok());
+TEST_P(FleetStoreTest, ResultsAreStoredOnceWithTheirRun) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
   v1::MeasuredRun run;
   run.set_template_("gpt2");
@@ -117,13 +138,10 @@ TEST(SqliteFleetTest, ResultsAreStoredOnceWithTheirRun) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(SqliteFleetTest, QueueAndWorkersSurviveReopen) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("fleet-" + std::to_string(getpid()) + ".db");
-  std::filesystem::remove(path);
+TEST_P(FleetStoreTest, QueueAndWorkersSurviveReopen) {
   {
-    auto store = SqliteStore::Open(path.string());
-    ASSERT_TRUE(store.ok());
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
     ASSERT_TRUE((*store)->AddProbe(QueuedProbe("H100", "")).ok());
     ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 10, 100)->has_value());
@@ -135,8 +153,8 @@ TEST(SqliteFleetTest, QueueAndWorkersSurviveReopen) {
     worker.set_connected(false);
     ASSERT_TRUE((*store)->PutWorker(worker).ok());
   }
-  auto store = SqliteStore::Open(path.string());
-  ASSERT_TRUE(store.ok());
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
   auto probes = (*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, 10);
   ASSERT_EQ(probes->size(), 2u);
   EXPECT_EQ((*probes)[0].id(), "p-2");  // newest first
@@ -148,7 +166,6 @@ TEST(SqliteFleetTest, QueueAndWorkersSurviveReopen) {
   ASSERT_EQ(workers->size(), 1u);
   EXPECT_FALSE((*workers)[0].connected());
   EXPECT_EQ((*workers)[0].hello().gpus(0).name(), "L4");
-  std::filesystem::remove(path);
 }
 
 }  // namespace

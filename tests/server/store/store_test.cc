@@ -1,23 +1,13 @@
-#include "server/store/sqlite_store.h"
-
-#include <sqlite3.h>
-
-#include <filesystem>
+// Factor sets, runs, energy curves and density runs, against every store.
 
 #include "gtest/gtest.h"
+#include "tests/server/store/store_fixture.h"
 
 namespace headroom {
 namespace {
 
-std::string TempDb(const std::string& name) {
-  const auto path =
-      std::filesystem::temp_directory_path() /
-      (name + "-" +
-       std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-       std::to_string(getpid()) + ".db");
-  std::filesystem::remove(path);
-  return path.string();
-}
+class StoreTest : public StoreFixture {};
+HEADROOM_INSTANTIATE_FOR_EVERY_STORE(StoreTest);
 
 v1::FactorSet Set(double optimizer) {
   v1::FactorSet set;
@@ -26,8 +16,8 @@ v1::FactorSet Set(double optimizer) {
   return set;
 }
 
-TEST(SqliteStoreTest, VersionsFactorSetsAndKeepsCurrent) {
-  auto store = SqliteStore::Open(":memory:");
+TEST_P(StoreTest, VersionsFactorSetsAndKeepsCurrent) {
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   auto none = (*store)->CurrentFactorSet();
   ASSERT_TRUE(none.ok());
@@ -52,8 +42,8 @@ TEST(SqliteStoreTest, VersionsFactorSetsAndKeepsCurrent) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(SqliteStoreTest, VersionsEnergyCurveSets) {
-  auto store = SqliteStore::Open(":memory:");
+TEST_P(StoreTest, VersionsEnergyCurveSets) {
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   EXPECT_FALSE((*(*store)->CurrentEnergyCurveSet()).has_value());
   v1::EnergyCurveSet curves;
@@ -67,8 +57,8 @@ TEST(SqliteStoreTest, VersionsEnergyCurveSets) {
   EXPECT_EQ((*store)->AddFactorSet(Set(1.0), true)->version(), "fs-1");
 }
 
-TEST(SqliteStoreTest, StoresDensityRunsById) {
-  auto store = SqliteStore::Open(":memory:");
+TEST_P(StoreTest, StoresDensityRunsById) {
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   v1::DensityRawRun a;
   a.set_id("mlp|float32|Tween|lr=1");
@@ -92,10 +82,9 @@ TEST(SqliteStoreTest, StoresDensityRunsById) {
   EXPECT_TRUE((*store)->ListDensityRuns("gru", "", "")->empty());
 }
 
-TEST(SqliteStoreTest, PersistsAcrossReopen) {
-  const std::string path = TempDb("persist");
+TEST_P(StoreTest, PersistsAcrossReopen) {
   {
-    auto store = SqliteStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->AddFactorSet(Set(1.2), true).ok());
     v1::MeasuredRun run;
@@ -108,43 +97,72 @@ TEST(SqliteStoreTest, PersistsAcrossReopen) {
     EXPECT_EQ(*(*store)->AddRuns({run, other, run}), 2);
     EXPECT_EQ(*(*store)->AddRuns({other}), 2);
   }
-  auto store = SqliteStore::Open(path);
-  ASSERT_TRUE(store.ok());
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*(*store)->CurrentFactorSet())->version(), "fs-1");
   auto runs = (*store)->ListRuns();
   ASSERT_EQ(runs->size(), 2u);
   EXPECT_TRUE((*runs)[0].has_measured_peak_gb());
   EXPECT_FALSE((*runs)[0].has_oom_on_gb());
-  std::filesystem::remove(path);
 }
 
-TEST(SqliteStoreTest, RefusesNewerSchemaAndKeepsTheFile) {
-  const std::string path = TempDb("newer");
+TEST_P(StoreTest, RefusesNewerSchemaAndKeepsTheData) {
   {
-    auto store = SqliteStore::Open(path);
-    ASSERT_TRUE(store.ok());
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->AddFactorSet(Set(1.2), true).ok());
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(
-      sqlite3_exec(db, "PRAGMA user_version=99;", nullptr, nullptr, nullptr),
-      SQLITE_OK);
-  sqlite3_close(db);
-  auto refused = SqliteStore::Open(path);
+  ASSERT_TRUE(SetSchemaVersion(99).ok());
+  auto refused = Open();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find("newer"), std::string::npos);
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("version 99"), std::string::npos) << message;
+  EXPECT_NE(message.find("newer than this planner's " +
+                         std::to_string(KnownSchemaVersion())),
+            std::string::npos)
+      << message;
   // Nothing was lost: with the version put back the data is there.
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const std::string restore =
-      "PRAGMA user_version=" + std::to_string(kSqliteSchemaVersion) + ";";
-  sqlite3_exec(db, restore.c_str(), nullptr, nullptr, nullptr);
-  sqlite3_close(db);
-  auto reopened = SqliteStore::Open(path);
-  ASSERT_TRUE(reopened.ok());
+  ASSERT_TRUE(SetSchemaVersion(KnownSchemaVersion()).ok());
+  auto reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
   EXPECT_EQ((*(*reopened)->CurrentFactorSet())->version(), "fs-1");
-  std::filesystem::remove(path);
+}
+
+TEST_P(StoreTest, UnknownVersionNeverBecomesCurrent) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::MeasuredRun run;
+  run.set_template_("bert-base");
+  run.set_batch(32);
+  ASSERT_EQ(*(*store)->AddRuns({run}), 1);
+  // A factor set naming a version that is not stored cannot become
+  // current; the failed call leaves no history behind.
+  EXPECT_EQ((*store)->SetCurrentFactorSet("fs-1").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*store)->CurrentHistory()->empty());
+  EXPECT_EQ((*store)->ListRuns()->size(), 1u);
+}
+
+TEST_P(StoreTest, KeepsTheAutotuneCacheByIdAndKey) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::AutotuneRecord record;
+  const std::string key("k\0ey\xff", 5);  // bytes, NUL included
+  EXPECT_FALSE(*(*store)->PutAutotuneRecord("a1", key, record));
+  EXPECT_TRUE(*(*store)->PutAutotuneRecord("a1", key, record));
+  EXPECT_TRUE((*(*store)->FindAutotuneRecord("a1", key)).has_value());
+  // Same id, other key bytes: a miss.
+  EXPECT_FALSE((*(*store)->FindAutotuneRecord("a1", "key")).has_value());
+  EXPECT_FALSE((*(*store)->FindAutotuneRecord("a2", key)).has_value());
+  ASSERT_TRUE((*store)->PutAutotuneRecord("a0", "x", record).ok());
+  auto entries = (*store)->ListAutotuneRecords();
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_TRUE((*store)->DropAutotuneRecord("a1").ok());
+  EXPECT_EQ((*store)->DropAutotuneRecord("a1").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+#include "server/store/open_store.h"
+
+#include "absl/strings/match.h"
+#include "server/core/common/status_macros.h"
+#include "server/store/postgres_store.h"
+#include "server/store/sqlite_store.h"
+
+namespace headroom {
+
+bool IsPostgresLocation(const std::string& location) {
+  for (const char* prefix :
+       {"postgres://", "postgresql://", "host=", "dbname="}) {
+    if (absl::StartsWith(location, prefix)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location) {
+  std::unique_ptr<Store> store;
+  if (IsPostgresLocation(location)) {
+    ASSIGN_OR_RETURN(store, PostgresStore::Open(location));
+  } else {
+    ASSIGN_OR_RETURN(store, SqliteStore::Open(location));
+  }
+  return store;
+}
+
+}  // namespace headroom
