@@ -24,6 +24,8 @@
 #include "server/core/catalog/model_catalog.h"
 #include "server/core/common/json_io.h"
 #include "server/core/microbatch/plan.h"
+#include "server/core/microbatch/search.h"
+#include "server/core/microbatch/select.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace {
@@ -35,28 +37,9 @@ struct Search {
   uint32_t choice = 0;  // 0: none fits
 };
 
-// Largest index in [lo, hi] whose candidate fits, given fits(lo-1) and not
-// fits(hi+1); counts one run per probe.
-template <typename Fits>
-int Bisect(int lo, int hi, Fits fits, int* runs) {
-  int best = lo - 1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) / 2;
-    ++*runs;
-    if (fits(mid)) {
-      best = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
 int main() {
-  using headroom::v1::PlannedMicrobatch;
   auto catalog = headroom::ModelCatalog::LoadDirectory(kRoot + "/models");
   auto runs = headroom::LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
   if (!catalog.ok() || !runs.ok()) {
@@ -100,31 +83,22 @@ int main() {
       };
       const int n = static_cast<int>(candidates.size());
 
+      // Each call of a search's runner is one probe run.
+      const auto runner = [&](Search* search) {
+        return [&fits, search](int i) {
+          ++search->runs;
+          return fits(i) ? headroom::RunOutcome::kFits
+                         : headroom::RunOutcome::kDoesNotFit;
+        };
+      };
+      const auto choice = [&](const headroom::SearchResult& found) {
+        return found.best >= 0 ? candidates[found.best] : 0u;
+      };
       Search exhaustive;
-      for (int i = 0; i < n; ++i) {
-        ++exhaustive.runs;
-        if (fits(i)) exhaustive.choice = candidates[i];
-      }
-
+      exhaustive.choice = choice(headroom::Exhaustive(n, runner(&exhaustive)));
       Search doubling;
-      int last_fit = -1;
-      int first_oom = n;
-      for (int i = 0; i < n;) {
-        ++doubling.runs;
-        if (!fits(i)) {
-          first_oom = i;
-          break;
-        }
-        last_fit = i;
-        int next = i + 1;
-        while (next < n && candidates[next] < 2 * candidates[i]) ++next;
-        i = next;
-      }
-      if (last_fit >= 0) {
-        const int best =
-            Bisect(last_fit + 1, first_oom - 1, fits, &doubling.runs);
-        doubling.choice = candidates[std::max(best, last_fit)];
-      }
+      doubling.choice =
+          choice(headroom::DoublingThenBisect(candidates, runner(&doubling)));
 
       headroom::v1::PlanMicrobatchRequest request;
       request.set_template_(name);
@@ -141,44 +115,19 @@ int main() {
                      std::string(plan.status().message()).c_str());
         return 1;
       }
-      // The plan's FITS are taken as fitting without a run, its eager
-      // DOES_NOT_FIT as not; the BORDERLINE span is bisected.
       int fit_count = 0, borderline = 0, no_count = 0;
-      int last_sure = -1;
-      int first_measure = n, last_measure = -1;
-      for (int i = 0; i < n; ++i) {
-        const PlannedMicrobatch& p = plan->candidates(i);
-        if (p.action() == PlannedMicrobatch::MEASURE) {
-          ++borderline;
-          first_measure = std::min(first_measure, i);
-          last_measure = std::max(last_measure, i);
-        } else if (p.verdict() == headroom::v1::FITS) {
-          ++fit_count;
-          last_sure = i;
-        } else {
-          ++no_count;
-        }
+      const std::vector<headroom::PlannedFit> planned_fits =
+          headroom::PlannedFitsOf(*plan, headroom::kEagerMode);
+      for (headroom::PlannedFit p : planned_fits) {
+        fit_count += p == headroom::PlannedFit::kPredictedFit;
+        borderline += p == headroom::PlannedFit::kOpen;
+        no_count += p == headroom::PlannedFit::kPredictedOom;
       }
-      // Headroom's search: the largest predicted FITS is run first, to
-      // verify the prediction (a wrong "fits" must not be selected); then
-      // the span it leaves open is bisected, never above the last
-      // candidate the plan did not rule out.
+      // Headroom's search (server/core/microbatch/search.h), as a worker
+      // runs it.
       Search planned;
-      const int last_possible = std::max(last_sure, last_measure);
-      int best = -1;
-      if (last_sure >= 0) {
-        ++planned.runs;
-        if (fits(last_sure)) {
-          best = std::max(last_sure, Bisect(last_sure + 1, last_possible, fits,
-                                            &planned.runs));
-        } else {
-          best = Bisect(0, last_sure - 1, fits, &planned.runs);
-        }
-      } else if (last_possible >= 0) {
-        best = Bisect(0, last_possible, fits, &planned.runs);
-      }
-      planned.choice = best >= 0 ? candidates[best] : 0;
-      (void)first_measure;
+      planned.choice =
+          choice(headroom::VerifyThenBisect(planned_fits, runner(&planned)));
 
       const bool same = planned.choice == exhaustive.choice &&
                         doubling.choice == exhaustive.choice;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/rpc.h"
+#include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 
@@ -27,29 +28,28 @@ absl::StatusOr<v1::AutotuneCacheKey> LoadCacheKey(const std::string& path) {
   return key;
 }
 
-}  // namespace
-
-int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
-                   std::ostream& out, std::ostream& err) {
+absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
+    const Options& options, const MicrobatchPlanOptions& plan) {
   // Model and setup come from the fit flags (--batch is not used here).
   Options fit_options = options;
   fit_options.batch = "1";
   absl::StatusOr<v1::CheckFitRequest> fit =
       FitRequest(fit_options, /*require_targets=*/false);
-  if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
+  if (!fit.ok()) return fit.status();
   v1::PlanMicrobatchRequest request;
   if (fit->model().has_spec()) {
     *request.mutable_spec() = fit->model().spec();
   } else if (!fit->model().template_().empty()) {
     request.set_template_(fit->model().template_());
   } else {
-    return Fail(err,
-                "--model must be a catalog template or a spec JSON file for "
-                "microbatch plan");
+    return absl::InvalidArgumentError(
+        "--model must be a catalog template or a spec JSON file for "
+        "microbatch plan and autotune");
   }
   *request.mutable_setup() = fit->setup();
   if (fit->targets_size() != 1) {
-    return Fail(err, "--gpu must name one card (a catalog GPU or GB)");
+    return absl::InvalidArgumentError(
+        "--gpu must name one card (a catalog GPU or GB)");
   }
   if (fit->targets(0).has_gpu()) {
     request.set_gpu(fit->targets(0).gpu());
@@ -62,8 +62,8 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
        absl::StrSplit(plan.candidates, ',', absl::SkipEmpty())) {
     uint32_t candidate = 0;
     if (!absl::SimpleAtoi(part, &candidate)) {
-      return Fail(err, absl::StrCat("--candidates '", part,
-                                    "' is not a number; e.g. 8,16,32"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--candidates '", part, "' is not a number; e.g. 8,16,32"));
     }
     request.add_microbatch_candidates(candidate);
   }
@@ -71,6 +71,16 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
   request.set_attention_backend(plan.attention_backend);
   request.set_vram_fraction(plan.vram_fraction);
   request.set_reserve_gb(plan.reserve_gb);
+  return request;
+}
+
+}  // namespace
+
+int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
+                   std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::PlanMicrobatchRequest> built = PlanRequest(options, plan);
+  if (!built.ok()) return Fail(err, std::string(built.status().message()));
+  v1::PlanMicrobatchRequest& request = *built;
   if (!plan.cache_key.empty()) {
     absl::StatusOr<v1::AutotuneCacheKey> key = LoadCacheKey(plan.cache_key);
     if (!key.ok()) return Fail(err, std::string(key.status().message()));
@@ -119,6 +129,100 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
            "measurement\n";
   }
   return 0;
+}
+
+int MicrobatchAutotune(const Options& options,
+                       const MicrobatchPlanOptions& plan,
+                       const ProbeOptions& probe, const std::string& policy,
+                       std::ostream& out, std::ostream& err) {
+  v1::SubmitAutotuneRequest request;
+  if (!probe.worker.empty()) {
+    // The plan's target comes from the worker; any --gpu card will do here.
+    Options placed = options;
+    if (placed.gpu.empty()) placed.gpu = "L4";
+    absl::StatusOr<v1::PlanMicrobatchRequest> built = PlanRequest(placed, plan);
+    if (!built.ok()) return Fail(err, std::string(built.status().message()));
+    *request.mutable_plan() = *std::move(built);
+    request.set_worker(probe.worker);
+  } else {
+    absl::StatusOr<v1::PlanMicrobatchRequest> built =
+        PlanRequest(options, plan);
+    if (!built.ok()) return Fail(err, std::string(built.status().message()));
+    if (!built->has_gpu()) {
+      return Fail(err, "--gpu must name a catalog GPU kind (or pass --worker)");
+    }
+    request.set_gpu(built->gpu());
+    *request.mutable_plan() = *std::move(built);
+  }
+  request.set_executor(probe.executor);
+  request.set_policy(policy);
+  request.set_steps(probe.steps);
+  request.set_warmup_steps(probe.warmup);
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  v1::SubmitAutotuneResponse response;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context, options);
+    const grpc::Status status =
+        stub->SubmitAutotune(&context, request, &response);
+    if (!status.ok()) return FailRpc(err, options, status);
+  }
+  if (options.json && (!probe.watch || response.cache_reused())) {
+    out << ToJson(response, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  const auto print_selected = [&](const v1::AutotuneRecord& record) {
+    if (!record.has_selected()) {
+      out << "no candidate fits the budget\n";
+      return;
+    }
+    const auto& s = record.selected();
+    out << std::fixed << std::setprecision(3) << "selected microbatch "
+        << s.microbatch() << " (" << s.mode() << "), peak " << s.peak_gb()
+        << " GiB of " << record.budget_gb() << " GiB budget, "
+        << s.microbatch_seconds() << " s per microbatch, "
+        << std::setprecision(0) << s.input_tokens_per_second()
+        << " tokens/s, policy " << record.selection_policy() << "\n";
+  };
+  if (!options.json) {
+    const v1::PlanMicrobatchResponse& p = response.plan();
+    out << std::fixed << std::setprecision(2) << p.model() << " on " << p.gpu()
+        << ": budget " << p.budget_gb() << " GB, " << p.candidates_size()
+        << " planned (" << p.measure_count() << " open, " << p.skip_count()
+        << " decided by the prediction)\n";
+  }
+  if (response.cache_reused()) {
+    out << "cache " << response.cache_id() << " reused: no probe\n";
+    print_selected(response.cached());
+    return 0;
+  }
+  if (!options.json) out << "submitted " << response.probe().id() << "\n";
+  if (!probe.watch) return 0;
+  const int watched =
+      ProbeWatch(options, probe, response.probe().id(), out, err);
+  if (options.json) return watched;
+  // The final state carries the worker's record.
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::WatchProbeRequest get;
+  get.set_id(response.probe().id());
+  auto reader = stub->WatchProbe(&context, get);
+  v1::ProbeEvent event;
+  v1::Probe last;
+  while (reader->Read(&event)) {
+    if (event.has_probe()) last = event.probe();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (last.state() != v1::Probe::SUCCEEDED) return watched == 0 ? 1 : watched;
+  v1::AutotuneRecord record;
+  const absl::Status parsed = ParseJson(last.details_json(), "probe record",
+                                        /*ignore_unknown=*/false, &record);
+  if (!parsed.ok()) return Fail(err, std::string(parsed.message()));
+  out << "measured " << record.measurements_size() << " candidates, "
+      << record.failures_size() << " not usable\n";
+  print_selected(record);
+  return watched;
 }
 
 int MicrobatchCacheList(const Options& options, std::ostream& out,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "client/commands.h"
+#include "client/fleet_commands.h"
 
 namespace headroom::cli {
 
@@ -27,6 +28,16 @@ struct MicrobatchPlanOptions {
 
 int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
                    std::ostream& out, std::ostream& err);
+// headroom microbatch autotune: Fleet.SubmitAutotune with the plan flags,
+// placed by --gpu (a catalog GPU) or probe.worker. Prints the plan summary
+// and either the cached selection or the queued probe; with probe.watch,
+// each measured candidate as it arrives and the worker's selection at the
+// end. `policy`: max_batch (also when empty) or max_throughput.
+int MicrobatchAutotune(const Options& options,
+                       const MicrobatchPlanOptions& plan,
+                       const ProbeOptions& probe, const std::string& policy,
+                       std::ostream& out, std::ostream& err);
+
 int MicrobatchCacheList(const Options& options, std::ostream& out,
                         std::ostream& err);
 int MicrobatchCachePut(const Options& options, const std::string& record_path,

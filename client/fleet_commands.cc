@@ -22,7 +22,9 @@ std::string StateName(v1::Probe::State state) {
 }
 
 void PrintResult(const v1::BatchResult& r, std::ostream& out) {
-  out << "batch " << r.batch() << " rep " << r.repetition() << ": ";
+  out << "batch " << r.batch();
+  if (!r.mode().empty()) out << " " << r.mode();
+  out << " rep " << r.repetition() << ": ";
   if (!r.error().empty()) {
     out << "error: " << r.error();
   } else if (r.oom()) {

@@ -99,6 +99,9 @@ constexpr char kUsage[] =
     "  microbatch plan --model M --gpu G --context C --global_batch N "
     "--candidates 8,16 [--compile] [--cache_key F]\n"
     "  microbatch cache list | put --record F | drop ID\n"
+    "  microbatch autotune --model M --gpu G|--worker ID --context C "
+    "--global_batch N --candidates 8,16,32 [--compile] [--policy P] "
+    "[--executor sim|torch] [--watch]\n"
     "  density rank --runs FILE [--json]   density leaderboard, offline\n"
     "  energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8 "
     "[--json]\n"
@@ -184,6 +187,19 @@ int main(int argc, char** argv) {
     plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
     plan.cache_key = absl::GetFlag(FLAGS_cache_key);
     return headroom::cli::MicrobatchPlan(options, plan, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "microbatch" && args[1] == "autotune") {
+    headroom::cli::MicrobatchPlanOptions plan;
+    plan.context = absl::GetFlag(FLAGS_context);
+    plan.global_batch = absl::GetFlag(FLAGS_global_batch);
+    plan.candidates = absl::GetFlag(FLAGS_candidates);
+    plan.compile = absl::GetFlag(FLAGS_compile);
+    plan.attention_backend = absl::GetFlag(FLAGS_attention_backend);
+    plan.vram_fraction = absl::GetFlag(FLAGS_vram_fraction);
+    plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
+    return headroom::cli::MicrobatchAutotune(options, plan, probe,
+                                             absl::GetFlag(FLAGS_policy),
+                                             std::cout, std::cerr);
   }
   if (args.size() == 3 && args[0] == "microbatch" && args[1] == "cache" &&
       args[2] == "list") {

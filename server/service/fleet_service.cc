@@ -9,9 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/microbatch/cache_key.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/fleet_autotune.h"
 #include "server/service/queued_writer.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
@@ -355,7 +358,10 @@ void FleetService::OnSamples(WorkerStream* stream,
 std::optional<v1::MeasuredRun> FleetService::RunFor(
     const v1::Probe& probe, const v1::ProbeResult& result,
     const WorkerStream& stream) const {
-  if (probe.template_().empty()) return std::nullopt;
+  // The memory model predicts eager execution: compiled runs stay out.
+  if (probe.template_().empty() || result.batch().mode() == "compiled") {
+    return std::nullopt;
+  }
   std::string gpu = result.gpu().catalog_gpu();
   if (gpu.empty()) gpu = CatalogGpu(result.gpu().name());
   if (gpu.empty()) gpu = probe.gpu();
@@ -446,10 +452,22 @@ void FleetService::OnResult(WorkerStream* stream,
       }
     }
     if (result.final() || result.handed_back()) {
+      std::string error = result.error();
+      std::string details = result.details_json();
+      if (result.final() && error.empty() && probe->request().has_autotune()) {
+        absl::StatusOr<std::string> record =
+            AcceptAutotuneRecord(*probe, result, *stream);
+        if (record.ok()) {
+          details = *std::move(record);
+        } else {
+          error = absl::StrCat("autotune record rejected: ",
+                               record.status().message());
+        }
+      }
       absl::StatusOr<v1::Probe> finished = store_->FinishAssignment(
           probe->id(), result.assignment_id(),
-          result.error().empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED,
-          result.error(), result.details_json(), result.handed_back());
+          error.empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED, error,
+          details, result.handed_back());
       if (!finished.ok()) {
         spdlog::error("event=finish_not_stored key={} error=\"{}\"",
                       result.key(), std::string(finished.status().message()));
@@ -594,11 +612,145 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     grpc::CallbackServerContext* context, const v1::SubmitProbeRequest* request,
     v1::SubmitProbeResponse* response) {
   auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
+    if (request->has_autotune()) {
+      return absl::InvalidArgumentError(
+          "autotune is set by SubmitAutotune only; send the autotune there");
+    }
     v1::SubmitProbeResponse out;
     ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+absl::StatusOr<v1::SubmitAutotuneResponse> FleetService::Autotune(
+    const v1::SubmitAutotuneRequest& request) {
+  RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
+  ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> workers,
+                   store_->ListWorkers());
+  // The catalog GPU the plan is for: the placement's kind, or the pinned
+  // worker's first catalog card.
+  std::string gpu;
+  switch (request.placement_case()) {
+    case v1::SubmitAutotuneRequest::kGpu: {
+      absl::StatusOr<GpuInfo> info = FindGpu(request.gpu());
+      if (!info.ok()) {
+        return absl::Status(info.status().code(),
+                            absl::StrCat("gpu: ", info.status().message()));
+      }
+      gpu = info->name;
+      break;
+    }
+    case v1::SubmitAutotuneRequest::kWorker:
+      RETURN_IF_ERROR(CheckId(request.worker(), "worker"));
+      for (const v1::WorkerStatus& w : workers) {
+        if (w.hello().worker_id() != request.worker()) continue;
+        for (const v1::GpuDevice& device : w.hello().gpus()) {
+          if (gpu.empty()) gpu = CatalogGpu(device.name());
+        }
+      }
+      if (gpu.empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("worker '", request.worker(),
+                         "' is not known with a catalog GPU; see ListWorkers"));
+      }
+      break;
+    case v1::SubmitAutotuneRequest::PLACEMENT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
+          "or worker (a worker id from ListWorkers)");
+  }
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> factor_set,
+                   store_->CurrentFactorSet());
+  if (!factor_set.has_value()) {
+    return absl::FailedPreconditionError("no factor set is current yet");
+  }
+  ASSIGN_OR_RETURN(v1::AutotunePlan autotune,
+                   PlanAutotune(request, gpu, *catalog_, *factor_set));
+  const v1::SubmitProbeRequest probe_request =
+      AutotuneProbeRequest(request, autotune);
+  ASSIGN_OR_RETURN(
+      ResolvedModel model,
+      ResolveModelRef(probe_request.model(), probe_request.setup(), *catalog_));
+  v1::SubmitAutotuneResponse out;
+  *out.mutable_plan() = autotune.plan();
+  // The key each known worker that could run it would write: a record
+  // under any of them stands.
+  for (const v1::WorkerStatus& w : workers) {
+    const v1::WorkerHello& hello = w.hello();
+    if (request.placement_case() == v1::SubmitAutotuneRequest::kWorker &&
+        hello.worker_id() != request.worker()) {
+      continue;
+    }
+    if (!request.executor().empty() &&
+        std::find(hello.executors().begin(), hello.executors().end(),
+                  request.executor()) == hello.executors().end()) {
+      continue;
+    }
+    for (const v1::GpuDevice& device : hello.gpus()) {
+      if (CatalogGpu(device.name()) != gpu) continue;
+      const v1::AutotuneCacheKey key = AutotuneKeyFor(
+          autotune, model.spec(), device, hello.framework_versions());
+      ASSIGN_OR_RETURN(
+          std::optional<v1::AutotuneRecord> cached,
+          store_->FindAutotuneRecord(CacheKeyId(key), CacheKeyBytes(key)));
+      if (!cached.has_value()) continue;
+      out.set_cache_reused(true);
+      out.set_cache_id(CacheKeyId(key));
+      *out.mutable_cached() = *std::move(cached);
+      out.mutable_cached()->set_cache_reused(true);
+      spdlog::info("event=autotune_cache_reused id={} worker={}",
+                   out.cache_id(), hello.worker_id());
+      return out;
+    }
+  }
+  ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(probe_request));
+  return out;
+}
+
+grpc::ServerUnaryReactor* FleetService::SubmitAutotune(
+    grpc::CallbackServerContext* context,
+    const v1::SubmitAutotuneRequest* request,
+    v1::SubmitAutotuneResponse* response) {
+  return Reply(context->DefaultReactor(), Autotune(*request), response);
+}
+
+absl::StatusOr<std::string> FleetService::AcceptAutotuneRecord(
+    const v1::Probe& probe, const v1::ProbeResult& result,
+    const WorkerStream& stream) {
+  if (!result.has_autotune_record()) {
+    return absl::InvalidArgumentError("the final result has no record");
+  }
+  v1::WorkerHello hello;
+  {
+    absl::MutexLock lock(&mu_);
+    hello = stream.hello;
+  }
+  const v1::GpuDevice* gpu = nullptr;
+  for (const v1::GpuDevice& device : hello.gpus()) {
+    if (device.index() == result.gpu().index()) gpu = &device;
+  }
+  if (gpu == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu index ", result.gpu().index(), " is not in the worker's hello"));
+  }
+  const v1::AutotuneRecord& record = result.autotune_record();
+  RETURN_IF_ERROR(
+      ValidateAutotuneRecord(record, probe, *gpu, hello.framework_versions()));
+  // Only a record with a selection is reusable; one without stays on the
+  // probe.
+  if (record.has_selected()) {
+    const std::string id = CacheKeyId(record.cache_key());
+    ASSIGN_OR_RETURN(bool replaced,
+                     store_->PutAutotuneRecord(
+                         id, CacheKeyBytes(record.cache_key()), record));
+    spdlog::info(
+        "event=autotune_record_stored id={} probe={} replaced={} "
+        "microbatch={} mode={}",
+        id, probe.id(), replaced, record.selected().microbatch(),
+        record.selected().mode());
+  }
+  return ToJson(record, /*pretty=*/false);
 }
 
 grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
@@ -833,7 +985,10 @@ void FleetService::DispatchOnce() {
                                        ? 600
                                        : probe.request().batch_timeout_s());
 
-    if (assignment.runs().empty()) {
+    if (probe.request().has_autotune()) {
+      // Sent even with every run measured: the worker writes the record.
+      FillAutotuneAssignment(probe, &assignment);
+    } else if (assignment.runs().empty()) {
       absl::StatusOr<v1::Probe> done =
           store_->FinishAssignment(probe.id(), probe.assignment_id(),
                                    v1::Probe::SUCCEEDED, "", "", false);

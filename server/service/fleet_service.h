@@ -58,6 +58,10 @@ class FleetService final : public v1::Fleet::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::SubmitProbeRequest* request,
       v1::SubmitProbeResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitAutotune(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitAutotuneRequest* request,
+      v1::SubmitAutotuneResponse* response) override;
   grpc::ServerWriteReactor<v1::ProbeEvent>* WatchProbe(
       grpc::CallbackServerContext* context,
       const v1::WatchProbeRequest* request) override;
@@ -82,6 +86,14 @@ class FleetService final : public v1::Fleet::CallbackService {
   void OnStreamDone(WorkerStream* stream);
 
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
+  absl::StatusOr<v1::SubmitAutotuneResponse> Autotune(
+      const v1::SubmitAutotuneRequest& request);
+  // Validates the record of an autotune probe's final result against the
+  // probe and the worker's hello, stores it in the autotune cache and
+  // returns it as JSON for the probe's details_json.
+  absl::StatusOr<std::string> AcceptAutotuneRecord(
+      const v1::Probe& probe, const v1::ProbeResult& result,
+      const WorkerStream& stream);
   // A measured run for the calibration from one batch result; nullopt when
   // the probe has no catalog template or the batch measured nothing usable.
   std::optional<v1::MeasuredRun> RunFor(const v1::Probe& probe,

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
@@ -385,6 +387,137 @@ TEST_F(FleetIntegrationTest, BadWorkerMessagesEndTheStreamNotThePlanner) {
   grpc::ClientContext context;
   v1::PingResponse pong;
   EXPECT_TRUE(planner_stub_->Ping(&context, {}, &pong).ok());
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+v1::SubmitAutotuneRequest AutotuneRequest(uint32_t global_batch) {
+  v1::SubmitAutotuneRequest request;
+  v1::PlanMicrobatchRequest& plan = *request.mutable_plan();
+  plan.set_template_("gpt2");
+  plan.set_context(1024);
+  plan.set_global_batch(global_batch);
+  for (uint32_t c : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {
+    plan.add_microbatch_candidates(c);
+  }
+  plan.set_compile_model(true);
+  plan.set_attention_backend("eager");
+  plan.set_vram_fraction(0.95);
+  plan.set_reserve_gb(1);
+  request.set_gpu("L4");
+  request.set_executor("sim");
+  request.set_steps(2);
+  return request;
+}
+
+// Autotune on a sim L4 through the fleet: the worker searches, the record
+// is stored in the cache and on the probe, the same request is then
+// answered from the cache with no probe, and a changed setting misses.
+TEST_F(FleetIntegrationTest, AutotuneRunsOnTheWorkerAndIsCached) {
+  StartPlanner();
+  ASSERT_TRUE(PlannerAnswers());
+  StartWorker("sim-l4", "L4", 20);
+  ASSERT_TRUE(WaitFor([&] { return Connected()["sim-l4"]; }, 30));
+
+  const auto submit = [&](const v1::SubmitAutotuneRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::SubmitAutotuneResponse response;
+    const grpc::Status status =
+        fleet_->SubmitAutotune(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  const v1::SubmitAutotuneResponse first = submit(AutotuneRequest(64));
+  ASSERT_FALSE(first.cache_reused());
+  ASSERT_FALSE(first.probe().id().empty());
+  EXPECT_EQ(first.plan().candidates_size(), 20);  // 10 eager + 10 compiled
+  std::optional<v1::Probe> done;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        done = Get(first.probe().id());
+        return done.has_value() && done->state() != v1::Probe::QUEUED &&
+               done->state() != v1::Probe::RUNNING;
+      },
+      90));
+  ASSERT_EQ(done->state(), v1::Probe::SUCCEEDED) << done->error();
+
+  // Each (microbatch, mode) stored once, and fewer runs than candidates.
+  std::set<std::pair<uint32_t, std::string>> runs;
+  for (const v1::BatchResult& r : done->results()) {
+    EXPECT_TRUE(r.mode() == "eager" || r.mode() == "compiled") << r.mode();
+    EXPECT_TRUE(runs.emplace(r.batch(), r.mode()).second)
+        << r.mode() << " " << r.batch() << " stored twice";
+  }
+  EXPECT_GE(runs.size(), 2u);
+  EXPECT_LT(runs.size(), 20u);
+
+  v1::AutotuneRecord record;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(done->details_json(), &record)
+          .ok())
+      << done->details_json();
+  ASSERT_TRUE(record.has_selected());
+  EXPECT_EQ(record.cache_key().kind(), "sim");
+  EXPECT_EQ(record.cache_key().gpu().name(), "L4");
+  EXPECT_EQ(record.cache_key().settings().global_batch(), 64u);
+  EXPECT_EQ(record.selection_policy(), "max_batch");
+  EXPECT_EQ(record.measurements_size() +
+                static_cast<int>(std::count_if(
+                    record.failures().begin(), record.failures().end(),
+                    [](const v1::MicrobatchFailure& f) {
+                      return f.reason() == "oom";
+                    })),
+            static_cast<int>(runs.size()));
+
+  {
+    grpc::ClientContext context;
+    v1::ListAutotuneRecordsResponse listed;
+    ASSERT_TRUE(planner_stub_->ListAutotuneRecords(&context, {}, &listed).ok());
+    ASSERT_EQ(listed.entries_size(), 1);
+    EXPECT_EQ(listed.entries(0).record().selected().microbatch(),
+              record.selected().microbatch());
+  }
+  {
+    // PlanMicrobatch with the record's key reuses it.
+    v1::PlanMicrobatchRequest plan = AutotuneRequest(64).plan();
+    plan.set_gpu("L4");
+    *plan.mutable_cache_key() = record.cache_key();
+    grpc::ClientContext context;
+    v1::PlanMicrobatchResponse planned;
+    ASSERT_TRUE(planner_stub_->PlanMicrobatch(&context, plan, &planned).ok());
+    ASSERT_TRUE(planned.has_cached());
+    EXPECT_TRUE(planned.cached().cache_reused());
+    EXPECT_EQ(planned.measure_count(), 0);
+  }
+
+  const v1::SubmitAutotuneResponse again = submit(AutotuneRequest(64));
+  EXPECT_TRUE(again.cache_reused());
+  EXPECT_FALSE(again.has_probe());
+  EXPECT_EQ(again.cached().selected().microbatch(),
+            record.selected().microbatch());
+  EXPECT_EQ(again.cached().selected().mode(), record.selected().mode());
+  {
+    grpc::ClientContext context;
+    v1::ListProbesResponse probes;
+    ASSERT_TRUE(fleet_->ListProbes(&context, {}, &probes).ok());
+    EXPECT_EQ(probes.probes_size(), 1);
+  }
+
+  // Another global batch is another key: a probe, not the cache.
+  const v1::SubmitAutotuneResponse changed = submit(AutotuneRequest(128));
+  EXPECT_FALSE(changed.cache_reused());
+  EXPECT_FALSE(changed.probe().id().empty());
+  grpc::ClientContext context;
+  v1::CancelProbeRequest cancel;
+  cancel.set_id(changed.probe().id());
+  v1::CancelProbeResponse cancelled;
+  EXPECT_TRUE(fleet_->CancelProbe(&context, cancel, &cancelled).ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/create_channel.h"
 #include "spdlog/spdlog.h"
+#include "worker/daemon/autotune_runner.h"
 
 namespace headroom::worker {
 
@@ -35,9 +36,10 @@ class WorkerDaemon::Sink final : public ExecutionSink {
   void BatchDone(const v1::BatchRun& run, v1::BatchResult result) override {
     v1::ProbeResult message;
     // The key names the measurement, not the attempt: a batch re-run after
-    // a re-queue is stored once.
+    // a re-queue is stored once. An autotune run's mode is part of it.
     message.set_key(absl::StrCat(assignment_.probe_id(), "/", run.batch(), "/",
-                                 run.repetition()));
+                                 run.repetition(),
+                                 run.mode().empty() ? "" : "/", run.mode()));
     message.set_probe_id(assignment_.probe_id());
     message.set_assignment_id(assignment_.assignment_id());
     *message.mutable_batch() = std::move(result);
@@ -287,7 +289,15 @@ void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
       options_.worker_id, assignment.assignment_id(), assignment.probe_id(),
       executor->name(), assignment.runs_size());
   Sink sink(this, assignment);
-  const ExecutionOutcome outcome = executor->Run(assignment, &sink, stop_);
+  ExecutionOutcome outcome;
+  if (assignment.has_autotune()) {
+    google::protobuf::Map<std::string, std::string> versions(
+        options_.framework_versions.begin(), options_.framework_versions.end());
+    outcome = RunAutotune(assignment, DeviceAt(assignment.gpu_index()),
+                          versions, executor, &sink, stop_);
+  } else {
+    outcome = executor->Run(assignment, &sink, stop_);
+  }
   v1::ProbeResult result;
   result.set_key(absl::StrCat(assignment.assignment_id(),
                               outcome.handed_back ? "/handback" : "/final"));
@@ -297,6 +307,9 @@ void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
   result.set_handed_back(outcome.handed_back);
   result.set_error(outcome.error);
   result.set_details_json(outcome.details_json);
+  if (outcome.autotune_record.has_value()) {
+    *result.mutable_autotune_record() = *outcome.autotune_record;
+  }
   spdlog::info(
       "event=assignment_end worker={} assignment={} handed_back={} "
       "error=\"{}\"",

@@ -43,6 +43,9 @@ struct ExecutionOutcome {
   std::string details_json;
   // Stopped by a shutdown before every run was measured: hand back.
   bool handed_back = false;
+  // An autotune assignment's record (RunAutotune), sent with the final
+  // result.
+  std::optional<v1::AutotuneRecord> autotune_record;
 };
 
 class Executor {

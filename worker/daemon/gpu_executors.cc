@@ -91,7 +91,7 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
     }
     // One process per run: a fresh CUDA context and allocator, so one
     // batch's peak (or OOM) cannot leak into the next.
-    const std::vector<std::string> argv = {
+    std::vector<std::string> argv = {
         options_.python,
         options_.harness,
         "run",
@@ -107,6 +107,7 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
         absl::StrCat(assignment.steps()),
         "--device",
         absl::StrCat("cuda:", assignment.gpu_index())};
+    if (run.mode() == "compiled") argv.push_back("--compile");
     RunSampler sampler(options_, assignment.gpu_index(), run, sink);
     nlohmann::json result_line;
     std::string harness_error;
@@ -131,6 +132,7 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
     v1::BatchResult result;
     result.set_batch(run.batch());
     result.set_repetition(run.repetition());
+    result.set_mode(run.mode());
     if (summary.has_value()) {
       result.set_samples(static_cast<uint64_t>(summary->samples));
       result.set_device_peak_gb(summary->PeakOverBaselineBytes() / 1e9);

@@ -19,6 +19,15 @@ SimExecutor::SimExecutor(SimGpuConfig config)
   for (double& f : factors_) f = factor(hidden);
   std::uniform_real_distribution<double> context(0.3, 0.6);
   context_gb_ = context(hidden);
+  // Drawn after the factors and the context, so those stay what they were
+  // for a seed before compiled mode existed.
+  compiled_activation_ =
+      std::uniform_real_distribution<double>(0.4, 0.75)(hidden);
+  compiled_time_ = std::uniform_real_distribution<double>(0.45, 0.8)(hidden);
+  step_overhead_s_ =
+      std::uniform_real_distribution<double>(0.005, 0.02)(hidden);
+  flops_per_second_ =
+      std::uniform_real_distribution<double>(30e12, 90e12)(hidden);
 }
 
 v1::GpuDevice SimExecutor::Device() const {
@@ -36,12 +45,33 @@ v1::GpuDevice SimExecutor::Device() const {
   return gpu;
 }
 
-double SimExecutor::TruePeakGb(const v1::Assignment& assignment,
-                               uint32_t batch) const {
+double SimExecutor::TruePeakGb(const v1::Assignment& assignment, uint32_t batch,
+                               const std::string& mode) const {
   absl::StatusOr<MemoryProfile> profile =
       BuildProfile(assignment.spec(), assignment.setup());
   if (!profile.ok()) return -1;
-  return PeakGb(profile->BytesAt(batch), factors_);
+  ComponentArray bytes = profile->BytesAt(batch);
+  if (mode == "compiled") {
+    for (int c : {kOutputs, kAttention, kInternal, kRecurrent}) {
+      bytes[c] *= compiled_activation_;
+    }
+  }
+  return PeakGb(bytes, factors_);
+}
+
+double SimExecutor::StepSeconds(const v1::Assignment& assignment,
+                                uint32_t batch, const std::string& mode) const {
+  absl::StatusOr<MemoryProfile> profile =
+      BuildProfile(assignment.spec(), assignment.setup());
+  if (!profile.ok()) return -1;
+  const double positions = static_cast<double>(
+      assignment.setup().positions() != 0 ? assignment.setup().positions()
+                                          : assignment.spec().positions());
+  const double tokens = std::max(1.0, positions) * batch;
+  const double seconds =
+      step_overhead_s_ +
+      6.0 * static_cast<double>(profile->params) * tokens / flops_per_second_;
+  return mode == "compiled" ? seconds * compiled_time_ : seconds;
 }
 
 ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
@@ -61,7 +91,7 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
       return outcome;
     }
-    const double truth = TruePeakGb(assignment, run.batch());
+    const double truth = TruePeakGb(assignment, run.batch(), run.mode());
     double measured;
     {
       absl::MutexLock lock(&mu_);
@@ -109,6 +139,7 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     v1::BatchResult result;
     result.set_batch(run.batch());
     result.set_repetition(run.repetition());
+    result.set_mode(run.mode());
     result.set_oom(oom);
     result.set_simulated(true);
     result.set_samples(samples);
@@ -116,8 +147,9 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       result.set_peak_allocated_gb(measured);
       result.set_peak_reserved_gb(measured * 1.05);
       result.set_device_peak_gb(measured * 1.05 + context_gb_);
-      result.set_step_seconds(config_.step_ms / 1000.0);
-      result.set_energy_j(300.0 * steps * config_.step_ms / 1000.0);
+      const double step_s = StepSeconds(assignment, run.batch(), run.mode());
+      result.set_step_seconds(step_s);
+      result.set_energy_j(300.0 * steps * step_s);
     }
     sink->BatchDone(run, std::move(result));
   }

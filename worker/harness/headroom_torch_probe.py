@@ -1538,10 +1538,24 @@ class _Measurement:
         self.seconds = []
 
 
-def _measure_batch(spec, setup, device, batch, warmup, steps, record):
+def _compile_unavailable():
+    """Why torch.compile cannot run here, or None when it can."""
+    major = int(torch.__version__.split(".")[0])
+    if major < 2 or not hasattr(torch, "compile"):
+        return f"torch.compile needs torch >= 2.0, found {torch.__version__}"
+    return None
+
+
+def _measure_batch(spec, setup, device, batch, warmup, steps, record,
+                   compile_model=False):
     """Builds a fresh model and optimizer and runs warmup + steps training
-    steps; raises on OOM or any other failure."""
+    steps (the forward through torch.compile when compile_model); raises on
+    OOM or any other failure."""
     cuda = device.type == "cuda"
+    if compile_model:
+        why = _compile_unavailable()
+        if why is not None:
+            raise SpecError(why)
     if cuda:
         # Reset before building, so an OOM while building has its own peak.
         torch.cuda.synchronize(device)
@@ -1552,6 +1566,7 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record):
     if not trainable:
         raise SpecError("the spec has no trainable parameters (every layer is frozen)")
     optimizer = _make_optimizer(setup.optimizer, trainable)
+    forward = torch.compile(program) if compile_model else program
     mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
     scaler = _grad_scaler() if mixed is torch.float16 and cuda else None
     for step in range(warmup + steps):
@@ -1566,7 +1581,7 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record):
             if mixed is not None and not _autocast_enabled(device.type):
                 raise SpecError(f"setup.precision = {setup.precision} is not supported "
                                 f"on cpu by torch {torch.__version__}")
-            loss = program(data)
+            loss = forward(data)
         if not loss.requires_grad:
             raise SpecError("no trainable layer reaches the loss")
         if scaler is not None:
@@ -1585,14 +1600,15 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record):
             record.steps += 1
 
 
-def run_batches(spec, setup, device, batches, warmup, steps):
+def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False):
     cuda = device.type == "cuda"
     for batch in batches:
         _emit({"event": "batch_start", "batch": batch})
         record = _Measurement()
         oom, error = False, ""
         try:
-            _measure_batch(spec, setup, device, batch, warmup, steps, record)
+            _measure_batch(spec, setup, device, batch, warmup, steps, record,
+                           compile_model)
         except Exception as e:  # one batch's failure is its result, not a crash
             oom = _is_oom(e)
             error = "" if oom else f"{type(e).__name__}: {e}"
@@ -1679,6 +1695,9 @@ def main(argv=None):
     run.add_argument("--steps", type=int, default=3)
     run.add_argument("--device")
     run.add_argument("--positions", type=int)
+    run.add_argument("--compile", action="store_true",
+                     help="run the forward through torch.compile (torch >= 2.0; "
+                          "older torch gives each batch an error result)")
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
@@ -1706,7 +1725,7 @@ def main(argv=None):
         _emit({"event": "error", "error": str(error)})
         return EXIT_BAD_INPUT
     _emit(_hello(device, params))
-    run_batches(spec, setup, device, batches, args.warmup, args.steps)
+    run_batches(spec, setup, device, batches, args.warmup, args.steps, args.compile)
     return 0
 
 

@@ -17,6 +17,10 @@ namespace headroom {
 inline constexpr absl::string_view kMaxBatchPolicy = "max_batch";
 inline constexpr absl::string_view kMaxThroughputPolicy = "max_throughput";
 
+// The record's "*_gb" fields are GiB (microbatch.proto); the planner's and
+// the fleet's are GB (10^9 bytes). GiB = GB * kRecordGibPerGb.
+inline constexpr double kRecordGibPerGb = 1e9 / 1073741824.0;
+
 // Modes, as the record spells them.
 inline constexpr absl::string_view kEagerMode = "eager";
 inline constexpr absl::string_view kCompiledMode = "compiled";
