@@ -30,6 +30,10 @@ ABSL_FLAG(int64_t, probe_lease_ms, 30000,
           "a running probe whose worker is silent this long is re-queued");
 ABSL_FLAG(int64_t, worker_heartbeat_ms, 5000,
           "heartbeat period asked of workers (keep well under the lease)");
+ABSL_FLAG(int64_t, store_poll_ms, 1000,
+          "replicas: how often to pick up a factor set promoted, or probe "
+          "changes made, through another planner on the same store "
+          "(10..60000)");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "memory gRPC may hold for connections, in MiB: a message larger "
           "than this is cut off while it arrives");
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   config.coverage = absl::GetFlag(FLAGS_coverage);
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
+  config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);
   // Planner start refuses a budget below 4 x the message limit.
   config.grpc_memory_bytes =
       std::min<int64_t>(absl::GetFlag(FLAGS_grpc_memory_mb), int64_t{1} << 20) *

@@ -172,6 +172,13 @@ class FleetService::ProbeWatch
     delete this;
   }
 
+  // What this watcher was sent; guarded by FleetService::mu_. Nothing is
+  // published to it until its snapshot is (synced).
+  bool synced = false;
+  v1::Probe::State state = v1::Probe::STATE_UNSPECIFIED;
+  std::string assignment_id;
+  int results = 0;
+
  private:
   FleetService* service_;
   std::string probe_id_;
@@ -348,11 +355,7 @@ void FleetService::OnSamples(WorkerStream* stream,
     if (last.has_power_w()) gpu.power_w->Set(last.power_w());
     if (last.has_total_energy_mj()) gpu.energy_mj->Set(last.total_energy_mj());
   }
-  if (!samples.probe_id().empty()) {
-    v1::ProbeEvent event;
-    *event.mutable_samples() = samples;
-    Publish(samples.probe_id(), event);
-  }
+  if (!samples.probe_id().empty()) PublishSamples(samples);
 }
 
 std::optional<v1::MeasuredRun> FleetService::RunFor(
@@ -445,11 +448,7 @@ void FleetService::OnResult(WorkerStream* stream,
                                     : batch.oom()            ? "oom"
                                     : !batch.error().empty() ? "error"
                                                              : "measured");
-      if (*stored) {
-        v1::ProbeEvent event;
-        *event.mutable_result() = batch;
-        Publish(probe->id(), event);
-      }
+      if (*stored) PublishStored(probe->id());
     }
     if (result.final() || result.handed_back()) {
       std::string error = result.error();
@@ -762,7 +761,8 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
     return watch;
   }
   {
-    // Registered before the snapshot is read, so no event falls between.
+    // Registered before the snapshot is read, and sent nothing until the
+    // snapshot is: no event falls between, none comes twice.
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       watch->End(
@@ -776,6 +776,11 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
     watch->End(ToGrpcStatus(probe.status()));
     return watch;
   }
+  absl::MutexLock lock(&mu_);
+  watch->synced = true;
+  watch->state = probe->state();
+  watch->assignment_id = probe->assignment_id();
+  watch->results = probe->results_size();
   v1::ProbeEvent snapshot;
   *snapshot.mutable_probe() = *probe;
   watch->Enqueue(std::move(snapshot));
@@ -835,23 +840,90 @@ grpc::ServerUnaryReactor* FleetService::ListProbes(
   return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
-void FleetService::Publish(const std::string& probe_id,
-                           const v1::ProbeEvent& event) {
+void FleetService::PublishSamples(const v1::SampleBatch& samples) {
+  v1::ProbeEvent event;
+  *event.mutable_samples() = samples;
   absl::MutexLock lock(&mu_);
-  auto [begin, end] = watches_.equal_range(probe_id);
+  auto [begin, end] = watches_.equal_range(samples.probe_id());
   for (auto it = begin; it != end; ++it) {
-    it->second->Enqueue(event, /*droppable=*/event.has_samples());
+    if (it->second->synced) it->second->Enqueue(event, /*droppable=*/true);
   }
 }
 
 void FleetService::PublishProbe(const v1::Probe& probe) {
-  v1::ProbeEvent event;
-  *event.mutable_probe() = probe;
   absl::MutexLock lock(&mu_);
   auto [begin, end] = watches_.equal_range(probe.id());
   for (auto it = begin; it != end; ++it) {
-    it->second->Enqueue(event);
-    if (Terminal(probe.state())) it->second->End(grpc::Status::OK);
+    ProbeWatch& watch = *it->second;
+    if (!watch.synced) continue;
+    for (int i = watch.results; i < probe.results_size(); ++i) {
+      v1::ProbeEvent event;
+      *event.mutable_result() = probe.results(i);
+      watch.Enqueue(std::move(event));
+    }
+    watch.results = std::max(watch.results, probe.results_size());
+    if (probe.state() != watch.state ||
+        probe.assignment_id() != watch.assignment_id) {
+      watch.state = probe.state();
+      watch.assignment_id = probe.assignment_id();
+      v1::ProbeEvent event;
+      *event.mutable_probe() = probe;
+      watch.Enqueue(std::move(event));
+    }
+    if (Terminal(probe.state())) watch.End(grpc::Status::OK);
+  }
+}
+
+void FleetService::PublishStored(const std::string& probe_id) {
+  absl::StatusOr<v1::Probe> probe = store_->GetProbe(probe_id);
+  if (probe.ok()) PublishProbe(*probe);
+}
+
+void FleetService::PollStore() {
+  std::vector<std::string> watched;
+  struct Running {
+    std::string worker, probe, assignment;
+  };
+  std::vector<Running> running;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, watch] : watches_) {
+      if (watched.empty() || watched.back() != id) watched.push_back(id);
+    }
+    for (const auto& [id, stream] : workers_) {
+      if (!stream->running_assignment.empty()) {
+        running.push_back(
+            {id, stream->running_probe, stream->running_assignment});
+      }
+    }
+  }
+  for (const std::string& id : watched) PublishStored(id);
+  for (const Running& run : running) {
+    absl::StatusOr<v1::Probe> probe = store_->GetProbe(run.probe);
+    if (!probe.ok()) continue;
+    if (probe->state() == v1::Probe::RUNNING &&
+        probe->assignment_id() == run.assignment) {
+      continue;
+    }
+    // Cancelled through another planner, or re-queued (its lease ran out)
+    // and perhaps running elsewhere: this worker stops.
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(run.worker);
+    if (it == workers_.end() ||
+        it->second->running_assignment != run.assignment) {
+      continue;  // finished or replaced meanwhile
+    }
+    v1::PlannerMessage cancel;
+    cancel.mutable_cancel()->set_assignment_id(run.assignment);
+    cancel.mutable_cancel()->set_reason(absl::StrCat(
+        "probe ", run.probe, " is ", v1::Probe::State_Name(probe->state()),
+        probe->state() == v1::Probe::RUNNING ? " under another assignment" : "",
+        " in the store"));
+    it->second->Enqueue(std::move(cancel));
+    it->second->running_assignment.clear();
+    it->second->running_probe.clear();
+    spdlog::warn("event=assignment_withdrawn probe={} assignment={} worker={}",
+                 run.probe, run.assignment, run.worker);
   }
 }
 
@@ -862,6 +934,7 @@ void FleetService::Wake() {
 
 void FleetService::DispatchLoop() {
   int64_t last_counts_ms = 0;
+  int64_t last_poll_ms = 0;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -875,6 +948,10 @@ void FleetService::DispatchLoop() {
     }
     DispatchOnce();
     const int64_t now = NowMs();
+    if (now - last_poll_ms >= options_.store_poll_ms) {
+      last_poll_ms = now;
+      PollStore();
+    }
     if (now - last_counts_ms >= 1000) {
       last_counts_ms = now;
       absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>> counts =

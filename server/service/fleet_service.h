@@ -32,6 +32,11 @@ class FleetService final : public v1::Fleet::CallbackService {
     // How often the dispatcher looks at the queue and the leases when
     // nothing wakes it.
     int64_t dispatch_ms = 250;
+    // Replicas: how often probes watched here, and probes run by workers
+    // connected here, are read back from the store, so that what another
+    // planner on the same store did (stored a result, cancelled, re-queued)
+    // reaches watchers and workers here.
+    int64_t store_poll_ms = 1000;
     std::string planner_version;
     // SubmitProbe requests larger than this get INVALID_ARGUMENT.
     size_t max_request_bytes = 4 << 20;
@@ -105,10 +110,21 @@ class FleetService final : public v1::Fleet::CallbackService {
   void DispatchLoop();
   void DispatchOnce();
   void Wake();
+  // Reads back from the store every probe watched here (watchers get what
+  // changed, whichever planner changed it) and every probe a worker here
+  // runs (a probe no longer RUNNING under that assignment is cancelled on
+  // the worker).
+  void PollStore();
 
-  // Watchers of `probe_id` get `event`; a probe in a final state ends them.
-  void Publish(const std::string& probe_id, const v1::ProbeEvent& event);
+  // Watchers of `probe_id` get the live `samples`.
+  void PublishSamples(const v1::SampleBatch& samples);
+  // Watchers of `probe` get what is new to each of them in this snapshot
+  // (results they have not seen, a change of state or assignment), so the
+  // same snapshot published twice, or by two paths, is sent once; a probe
+  // in a final state ends them.
   void PublishProbe(const v1::Probe& probe);
+  // PublishProbe of the probe as stored now.
+  void PublishStored(const std::string& probe_id);
 
   std::shared_ptr<const ModelCatalog> catalog_;
   Store* store_;

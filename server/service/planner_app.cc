@@ -19,7 +19,10 @@ namespace headroom {
 namespace {
 
 // The stored current factor set, or a new one fitted to the shipped runs
-// (stored and made current) when the store has none yet.
+// (stored and made current) when the store has none yet. Replicas starting
+// together on an empty store may each store one (the runs only once: AddRuns
+// skips identical runs); the last one stored is current, and the others
+// follow it within a store poll (SyncWithStore).
 absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
                                               const ModelCatalog& catalog,
                                               const std::string& runs_path) {
@@ -85,6 +88,11 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
                      " is out of range; allowed 10..probe_lease_ms/2 (",
                      config.probe_lease_ms / 2, ")"));
   }
+  if (config.store_poll_ms < 10 || config.store_poll_ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_poll_ms = ", config.store_poll_ms,
+                     " is out of range; allowed 10..60000"));
+  }
   if (config.grpc_memory_bytes < 4 * int64_t{config.max_message_bytes}) {
     return absl::InvalidArgumentError(
         absl::StrCat("grpc_memory_bytes = ", config.grpc_memory_bytes,
@@ -121,6 +129,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.heartbeat_ms = config.worker_heartbeat_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
+  fleet.store_poll_ms = config.store_poll_ms;
   app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
                                                app->metrics_.get(), fleet);
 
@@ -154,6 +163,16 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   }
   app->server_->GetHealthCheckService()->SetServingStatus(true);
   app->serving_ = true;
+  app->sync_ = std::thread([raw = app.get(), poll = config.store_poll_ms] {
+    while (!raw->stop_sync_.WaitForNotificationWithTimeout(
+        absl::Milliseconds(poll))) {
+      absl::StatusOr<bool> synced = raw->service_->SyncWithStore();
+      if (!synced.ok()) {
+        spdlog::warn("event=store_sync_failed error=\"{}\"",
+                     std::string(synced.status().message()));
+      }
+    }
+  });
 
   if (!config.http_listen.empty()) {
     PlannerApp* raw = app.get();
@@ -167,6 +186,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 }
 
 void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
+  if (!stop_sync_.HasBeenNotified()) stop_sync_.Notify();
+  if (sync_.joinable()) sync_.join();
   if (serving_.exchange(false) && server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     // Worker streams never end on their own: end them first.

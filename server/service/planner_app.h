@@ -9,8 +9,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/server.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/service/fleet_service.h"
@@ -39,6 +41,10 @@ struct PlannerConfig {
   int64_t probe_lease_ms = 30000;
   // Heartbeat period asked of workers.
   int64_t worker_heartbeat_ms = 5000;
+  // Replicas over one store: how often this planner looks for a factor set
+  // or energy curves made current by another replica, and for probe changes
+  // (results, cancels, re-queues) made through another replica. 10..60000.
+  int64_t store_poll_ms = 1000;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
   // Memory gRPC may hold for this server's connections (a resource quota).
@@ -80,6 +86,9 @@ class PlannerApp {
   std::unique_ptr<FleetService> fleet_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
+  // Follows the store's current factor set (SyncWithStore) until stopped.
+  std::thread sync_;
+  absl::Notification stop_sync_;
   int grpc_port_ = 0;
   std::string version_;
   std::atomic<bool> serving_{false};

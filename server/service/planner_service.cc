@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
@@ -106,6 +107,41 @@ void PlannerService::Install(v1::FactorSet set) {
   metrics_->FactorSetInstalled(set);
   SetPlanner(std::make_shared<const FitPlanner>(catalog_, std::move(set),
                                                 options_.coverage));
+}
+
+absl::StatusOr<bool> PlannerService::SyncWithStore() {
+  // A refit or promotion in progress here writes the store and installs
+  // its result under refit_mu_; reading around it could reinstall what it
+  // just replaced. The next sync catches up.
+  if (!refit_mu_.TryLock()) return false;
+  absl::Cleanup unlock = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    refit_mu_.Unlock();
+  };
+  bool changed = false;
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> set,
+                   store_->CurrentFactorSet());
+  const std::string installed = planner()->factor_set().version();
+  if (set.has_value() && set->version() != installed) {
+    spdlog::info("event=factor_set_synced version={} previous={}",
+                 set->version(), installed);
+    Install(*std::move(set));
+    changed = true;
+  }
+  ASSIGN_OR_RETURN(std::optional<v1::EnergyCurveSet> curves,
+                   store_->CurrentEnergyCurveSet());
+  std::shared_ptr<const v1::EnergyCurveSet> current;
+  {
+    absl::MutexLock energy_lock(&mu_);
+    current = energy_;
+  }
+  if (curves.has_value() &&
+      (current == nullptr || current->version() != curves->version())) {
+    spdlog::info("event=energy_curves_synced version={}", curves->version());
+    SetEnergyCurves(
+        std::make_shared<const v1::EnergyCurveSet>(*std::move(curves)));
+    changed = true;
+  }
+  return changed;
 }
 
 absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
@@ -360,6 +396,9 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
           headroom::RefitEnergy(
               *base, *request,
               absl::StrCat(request->runs_size(), " measured energy runs")));
+      // Under refit_mu_ like a factor-set change, so SyncWithStore never
+      // reinstalls the curves this replaces.
+      absl::MutexLock refit_lock(&refit_mu_);
       ASSIGN_OR_RETURN(v1::EnergyCurveSet stored,
                        store_->AddEnergyCurveSet(refit.curve_set(), true));
       spdlog::info("event=energy_refit version={} runs={}", stored.version(),

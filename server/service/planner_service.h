@@ -101,6 +101,12 @@ class PlannerService final : public v1::Planner::CallbackService {
   // Replaces the energy curves answers come from.
   void SetEnergyCurves(std::shared_ptr<const v1::EnergyCurveSet> curves);
 
+  // Installs the store's current factor set and energy curves when they
+  // differ from the ones answers come from: another replica promoted or
+  // refitted. Returns whether anything changed; false also when a refit or
+  // promotion here is in progress (the next call catches up).
+  absl::StatusOr<bool> SyncWithStore();
+
   // The refit itself, run on the background worker.
   absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request);
 

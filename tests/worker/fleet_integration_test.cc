@@ -5,7 +5,6 @@
 // mid-run on the same database; a refit afterwards sees the new runs.
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "tests/support/child_process.h"
 #include "tests/support/loopback.h"
 
 namespace headroom {
@@ -29,40 +29,7 @@ namespace {
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
-// A child process, SIGKILLed when the test forgets it.
-class Child {
- public:
-  explicit Child(std::vector<std::string> argv) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> args;
-      for (std::string& arg : argv) args.push_back(arg.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Child() { Kill(SIGKILL); }
-  // Sends `signal` and reaps the child (bounded: SIGKILL after 10 s).
-  void Kill(int signal) {
-    if (pid_ <= 0) return;
-    kill(pid_, signal);
-    int status = 0;
-    for (int i = 0; i < 200; ++i) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using ::headroom::testing::Child;
 
 class FleetIntegrationTest : public ::testing::Test {
  protected:
