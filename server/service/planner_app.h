@@ -28,7 +28,8 @@ struct PlannerConfig {
   std::string listen = "127.0.0.1:50051";
   // HTTP address for /metrics and /healthz; empty disables it.
   std::string http_listen = "127.0.0.1:9464";
-  // SQLite file (":memory:" for a throwaway store).
+  // The store: a SQLite file (":memory:" for a throwaway one) or a
+  // postgresql:// URL (libpq key=value strings too) shared by replicas.
   std::string db_path = "headroom.db";
   // Model catalog directory and the calibration runs fitted on first start.
   std::string models_dir = "models";
