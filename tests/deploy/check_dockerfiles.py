@@ -6,14 +6,19 @@
 For Dockerfile and Dockerfile.worker: the build stage runs the same
 dependency and build scripts, with the same arguments, as scripts/test.sh
 (what CI runs); the final stage runs as a named non-root USER and has a
-HEALTHCHECK; every COPY/ADD source from the build context exists. Exit 0 when
-all hold, 1 with one line per problem.
+HEALTHCHECK; every COPY/ADD source from the build context exists; every
+shared library a binary copied from the build stage links against directly
+(readelf NEEDED, resolved by ldd on the binary built here, owner by dpkg -S)
+comes from a package the final stage installs, or one those depend on, or
+the base image's libc6/libgcc-s1/libstdc++6. Exit 0 when all hold, 1 with one
+line per problem.
 """
 
 import glob
 import os
 import re
 import shlex
+import subprocess
 import sys
 
 DOCKERFILES = ("Dockerfile", "Dockerfile.worker")
@@ -71,6 +76,108 @@ def ci_calls(root, script):
     return [shlex.split(l) for l in lines if l.split(" ")[0] in (script, "./" + script)]
 
 
+# In every debian:12 image (apt needs them).
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+
+
+def installed_packages(final):
+    """Packages the stage's RUN lines apt-get install."""
+    packages = set()
+    for _, keyword, rest in final:
+        if keyword != "RUN":
+            continue
+        for command in commands(rest):
+            if "apt-get" in command and "install" in command:
+                after = command[command.index("install") + 1:]
+                packages.update(w for w in after if not w.startswith("-"))
+    return packages
+
+
+def dependency_closure(packages):
+    """`packages` and everything they depend on, from the dependencies of the
+    packages installed here (dpkg-query; a package not installed here counts
+    as itself only)."""
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Package}\t${Depends}, ${Pre-Depends}\n"],
+        capture_output=True, text=True).stdout
+    depends = {}
+    for line in out.splitlines():
+        package, _, deps = line.partition("\t")
+        # "a (>= 1) | b, c:any" -> a, c: the first alternative of each.
+        depends[package] = [d.split("|")[0].split("(")[0].split(":")[0].strip()
+                            for d in deps.split(",") if d.strip()]
+    closure, todo = set(), list(packages)
+    while todo:
+        package = todo.pop()
+        if package in closure:
+            continue
+        closure.add(package)
+        todo.extend(depends.get(package, []))
+    return closure
+
+
+def needed_packages(binary):
+    """{package: [library]} for the libraries `binary` links directly."""
+    dynamic = subprocess.run(["readelf", "-d", binary], capture_output=True,
+                             text=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    resolved = {}
+    for line in subprocess.run(["ldd", binary], capture_output=True,
+                               text=True).stdout.splitlines():
+        m = re.match(r"\s*(\S+) => (/\S+)", line)
+        if m:
+            resolved[m.group(1)] = m.group(2)
+        m = re.match(r"\s*(/\S+) \(0x", line)  # the dynamic loader
+        if m:
+            resolved[os.path.basename(m.group(1))] = m.group(1)
+    owners, paths = {}, {}
+    for library in needed:
+        if library in resolved:
+            paths[os.path.realpath(resolved[library])] = library
+            paths[resolved[library]] = library
+        else:
+            owners.setdefault("(not found by ldd)", []).append(library)
+    # One dpkg -S for all of them; a path no package owns (a CUDA toolkit
+    # file, say) is left out.
+    out = subprocess.run(["dpkg", "-S", *paths], capture_output=True,
+                         text=True).stdout
+    seen = set()
+    for line in out.splitlines():
+        packages, _, path = line.partition(": ")
+        library = paths.get(path.strip())
+        if library is None or library in seen:
+            continue
+        seen.add(library)
+        package = packages.split(",")[0].split(":")[0].strip()
+        owners.setdefault(package, []).append(library)
+    return owners
+
+
+def check_runtime_libraries(root, name, final, errors):
+    binaries = []
+    for _, keyword, rest in final:
+        words = shlex.split(rest)
+        if keyword != "COPY" or "--from=build" not in words:
+            continue
+        for source in [w for w in words if not w.startswith("--")][:-1]:
+            if source.startswith("/src/build/"):
+                local = os.path.join(root, source[len("/src/"):])
+                if os.path.isfile(local):
+                    binaries.append(local)
+    if not binaries:
+        print(f"{name}: runtime libraries not checked: nothing built under "
+              f"{os.path.join(root, 'build')}")
+        return
+    available = dependency_closure(installed_packages(final)) | BASE_PACKAGES
+    for binary in binaries:
+        for package, libraries in sorted(needed_packages(binary).items()):
+            if package not in available:
+                errors.append(
+                    f"{name}: {os.path.relpath(binary, root)} links "
+                    f"{', '.join(libraries)} from {package}, which the final "
+                    f"stage does not install")
+
+
 def check(root, name, errors):
     path = os.path.join(root, name)
     all_stages = stages(path)
@@ -103,6 +210,7 @@ def check(root, name, errors):
     healthchecks = [rest for _, k, rest in final if k == "HEALTHCHECK"]
     if not healthchecks or healthchecks[-1].upper().startswith("NONE"):
         errors.append(f"{name}: the final stage has no HEALTHCHECK")
+    check_runtime_libraries(root, name, final, errors)
 
     for stage_name, body in all_stages:
         for number, keyword, rest in body:
