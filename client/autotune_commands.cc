@@ -241,7 +241,12 @@ int MicrobatchCacheList(const Options& options, std::ostream& out,
   if (response.entries().empty()) out << "the autotune cache is empty\n";
   for (const auto& e : response.entries()) {
     const auto& key = e.record().cache_key();
-    out << e.id() << "  " << key.gpu().name() << "  torch " << key.torch()
+    // A simulated worker's record says so instead of a torch version.
+    const std::string framework = key.kind() == "sim" ? "simulated"
+                                  : key.torch().empty()
+                                      ? "torch ?"
+                                      : "torch " + key.torch();
+    out << e.id() << "  " << key.gpu().name() << "  " << framework
         << "  context " << key.settings().context() << "  global batch "
         << key.settings().global_batch() << "  selected "
         << e.record().selected().microbatch() << " ("
