@@ -12,6 +12,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/core/common/status_macros.h"
+#include "server/store/probe_transitions.h"
 
 namespace headroom {
 namespace {
@@ -825,11 +826,7 @@ absl::StatusOr<std::optional<v1::Probe>> PostgresStore::ClaimProbe(
     if (rows.empty()) return absl::OkStatus();
     ASSIGN_OR_RETURN(v1::Probe probe,
                      Parse<v1::Probe>(rows.Bytes(0, 0), "probe"));
-    probe.set_state(v1::Probe::RUNNING);
-    probe.set_attempts(probe.attempts() + 1);
-    probe.set_assignment_id(absl::StrCat(probe.id(), ".", probe.attempts()));
-    probe.set_worker(worker);
-    probe.set_updated_unix_ms(now_ms);
+    MarkClaimed(&probe, worker, now_ms);
     RETURN_IF_ERROR(UpdateProbeLocked(probe, now_ms + lease_ms));
     claimed = std::move(probe);
     return absl::OkStatus();
@@ -890,9 +887,7 @@ absl::StatusOr<std::vector<std::string>> PostgresStore::RequeueExpired(
     for (int i = 0; i < rows.size(); ++i) {
       ASSIGN_OR_RETURN(v1::Probe probe,
                        Parse<v1::Probe>(rows.Bytes(i, 0), "probe"));
-      probe.set_state(v1::Probe::QUEUED);
-      probe.set_assignment_id("");
-      probe.set_updated_unix_ms(now_ms);
+      MarkRequeued(&probe, now_ms);
       RETURN_IF_ERROR(UpdateProbeLocked(probe, 0));
       requeued.push_back(probe.id());
     }
@@ -945,15 +940,10 @@ absl::StatusOr<v1::Probe> PostgresStore::FinishAssignment(
   v1::Probe probe;
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(probe, GetProbeLocked(probe_id, /*for_update=*/true));
-    if (probe.state() != v1::Probe::RUNNING ||
-        probe.assignment_id() != assignment_id) {
-      return absl::OkStatus();
+    if (!MarkFinished(&probe, assignment_id, state, error, details_json,
+                      requeue)) {
+      return absl::OkStatus();  // that assignment is no longer the probe's
     }
-    probe.set_state(requeue ? v1::Probe::QUEUED : state);
-    if (requeue) probe.set_assignment_id("");
-    if (!error.empty()) probe.set_error(error);
-    if (!details_json.empty()) probe.set_details_json(details_json);
-    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;
@@ -964,12 +954,7 @@ absl::StatusOr<v1::Probe> PostgresStore::CancelProbe(const std::string& id) {
   v1::Probe probe;
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(probe, GetProbeLocked(id, /*for_update=*/true));
-    if (probe.state() != v1::Probe::QUEUED &&
-        probe.state() != v1::Probe::RUNNING) {
-      return absl::OkStatus();
-    }
-    probe.set_state(v1::Probe::CANCELLED);
-    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
+    if (!MarkCancelled(&probe)) return absl::OkStatus();  // already final
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;

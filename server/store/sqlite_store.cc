@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/store/probe_transitions.h"
 
 namespace headroom {
 namespace {
@@ -645,11 +646,7 @@ absl::StatusOr<std::optional<v1::Probe>> SqliteStore::ClaimProbe(
     }
     if (id.empty()) return absl::OkStatus();
     ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(id));
-    probe.set_state(v1::Probe::RUNNING);
-    probe.set_attempts(probe.attempts() + 1);
-    probe.set_assignment_id(absl::StrCat(probe.id(), ".", probe.attempts()));
-    probe.set_worker(worker);
-    probe.set_updated_unix_ms(now_ms);
+    MarkClaimed(&probe, worker, now_ms);
     RETURN_IF_ERROR(UpdateProbeLocked(probe, now_ms + lease_ms));
     claimed = std::move(probe);
     return absl::OkStatus();
@@ -706,9 +703,7 @@ absl::StatusOr<std::vector<std::string>> SqliteStore::RequeueExpired(
     }
     for (const std::string& id : requeued) {
       ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(id));
-      probe.set_state(v1::Probe::QUEUED);
-      probe.set_assignment_id("");
-      probe.set_updated_unix_ms(now_ms);
+      MarkRequeued(&probe, now_ms);
       RETURN_IF_ERROR(UpdateProbeLocked(probe, 0));
     }
     return absl::OkStatus();
@@ -758,15 +753,10 @@ absl::StatusOr<v1::Probe> SqliteStore::FinishAssignment(
   v1::Probe probe;
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(probe, GetProbeLocked(probe_id));
-    if (probe.state() != v1::Probe::RUNNING ||
-        probe.assignment_id() != assignment_id) {
-      return absl::OkStatus();
+    if (!MarkFinished(&probe, assignment_id, state, error, details_json,
+                      requeue)) {
+      return absl::OkStatus();  // that assignment is no longer the probe's
     }
-    probe.set_state(requeue ? v1::Probe::QUEUED : state);
-    if (requeue) probe.set_assignment_id("");
-    if (!error.empty()) probe.set_error(error);
-    if (!details_json.empty()) probe.set_details_json(details_json);
-    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;
@@ -777,12 +767,7 @@ absl::StatusOr<v1::Probe> SqliteStore::CancelProbe(const std::string& id) {
   v1::Probe probe;
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(probe, GetProbeLocked(id));
-    if (probe.state() != v1::Probe::QUEUED &&
-        probe.state() != v1::Probe::RUNNING) {
-      return absl::OkStatus();
-    }
-    probe.set_state(v1::Probe::CANCELLED);
-    probe.set_updated_unix_ms(static_cast<int64_t>(std::time(nullptr)) * 1000);
+    if (!MarkCancelled(&probe)) return absl::OkStatus();  // already final
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;

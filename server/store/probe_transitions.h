@@ -1,0 +1,35 @@
+#ifndef HEADROOM_SERVER_STORE_PROBE_TRANSITIONS_H_
+#define HEADROOM_SERVER_STORE_PROBE_TRANSITIONS_H_
+
+// The probe queue's state machine, the same for every store: each function
+// changes a probe read inside the store's transaction, which then writes it
+// back. Only persistence differs between SQLite and PostgreSQL.
+
+#include <cstdint>
+#include <string>
+
+#include "headroom/v1/fleet.pb.h"
+
+namespace headroom {
+
+// QUEUED -> RUNNING for `worker`: one more attempt, a new assignment id
+// ("<probe id>.<attempt>").
+void MarkClaimed(v1::Probe* probe, const std::string& worker, int64_t now_ms);
+
+// RUNNING -> QUEUED (its lease ran out): no assignment.
+void MarkRequeued(v1::Probe* probe, int64_t now_ms);
+
+// Ends the running assignment `assignment_id`: `state` (with `error` and
+// `details_json` when given), or back to QUEUED when `requeue`. Returns
+// false and changes nothing when that assignment is no longer the probe's.
+bool MarkFinished(v1::Probe* probe, const std::string& assignment_id,
+                  v1::Probe::State state, const std::string& error,
+                  const std::string& details_json, bool requeue);
+
+// QUEUED or RUNNING -> CANCELLED; returns false and changes nothing for a
+// probe already in a final state.
+bool MarkCancelled(v1::Probe* probe);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_STORE_PROBE_TRANSITIONS_H_
