@@ -37,6 +37,7 @@
 #include "server/core/microbatch/plan.h"
 #include "server/core/microbatch/search.h"
 #include "spdlog/spdlog.h"
+#include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/sim_executor.h"
@@ -59,19 +60,8 @@ class Fleet {
       : stub_(v1::Fleet::NewStub(channel)) {}
 
   std::optional<v1::Probe> Get(const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(5));
-    v1::WatchProbeRequest request;
-    request.set_id(id);
-    auto reader = stub_->WatchProbe(&context, request);
-    v1::ProbeEvent event;
-    std::optional<v1::Probe> probe;
-    while (reader->Read(&event)) {
-      if (event.has_probe()) probe = event.probe();
-    }
-    if (!reader->Finish().ok()) return std::nullopt;
-    return probe;
+    return headroom::testing::ProbeSnapshot(stub_.get(), id,
+                                            std::chrono::seconds(5));
   }
 
   // The probe once it ended; nullopt past the deadline.

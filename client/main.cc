@@ -176,27 +176,20 @@ int main(int argc, char** argv) {
   probe.watch = absl::GetFlag(FLAGS_watch);
   probe.watch_timeout_s = absl::GetFlag(FLAGS_watch_timeout_s);
   probe.state = absl::GetFlag(FLAGS_state);
+  // microbatch plan and microbatch autotune (which has no --cache_key).
+  headroom::cli::MicrobatchPlanOptions plan;
+  plan.context = absl::GetFlag(FLAGS_context);
+  plan.global_batch = absl::GetFlag(FLAGS_global_batch);
+  plan.candidates = absl::GetFlag(FLAGS_candidates);
+  plan.compile = absl::GetFlag(FLAGS_compile);
+  plan.attention_backend = absl::GetFlag(FLAGS_attention_backend);
+  plan.vram_fraction = absl::GetFlag(FLAGS_vram_fraction);
+  plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
   if (args.size() == 2 && args[0] == "microbatch" && args[1] == "plan") {
-    headroom::cli::MicrobatchPlanOptions plan;
-    plan.context = absl::GetFlag(FLAGS_context);
-    plan.global_batch = absl::GetFlag(FLAGS_global_batch);
-    plan.candidates = absl::GetFlag(FLAGS_candidates);
-    plan.compile = absl::GetFlag(FLAGS_compile);
-    plan.attention_backend = absl::GetFlag(FLAGS_attention_backend);
-    plan.vram_fraction = absl::GetFlag(FLAGS_vram_fraction);
-    plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
     plan.cache_key = absl::GetFlag(FLAGS_cache_key);
     return headroom::cli::MicrobatchPlan(options, plan, std::cout, std::cerr);
   }
   if (args.size() == 2 && args[0] == "microbatch" && args[1] == "autotune") {
-    headroom::cli::MicrobatchPlanOptions plan;
-    plan.context = absl::GetFlag(FLAGS_context);
-    plan.global_batch = absl::GetFlag(FLAGS_global_batch);
-    plan.candidates = absl::GetFlag(FLAGS_candidates);
-    plan.compile = absl::GetFlag(FLAGS_compile);
-    plan.attention_backend = absl::GetFlag(FLAGS_attention_backend);
-    plan.vram_fraction = absl::GetFlag(FLAGS_vram_fraction);
-    plan.reserve_gb = absl::GetFlag(FLAGS_reserve_gb);
     return headroom::cli::MicrobatchAutotune(options, plan, probe,
                                              absl::GetFlag(FLAGS_policy),
                                              std::cout, std::cerr);

@@ -22,6 +22,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "tests/support/child_process.h"
+#include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
 
 namespace headroom {
@@ -30,6 +31,7 @@ namespace {
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
 using ::headroom::testing::Child;
+using ::headroom::testing::WaitFor;
 
 class FleetIntegrationTest : public ::testing::Test {
  protected:
@@ -70,16 +72,6 @@ class FleetIntegrationTest : public ::testing::Test {
         "--backoff_max_ms=400", "--log_level=warn"});
   }
 
-  // Polls (bounded) until `done` holds; false on timeout.
-  template <typename Done>
-  bool WaitFor(Done done, int seconds) {
-    for (int i = 0; i < seconds * 20; ++i) {
-      if (done()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
   // Polls (bounded) until the planner answers the fleet service.
   bool PlannerAnswers() {
     return WaitFor(
@@ -92,32 +84,11 @@ class FleetIntegrationTest : public ::testing::Test {
   }
 
   std::map<std::string, bool> Connected() {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(2));
-    v1::ListWorkersResponse response;
-    std::map<std::string, bool> out;
-    if (!fleet_->ListWorkers(&context, {}, &response).ok()) return out;
-    for (const auto& w : response.workers()) {
-      out[w.hello().worker_id()] = w.connected();
-    }
-    return out;
+    return ::headroom::testing::WorkersConnected(fleet_.get());
   }
 
   std::optional<v1::Probe> Get(const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(2));
-    v1::WatchProbeRequest request;
-    request.set_id(id);
-    auto reader = fleet_->WatchProbe(&context, request);
-    v1::ProbeEvent event;
-    std::optional<v1::Probe> probe;
-    while (reader->Read(&event)) {
-      if (event.has_probe()) probe = event.probe();
-    }
-    if (!reader->Finish().ok()) return std::nullopt;
-    return probe;
+    return ::headroom::testing::ProbeSnapshot(fleet_.get(), id);
   }
 
   std::string Submit(const std::string& model, const std::string& gpu,

@@ -27,6 +27,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "tests/support/child_process.h"
+#include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/postgres.h"
 
@@ -34,6 +35,7 @@ namespace headroom {
 namespace {
 
 using ::headroom::testing::Child;
+using ::headroom::testing::WaitFor;
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 constexpr int kPollMs = 200;
@@ -41,19 +43,6 @@ constexpr uint32_t kLongProbeBatches = 48;
 
 std::chrono::system_clock::time_point In(int seconds) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
-}
-
-// Polls (bounded) until `done` holds; false on timeout.
-template <typename Done>
-bool WaitFor(Done done, int seconds) {
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  for (int i = 0; i < seconds * 50; ++i) {
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 struct Replica {
@@ -76,18 +65,7 @@ struct Replica {
     return response.current_version();
   }
   std::optional<v1::Probe> Get(const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(In(2));
-    v1::WatchProbeRequest request;
-    request.set_id(id);
-    auto reader = fleet->WatchProbe(&context, request);
-    v1::ProbeEvent event;
-    std::optional<v1::Probe> probe;
-    while (reader->Read(&event)) {
-      if (event.has_probe()) probe = event.probe();
-    }
-    if (!reader->Finish().ok()) return std::nullopt;
-    return probe;
+    return ::headroom::testing::ProbeSnapshot(fleet.get(), id);
   }
 };
 
@@ -147,16 +125,8 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
   }
 
   bool ConnectedSomewhere(const std::string& via, const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(In(2));
-    v1::ListWorkersResponse response;
-    if (!replicas_[via].fleet->ListWorkers(&context, {}, &response).ok()) {
-      return false;
-    }
-    for (const auto& w : response.workers()) {
-      if (w.hello().worker_id() == id) return w.connected();
-    }
-    return false;
+    return ::headroom::testing::WorkersConnected(
+        replicas_[via].fleet.get())[id];
   }
 
   std::string location_;
