@@ -165,14 +165,14 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
       << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
       << r.k() << " at coverage " << r.coverage() << "\n\n";
   out << "batch   peak GB  upper GB   optimizer outputs attention internal "
-         "recurrent transient\n";
+         "recurrent transient  peak at\n";
   for (const auto& e : r.estimates()) {
     const auto& c = e.components();
     out << std::setw(5) << e.batch() << std::setw(10) << e.peak_gb()
         << std::setw(10) << e.upper_gb() << std::setw(12) << c.optimizer()
         << std::setw(8) << c.outputs() << std::setw(10) << c.attention()
         << std::setw(9) << c.internal() << std::setw(10) << c.recurrent()
-        << std::setw(10) << c.transient() << "\n";
+        << std::setw(10) << c.transient() << "  " << e.moment() << "\n";
   }
   out << "\n";
   for (const auto& t : r.targets()) {
@@ -264,6 +264,9 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   }
   out << "k (held out): " << set.k90() << " at 0.9, " << set.k95()
       << " at 0.95\n";
+  for (const std::string& line : set.page().left_out_of_fit()) {
+    out << "left out of the fit (on the page): " << line << "\n";
+  }
   for (const v1::Regime& regime : set.regimes()) {
     out << "regime " << regime.gpu() << " (" << regime.runs()
         << " runs): " << regime.reason() << "; k " << regime.k95()
@@ -281,7 +284,8 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
       SamplesFor(*runs, offline->catalog);
   if (!samples.ok()) return Fail(err, samples.status().ToString());
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
-         "optimizer outputs attention internal recurrent transient\n";
+         "optimizer outputs attention internal recurrent transient "
+         "update_optimizer in_fit\n";
   size_t next = 0;
   out << std::setprecision(4);
   for (size_t i = 0; i < runs->size(); ++i) {
@@ -295,7 +299,8 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
     for (int c = 0; c < kNumComponents; ++c) {
       out << " " << sample.component_gb[c];
     }
-    out << "\n";
+    out << " " << sample.update_gb[kOptimizer] << " "
+        << (sample.fit ? "yes" : "no") << "\n";
   }
   return 0;
 }
@@ -522,6 +527,7 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   report.set_trainable_params(static_cast<double>(CountTrainableParams(*spec)));
   report.set_batch(static_cast<uint32_t>(batch));
   SetComponentsGb(profile->BytesAt(batch), report.mutable_components());
+  SetComponentsGb(profile->update_bytes, report.mutable_update_components());
   for (const LayerShare& share : *shares) {
     v1::LayerReport* layer = report.add_layers();
     layer->set_name(share.name);
@@ -562,10 +568,13 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
         << std::setw(11) << c.transient() << "\n";
   }
   const v1::ComponentsGb& t = report.components();
-  out << "model: optimizer " << t.optimizer() << ", outputs " << t.outputs()
-      << ", attention " << t.attention() << ", internal " << t.internal()
-      << ", recurrent " << t.recurrent() << ", transient " << t.transient()
-      << "\n";
+  out << "backward start: optimizer " << t.optimizer() << ", outputs "
+      << t.outputs() << ", attention " << t.attention() << ", internal "
+      << t.internal() << ", recurrent " << t.recurrent() << ", transient "
+      << t.transient() << "\n";
+  out << "optimizer update: optimizer "
+      << report.update_components().optimizer()
+      << " (weights, state, gradients, the update's temporaries)\n";
   for (const std::string& a : report.assumptions()) out << "- " << a << "\n";
   return 0;
 }

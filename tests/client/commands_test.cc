@@ -62,9 +62,9 @@ TEST(CalibPageCommandTest, MissingRunsFileIsAClearError) {
   EXPECT_THAT(err.str(), HasSubstr("/nonexistent/runs.jsonl"));
 }
 
-// One BERT-base-sized encoder layer at 512 tokens and batch 32: the
-// attention scores and probabilities are 8 heads x 512 x 512 x 2 x 4 bytes
-// per sample.
+// One BERT-base-sized encoder layer at 512 tokens and batch 32: the saved
+// attention probabilities are 8 heads x 512 x 512 x 4 bytes per sample, and
+// their backward's two gradients the transient.
 TEST(ModelInspectCommandTest, ReportsLayerShares) {
   Options options;
   options.model = "transformer-block";
@@ -79,9 +79,15 @@ TEST(ModelInspectCommandTest, ReportsLayerShares) {
   EXPECT_EQ(report.batch(), 32u);
   ASSERT_EQ(report.layers_size(), 1);
   EXPECT_NEAR(report.layers(0).components().attention(),
-              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+              32.0 * 8 * 512 * 512 * 4 / 1e9, 1e-12);
   EXPECT_NEAR(report.components().attention(),
               report.layers(0).components().attention(), 1e-12);
+  EXPECT_NEAR(report.components().transient(),
+              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+  // The update: 7,087,872 x 20 bytes (weights, AdamW moments, gradients,
+  // the update's intermediate).
+  EXPECT_NEAR(report.update_components().optimizer(), 7087872 * 20 / 1e9,
+              1e-12);
   EXPECT_FALSE(report.assumptions().empty());
 
   options.model = "nope";
@@ -111,7 +117,7 @@ TEST(ModelInspectCommandTest, ReadsAnOnnxFile) {
   ASSERT_EQ(report.layers_size(), 1);
   EXPECT_EQ(report.layers(0).name(), "/attn.c_attn+c_proj");
   EXPECT_NEAR(report.layers(0).components().attention(),
-              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+              32.0 * 8 * 512 * 512 * 4 / 1e9, 1e-12);
   EXPECT_THAT(report.assumptions(),
               ::testing::Contains(HasSubstr("batch axis: symbolic dimension "
                                             "'batch' (x axis 0)")));

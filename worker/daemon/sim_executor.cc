@@ -56,7 +56,8 @@ double SimExecutor::TruePeakGb(const v1::Assignment& assignment, uint32_t batch,
       bytes[c] *= compiled_activation_;
     }
   }
-  return PeakGb(bytes, factors_);
+  return std::max(PeakGb(bytes, factors_),
+                  PeakGb(profile->update_bytes, factors_));
 }
 
 double SimExecutor::StepSeconds(const v1::Assignment& assignment,

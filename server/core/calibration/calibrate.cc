@@ -1,6 +1,10 @@
 #include "server/core/calibration/calibrate.h"
 
+#include <cmath>
+#include <map>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/core/calibration/regimes.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/memory_profile.h"
@@ -14,9 +18,22 @@ v1::TrainingSetup CalibrationSetup() {
   return setup;
 }
 
+namespace {
+
+// How far a spec's parameter count may be from the measured model's before
+// the spec is taken to describe a different model.
+constexpr double kParamTolerance = 5e-4;
+
+std::string Gb(double gb) { return absl::StrFormat("%.2f GB", gb); }
+
+}  // namespace
+
 absl::StatusOr<std::vector<FitSample>> SamplesFor(
-    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog) {
+    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
+    std::vector<std::string>* left_out) {
   std::vector<FitSample> samples;
+  // Template -> why its runs must not move the factors (first reason found).
+  std::map<std::string, std::string> unfit;
   const v1::TrainingSetup setup = CalibrationSetup();
   for (const v1::MeasuredRun& run : runs) {
     if (!IsUsable(run)) continue;
@@ -27,10 +44,46 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
     const ComponentArray bytes = profile.BytesAt(run.batch());
     for (int c = 0; c < kNumComponents; ++c) {
       sample.component_gb[c] = bytes[c] / 1e9;
+      sample.update_gb[c] = profile.update_bytes[c] / 1e9;
     }
     if (run.has_measured_peak_gb()) sample.measured_gb = run.measured_peak_gb();
     if (run.has_oom_on_gb()) sample.oom_gb = run.oom_on_gb();
     samples.push_back(sample);
+    if (unfit.count(run.template_()) != 0) continue;
+    // A spec that is not the measured model (a different parameter count),
+    // or whose own weights and largest tensor exceed what was measured,
+    // cannot be fitted to that model's runs.
+    const double measured_params = static_cast<double>(run.params());
+    const double spec_params = static_cast<double>(profile.params);
+    if (measured_params > 0 && std::abs(spec_params - measured_params) >
+                                   kParamTolerance * measured_params) {
+      unfit[run.template_()] = absl::StrFormat(
+          "the spec has %.0f parameters, the measured model %.0f (%+.2f%%)",
+          spec_params, measured_params,
+          100.0 * (spec_params - measured_params) / measured_params);
+      continue;
+    }
+    if (run.has_measured_peak_gb()) {
+      const double floor_gb =
+          (spec_params * 4.0 + static_cast<double>(run.batch()) *
+                                   profile.largest_tensor_per_sample) /
+          1e9;
+      if (floor_gb > run.measured_peak_gb()) {
+        unfit[run.template_()] = absl::StrCat(
+            "at batch ", run.batch(), " on ", run.gpu(),
+            " the spec's fp32 weights and largest tensor alone are ",
+            Gb(floor_gb), ", more than the measured ",
+            Gb(run.measured_peak_gb()));
+      }
+    }
+  }
+  for (FitSample& sample : samples) {
+    sample.fit = unfit.count(sample.template_name) == 0;
+  }
+  if (left_out != nullptr) {
+    for (const auto& [name, why] : unfit) {
+      left_out->push_back(absl::StrCat(name, ": ", why));
+    }
   }
   return samples;
 }
@@ -53,7 +106,7 @@ Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
       out.push_back(std::nullopt);
       continue;
     }
-    out.push_back(PeakGb(profile->BytesAt(run.batch()), f));
+    out.push_back(PeakGb(profile->PeakBytesAt(run.batch(), f), f));
   }
   return out;
 }
@@ -61,7 +114,9 @@ Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
 absl::StatusOr<CalibrationResult> Calibrate(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     const FitOptions& options, const std::string& trained_on) {
-  ASSIGN_OR_RETURN(std::vector<FitSample> samples, SamplesFor(runs, catalog));
+  std::vector<std::string> left_out;
+  ASSIGN_OR_RETURN(std::vector<FitSample> samples,
+                   SamplesFor(runs, catalog, &left_out));
   if (samples.empty()) {
     return absl::InvalidArgumentError(
         "no usable run to fit: every run is excluded or the file is empty");
@@ -77,11 +132,7 @@ absl::StatusOr<CalibrationResult> Calibrate(
       result.ours_heldout.push_back(std::nullopt);
       continue;
     }
-    double in_sample = 0;
-    for (int c = 0; c < kNumComponents; ++c) {
-      in_sample += samples[next].component_gb[c] * fit.factors[c];
-    }
-    result.ours.push_back(in_sample);
+    result.ours.push_back(PredictGb(samples[next], fit.factors));
     result.ours_heldout.push_back(heldout[next]);
     ++next;
   }
@@ -93,6 +144,9 @@ absl::StatusOr<CalibrationResult> Calibrate(
   set.set_headroom(options.headroom);
   set.set_oom_penalty(options.oom_penalty);
   set.set_trained_on(trained_on);
+  for (std::string& line : left_out) {
+    set.mutable_page()->add_left_out_of_fit(std::move(line));
+  }
   auto& summary = *set.mutable_page()->mutable_summary();
   summary["ours"] = SummarizeColumn(runs, result.ours, rules);
   summary["ours_heldout"] = SummarizeColumn(runs, result.ours_heldout, rules);

@@ -19,10 +19,17 @@ namespace headroom {
 // and activations, AdamW, no checkpointing, unfused attention.
 v1::TrainingSetup CalibrationSetup();
 
-// Turns usable runs into fit samples (component GB at each run's batch).
-// NOT_FOUND names a run whose template the catalog lacks.
+// Turns usable runs into fit samples (component GB at each run's batch, at
+// both moments). A template's samples do not move the factors (`fit` false)
+// when its spec is not the measured model: the spec's parameter count is
+// more than 0.05% from the run's `params`, or at some measured run the
+// spec's fp32 weights plus batch x its largest single tensor exceed the
+// measured peak. Each such template is appended to `left_out` (when given)
+// as "template: why". NOT_FOUND names a run whose template the catalog
+// lacks.
 absl::StatusOr<std::vector<FitSample>> SamplesFor(
-    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog);
+    const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
+    std::vector<std::string>* left_out = nullptr);
 
 // Predicts every run with `factors` (nullopt for unusable runs and runs
 // whose template the catalog lacks).

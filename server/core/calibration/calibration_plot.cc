@@ -212,8 +212,18 @@ std::string CalibrationHtml(const v1::FactorSet& set, const std::string& svg) {
         b.no_fit_does_not(), b.fit_fits(), b.fit_borderline(),
         b.fit_does_not());
   }
-  html += "</table><h2>Predicted (held out) vs measured</h2>" + svg +
-          "</body></html>\n";
+  html += "</table>";
+  if (!set.page().left_out_of_fit().empty()) {
+    html +=
+        "<h2>On the page, left out of the fit</h2><p>The spec is not the "
+        "measured model:</p><ul>";
+    for (const std::string& line : set.page().left_out_of_fit()) {
+      html += "<li>" + Escape(line) + "</li>";
+    }
+    html += "</ul>";
+  }
+  html +=
+      "<h2>Predicted (held out) vs measured</h2>" + svg + "</body></html>\n";
   return html;
 }
 

@@ -16,31 +16,43 @@ double Dot(const ComponentArray& a, const ComponentArray& b) {
   return s;
 }
 
-// Least-squares rows of the loss: weight * (a.f - 1)^2.
+// Least-squares rows of the loss: weight * (a.f - 1)^2, where a is the
+// sample's larger moment at the current factors.
 struct Row {
   ComponentArray a{};
   double weight = 1;
-  bool hinge = false;  // OOM row: counts only while a.f < 1
+  bool hinge = false;   // OOM row: counts only while a.f < 1
+  bool update = false;  // which moment a is
 };
 
-std::vector<Row> RowsOf(const std::vector<FitSample>& samples,
-                        const FitOptions& options) {
+bool Fits(const FitSample& s, const FitOptions& options) {
+  if (!s.fit) return false;
+  if (s.measured_gb.has_value()) {
+    return *s.measured_gb > 0 && *s.measured_gb >= options.min_fit_gb;
+  }
+  return s.oom_gb.has_value() && *s.oom_gb > 0;
+}
+
+// The rows of the fitted samples with each one's peak moment chosen at `f`.
+std::vector<Row> RowsAt(const std::vector<FitSample>& samples,
+                        const ComponentArray& f, const FitOptions& options) {
   std::vector<Row> rows;
   rows.reserve(samples.size());
   for (const FitSample& s : samples) {
+    if (!Fits(s, options)) continue;
     Row row;
+    row.update = PeakMoment(s.component_gb, s.update_gb, f) == Moment::kUpdate;
+    const ComponentArray& x = row.update ? s.update_gb : s.component_gb;
     if (s.measured_gb.has_value() && *s.measured_gb > 0) {
       for (int c = 0; c < kNumComponents; ++c) {
-        row.a[c] = s.component_gb[c] / *s.measured_gb;
+        row.a[c] = x[c] / *s.measured_gb;
       }
-    } else if (s.oom_gb.has_value() && *s.oom_gb > 0) {
+    } else {
       for (int c = 0; c < kNumComponents; ++c) {
-        row.a[c] = options.headroom * s.component_gb[c] / *s.oom_gb;
+        row.a[c] = options.headroom * x[c] / *s.oom_gb;
       }
       row.weight = options.oom_penalty;
       row.hinge = true;
-    } else {
-      continue;
     }
     rows.push_back(row);
   }
@@ -80,22 +92,28 @@ void SolveNonNegative(const Matrix& g, const ComponentArray& h,
 
 }  // namespace
 
+double PredictGb(const FitSample& sample, const ComponentArray& factors) {
+  return std::max(Dot(sample.component_gb, factors),
+                  Dot(sample.update_gb, factors));
+}
+
 double FitLoss(const std::vector<FitSample>& samples,
                const ComponentArray& factors, const FitOptions& options) {
-  return RowsLoss(RowsOf(samples, options), factors);
+  return RowsLoss(RowsAt(samples, factors, options), factors);
 }
 
 FitResult FitFactors(const std::vector<FitSample>& samples,
                      const FitOptions& options) {
-  const std::vector<Row> rows = RowsOf(samples, options);
   FitResult best;
   best.factors.fill(0);
-  best.loss = RowsLoss(rows, best.factors);
+  best.loss = FitLoss(samples, best.factors, options);
   ComponentArray f{};
   f.fill(1.0);
-  // The OOM hinge makes the loss piecewise quadratic: solve the quadratic of
-  // the rows active at the current point, re-derive the active set, repeat.
-  // Convex, so this settles; it is bounded and keeps the best point seen.
+  // The loss is piecewise quadratic twice over: an OOM row counts only while
+  // its prediction is under the card, and each run's peak is whichever
+  // moment is larger. Fix both choices at the current point, solve that
+  // quadratic, re-derive the choices, repeat. Bounded; keeps the best point.
+  std::vector<Row> rows = RowsAt(samples, f, options);
   std::vector<bool> active(rows.size(), true);
   for (int iteration = 1; iteration <= 100; ++iteration) {
     Matrix g{};
@@ -111,18 +129,20 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
       }
     }
     SolveNonNegative(g, h, f);
-    const double loss = RowsLoss(rows, f);
+    const std::vector<Row> next = RowsAt(samples, f, options);
+    const double loss = RowsLoss(next, f);
     if (loss < best.loss || iteration == 1) {
       best.factors = f;
       best.loss = loss;
       best.iterations = iteration;
     }
     bool changed = false;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const bool now = !rows[i].hinge || Dot(rows[i].a, f) < 1.0;
-      if (now != active[i]) changed = true;
+    for (size_t i = 0; i < next.size(); ++i) {
+      const bool now = !next[i].hinge || Dot(next[i].a, f) < 1.0;
+      if (now != active[i] || next[i].update != rows[i].update) changed = true;
       active[i] = now;
     }
+    rows = next;
     if (!changed) break;
   }
   return best;
@@ -143,8 +163,7 @@ std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
   std::vector<double> predictions;
   predictions.reserve(samples.size());
   for (const FitSample& s : samples) {
-    predictions.push_back(
-        Dot(s.component_gb, factors_without[s.template_name]));
+    predictions.push_back(PredictGb(s, factors_without[s.template_name]));
   }
   return predictions;
 }

@@ -11,11 +11,16 @@
 
 namespace headroom {
 
-// One run as the fit sees it: its component sizes in GB (before factors)
-// and what was measured.
+// One run as the fit sees it: its component sizes in GB (before factors) at
+// the step's two moments, and what was measured.
 struct FitSample {
   std::string template_name;
+  // At backward start and at the optimizer update (MemoryProfile).
   ComponentArray component_gb{};
+  ComponentArray update_gb{};
+  // False when the run must not move the factors (calibrate.h says when);
+  // it is still predicted.
+  bool fit = true;
   // Allocator peak in GB; nullopt for an OOM run.
   std::optional<double> measured_gb;
   // Card size the run went OOM on; nullopt when it completed.
@@ -25,7 +30,14 @@ struct FitSample {
 struct FitOptions {
   double headroom = 1.15;
   double oom_penalty = 4.0;
+  // Completed runs below this peak do not move the factors: the calibration
+  // page measures error from the same size up, and below it the framework's
+  // own buffers outweigh the model.
+  double min_fit_gb = 1.0;
 };
+
+// Predicted peak in GB of `sample` under `factors`: the larger moment.
+double PredictGb(const FitSample& sample, const ComponentArray& factors);
 
 struct FitResult {
   ComponentArray factors{};
@@ -34,9 +46,11 @@ struct FitResult {
   int iterations = 0;
 };
 
-// Minimizes sum over measured runs of ((f.x - m)/m)^2 plus, for each OOM run
-// on O GB with f.x * headroom < O, oom_penalty * ((O - headroom f.x)/O)^2,
-// over f >= 0. Deterministic; a component no sample exercises gets 0.
+// Minimizes, over the samples with `fit` set, the sum over measured runs of
+// ((p - m)/m)^2 plus, for each OOM run on O GB with p * headroom < O,
+// oom_penalty * ((O - headroom p)/O)^2, over f >= 0, where p = PredictGb
+// (the larger of the two moments' f.x). Deterministic; a component no sample
+// exercises gets 0.
 FitResult FitFactors(const std::vector<FitSample>& samples,
                      const FitOptions& options);
 
@@ -45,7 +59,8 @@ double FitLoss(const std::vector<FitSample>& samples,
                const ComponentArray& factors, const FitOptions& options);
 
 // Held out by template: for each template, fits on every other template's
-// samples and predicts this one's. Returns one prediction (GB) per sample.
+// samples (those with `fit` set) and predicts this one's. Returns one
+// prediction (GB) per sample.
 std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
                                        const FitOptions& options);
 

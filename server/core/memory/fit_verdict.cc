@@ -30,7 +30,7 @@ std::optional<double> KAtCoverage(double k90, double k95, double coverage) {
 
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
               uint64_t batch) {
-  return PeakGb(profile.BytesAt(batch), factors);
+  return PeakGb(profile.PeakBytesAt(batch, factors), factors);
 }
 
 uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,

@@ -18,6 +18,7 @@ struct Activations {
   ComponentArray bytes{};
   double transient = 0;
   double boundary = 0;
+  double largest = 0;  // the largest single tensor of one copy
 };
 
 struct Context {
@@ -62,6 +63,7 @@ Activations BlockActivations(const Layers& layers, double positions,
     for (int c = 0; c < kNumComponents; ++c) total.bytes[c] += a.bytes[c];
     total.transient = std::max(total.transient, a.transient);
     total.boundary = std::max(total.boundary, a.boundary);
+    total.largest = std::max(total.largest, a.largest);
   }
   return total;
 }
@@ -78,6 +80,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kOutputs] += p * d * b;
       if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
       out.boundary = p * d * b;
+      out.largest = out.boundary;
       break;
     }
     case Layer::kLinear: {
@@ -86,8 +89,10 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       if (l.logits()) {
         // fp32 logits and their gradient live together at the loss.
         out.transient = o * 4.0 * 2.0;
+        out.largest = o * 4.0;
       } else {
         bytes[kOutputs] += o * b;
+        out.largest = o * b;
       }
       out.boundary = o * b;
       break;
@@ -101,6 +106,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
         bytes[kInternal] += p * 2.0 * 4.0;
       }
       out.boundary = p * d * b;
+      out.largest = out.boundary;
       break;
     }
     case Layer::kAttention: {
@@ -124,10 +130,15 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       if (ctx.fused_attention || a.fused()) {
         bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
       } else {
-        // Scores and softmax probabilities, batch x heads x q x k.
-        bytes[kAttention] += heads * p * keys * 2.0 * b;
+        // Softmax saves its probabilities, batch x heads x q x k; their
+        // backward holds the gradient of the probabilities and of the scores.
+        bytes[kAttention] += heads * p * keys * b;
+        out.transient = heads * p * keys * 2.0 * b;
+        out.largest = heads * p * keys * b;
       }
       out.boundary = p * static_cast<double>(a.hidden()) * b;
+      out.largest = std::max(
+          {out.largest, out.boundary, p * heads * hd * b, kv_p * kvh * hd * b});
       break;
     }
     case Layer::kMlp: {
@@ -136,6 +147,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
           p * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
       bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
       out.boundary = p * static_cast<double>(m.hidden()) * b;
+      out.largest = p * static_cast<double>(std::max(m.ffn(), m.hidden())) * b;
       break;
     }
     case Layer::kMoe: {
@@ -146,6 +158,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
       bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
       out.boundary = p * static_cast<double>(m.hidden()) * b;
+      out.largest = out.boundary;
       break;
     }
     case Layer::kConv: {
@@ -158,6 +171,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       // Backward holds the input gradient and the output gradient at once.
       out.transient = (o + i) * b;
       out.boundary = o * b;
+      out.largest = std::max(o, i) * b;
       break;
     }
     case Layer::kRecurrent: {
@@ -173,6 +187,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kRecurrent] += layers * dirs * p * (gates + states) * h * b;
       bytes[kOutputs] += layers * p * dirs * h * b;
       out.boundary = p * dirs * h * b;
+      out.largest = out.boundary;
       break;
     }
     case Layer::kElementwise: {
@@ -191,6 +206,7 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
           break;
       }
       out.boundary = v * b;
+      out.largest = out.boundary;
       break;
     }
     case Layer::kParameters:
@@ -263,6 +279,26 @@ ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
   return out;
 }
 
+const char* MomentName(Moment moment) {
+  return moment == Moment::kUpdate ? "optimizer update" : "backward start";
+}
+
+Moment PeakMoment(const ComponentArray& backward, const ComponentArray& update,
+                  const ComponentArray& factors) {
+  return PeakGb(update, factors) > PeakGb(backward, factors)
+             ? Moment::kUpdate
+             : Moment::kBackward;
+}
+
+ComponentArray MemoryProfile::PeakBytesAt(uint64_t batch,
+                                          const ComponentArray& factors,
+                                          Moment* moment) const {
+  const ComponentArray backward = BytesAt(batch);
+  const Moment at = PeakMoment(backward, update_bytes, factors);
+  if (moment != nullptr) *moment = at;
+  return at == Moment::kUpdate ? update_bytes : backward;
+}
+
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup) {
   RETURN_IF_ERROR(ValidateSetup(setup));
@@ -276,31 +312,42 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   profile.per_sample_bytes = act.bytes;
   profile.per_sample_bytes[kTransient] = act.transient;
 
-  // Everything proportional to parameters: fp32 weights and gradients, the
-  // optimizer's state, and under autocast the cached half-precision copy.
-  double bytes_per_param = 4.0 + 4.0;
+  // Everything proportional to parameters. The step's memory peaks at one of
+  // two moments (zero_grad sets gradients to None, PyTorch's default):
+  //  - backward start: fp32 weights and the optimizer's state, every saved
+  //    activation, and the backward's first buffers (the transient); under
+  //    autocast also the half-precision weight copies the forward saved.
+  //  - optimizer update: weights, state, every gradient, and the update's
+  //    temporaries (PyTorch's multi-tensor AdamW builds one fp32 intermediate
+  //    per trainable parameter; SGD with momentum one for the update); the
+  //    activations are gone by then.
+  double state_per_param = 0;
+  double update_temporaries_per_param = 0;
   switch (setup.optimizer()) {
     case v1::TrainingSetup::SGD:
       break;
     case v1::TrainingSetup::SGD_MOMENTUM:
-      bytes_per_param += 4.0;
+      state_per_param = 4.0;
+      update_temporaries_per_param = 4.0;
       break;
     default:  // AdamW: two fp32 moments
-      bytes_per_param += 8.0;
+      state_per_param = 8.0;
+      update_temporaries_per_param = 4.0;
       break;
   }
   // Frozen parameters keep their weights (and the half-precision cast).
+  const double all = static_cast<double>(profile.params);
   const double trainable = static_cast<double>(CountTrainableParams(spec));
-  const double frozen = static_cast<double>(profile.params) - trainable;
-  if (mixed) bytes_per_param += 2.0;
-  profile.fixed_bytes[kOptimizer] =
-      trainable * bytes_per_param + frozen * (mixed ? 6.0 : 4.0);
-  // The optimizer step's temporaries: PyTorch's multi-tensor (foreach) AdamW
-  // builds one fp32 intermediate per trainable parameter (the denominator);
-  // SGD with momentum one for the update. A buffer of the step, not kept.
-  if (setup.optimizer() != v1::TrainingSetup::SGD) {
-    profile.fixed_bytes[kTransient] = trainable * 4.0;
-  }
+  const double resident = all * 4.0 + trainable * state_per_param;
+  profile.fixed_bytes[kOptimizer] = resident + (mixed ? all * 2.0 : 0.0);
+  profile.update_bytes[kOptimizer] =
+      resident + trainable * (4.0 + update_temporaries_per_param);
+  // Backward start's transient is at least the gradients the backward fills
+  // while saved activations are still held: bounded by one fp32 gradient per
+  // trainable parameter (BytesAt takes the larger of this and the largest
+  // per-sample buffer).
+  profile.fixed_bytes[kTransient] = trainable * 4.0;
+  profile.largest_tensor_per_sample = act.largest;
   return profile;
 }
 

@@ -31,17 +31,41 @@ using ComponentArray = std::array<double, kNumComponents>;
 // Lowercase component names in Component order ("optimizer", ...).
 const std::array<const char*, kNumComponents>& ComponentNames();
 
-// Bytes of each component at batch B: fixed[c] + B * per_sample[c], except
-// the transient, which is one buffer, the larger of the step's fixed-size
-// candidate (the optimizer's temporaries) and the largest per-sample one
-// times B. Every component is non-decreasing in B.
+// The two moments of a training step where memory can peak.
+enum class Moment {
+  kBackward,  // backward start: state, every saved activation, the
+              // backward's first buffers
+  kUpdate,    // optimizer update: state, every gradient, the update's
+              // temporaries; no activations
+};
+const char* MomentName(Moment moment);
+
+// The moment whose sum of factor * bytes is larger (backward on a tie).
+Moment PeakMoment(const ComponentArray& backward, const ComponentArray& update,
+                  const ComponentArray& factors);
+
+// The step at batch B peaks at the larger of two moments, each a sum of
+// factor * bytes over the six components: backward start, whose bytes are
+// fixed[c] + B * per_sample[c] except the transient, one buffer, the larger
+// of its fixed floor (the gradients the backward fills while activations are
+// held) and the largest per-sample buffer times B; and the optimizer update,
+// whose bytes do not depend on B. Every component is non-decreasing in B,
+// and so is the peak.
 struct MemoryProfile {
   uint64_t params = 0;
   ComponentArray fixed_bytes{};
   ComponentArray per_sample_bytes{};
+  ComponentArray update_bytes{};
+  // The largest single activation tensor per sample: with the fp32 weights
+  // a lower bound of any measured peak of this model.
+  double largest_tensor_per_sample = 0;
 
-  // Component bytes at `batch`.
+  // Component bytes at backward start at `batch`.
   ComponentArray BytesAt(uint64_t batch) const;
+  // The bytes of whichever moment peaks under `factors` at `batch`; the
+  // moment is written to `moment` when given.
+  ComponentArray PeakBytesAt(uint64_t batch, const ComponentArray& factors,
+                             Moment* moment = nullptr) const;
 };
 
 // Builds the profile of `spec` trained with `setup`. The spec must be valid

@@ -189,7 +189,8 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   std::vector<double> peaks;
   peaks.reserve(request.batches_size());
   for (uint64_t batch : request.batches()) {
-    const ComponentArray bytes = profile.BytesAt(batch);
+    Moment moment = Moment::kBackward;
+    const ComponentArray bytes = profile.PeakBytesAt(batch, factors, &moment);
     const double peak = PeakGb(bytes, factors);
     peaks.push_back(peak);
     v1::BatchEstimate* estimate = response.add_estimates();
@@ -201,6 +202,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       factored[c] = bytes[c] * factors[c];
     }
     SetComponentsGb(factored, estimate->mutable_components());
+    estimate->set_moment(MomentName(moment));
   }
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();

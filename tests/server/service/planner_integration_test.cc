@@ -420,6 +420,8 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(page, HasSubstr("Calibration of factor set fs-1"));
   EXPECT_THAT(page, HasSubstr("<svg"));
   EXPECT_THAT(page, HasSubstr("reference_heldout"));
+  EXPECT_THAT(page, HasSubstr("left out of the fit"));
+  EXPECT_THAT(page, HasSubstr("<li>t5-small: at batch"));
 }
 
 // Refit, promotion and rollback against a planner of its own.

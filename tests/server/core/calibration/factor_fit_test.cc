@@ -31,6 +31,62 @@ TEST(FactorFitTest, RecoversKnownFactorsFromExactData) {
   EXPECT_NEAR(fit.loss, 0.0, 1e-10);
 }
 
+// Runs that peak at either moment: the fit finds each run's moment and
+// recovers the factors that made the measurements.
+TEST(FactorFitTest, RecoversKnownFactorsWhenRunsPeakAtEitherMoment) {
+  const ComponentArray truth = {1.05, 0.9, 1.4, 1.2, 2.0, 1.1};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> size(0.0, 3.0);
+  std::vector<FitSample> samples;
+  int at_update = 0;
+  for (int i = 0; i < 80; ++i) {
+    FitSample s;
+    s.template_name = "t" + std::to_string(i % 16);
+    for (int c = 0; c < kNumComponents; ++c) s.component_gb[c] = size(rng);
+    s.update_gb[kOptimizer] = 4.0 * size(rng);
+    s.measured_gb = PredictGb(s, truth);
+    at_update +=
+        PeakMoment(s.component_gb, s.update_gb, truth) == Moment::kUpdate;
+    samples.push_back(s);
+  }
+  ASSERT_GT(at_update, 5);
+  ASSERT_LT(at_update, 75);
+  const FitResult fit = FitFactors(samples, FitOptions{});
+  for (int c = 0; c < kNumComponents; ++c) {
+    EXPECT_NEAR(fit.factors[c], truth[c], 1e-6) << c;
+  }
+  EXPECT_NEAR(fit.loss, 0.0, 1e-10);
+}
+
+// Samples marked not to fit, and completed runs under min_fit_gb, are
+// predicted but do not move the factors.
+TEST(FactorFitTest, SamplesOutOfTheFitDoNotMoveIt) {
+  FitSample a;
+  a.template_name = "a";
+  a.component_gb[kOutputs] = 2;
+  a.measured_gb = 2;  // factor 1
+  FitSample wrong = a;
+  wrong.template_name = "wrong";
+  wrong.measured_gb = 6;  // factor 3, but its spec is not the model
+  wrong.fit = false;
+  FitSample small = a;
+  small.template_name = "small";
+  small.component_gb[kOutputs] = 0.2;
+  small.measured_gb = 0.6;  // factor 3, under 1 GB
+  const FitResult fit = FitFactors({a, wrong, small}, FitOptions{});
+  EXPECT_NEAR(fit.factors[kOutputs], 1.0, 1e-9);
+  // Without the size threshold "small" counts: (f - 1)^2 + (f/3 - 1)^2 is
+  // least at f = 1.2; "wrong" still does not.
+  FitOptions all;
+  all.min_fit_gb = 0;
+  EXPECT_NEAR(FitFactors({a, wrong, small}, all).factors[kOutputs], 1.2, 1e-9);
+  // Held out, each is still predicted.
+  const std::vector<double> heldout =
+      HeldOutPredictions({a, wrong, small}, FitOptions{});
+  EXPECT_NEAR(heldout[1], 2.0, 1e-9);
+  EXPECT_NEAR(heldout[2], 0.2, 1e-9);
+}
+
 // A component that would need a negative factor is held at zero.
 TEST(FactorFitTest, FactorsStayNonNegative) {
   std::vector<FitSample> samples;

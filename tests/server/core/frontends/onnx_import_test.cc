@@ -76,7 +76,8 @@ TEST(OnnxImportTest, MlpParametersAndComponents) {
   EXPECT_EQ(c.batch_axis, "batch axis: symbolic dimension 'batch' (x axis 0)");
 
   const MemoryProfile p = Profile(c.spec);
-  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 203530.0 * 16);
+  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 203530.0 * 12);
+  EXPECT_DOUBLE_EQ(p.update_bytes[kOptimizer], 203530.0 * 20);
   EXPECT_DOUBLE_EQ(p.fixed_bytes[kTransient], 203530.0 * 4);
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kOutputs], 256.0 * 4);   // fc1
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kInternal], 256.0 * 4);  // relu
@@ -133,7 +134,8 @@ TEST(OnnxImportTest, ConvNetParametersAndComponents) {
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kInternal], map);  // relu
   // The conv's backward holds input and output gradients: 16x32x32 + 3x32x32.
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kTransient], (16 + 3) * 1024 * 4.0);
-  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 41450.0 * 16);
+  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 41450.0 * 12);
+  EXPECT_DOUBLE_EQ(p.update_bytes[kOptimizer], 41450.0 * 20);
 }
 
 // x [batch, seq, 64] -> LayerNorm -> 4-head self-attention (separate Q, K,
@@ -170,8 +172,10 @@ TEST(OnnxImportTest, AttentionBlockParametersAndComponents) {
   // Norm output; Q, K, V, context, output (5 x 128 x 64).
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kOutputs],
                    p_tokens * 64 * 4 + 5 * p_tokens * 64 * 4);
-  // Scores and probabilities: 4 heads x 128 x 128, twice.
-  EXPECT_DOUBLE_EQ(p.per_sample_bytes[kAttention],
+  // Softmax probabilities: 4 heads x 128 x 128; their backward holds the
+  // gradients of probabilities and scores.
+  EXPECT_DOUBLE_EQ(p.per_sample_bytes[kAttention], 4 * p_tokens * p_tokens * 4);
+  EXPECT_DOUBLE_EQ(p.per_sample_bytes[kTransient],
                    4 * p_tokens * p_tokens * 2 * 4);
   // Mean and rstd per row; the residual add saves nothing.
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kInternal], p_tokens * 8);

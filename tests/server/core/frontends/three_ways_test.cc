@@ -89,6 +89,16 @@ double Peak(const v1::ModelSpec& spec, uint64_t batch, bool fused) {
   setup.set_fused_attention(fused);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(spec, setup);
   EXPECT_TRUE(profile.ok()) << profile.status();
+  return profile.ok() ? PeakGb(profile->PeakBytesAt(batch, kFactors), kFactors)
+                      : 0;
+}
+
+// The backward-start moment alone (where activations count).
+double BackwardPeak(const v1::ModelSpec& spec, uint64_t batch, bool fused) {
+  v1::TrainingSetup setup;
+  setup.set_fused_attention(fused);
+  absl::StatusOr<MemoryProfile> profile = BuildProfile(spec, setup);
+  EXPECT_TRUE(profile.ok()) << profile.status();
   return profile.ok() ? PeakGb(profile->BytesAt(batch), kFactors) : 0;
 }
 
@@ -198,8 +208,8 @@ TEST(ThreeWaysTest, HfConfigAndOnnxGraphOfThePublishedArchitectureAgree) {
 // vit-b16 template lists its two residual adds as layers, which the ONNX
 // front-end (like the Hugging Face front-end and the gpt2, bert-base and
 // transformer-block templates) folds into attention and MLP: its peak is
-// the template's less exactly those two 196x768 outputs, 1.9 % (eager) and
-// 2.5 % (fused) at batch 8, more at larger batches.
+// the template's less exactly those two 196x768 outputs at backward start,
+// 2.4 % (eager) and 2.9 % (fused) at batch 8, more at larger batches.
 TEST(ThreeWaysTest, CatalogTemplateAndOnnxGraphOfItsExportAgree) {
   for (const Model& m : Models()) {
     EXPECT_EQ(CountParams(m.onnx_catalog), CountParams(m.catalog)) << m.name;
@@ -208,9 +218,14 @@ TEST(ThreeWaysTest, CatalogTemplateAndOnnxGraphOfItsExportAgree) {
         const double onnx = Peak(m.onnx_catalog, batch, fused);
         const double catalog = Peak(m.catalog, batch, fused);
         if (m.name == "vit-b16") {
+          const double onnx_backward =
+              BackwardPeak(m.onnx_catalog, batch, fused);
+          const double catalog_backward = BackwardPeak(m.catalog, batch, fused);
           const double adds_gb = 2 * 196 * 768 * 4.0 * kFactors[kOutputs] *
                                  static_cast<double>(batch) / 1e9;
-          EXPECT_NEAR(catalog - onnx, adds_gb, 1e-9) << "batch " << batch;
+          EXPECT_NEAR(catalog_backward - onnx_backward, adds_gb, 1e-9)
+              << "batch " << batch;
+          EXPECT_LE(onnx, catalog) << "batch " << batch;
         } else {
           EXPECT_LT(Gap(onnx, catalog), 0.02)
               << m.name << (fused ? " fused" : " eager") << ", batch " << batch;
@@ -220,10 +235,10 @@ TEST(ThreeWaysTest, CatalogTemplateAndOnnxGraphOfItsExportAgree) {
   }
   const Model& vit = Models()[2];
   EXPECT_NEAR(
-      Gap(Peak(vit.onnx_catalog, 8, false), Peak(vit.catalog, 8, false)), 0.019,
+      Gap(Peak(vit.onnx_catalog, 8, false), Peak(vit.catalog, 8, false)), 0.024,
       0.001);
   EXPECT_NEAR(Gap(Peak(vit.onnx_catalog, 8, true), Peak(vit.catalog, 8, true)),
-              0.025, 0.001);
+              0.029, 0.001);
 }
 
 // The template against the published config cut to the template's depth:
@@ -235,13 +250,14 @@ TEST(ThreeWaysTest, CatalogTemplateAgainstHfConfigAtItsDepth) {
   const Model& vit = Models()[2];
   // GPT-2: the measured export has an untied 768x50257 LM head with a bias
   // and no position table; the published model ties the head to wte and has
-  // wpe: 84,334,417 against 46,473,216 parameters (81 % more).
+  // wpe: 84,334,417 against 46,473,216 parameters (81 % more), 6.5 % of
+  // the peak at batch 8.
   EXPECT_EQ(CountParams(gpt2.catalog), 84334417u);
   EXPECT_EQ(CountParams(gpt2.hf_1_layer), 46473216u);
   EXPECT_EQ(CountParams(gpt2.catalog) - CountParams(gpt2.hf_1_layer),
             768u * 50257 + 50257 - 1024 * 768);
   EXPECT_NEAR(Gap(Peak(gpt2.hf_1_layer, 8, true), Peak(gpt2.catalog, 8, true)),
-              0.083, 0.002);
+              0.065, 0.002);
   // BERT: no position or token-type tables in the export (1.27 %).
   EXPECT_EQ(CountParams(bert.hf_1_layer) - CountParams(bert.catalog),
             512u * 768 + 2 * 768);
@@ -252,12 +268,13 @@ TEST(ThreeWaysTest, CatalogTemplateAgainstHfConfigAtItsDepth) {
       0.02);
   // ViT: the export has no class token or position table and a 1000-way
   // head on mean-pooled patches; the published ViTModel has both and a
-  // 768x768 pooler (0.31 % fewer parameters), and 197 tokens against 196.
+  // 768x768 pooler (0.31 % fewer parameters), and 197 tokens against 196:
+  // 2.3 % of the peak at batch 8.
   EXPECT_EQ(CountParams(vit.catalog), 8449000u);
   EXPECT_EQ(CountParams(vit.hf_1_layer), 8422656u);
   EXPECT_LT(
       Gap(Peak(Eager(vit.hf_1_layer), 8, false), Peak(vit.catalog, 8, false)),
-      0.02);
+      0.025);
 }
 
 }  // namespace
