@@ -1,5 +1,6 @@
 #include "server/core/memory/fit_verdict.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace headroom {
@@ -28,19 +29,77 @@ std::optional<double> KAtCoverage(double k90, double k95, double coverage) {
   return std::nullopt;
 }
 
+namespace {
+
+// The peak as a closed form in the batch b under fixed factors, in GB:
+// max(update, fixed + b * slope + max(transient_floor, b * transient_slope)).
+struct PeakLine {
+  double update = 0;
+  double fixed = 0;
+  double slope = 0;
+  double transient_floor = 0;
+  double transient_slope = 0;
+
+  PeakLine(const MemoryProfile& profile, const ComponentArray& factors) {
+    for (int c = 0; c < kNumComponents; ++c) {
+      update += factors[c] * profile.update_bytes[c];
+      if (c == kTransient) continue;
+      fixed += factors[c] * profile.fixed_bytes[c];
+      slope += factors[c] * profile.per_sample_bytes[c];
+    }
+    transient_floor = factors[kTransient] * profile.fixed_bytes[kTransient];
+    transient_slope =
+        factors[kTransient] * profile.per_sample_bytes[kTransient];
+    update /= 1e9;
+    fixed /= 1e9;
+    slope /= 1e9;
+    transient_floor /= 1e9;
+    transient_slope /= 1e9;
+  }
+
+  double At(uint64_t batch) const {
+    const double b = static_cast<double>(batch);
+    return std::max(update, fixed + b * slope +
+                                std::max(transient_floor, b * transient_slope));
+  }
+
+  // Largest b (in reals, at most `cap`) with At(b) <= limit: backward start
+  // is under the limit while both of its pieces are.
+  double Solve(double limit, double cap) const {
+    if (update > limit) return 0;
+    double b = cap;
+    if (slope > 0) b = std::min(b, (limit - fixed - transient_floor) / slope);
+    if (slope + transient_slope > 0) {
+      b = std::min(b, (limit - fixed) / (slope + transient_slope));
+    }
+    if (fixed + transient_floor > limit) b = 0;
+    return std::max(0.0, b);
+  }
+};
+
+}  // namespace
+
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
               uint64_t batch) {
-  return PeakGb(profile.PeakBytesAt(batch, factors), factors);
+  return PeakLine(profile, factors).At(batch);
 }
 
 uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,
                   double card_gb, const VerdictRule& rule, bool fits_only) {
   const double multiplier = fits_only ? rule.k * rule.headroom : 1.0;
+  const PeakLine line(profile, factors);
   auto ok = [&](uint64_t batch) {
-    return PeakAt(profile, factors, batch) * multiplier <= card_gb;
+    return line.At(batch) * multiplier <= card_gb;
   };
-  // The peak is non-decreasing in the batch, so the largest passing batch is
-  // found by bisection: about 20 evaluations for 1..2^20.
+  // Solved in closed form (the peak is piecewise linear and non-decreasing
+  // in the batch), then checked against the verdict rule itself: rounding
+  // can put the real solution a step off.
+  uint64_t b = static_cast<uint64_t>(std::floor(
+      line.Solve(card_gb / multiplier, static_cast<double>(kMaxBatch))));
+  for (int step = 0; step < 3 && b > 0 && !ok(b); ++step) --b;
+  for (int step = 0; step < 3 && b < kMaxBatch && ok(b + 1); ++step) ++b;
+  if ((b == 0 || ok(b)) && (b == kMaxBatch || !ok(b + 1))) return b;
+  // Not settled by the steps above: bisection over 1..kMaxBatch.
   if (!ok(1)) return 0;
   if (ok(kMaxBatch)) return kMaxBatch;
   uint64_t good = 1, bad = kMaxBatch;

@@ -34,12 +34,14 @@ v1::Verdict ToApiVerdict(FitVerdict verdict);
 // any other coverage, which has no calibrated k.
 std::optional<double> KAtCoverage(double k90, double k95, double coverage);
 
-// Peak in GB at `batch` for a profile and factors.
+// Peak in GB at `batch` for a profile and factors: the larger moment
+// (MemoryProfile::PeakBytesAt), in closed form.
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
               uint64_t batch);
 
 // Largest batch in 1..kMaxBatch whose verdict is FITS (when `fits_only`) or
-// not DOES_NOT_FIT; 0 when batch 1 already fails.
+// not DOES_NOT_FIT; 0 when batch 1 already fails. Solved, not scanned: the
+// peak is piecewise linear in the batch.
 uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,
                   double card_gb, const VerdictRule& rule, bool fits_only);
 

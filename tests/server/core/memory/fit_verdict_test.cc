@@ -46,6 +46,43 @@ TEST(FitVerdictTest, SolvedMaxBatchEqualsScan) {
   }
 }
 
+// With both moments and a transient that is a floor up to some batch and
+// per-sample beyond it, the solved max batch still equals a scan, and
+// PeakAt is the larger moment's sum of factor * bytes.
+TEST(FitVerdictTest, SolvedMaxBatchEqualsScanWithBothMoments) {
+  const ComponentArray factors = {1.05, 0.9, 1.3, 0.7, 2.0, 1.1};
+  const VerdictRule rule{1.15, 1.43};
+  for (double update_gb : {0.5, 9.0, 30.0}) {
+    for (double floor_gb : {0.0, 3.0}) {
+      MemoryProfile profile = Profile(6.0, 0.0123);
+      profile.per_sample_bytes[kInternal] = 0.004e9;
+      profile.fixed_bytes[kTransient] = floor_gb * 1e9;
+      profile.per_sample_bytes[kTransient] = 0.0377e9;
+      profile.update_bytes[kOptimizer] = update_gb * 1e9;
+      for (uint64_t b : {1, 50, 400}) {
+        EXPECT_DOUBLE_EQ(PeakAt(profile, factors, b),
+                         PeakGb(profile.PeakBytesAt(b, factors), factors));
+      }
+      for (double card : {16.0, 24.0, 80.0}) {
+        for (bool fits_only : {true, false}) {
+          uint64_t scanned = 0;
+          for (uint64_t b = 1; b <= 5000; ++b) {
+            const FitVerdict v =
+                Verdict(PeakAt(profile, factors, b), card, rule);
+            if (fits_only ? v == FitVerdict::kFits
+                          : v != FitVerdict::kDoesNotFit) {
+              scanned = b;
+            }
+          }
+          EXPECT_EQ(MaxBatch(profile, factors, card, rule, fits_only), scanned)
+              << update_gb << " " << floor_gb << " " << card << " "
+              << fits_only;
+        }
+      }
+    }
+  }
+}
+
 TEST(FitVerdictTest, NothingFitsGivesZero) {
   const ComponentArray factors = {1, 1, 1, 1, 1, 1};
   EXPECT_EQ(MaxBatch(Profile(30, 1), factors, 24, {1.15, 1.0}, false), 0u);
