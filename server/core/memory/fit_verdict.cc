@@ -32,48 +32,31 @@ std::optional<double> KAtCoverage(double k90, double k95, double coverage) {
 namespace {
 
 // The peak as a closed form in the batch b under fixed factors, in GB:
-// max(update, fixed + b * slope + max(transient_floor, b * transient_slope)).
+// max(update, fixed + b * slope).
 struct PeakLine {
   double update = 0;
   double fixed = 0;
   double slope = 0;
-  double transient_floor = 0;
-  double transient_slope = 0;
 
   PeakLine(const MemoryProfile& profile, const ComponentArray& factors) {
     for (int c = 0; c < kNumComponents; ++c) {
       update += factors[c] * profile.update_bytes[c];
-      if (c == kTransient) continue;
       fixed += factors[c] * profile.fixed_bytes[c];
       slope += factors[c] * profile.per_sample_bytes[c];
     }
-    transient_floor = factors[kTransient] * profile.fixed_bytes[kTransient];
-    transient_slope =
-        factors[kTransient] * profile.per_sample_bytes[kTransient];
     update /= 1e9;
     fixed /= 1e9;
     slope /= 1e9;
-    transient_floor /= 1e9;
-    transient_slope /= 1e9;
   }
 
   double At(uint64_t batch) const {
-    const double b = static_cast<double>(batch);
-    return std::max(update, fixed + b * slope +
-                                std::max(transient_floor, b * transient_slope));
+    return std::max(update, fixed + static_cast<double>(batch) * slope);
   }
 
-  // Largest b (in reals, at most `cap`) with At(b) <= limit: backward start
-  // is under the limit while both of its pieces are.
+  // Largest b (in reals, at most `cap`) with At(b) <= limit.
   double Solve(double limit, double cap) const {
-    if (update > limit) return 0;
-    double b = cap;
-    if (slope > 0) b = std::min(b, (limit - fixed - transient_floor) / slope);
-    if (slope + transient_slope > 0) {
-      b = std::min(b, (limit - fixed) / (slope + transient_slope));
-    }
-    if (fixed + transient_floor > limit) b = 0;
-    return std::max(0.0, b);
+    if (update > limit || fixed > limit) return 0;
+    return slope > 0 ? std::min(cap, (limit - fixed) / slope) : cap;
   }
 };
 

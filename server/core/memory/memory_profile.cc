@@ -274,8 +274,6 @@ ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
   for (int c = 0; c < kNumComponents; ++c) {
     out[c] = fixed_bytes[c] + b * per_sample_bytes[c];
   }
-  out[kTransient] =
-      std::max(fixed_bytes[kTransient], b * per_sample_bytes[kTransient]);
   return out;
 }
 
@@ -313,11 +311,16 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   profile.per_sample_bytes[kTransient] = act.transient;
 
   // Everything proportional to parameters. The step's memory peaks at one of
-  // two moments (zero_grad sets gradients to None, PyTorch's default):
-  //  - backward start: fp32 weights and the optimizer's state, every saved
-  //    activation, and the backward's first buffers (the transient); under
-  //    autocast also the half-precision weight copies the forward saved.
-  //  - optimizer update: weights, state, every gradient, and the update's
+  // two moments:
+  //  - backward start: fp32 weights, gradients and the optimizer's state,
+  //    every saved activation, and the backward's first buffers (the
+  //    transient); under autocast also the half-precision weight copies the
+  //    forward saved. The gradients count as resident: zero_grad() zeroes
+  //    them in place before PyTorch 2.0 and with set_to_none=False, which is
+  //    what the shipped calibration runs show; with set_to_none=True they are
+  //    allocated during the backward, and this is an upper bound by at most
+  //    4 bytes per trained parameter.
+  //  - optimizer update: weights, state, gradients, and the update's
   //    temporaries (PyTorch's multi-tensor AdamW builds one fp32 intermediate
   //    per trainable parameter; SGD with momentum one for the update); the
   //    activations are gone by then.
@@ -339,14 +342,10 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   const double all = static_cast<double>(profile.params);
   const double trainable = static_cast<double>(CountTrainableParams(spec));
   const double resident = all * 4.0 + trainable * state_per_param;
-  profile.fixed_bytes[kOptimizer] = resident + (mixed ? all * 2.0 : 0.0);
+  profile.fixed_bytes[kOptimizer] =
+      resident + trainable * 4.0 + (mixed ? all * 2.0 : 0.0);
   profile.update_bytes[kOptimizer] =
       resident + trainable * (4.0 + update_temporaries_per_param);
-  // Backward start's transient is at least the gradients the backward fills
-  // while saved activations are still held: bounded by one fp32 gradient per
-  // trainable parameter (BytesAt takes the larger of this and the largest
-  // per-sample buffer).
-  profile.fixed_bytes[kTransient] = trainable * 4.0;
   profile.largest_tensor_per_sample = act.largest;
   return profile;
 }

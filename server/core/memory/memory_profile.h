@@ -33,9 +33,9 @@ const std::array<const char*, kNumComponents>& ComponentNames();
 
 // The two moments of a training step where memory can peak.
 enum class Moment {
-  kBackward,  // backward start: state, every saved activation, the
-              // backward's first buffers
-  kUpdate,    // optimizer update: state, every gradient, the update's
+  kBackward,  // backward start: weights, gradients, state, every saved
+              // activation, the backward's first buffer
+  kUpdate,    // optimizer update: weights, gradients, state, the update's
               // temporaries; no activations
 };
 const char* MomentName(Moment moment);
@@ -46,11 +46,10 @@ Moment PeakMoment(const ComponentArray& backward, const ComponentArray& update,
 
 // The step at batch B peaks at the larger of two moments, each a sum of
 // factor * bytes over the six components: backward start, whose bytes are
-// fixed[c] + B * per_sample[c] except the transient, one buffer, the larger
-// of its fixed floor (the gradients the backward fills while activations are
-// held) and the largest per-sample buffer times B; and the optimizer update,
-// whose bytes do not depend on B. Every component is non-decreasing in B,
-// and so is the peak.
+// fixed[c] + B * per_sample[c] (the transient is the largest per-sample
+// buffer, logits and their gradient, a convolution's or attention's
+// gradients, times B), and the optimizer update, whose bytes do not depend
+// on B. Every component is non-decreasing in B, and so is the peak.
 struct MemoryProfile {
   uint64_t params = 0;
   ComponentArray fixed_bytes{};

@@ -114,14 +114,14 @@ TEST_F(EvaluateTest, RunsUnderOneGbDoNotMoveTheFactors) {
 }
 
 // The held-out page on the shipped runs: a guard on the memory model's
-// accuracy (measured 0.0796 median abs error, 11 saidFitsButOom, 610 agree
+// accuracy (measured 0.0710 median abs error, 11 saidFitsButOom, 609 agree
 // with the two-moment peak; 0.1023, 18 and 610 with the single sum before).
 TEST_F(EvaluateTest, HeldOutPageOnTheShippedRuns) {
   const v1::ColumnSummary& heldout = set_.page().summary().at("ours_heldout");
   EXPECT_EQ(heldout.runs(), 91);
-  EXPECT_LT(heldout.median_abs_err(), 0.085);
+  EXPECT_LT(heldout.median_abs_err(), 0.075);
   EXPECT_LE(heldout.said_fits_but_oom(), 12);
-  EXPECT_GE(heldout.agree(), 608);
+  EXPECT_GE(heldout.agree(), 607);
 }
 
 // The rows are the numbers the service gives for the same queries.

@@ -76,9 +76,8 @@ TEST(OnnxImportTest, MlpParametersAndComponents) {
   EXPECT_EQ(c.batch_axis, "batch axis: symbolic dimension 'batch' (x axis 0)");
 
   const MemoryProfile p = Profile(c.spec);
-  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 203530.0 * 12);
+  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 203530.0 * 16);
   EXPECT_DOUBLE_EQ(p.update_bytes[kOptimizer], 203530.0 * 20);
-  EXPECT_DOUBLE_EQ(p.fixed_bytes[kTransient], 203530.0 * 4);
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kOutputs], 256.0 * 4);   // fc1
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kInternal], 256.0 * 4);  // relu
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kTransient], 10.0 * 8);  // logits
@@ -134,7 +133,7 @@ TEST(OnnxImportTest, ConvNetParametersAndComponents) {
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kInternal], map);  // relu
   // The conv's backward holds input and output gradients: 16x32x32 + 3x32x32.
   EXPECT_DOUBLE_EQ(p.per_sample_bytes[kTransient], (16 + 3) * 1024 * 4.0);
-  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 41450.0 * 12);
+  EXPECT_DOUBLE_EQ(p.fixed_bytes[kOptimizer], 41450.0 * 16);
   EXPECT_DOUBLE_EQ(p.update_bytes[kOptimizer], 41450.0 * 20);
 }
 

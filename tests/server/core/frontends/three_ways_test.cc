@@ -209,7 +209,7 @@ TEST(ThreeWaysTest, HfConfigAndOnnxGraphOfThePublishedArchitectureAgree) {
 // front-end (like the Hugging Face front-end and the gpt2, bert-base and
 // transformer-block templates) folds into attention and MLP: its peak is
 // the template's less exactly those two 196x768 outputs at backward start,
-// 2.4 % (eager) and 2.9 % (fused) at batch 8, more at larger batches.
+// 2.2 % (eager) and 2.9 % (fused) at batch 8, more at larger batches.
 TEST(ThreeWaysTest, CatalogTemplateAndOnnxGraphOfItsExportAgree) {
   for (const Model& m : Models()) {
     EXPECT_EQ(CountParams(m.onnx_catalog), CountParams(m.catalog)) << m.name;
@@ -235,7 +235,7 @@ TEST(ThreeWaysTest, CatalogTemplateAndOnnxGraphOfItsExportAgree) {
   }
   const Model& vit = Models()[2];
   EXPECT_NEAR(
-      Gap(Peak(vit.onnx_catalog, 8, false), Peak(vit.catalog, 8, false)), 0.024,
+      Gap(Peak(vit.onnx_catalog, 8, false), Peak(vit.catalog, 8, false)), 0.022,
       0.001);
   EXPECT_NEAR(Gap(Peak(vit.onnx_catalog, 8, true), Peak(vit.catalog, 8, true)),
               0.029, 0.001);
@@ -250,14 +250,14 @@ TEST(ThreeWaysTest, CatalogTemplateAgainstHfConfigAtItsDepth) {
   const Model& vit = Models()[2];
   // GPT-2: the measured export has an untied 768x50257 LM head with a bias
   // and no position table; the published model ties the head to wte and has
-  // wpe: 84,334,417 against 46,473,216 parameters (81 % more), 6.5 % of
+  // wpe: 84,334,417 against 46,473,216 parameters (81 % more), 8.3 % of
   // the peak at batch 8.
   EXPECT_EQ(CountParams(gpt2.catalog), 84334417u);
   EXPECT_EQ(CountParams(gpt2.hf_1_layer), 46473216u);
   EXPECT_EQ(CountParams(gpt2.catalog) - CountParams(gpt2.hf_1_layer),
             768u * 50257 + 50257 - 1024 * 768);
   EXPECT_NEAR(Gap(Peak(gpt2.hf_1_layer, 8, true), Peak(gpt2.catalog, 8, true)),
-              0.065, 0.002);
+              0.083, 0.002);
   // BERT: no position or token-type tables in the export (1.27 %).
   EXPECT_EQ(CountParams(bert.hf_1_layer) - CountParams(bert.catalog),
             512u * 768 + 2 * 768);

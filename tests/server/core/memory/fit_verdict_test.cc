@@ -46,17 +46,17 @@ TEST(FitVerdictTest, SolvedMaxBatchEqualsScan) {
   }
 }
 
-// With both moments and a transient that is a floor up to some batch and
-// per-sample beyond it, the solved max batch still equals a scan, and
-// PeakAt is the larger moment's sum of factor * bytes.
+// With both moments (the update winning for small batches or everywhere),
+// the solved max batch still equals a scan, and PeakAt is the larger
+// moment's sum of factor * bytes.
 TEST(FitVerdictTest, SolvedMaxBatchEqualsScanWithBothMoments) {
   const ComponentArray factors = {1.05, 0.9, 1.3, 0.7, 2.0, 1.1};
   const VerdictRule rule{1.15, 1.43};
   for (double update_gb : {0.5, 9.0, 30.0}) {
-    for (double floor_gb : {0.0, 3.0}) {
+    for (double fixed_transient_gb : {0.0, 3.0}) {
       MemoryProfile profile = Profile(6.0, 0.0123);
       profile.per_sample_bytes[kInternal] = 0.004e9;
-      profile.fixed_bytes[kTransient] = floor_gb * 1e9;
+      profile.fixed_bytes[kTransient] = fixed_transient_gb * 1e9;
       profile.per_sample_bytes[kTransient] = 0.0377e9;
       profile.update_bytes[kOptimizer] = update_gb * 1e9;
       for (uint64_t b : {1, 50, 400}) {
@@ -75,7 +75,7 @@ TEST(FitVerdictTest, SolvedMaxBatchEqualsScanWithBothMoments) {
             }
           }
           EXPECT_EQ(MaxBatch(profile, factors, card, rule, fits_only), scanned)
-              << update_gb << " " << floor_gb << " " << card << " "
+              << update_gb << " " << fixed_transient_gb << " " << card << " "
               << fits_only;
         }
       }

@@ -19,9 +19,9 @@ TEST(MemoryProfileTest, LinearLayerFp32Adam) {
   auto profile = BuildProfile(spec, v1::TrainingSetup());
   ASSERT_TRUE(profile.ok());
   EXPECT_EQ(profile->params, 5050u);
-  // Backward start: weights (4) and two Adam moments (8) per parameter;
-  // gradients are None until the backward fills them.
-  EXPECT_DOUBLE_EQ(profile->fixed_bytes[kOptimizer], 5050.0 * 12);
+  // Backward start: weights and gradients (4 + 4) and two Adam moments (8)
+  // per parameter.
+  EXPECT_DOUBLE_EQ(profile->fixed_bytes[kOptimizer], 5050.0 * 16);
   // Optimizer update: weights, moments, gradients (4) and AdamW's fp32
   // intermediate (4); nothing else.
   EXPECT_DOUBLE_EQ(profile->update_bytes[kOptimizer], 5050.0 * 20);
@@ -31,9 +31,7 @@ TEST(MemoryProfileTest, LinearLayerFp32Adam) {
   // 10 positions x 50 outputs x 4 bytes per sample.
   EXPECT_DOUBLE_EQ(profile->per_sample_bytes[kOutputs], 2000.0);
   EXPECT_DOUBLE_EQ(profile->BytesAt(8)[kOutputs], 16000.0);
-  // The gradients the backward fills while activations are held: at most
-  // one fp32 gradient per trained parameter, the transient's floor.
-  EXPECT_DOUBLE_EQ(profile->BytesAt(8)[kTransient], 5050.0 * 4);
+  EXPECT_DOUBLE_EQ(profile->BytesAt(8)[kTransient], 0.0);
 }
 
 // The peak is the larger moment: the update for a small batch, backward
@@ -45,8 +43,8 @@ TEST(MemoryProfileTest, PeakMomentSwitchesWithBatch) {
   ASSERT_TRUE(profile.ok());
   ComponentArray ones;
   ones.fill(1.0);
-  // Backward start = 60600 + 20200 + 2000 B; update = 101000: B <= 10 is
-  // the update, B >= 11 backward start.
+  // Backward start = 80800 + 2000 B; update = 101000: B <= 10 is the
+  // update, B >= 11 backward start.
   Moment moment = Moment::kBackward;
   ComponentArray bytes = profile->PeakBytesAt(10, ones, &moment);
   EXPECT_EQ(moment, Moment::kUpdate);
@@ -67,19 +65,19 @@ TEST(MemoryProfileTest, OptimizerAndPrecisionChangeBytesPerParameter) {
       "layers": [{"linear": {"in_features": 10, "out_features": 10}}]})");
   v1::TrainingSetup setup;
   setup.set_optimizer(v1::TrainingSetup::SGD);
-  // 100 parameters: weights only at backward start; weights and gradients
-  // at the update.
-  EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->fixed_bytes[kOptimizer], 400.0);
+  // 100 parameters: weights and gradients at both moments.
+  EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->fixed_bytes[kOptimizer], 800.0);
   EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->update_bytes[kOptimizer], 800.0);
   setup.set_optimizer(v1::TrainingSetup::SGD_MOMENTUM);
-  EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->fixed_bytes[kOptimizer], 800.0);
+  // The momentum buffer, and at the update one temporary.
+  EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->fixed_bytes[kOptimizer], 1200.0);
   EXPECT_DOUBLE_EQ(BuildProfile(spec, setup)->update_bytes[kOptimizer], 1600.0);
   setup.set_optimizer(v1::TrainingSetup::ADAMW);
   setup.set_precision(v1::TrainingSetup::BF16_MIXED);
   auto mixed = BuildProfile(spec, setup);
-  // fp32 master weights and moments, plus the bf16 copy the forward saved;
-  // that copy is gone by the update.
-  EXPECT_DOUBLE_EQ(mixed->fixed_bytes[kOptimizer], 1400.0);
+  // fp32 master weights, gradients and moments, plus the bf16 copy the
+  // forward saved; that copy is gone by the update.
+  EXPECT_DOUBLE_EQ(mixed->fixed_bytes[kOptimizer], 1800.0);
   EXPECT_DOUBLE_EQ(mixed->update_bytes[kOptimizer], 2000.0);
   // Half-precision activations.
   EXPECT_DOUBLE_EQ(mixed->per_sample_bytes[kOutputs], 20.0);
@@ -136,9 +134,9 @@ TEST(MemoryProfileTest, FrozenLayersKeepWeightsOnlyAndSaveNothing) {
   EXPECT_EQ(CountParams(spec), 1100u);
   EXPECT_EQ(CountTrainableParams(spec), 100u);
   auto profile = BuildProfile(spec, v1::TrainingSetup());
-  // Frozen: 1000 weights x 4 bytes; trained: 100 x 12 bytes (AdamW) at
+  // Frozen: 1000 weights x 4 bytes; trained: 100 x 16 bytes (AdamW) at
   // backward start, 100 x 20 at the update.
-  EXPECT_DOUBLE_EQ(profile->fixed_bytes[kOptimizer], 1000.0 * 4 + 100.0 * 12);
+  EXPECT_DOUBLE_EQ(profile->fixed_bytes[kOptimizer], 1000.0 * 4 + 100.0 * 16);
   EXPECT_DOUBLE_EQ(profile->update_bytes[kOptimizer], 1000.0 * 4 + 100.0 * 20);
   // Only the trained layer's 10 x 10 outputs are saved.
   EXPECT_DOUBLE_EQ(profile->per_sample_bytes[kOutputs], 400.0);

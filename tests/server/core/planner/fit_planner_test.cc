@@ -51,32 +51,53 @@ TEST_F(FitPlannerTest, AnswersWithPeakVerdictAndMaxBatch) {
   EXPECT_EQ(response->factor_set_version(), "fs-test");
   EXPECT_EQ(response->params(), 1000000u);
   EXPECT_DOUBLE_EQ(response->k(), 1.2);
-  // Backward start: 1e6 params x 12 bytes (weights, AdamW moments) +
-  // 1000 x 1000 x 4 bytes per sample; the update (1e6 x 20 bytes) is less.
-  EXPECT_NEAR(response->estimates(0).peak_gb(), 0.012 + 4.0, 1e-12);
+  // Backward start: 1e6 params x 16 bytes (weights, gradients, AdamW
+  // moments) + 1000 x 1000 x 4 bytes per sample; the update (1e6 x 20
+  // bytes) is less.
+  EXPECT_NEAR(response->estimates(0).peak_gb(), 0.016 + 4.0, 1e-12);
   EXPECT_EQ(response->estimates(0).moment(), "backward start");
-  EXPECT_NEAR(response->estimates(1).peak_gb(), 0.012 + 20.0, 1e-12);
+  EXPECT_NEAR(response->estimates(1).peak_gb(), 0.016 + 20.0, 1e-12);
   ASSERT_EQ(response->targets_size(), 2);
   EXPECT_EQ(response->targets(1).name(), "L4");
   EXPECT_EQ(response->targets(0).verdicts(0), v1::FITS);
-  // 20.012 <= 24 but 20.012 * 1.2 * 1.15 > 24.
+  // 20.016 <= 24 but 20.016 * 1.2 * 1.15 > 24.
   EXPECT_EQ(response->targets(0).verdicts(1), v1::BORDERLINE);
-  // FITS while (0.012 + 0.004 b) * 1.38 <= 24 -> b <= 4344.
-  EXPECT_EQ(response->targets(0).max_batch_fits(), 4344u);
-  // Not DOES_NOT_FIT while 0.012 + 0.004 b <= 24 -> b <= 5997.
-  EXPECT_EQ(response->targets(0).max_batch_not_does_not_fit(), 5997u);
+  // FITS while (0.016 + 0.004 b) * 1.38 <= 24 -> b <= 4343.
+  EXPECT_EQ(response->targets(0).max_batch_fits(), 4343u);
+  // Not DOES_NOT_FIT while 0.016 + 0.004 b <= 24 -> b <= 5996.
+  EXPECT_EQ(response->targets(0).max_batch_not_does_not_fit(), 5996u);
 }
 
-TEST_F(FitPlannerTest, SmallBatchPeaksAtTheOptimizerUpdate) {
-  v1::CheckFitRequest request = Request();
-  request.set_batches(0, 1);
-  auto response = planner_->CheckFit(request);
+TEST(FitPlannerMomentTest, SmallBatchPeaksAtTheOptimizerUpdate) {
+  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
+      "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
+                            "test");
+  ASSERT_TRUE(spec.ok());
+  auto catalog = std::make_shared<ModelCatalog>();
+  ASSERT_TRUE(catalog->Add(*spec).ok());
+  v1::FactorSet set;
+  set.set_version("fs-m");
+  set.set_headroom(1.15);
+  set.set_k95(1.2);
+  set.mutable_factors()->set_optimizer(1.0);
+  set.mutable_factors()->set_outputs(0.5);
+  FitPlanner planner(catalog, set, 0.95);
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("lin");
+  request.add_batches(1);
+  request.add_batches(2);
+  request.add_targets()->set_memory_gb(24);
+  auto response = planner.CheckFit(request);
   ASSERT_TRUE(response.ok()) << response.status();
-  // 0.012 + 0.004 at backward start < 1e6 x 20 bytes at the update.
+  // Batch 1: 0.016 + 0.002 at backward start < 1e6 x 20 bytes at the update.
   EXPECT_NEAR(response->estimates(0).peak_gb(), 0.020, 1e-12);
   EXPECT_EQ(response->estimates(0).moment(), "optimizer update");
   EXPECT_NEAR(response->estimates(0).components().optimizer(), 0.020, 1e-12);
   EXPECT_EQ(response->estimates(0).components().outputs(), 0.0);
+  // Batch 2: 0.016 + 0.004 ties the update; backward start is named.
+  EXPECT_NEAR(response->estimates(1).peak_gb(), 0.020, 1e-12);
+  EXPECT_EQ(response->estimates(1).moment(), "backward start");
+  EXPECT_NEAR(response->estimates(1).components().outputs(), 0.004, 1e-12);
 }
 
 TEST(FitPlannerRegimeTest, AdoptedRegimeAnswersForItsGpuOnly) {
@@ -111,16 +132,16 @@ TEST(FitPlannerRegimeTest, AdoptedRegimeAnswersForItsGpuOnly) {
   request.add_targets()->set_memory_gb(24);
   auto response = planner.CheckFit(request);
   ASSERT_TRUE(response.ok()) << response.status();
-  // Global: 0.012 + 4 GB; the L4 regime doubles the outputs: 0.012 + 8 GB.
-  EXPECT_NEAR(response->estimates(0).peak_gb(), 4.012, 1e-12);
+  // Global: 0.016 + 4 GB; the L4 regime doubles the outputs: 0.016 + 8 GB.
+  EXPECT_NEAR(response->estimates(0).peak_gb(), 4.016, 1e-12);
   EXPECT_EQ(response->targets(0).regime(), "L4");
-  EXPECT_NEAR(response->targets(0).peaks_gb(0), 8.012, 1e-12);
+  EXPECT_NEAR(response->targets(0).peaks_gb(0), 8.016, 1e-12);
   EXPECT_DOUBLE_EQ(response->targets(0).k(), 1.1);
   EXPECT_EQ(response->targets(1).regime(), "global");
-  EXPECT_NEAR(response->targets(1).peaks_gb(0), 4.012, 1e-12);
+  EXPECT_NEAR(response->targets(1).peaks_gb(0), 4.016, 1e-12);
   EXPECT_EQ(response->targets(2).regime(), "global");
-  // L4 max FITS batch: (0.012 + 0.008 b) * 1.1 * 1.15 <= 24 -> b <= 2370.
-  EXPECT_EQ(response->targets(0).max_batch_fits(), 2370u);
+  // L4 max FITS batch: (0.016 + 0.008 b) * 1.1 * 1.15 <= 24 -> b <= 2369.
+  EXPECT_EQ(response->targets(0).max_batch_fits(), 2369u);
 }
 
 TEST_F(FitPlannerTest, CoverageSelectsK) {
