@@ -10,25 +10,39 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A one-template catalog: "lin", one 1000x1000 linear layer (1e6
+// parameters) over 1000 positions, 0.004 GB of outputs per sample.
+std::shared_ptr<ModelCatalog> LinCatalog() {
+  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
+      "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
+                            "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto catalog = std::make_shared<ModelCatalog>();
+  if (spec.ok()) {
+    EXPECT_TRUE(catalog->Add(*spec).ok());
+  }
+  return catalog;
+}
+
+// Hand-set factors: optimizer 1 and outputs as given, headroom 1.15, k95 1.2.
+v1::FactorSet LinFactors(const std::string& version, double outputs) {
+  v1::FactorSet set;
+  set.set_version(version);
+  set.set_headroom(1.15);
+  set.set_k95(1.2);
+  set.mutable_factors()->set_optimizer(1.0);
+  set.mutable_factors()->set_outputs(outputs);
+  return set;
+}
+
 // A planner over a one-template catalog with hand-set factors: the test is
 // about request handling, not about fitted values.
 class FitPlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
-        "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
-                              "test");
-    ASSERT_TRUE(spec.ok());
-    auto catalog = std::make_shared<ModelCatalog>();
-    ASSERT_TRUE(catalog->Add(*spec).ok());
-    v1::FactorSet set;
-    set.set_version("fs-test");
-    set.set_headroom(1.15);
+    v1::FactorSet set = LinFactors("fs-test", 1.0);
     set.set_k90(1.1);
-    set.set_k95(1.2);
-    set.mutable_factors()->set_optimizer(1.0);
-    set.mutable_factors()->set_outputs(1.0);
-    planner_ = std::make_unique<FitPlanner>(catalog, set, 0.95);
+    planner_ = std::make_unique<FitPlanner>(LinCatalog(), set, 0.95);
   }
 
   v1::CheckFitRequest Request() {
@@ -69,19 +83,7 @@ TEST_F(FitPlannerTest, AnswersWithPeakVerdictAndMaxBatch) {
 }
 
 TEST(FitPlannerMomentTest, SmallBatchPeaksAtTheOptimizerUpdate) {
-  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
-      "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
-                            "test");
-  ASSERT_TRUE(spec.ok());
-  auto catalog = std::make_shared<ModelCatalog>();
-  ASSERT_TRUE(catalog->Add(*spec).ok());
-  v1::FactorSet set;
-  set.set_version("fs-m");
-  set.set_headroom(1.15);
-  set.set_k95(1.2);
-  set.mutable_factors()->set_optimizer(1.0);
-  set.mutable_factors()->set_outputs(0.5);
-  FitPlanner planner(catalog, set, 0.95);
+  FitPlanner planner(LinCatalog(), LinFactors("fs-m", 0.5), 0.95);
   v1::CheckFitRequest request;
   request.mutable_model()->set_template_("lin");
   request.add_batches(1);
@@ -101,18 +103,7 @@ TEST(FitPlannerMomentTest, SmallBatchPeaksAtTheOptimizerUpdate) {
 }
 
 TEST(FitPlannerRegimeTest, AdoptedRegimeAnswersForItsGpuOnly) {
-  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1000,
-      "layers": [{"linear": {"in_features": 1000, "out_features": 1000}}]})",
-                            "test");
-  ASSERT_TRUE(spec.ok());
-  auto catalog = std::make_shared<ModelCatalog>();
-  ASSERT_TRUE(catalog->Add(*spec).ok());
-  v1::FactorSet set;
-  set.set_version("fs-r");
-  set.set_headroom(1.15);
-  set.set_k95(1.2);
-  set.mutable_factors()->set_optimizer(1.0);
-  set.mutable_factors()->set_outputs(1.0);
+  v1::FactorSet set = LinFactors("fs-r", 1.0);
   v1::Regime* l4 = set.add_regimes();
   l4->set_gpu("L4");
   l4->set_adopted(true);
@@ -123,7 +114,7 @@ TEST(FitPlannerRegimeTest, AdoptedRegimeAnswersForItsGpuOnly) {
   h100->set_gpu("H100");
   h100->set_adopted(false);
   h100->mutable_factors()->set_outputs(9.0);
-  FitPlanner planner(catalog, set, 0.95);
+  FitPlanner planner(LinCatalog(), set, 0.95);
   v1::CheckFitRequest request;
   request.mutable_model()->set_template_("lin");
   request.add_batches(1000);
