@@ -32,7 +32,8 @@ std::optional<double> KAtCoverage(double k90, double k95, double coverage) {
 namespace {
 
 // The peak as a closed form in the batch b under fixed factors, in GB:
-// max(update, fixed + b * slope).
+// max(update, fixed + b * slope). Only to solve for the max batch: the peak
+// itself is PeakAt, the one definition the verdicts use too.
 struct PeakLine {
   double update = 0;
   double fixed = 0;
@@ -49,10 +50,6 @@ struct PeakLine {
     slope /= 1e9;
   }
 
-  double At(uint64_t batch) const {
-    return std::max(update, fixed + static_cast<double>(batch) * slope);
-  }
-
   // Largest b (in reals, at most `cap`) with At(b) <= limit.
   double Solve(double limit, double cap) const {
     if (update > limit || fixed > limit) return 0;
@@ -64,7 +61,7 @@ struct PeakLine {
 
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
               uint64_t batch) {
-  return PeakLine(profile, factors).At(batch);
+  return PeakGb(profile.PeakBytesAt(batch, factors), factors);
 }
 
 uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,
@@ -72,7 +69,7 @@ uint64_t MaxBatch(const MemoryProfile& profile, const ComponentArray& factors,
   const double multiplier = fits_only ? rule.k * rule.headroom : 1.0;
   const PeakLine line(profile, factors);
   auto ok = [&](uint64_t batch) {
-    return line.At(batch) * multiplier <= card_gb;
+    return PeakAt(profile, factors, batch) * multiplier <= card_gb;
   };
   // Solved in closed form (the peak is piecewise linear and non-decreasing
   // in the batch), then checked against the verdict rule itself: rounding

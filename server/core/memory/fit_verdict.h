@@ -35,7 +35,7 @@ v1::Verdict ToApiVerdict(FitVerdict verdict);
 std::optional<double> KAtCoverage(double k90, double k95, double coverage);
 
 // Peak in GB at `batch` for a profile and factors: the larger moment
-// (MemoryProfile::PeakBytesAt), in closed form.
+// (MemoryProfile::PeakBytesAt), exactly as CheckFit's estimates compute it.
 double PeakAt(const MemoryProfile& profile, const ComponentArray& factors,
               uint64_t batch);
 
