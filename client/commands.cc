@@ -248,6 +248,9 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
     return 0;
   }
   out << "factors: " << ToJson(set.factors(), false) << "\n";
+  out << "fit: relative squared error, OOM penalty " << set.oom_penalty()
+      << " at headroom " << set.headroom() << ", prior weight "
+      << set.prior_weight() << " (each factor towards 1)\n";
   out << "column               runs  medianAbsErr within25 under "
          "saidFitsButOom saidNoButFits agree\n";
   for (const char* column :

@@ -143,6 +143,7 @@ absl::StatusOr<CalibrationResult> Calibrate(
   *set.mutable_factors() = FactorsFromArray(fit.factors);
   set.set_headroom(options.headroom);
   set.set_oom_penalty(options.oom_penalty);
+  set.set_prior_weight(options.prior_weight);
   set.set_trained_on(trained_on);
   for (std::string& line : left_out) {
     set.mutable_page()->add_left_out_of_fit(std::move(line));

@@ -59,8 +59,12 @@ std::vector<Row> RowsAt(const std::vector<FitSample>& samples,
   return rows;
 }
 
-double RowsLoss(const std::vector<Row>& rows, const ComponentArray& f) {
+double RowsLoss(const std::vector<Row>& rows, const ComponentArray& f,
+                const FitOptions& options) {
   double loss = 0;
+  for (int c = 0; c < kNumComponents; ++c) {
+    loss += options.prior_weight * (f[c] - 1.0) * (f[c] - 1.0);
+  }
   for (const Row& row : rows) {
     const double r = Dot(row.a, f) - 1.0;
     if (row.hinge && r >= 0) continue;
@@ -99,7 +103,7 @@ double PredictGb(const FitSample& sample, const ComponentArray& factors) {
 
 double FitLoss(const std::vector<FitSample>& samples,
                const ComponentArray& factors, const FitOptions& options) {
-  return RowsLoss(RowsAt(samples, factors, options), factors);
+  return RowsLoss(RowsAt(samples, factors, options), factors, options);
 }
 
 FitResult FitFactors(const std::vector<FitSample>& samples,
@@ -116,8 +120,13 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
   std::vector<Row> rows = RowsAt(samples, f, options);
   std::vector<bool> active(rows.size(), true);
   for (int iteration = 1; iteration <= 100; ++iteration) {
+    // The prior's rows: sqrt(w) * (f_c - 1) for each component.
     Matrix g{};
     ComponentArray h{};
+    for (int c = 0; c < kNumComponents; ++c) {
+      g[c][c] = options.prior_weight;
+      h[c] = options.prior_weight;
+    }
     for (size_t i = 0; i < rows.size(); ++i) {
       if (!active[i]) continue;
       const Row& row = rows[i];
@@ -130,7 +139,7 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
     }
     SolveNonNegative(g, h, f);
     const std::vector<Row> next = RowsAt(samples, f, options);
-    const double loss = RowsLoss(next, f);
+    const double loss = RowsLoss(next, f, options);
     if (loss < best.loss || iteration == 1) {
       best.factors = f;
       best.loss = loss;

@@ -34,6 +34,15 @@ struct FitOptions {
   // page measures error from the same size up, and below it the framework's
   // own buffers outweigh the model.
   double min_fit_gb = 1.0;
+  // Weight of the prior that each factor is 1, i.e. that the counted bytes
+  // are what the framework allocates: the loss gains
+  // prior_weight * sum_c (f_c - 1)^2. At 1 a factor's deviation from 1
+  // weighs as much as one run's relative error, so the data decides once a
+  // handful of runs exercise a component, and a component that few or no
+  // runs exercise keeps its counted size instead of whatever a collinear
+  // neighbour leaves it (outputs and internal move together in most
+  // models). 0 turns the prior off.
+  double prior_weight = 1.0;
 };
 
 // Predicted peak in GB of `sample` under `factors`: the larger moment.
@@ -41,16 +50,18 @@ double PredictGb(const FitSample& sample, const ComponentArray& factors);
 
 struct FitResult {
   ComponentArray factors{};
-  // Final loss: relative squared error plus the weighted OOM penalty.
+  // Final loss: relative squared error plus the weighted OOM penalty and
+  // the prior.
   double loss = 0;
   int iterations = 0;
 };
 
 // Minimizes, over the samples with `fit` set, the sum over measured runs of
 // ((p - m)/m)^2 plus, for each OOM run on O GB with p * headroom < O,
-// oom_penalty * ((O - headroom p)/O)^2, over f >= 0, where p = PredictGb
-// (the larger of the two moments' f.x). Deterministic; a component no sample
-// exercises gets 0.
+// oom_penalty * ((O - headroom p)/O)^2, plus the prior
+// prior_weight * sum_c (f_c - 1)^2, over f >= 0, where p = PredictGb (the
+// larger of the two moments' f.x). Deterministic; a component no sample
+// exercises gets 1 under the prior (0 without it).
 FitResult FitFactors(const std::vector<FitSample>& samples,
                      const FitOptions& options);
 

@@ -7,6 +7,14 @@
 namespace headroom {
 namespace {
 
+// The fit without its prior: the tests of the mechanics below recover
+// factors from the data alone.
+FitOptions NoPrior() {
+  FitOptions options;
+  options.prior_weight = 0;
+  return options;
+}
+
 // Exact measurements from known factors: the fit recovers them.
 TEST(FactorFitTest, RecoversKnownFactorsFromExactData) {
   const ComponentArray truth = {1.2, 0.9, 3.5, 1.3, 5.0, 2.0};
@@ -24,7 +32,7 @@ TEST(FactorFitTest, RecoversKnownFactorsFromExactData) {
     s.measured_gb = measured;
     samples.push_back(s);
   }
-  const FitResult fit = FitFactors(samples, FitOptions{});
+  const FitResult fit = FitFactors(samples, NoPrior());
   for (int c = 0; c < kNumComponents; ++c) {
     EXPECT_NEAR(fit.factors[c], truth[c], 1e-6) << c;
   }
@@ -51,7 +59,7 @@ TEST(FactorFitTest, RecoversKnownFactorsWhenRunsPeakAtEitherMoment) {
   }
   ASSERT_GT(at_update, 5);
   ASSERT_LT(at_update, 75);
-  const FitResult fit = FitFactors(samples, FitOptions{});
+  const FitResult fit = FitFactors(samples, NoPrior());
   for (int c = 0; c < kNumComponents; ++c) {
     EXPECT_NEAR(fit.factors[c], truth[c], 1e-6) << c;
   }
@@ -73,16 +81,16 @@ TEST(FactorFitTest, SamplesOutOfTheFitDoNotMoveIt) {
   small.template_name = "small";
   small.component_gb[kOutputs] = 0.2;
   small.measured_gb = 0.6;  // factor 3, under 1 GB
-  const FitResult fit = FitFactors({a, wrong, small}, FitOptions{});
+  const FitResult fit = FitFactors({a, wrong, small}, NoPrior());
   EXPECT_NEAR(fit.factors[kOutputs], 1.0, 1e-9);
   // Without the size threshold "small" counts: (f - 1)^2 + (f/3 - 1)^2 is
   // least at f = 1.2; "wrong" still does not.
-  FitOptions all;
+  FitOptions all = NoPrior();
   all.min_fit_gb = 0;
   EXPECT_NEAR(FitFactors({a, wrong, small}, all).factors[kOutputs], 1.2, 1e-9);
   // Held out, each is still predicted.
   const std::vector<double> heldout =
-      HeldOutPredictions({a, wrong, small}, FitOptions{});
+      HeldOutPredictions({a, wrong, small}, NoPrior());
   EXPECT_NEAR(heldout[1], 2.0, 1e-9);
   EXPECT_NEAR(heldout[2], 0.2, 1e-9);
 }
@@ -98,7 +106,7 @@ TEST(FactorFitTest, FactorsStayNonNegative) {
     s.measured_gb = i - 0.5;  // would need outputs factor < 0
     samples.push_back(s);
   }
-  const FitResult fit = FitFactors(samples, FitOptions{});
+  const FitResult fit = FitFactors(samples, NoPrior());
   for (double f : fit.factors) EXPECT_GE(f, 0.0);
   EXPECT_EQ(fit.factors[kOutputs], 0.0);
 }
@@ -135,9 +143,38 @@ TEST(FactorFitTest, HeldOutLeavesTheTemplateOut) {
   b.template_name = "b";
   b.component_gb[kOutputs] = 1;
   b.measured_gb = 2;
-  const std::vector<double> heldout = HeldOutPredictions({a, b}, FitOptions{});
+  const std::vector<double> heldout = HeldOutPredictions({a, b}, NoPrior());
   EXPECT_NEAR(heldout[0], 2.0, 1e-9);
   EXPECT_NEAR(heldout[1], 1.0, 1e-9);
+}
+
+// The prior that each factor is 1: a component no run exercises keeps its
+// counted bytes, and one the runs exercise moves towards what they say as
+// they accumulate. One component, runs measuring twice its size: the loss
+// n (f/2 - 1)^2 + w (f - 1)^2 is least at f = (n/2 + w) / (n/4 + w).
+TEST(FactorFitTest, PriorYieldsToTheRuns) {
+  FitSample run;
+  run.template_name = "a";
+  run.component_gb[kOutputs] = 1;
+  run.measured_gb = 2;
+  const FitResult one = FitFactors({run}, FitOptions{});
+  EXPECT_NEAR(one.factors[kOutputs], 1.5 / 1.25, 1e-9);
+  for (int c = 0; c < kNumComponents; ++c) {
+    if (c == kOutputs) continue;
+    EXPECT_NEAR(one.factors[c], 1.0, 1e-12) << c;
+  }
+  EXPECT_NEAR(one.loss, FitLoss({run}, one.factors, FitOptions{}), 1e-12);
+  const std::vector<FitSample> many(100, run);
+  EXPECT_NEAR(FitFactors(many, FitOptions{}).factors[kOutputs], 51.0 / 26.0,
+              1e-9);
+  EXPECT_NEAR(FitFactors(many, NoPrior()).factors[kOutputs], 2.0, 1e-9);
+  // The loss counts the prior: at the factors the runs alone want it is
+  // the prior's term only.
+  ComponentArray two{};
+  two.fill(1.0);
+  two[kOutputs] = 2.0;
+  EXPECT_NEAR(FitLoss(many, two, FitOptions{}), 1.0, 1e-12);
+  EXPECT_NEAR(FitLoss(many, two, NoPrior()), 0.0, 1e-12);
 }
 
 }  // namespace
