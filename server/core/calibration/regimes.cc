@@ -70,16 +70,26 @@ absl::Status AddRegimes(const std::vector<v1::MeasuredRun>& runs,
     regime->set_k90(regime->page().upper_bound().bounds(0).k());
     regime->set_k95(regime->page().upper_bound().bounds(1).k());
 
+    // The checks of runs that did not fit which each would call FITS, each
+    // with the k it would answer with (the regime's own, or the global
+    // set's), at the highest coverage the set calibrates.
+    const v1::UpperBound& own_bound = regime->page().upper_bound().bounds(1);
+    const v1::UpperBound global_bound = CountVerdicts(
+        gpu_runs, global, own_bound.coverage(), set->k95(), rules);
+
     const v1::ColumnSummary& a = summary["ours_heldout"];
     const v1::ColumnSummary& b = summary["global_heldout"];
     const bool better = a.median_abs_err() < b.median_abs_err() &&
-                        a.said_fits_but_oom() <= b.said_fits_but_oom();
+                        a.said_fits_but_oom() <= b.said_fits_but_oom() &&
+                        own_bound.no_fit_fits() <= global_bound.no_fit_fits();
     regime->set_adopted(better);
     regime->set_reason(absl::StrCat(
         better ? "adopted" : "not adopted", ": held-out median abs error on ",
         gpu, "'s ", gpu_runs.size(), " runs ", a.median_abs_err(), " vs ",
         b.median_abs_err(), " global; saidFitsButOom ", a.said_fits_but_oom(),
-        " vs ", b.said_fits_but_oom()));
+        " vs ", b.said_fits_but_oom(), "; not fitting but FITS at coverage ",
+        own_bound.coverage(), " ", own_bound.no_fit_fits(), " vs ",
+        global_bound.no_fit_fits()));
   }
   return absl::OkStatus();
 }

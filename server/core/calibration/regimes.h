@@ -23,8 +23,10 @@ inline constexpr int kMinRegimeLarge = 5;
 // For each GPU with enough runs, fits its own factors, predicts its runs
 // held out by template within the GPU, and compares with `global_heldout`
 // (the global set's held-out predictions, one per run) on the same runs. The
-// regime is adopted when its held-out median absolute error is lower and
-// its saidFitsButOom no higher. Appends every considered regime to `set`.
+// regime is adopted when its held-out median absolute error is lower, its
+// saidFitsButOom no higher, and, at coverage 0.95 with the k each would
+// answer with (its own, or `set`'s k95), it calls no more checks of runs
+// that did not fit FITS. Appends every considered regime to `set`.
 // `samples` are the usable runs' samples in run order (SamplesFor).
 absl::Status AddRegimes(const std::vector<v1::MeasuredRun>& runs,
                         const std::vector<FitSample>& samples,

@@ -27,8 +27,10 @@ class EvaluateTest : public ::testing::Test {
     ASSERT_TRUE(fitted.ok());
     set_ = fitted->factor_set;
     set_.set_version("fs-eval");
+    heldout_ = fitted->ours_heldout;
   }
   std::vector<v1::MeasuredRun> runs_;
+  Predictions heldout_;
   std::shared_ptr<ModelCatalog> catalog_;
   v1::FactorSet set_;
 };
@@ -152,26 +154,44 @@ TEST_F(EvaluateTest, RowsMatchCheckFit) {
 }
 
 // Every GPU with enough runs gets a regime, with its page over that GPU's
-// runs, adopted exactly when it beats the global factors held out there.
+// runs, adopted exactly when it beats the global factors held out there and
+// calls no more checks of runs that did not fit FITS at coverage 0.95, each
+// with the k it would answer with.
 TEST_F(EvaluateTest, RegimesPerGpuWithTheirPages) {
-  std::map<std::string, int> runs_per_gpu;
-  for (const auto& run : runs_) {
-    if (run.excluded().empty()) ++runs_per_gpu[run.gpu()];
+  std::map<std::string, std::vector<v1::MeasuredRun>> runs_per_gpu;
+  std::map<std::string, Predictions> global_per_gpu;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (!runs_[i].excluded().empty()) continue;
+    runs_per_gpu[runs_[i].gpu()].push_back(runs_[i]);
+    global_per_gpu[runs_[i].gpu()].push_back(heldout_[i]);
   }
   ASSERT_EQ(set_.regimes_size(), 3);
   for (const v1::Regime& regime : set_.regimes()) {
-    EXPECT_EQ(regime.runs(), runs_per_gpu[regime.gpu()]) << regime.gpu();
+    const std::string& gpu = regime.gpu();
+    EXPECT_EQ(regime.runs(), static_cast<int>(runs_per_gpu[gpu].size())) << gpu;
     const auto& page = regime.page().summary();
     ASSERT_TRUE(page.count("ours_heldout") && page.count("global_heldout"));
+    const v1::UpperBound global = CountVerdicts(
+        runs_per_gpu[gpu], global_per_gpu[gpu], 0.95, set_.k95(), PageRules{});
     const bool better = page.at("ours_heldout").median_abs_err() <
                             page.at("global_heldout").median_abs_err() &&
                         page.at("ours_heldout").said_fits_but_oom() <=
-                            page.at("global_heldout").said_fits_but_oom();
+                            page.at("global_heldout").said_fits_but_oom() &&
+                        regime.page().upper_bound().bounds(1).no_fit_fits() <=
+                            global.no_fit_fits();
     EXPECT_EQ(regime.adopted(), better) << regime.reason();
     EXPECT_GT(regime.k95(), 0);
   }
   EXPECT_EQ(set_.regimes(2).gpu(), "L4");
   EXPECT_EQ(set_.regimes(2).runs(), 51);
+  // On the shipped runs the L4 regime predicts L4's runs better held out
+  // but, with the k of its 51 runs, would call an OOM check FITS that the
+  // global set does not: it is not adopted.
+  const v1::Regime& l4 = set_.regimes(2);
+  EXPECT_LT(l4.page().summary().at("ours_heldout").median_abs_err(),
+            l4.page().summary().at("global_heldout").median_abs_err());
+  EXPECT_GT(l4.page().upper_bound().bounds(1).no_fit_fits(), 0);
+  EXPECT_FALSE(l4.adopted()) << l4.reason();
 }
 
 TEST_F(EvaluateTest, UnknownTemplateNamesTheRow) {
