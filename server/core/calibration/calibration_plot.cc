@@ -175,12 +175,14 @@ std::string CalibrationHtml(const v1::FactorSet& set, const std::string& svg) {
       "align:left}</style></head><body><h1>Calibration of factor set %s</h1>"
       "<p>Trained on %s. Factors: optimizer %.4g, outputs %.4g, attention "
       "%.4g, internal %.4g, recurrent %.4g, transient %.4g; headroom %.2f; "
-      "k %.2f at coverage 0.9, %.2f at 0.95.</p>",
+      "k %.2f at coverage 0.9, %.2f at 0.95. Fitted on relative squared "
+      "error, an OOM penalty of weight %.4g and a prior of weight %.4g that "
+      "each factor is 1.</p>",
       Escape(set.version()), Escape(set.version()), Escape(set.trained_on()),
       set.factors().optimizer(), set.factors().outputs(),
       set.factors().attention(), set.factors().internal(),
       set.factors().recurrent(), set.factors().transient(), set.headroom(),
-      set.k90(), set.k95());
+      set.k90(), set.k95(), set.oom_penalty(), set.prior_weight());
   html +=
       "<table><tr><th>column</th><th>runs</th><th>medianAbsErr</th>"
       "<th>within25</th><th>under</th><th>saidFitsButOom</th>"

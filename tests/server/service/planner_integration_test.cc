@@ -422,6 +422,7 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(page, HasSubstr("reference_heldout"));
   EXPECT_THAT(page, HasSubstr("left out of the fit"));
   EXPECT_THAT(page, HasSubstr("<li>t5-small: at batch"));
+  EXPECT_THAT(page, HasSubstr("a prior of weight 1 that each factor is 1"));
 }
 
 // Refit, promotion and rollback against a planner of its own.
