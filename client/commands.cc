@@ -283,9 +283,6 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   if (!offline.ok()) return Fail(err, offline.status().ToString());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
-  absl::StatusOr<std::vector<FitSample>> samples =
-      SamplesFor(*runs, offline->catalog);
-  if (!samples.ok()) return Fail(err, samples.status().ToString());
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
          "optimizer outputs attention internal recurrent transient "
          "update_optimizer in_fit\n";
@@ -294,7 +291,7 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   for (size_t i = 0; i < runs->size(); ++i) {
     const v1::MeasuredRun& run = (*runs)[i];
     if (!IsUsable(run)) continue;
-    const FitSample& sample = (*samples)[next++];
+    const FitSample& sample = result->samples[next++];
     out << run.template_() << " " << run.gpu() << " " << run.batch() << " "
         << (run.has_measured_peak_gb() ? run.measured_peak_gb() : -1) << " "
         << (run.has_oom_on_gb() ? run.oom_on_gb() : -1) << " "

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -166,6 +167,7 @@ absl::StatusOr<CalibrationResult> Calibrate(
   set.set_k95(set.page().upper_bound().bounds(1).k());
   RETURN_IF_ERROR(
       AddRegimes(runs, samples, result.ours_heldout, options, rules, &set));
+  result.samples = std::move(samples);
   return result;
 }
 

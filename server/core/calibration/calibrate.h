@@ -42,6 +42,8 @@ struct CalibrationResult {
   // In-sample and held-out predictions per run (nullopt for unusable runs).
   Predictions ours;
   Predictions ours_heldout;
+  // The usable runs' fit samples, in run order (SamplesFor).
+  std::vector<FitSample> samples;
 };
 
 // Fits factors to `runs`, computes the page (columns ours, ours_heldout and
