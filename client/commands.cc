@@ -19,6 +19,7 @@
 #include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/frontends/hf_config.h"
 #include "server/core/frontends/onnx_import.h"
 #include "server/core/memory/memory_profile.h"
@@ -230,6 +231,51 @@ absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
   return offline;
 }
 
+// The anchored answers' bound: k per extrapolation bucket, GPU constants.
+void PrintAnchoredBound(const v1::AnchoredBound& bound, std::ostream& out) {
+  if (bound.buckets().empty()) return;
+  out << "anchored (leave one run out within " << bound.models() << " models, "
+      << bound.runs() << " runs; prior weight " << bound.prior_weight() << ", x"
+      << bound.fixed_hold()
+      << " on the fixed bytes, chosen by held-out error):";
+  double lo = 0;
+  for (const v1::ExtrapolationBucket& b : bound.buckets()) {
+    out << " batch/largest measured ";
+    if (b.max_ratio() == 0) {
+      out << "> " << lo;
+    } else {
+      out << "<= " << b.max_ratio();
+    }
+    out << ": k " << b.k90() << "/" << b.k95() << " (" << b.runs() << " runs"
+        << (b.own()               ? ""
+            : b.pooled_runs() > 0 ? ", pooled with further buckets"
+                                  : ", too few: the prior's k")
+        << ");";
+    lo = b.max_ratio();
+  }
+  out << "\n  GPU constants (GB):";
+  for (const auto& [gpu, gb] : bound.gpu_constant_gb()) {
+    out << " " << gpu << " " << std::showpos << gb << std::noshowpos;
+  }
+  out << "\n";
+}
+
+// One measurement source's own fit and how it predicts the others.
+void PrintSourceFit(const v1::SourceFit& source, std::ostream& out) {
+  const v1::ColumnSummary& h = source.heldout();
+  out << "source " << source.source() << " (" << source.runs()
+      << " runs): held out by template medianAbsErr " << h.median_abs_err()
+      << ", under " << h.under() << " of " << h.runs() << ", saidFitsButOom "
+      << h.said_fits_but_oom() << ", k " << source.k90() << "/" << source.k95()
+      << (source.usable_as_prior() ? "; a prior" : "") << "; factors "
+      << ToJson(source.factors(), false) << "\n";
+  for (const auto& [other, s] : source.predicts()) {
+    out << "  predicting " << other << " runs: medianAbsErr "
+        << s.median_abs_err() << ", under " << s.under() << " of " << s.runs()
+        << ", saidFitsButOom " << s.said_fits_but_oom() << "\n";
+  }
+}
+
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
   if (!offline.ok()) return Fail(err, offline.status().ToString());
@@ -254,8 +300,8 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   out << "column               runs  medianAbsErr within25 under "
          "saidFitsButOom saidNoButFits agree\n";
   for (const char* column :
-       {"ours", "ours_heldout", "reference_shipped", "reference_heldout",
-        "accelerate_fp32", "accelerate_bf16"}) {
+       {"ours", "ours_heldout", "ours_anchored", "reference_shipped",
+        "reference_heldout", "accelerate_fp32", "accelerate_bf16"}) {
     auto it = set.page().summary().find(column);
     if (it == set.page().summary().end()) continue;
     const v1::ColumnSummary& s = it->second;
@@ -267,6 +313,10 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   }
   out << "k (held out): " << set.k90() << " at 0.9, " << set.k95()
       << " at 0.95\n";
+  PrintAnchoredBound(set.page().anchored(), out);
+  for (const v1::SourceFit& source : set.page().sources()) {
+    PrintSourceFit(source, out);
+  }
   for (const std::string& line : set.page().left_out_of_fit()) {
     out << "left out of the fit (on the page): " << line << "\n";
   }
@@ -284,6 +334,7 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
+         "anchored_gb "
          "optimizer outputs attention internal recurrent transient "
          "update_optimizer in_fit\n";
   size_t next = 0;
@@ -295,7 +346,8 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
     out << run.template_() << " " << run.gpu() << " " << run.batch() << " "
         << (run.has_measured_peak_gb() ? run.measured_peak_gb() : -1) << " "
         << (run.has_oom_on_gb() ? run.oom_on_gb() : -1) << " "
-        << *result->ours[i] << " " << *result->ours_heldout[i];
+        << *result->ours[i] << " " << *result->ours_heldout[i] << " "
+        << result->ours_anchored[i].value_or(-1);
     for (int c = 0; c < kNumComponents; ++c) {
       out << " " << sample.component_gb[c];
     }
@@ -352,15 +404,20 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
       Calibrate(*train, *catalog, FitOptions{}, options.train);
   if (!fitted.ok()) return Fail(err, fitted.status().ToString());
   const double coverage = options.coverage == 0 ? 0.95 : options.coverage;
+  // The train file's runs anchor the test rows of the same model and setup,
+  // exactly as the service's stored runs anchor its answers.
+  const std::shared_ptr<const Evidence> evidence =
+      Evidence::Build(*train, *catalog, PriorsOf(fitted->factor_set));
   absl::StatusOr<v1::EvalReport> report =
-      EvaluateOn(fitted->factor_set, *test, *catalog, coverage, PageRules{});
+      EvaluateOn(fitted->factor_set, *test, *catalog, coverage, PageRules{},
+                 evidence.get());
   if (!report.ok()) return Fail(err, report.status().ToString());
   if (options.json) {
     out << ToJson(*report, /*pretty=*/true) << "\n";
     return 0;
   }
   out << std::setprecision(4);
-  out << "template gpu batch predicted_gb upper_gb 16 24 40 80\n";
+  out << "template gpu batch predicted_gb upper_gb 16 24 40 80 basis\n";
   for (const v1::EvalRow& row : report->rows()) {
     out << row.template_() << " " << row.gpu() << " " << row.batch() << " "
         << row.predicted_gb() << " " << row.upper_gb();
@@ -368,7 +425,7 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
       auto it = row.verdicts().find(card);
       out << " " << (it == row.verdicts().end() ? "-" : it->second);
     }
-    out << "\n";
+    out << " " << row.basis() << "\n";
   }
   const v1::EvalSummary& s = report->summary().at("ours");
   out << "\nours: runs " << s.runs() << ", medianAbsErr " << s.median_abs_err()

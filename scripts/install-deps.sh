@@ -8,6 +8,8 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang-format
   libonnx-dev
+  # SHA-256 of model keys (server/core/evidence/model_key.cc).
+  libssl-dev
   # libpq for the PostgreSQL store; the server for its tests (scripts/test-postgres.sh).
   libpq-dev postgresql
   # The torch harness's test builds every catalog template on the CPU.

@@ -21,7 +21,11 @@ ABSL_FLAG(std::string, db, "headroom.db", "SQLite file or postgresql:// URL");
 ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
-          "measured runs fitted on first start (JSON lines)");
+          "measured runs fitted on first start (JSON lines; several files "
+          "comma-separated: the reference file and the torch harness's)");
+ABSL_FLAG(std::string, auto_probe, "off",
+          "off or on: queue a learning probe for every prior-only answer "
+          "with a BORDERLINE target (CheckFitRequest.learn does it for one)");
 ABSL_FLAG(std::string, energy_curves, "data/energy-curves.json",
           "energy curves stored on first start");
 ABSL_FLAG(double, coverage, 0.95,
@@ -69,6 +73,14 @@ int main(int argc, char** argv) {
   config.runs_path = absl::GetFlag(FLAGS_runs);
   config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
   config.coverage = absl::GetFlag(FLAGS_coverage);
+  const std::string auto_probe = absl::GetFlag(FLAGS_auto_probe);
+  if (auto_probe != "off" && auto_probe != "on") {
+    spdlog::error(
+        "event=start_failed error=\"--auto_probe = {}; allowed off, on\"",
+        auto_probe.substr(0, 32));
+    return 2;
+  }
+  config.auto_probe = auto_probe == "on";
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
   config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);

@@ -11,6 +11,7 @@
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/evidence/model_key.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/planner/fit_planner.h"
@@ -362,9 +363,7 @@ std::optional<v1::MeasuredRun> FleetService::RunFor(
     const v1::Probe& probe, const v1::ProbeResult& result,
     const WorkerStream& stream) const {
   // The memory model predicts eager execution: compiled runs stay out.
-  if (probe.template_().empty() || result.batch().mode() == "compiled") {
-    return std::nullopt;
-  }
+  if (result.batch().mode() == "compiled") return std::nullopt;
   std::string gpu = result.gpu().catalog_gpu();
   if (gpu.empty()) gpu = CatalogGpu(result.gpu().name());
   if (gpu.empty()) gpu = probe.gpu();
@@ -374,6 +373,19 @@ std::optional<v1::MeasuredRun> FleetService::RunFor(
   v1::MeasuredRun run;
   run.set_template_(probe.template_());
   run.set_family(probe.spec().family());
+  // The key and shape of what was measured: a template's spec is the
+  // catalog's; any other model's spec travels with the run.
+  v1::TrainingSetup setup = probe.request().setup();
+  if (probe.request().model().has_onnx()) setup.clear_positions();
+  *run.mutable_setup() = setup;
+  if (probe.template_().empty()) *run.mutable_spec() = probe.spec();
+  run.set_model_key(ModelKeyOf(probe.spec(), setup).id);
+  const bool simulated = batch.simulated() || result.gpu().simulated();
+  const std::string& executor = probe.request().executor();
+  run.set_measured_by(simulated            ? v1::SIM
+                      : executor == "cuda" ? v1::CUDA_PROBE
+                                           : v1::TORCH_HARNESS);
+  if (!simulated) run.set_attention_backend("spec");
   run.set_gpu(card->name);
   run.set_batch(batch.batch());
   run.set_params(CountParams(probe.spec()));
@@ -388,7 +400,7 @@ std::optional<v1::MeasuredRun> FleetService::RunFor(
   }
   run.set_source(
       absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
-  run.set_simulated(batch.simulated() || result.gpu().simulated());
+  run.set_simulated(simulated);
   run.set_worker(stream.hello.worker_id());
   run.set_driver_version(result.gpu().driver_version());
   run.set_cuda_version(result.gpu().cuda_version());
@@ -442,6 +454,14 @@ void FleetService::OnResult(WorkerStream* stream,
         spdlog::error("event=result_not_stored key={} error=\"{}\"",
                       result.key(), std::string(stored.status().message()));
         return;
+      }
+      if (*stored && run.has_value()) {
+        std::function<void()> callback;
+        {
+          absl::MutexLock lock(&mu_);
+          callback = on_run_stored_;
+        }
+        if (callback) callback();
       }
       const v1::BatchResult& batch = result.batch();
       metrics_->ProbeResultReceived(!*stored                 ? "duplicate"
@@ -545,6 +565,80 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
   return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
+void FleetService::OnRunStored(std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  on_run_stored_ = std::move(callback);
+}
+
+absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
+    bool include_simulated) {
+  absl::MutexLock lock(&mu_);
+  std::optional<Worker> simulated;
+  int connected = 0;
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->registered || stream->draining) continue;
+    ++connected;
+    for (const v1::GpuDevice& device : stream->hello.gpus()) {
+      const std::string kind = CatalogGpu(device.name());
+      absl::StatusOr<GpuInfo> card = FindGpu(kind);
+      if (kind.empty() || !card.ok()) continue;
+      const auto& executors = stream->executors;
+      const bool has = [&](const char* name) {
+        return std::find(executors.begin(), executors.end(), name) !=
+               executors.end();
+      }(device.simulated() ? "sim" : "torch");
+      if (!has) continue;
+      Worker worker{id, card->name, card->memory_gb,
+                    device.simulated() ? "sim" : "torch", device.simulated()};
+      if (!device.simulated()) return worker;
+      if (!simulated.has_value()) simulated = worker;
+    }
+  }
+  if (simulated.has_value() && include_simulated) return *simulated;
+  if (simulated.has_value()) {
+    return absl::FailedPreconditionError(
+        "only simulated workers are connected, and simulated runs anchor "
+        "only questions that ask for them (set include_simulated)");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      connected == 0 ? "no worker is connected"
+                     : "no connected worker has a catalog GPU and an executor "
+                       "that builds models (torch, or sim on a simulated "
+                       "card)"));
+}
+
+absl::StatusOr<std::optional<std::string>> FleetService::Outstanding(
+    const std::string& key_id) {
+  for (v1::Probe::State state : {v1::Probe::QUEUED, v1::Probe::RUNNING}) {
+    ASSIGN_OR_RETURN(std::vector<v1::Probe> probes,
+                     store_->ListProbes(state, 1000));
+    for (const v1::Probe& probe : probes) {
+      if (probe.request().learn_key() == key_id) return probe.id();
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::string> FleetService::QueueLearning(
+    const v1::CheckFitRequest& request, const std::vector<uint32_t>& batches,
+    const Worker& worker, const std::string& key_id) {
+  v1::SubmitProbeRequest probe;
+  *probe.mutable_model() = request.model();
+  *probe.mutable_setup() = request.setup();
+  for (uint32_t batch : batches) probe.add_batches(batch);
+  probe.set_worker(worker.id);
+  probe.set_executor(worker.executor);
+  probe.set_repetitions(1);
+  // Few steps: the peak of a training step is reached in the first.
+  probe.set_warmup_steps(1);
+  probe.set_steps(2);
+  probe.set_learn_key(key_id);
+  ASSIGN_OR_RETURN(v1::Probe stored, Submit(probe));
+  spdlog::info("event=learning_probe_queued probe={} key={} worker={}",
+               stored.id(), key_id, worker.id);
+  return stored.id();
+}
+
 absl::StatusOr<v1::Probe> FleetService::Submit(
     const v1::SubmitProbeRequest& request) {
   RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
@@ -614,6 +708,10 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     if (request->has_autotune()) {
       return absl::InvalidArgumentError(
           "autotune is set by SubmitAutotune only; send the autotune there");
+    }
+    if (!request->learn_key().empty()) {
+      return absl::InvalidArgumentError(
+          "learn_key is set by the planner only (CheckFitRequest.learn)");
     }
     v1::SubmitProbeResponse out;
     ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));

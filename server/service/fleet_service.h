@@ -16,12 +16,13 @@
 #include "absl/synchronization/mutex.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
 
 namespace headroom {
 
-class FleetService final : public v1::Fleet::CallbackService {
+class FleetService final : public v1::Fleet::CallbackService, public Learner {
  public:
   struct Options {
     // A running probe whose worker sends nothing for this long goes back
@@ -52,6 +53,18 @@ class FleetService final : public v1::Fleet::CallbackService {
   // Stops the dispatcher and ends every open stream (workers reconnect to
   // whichever planner comes next). Call before the server shuts down.
   void Shutdown();
+
+  // Called (on a gRPC thread, so it must not block) after a probe's result
+  // is stored as a measured run: answers' evidence is stale.
+  void OnRunStored(std::function<void()> callback);
+
+  // Learner: probes to learn models answers were prior-only for.
+  absl::StatusOr<Worker> WorkerFor(bool include_simulated) override;
+  absl::StatusOr<std::optional<std::string>> Outstanding(
+      const std::string& key_id) override;
+  absl::StatusOr<std::string> QueueLearning(
+      const v1::CheckFitRequest& request, const std::vector<uint32_t>& batches,
+      const Worker& worker, const std::string& key_id) override;
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>* Connect(
       grpc::CallbackServerContext* context) override;
@@ -99,8 +112,10 @@ class FleetService final : public v1::Fleet::CallbackService {
   absl::StatusOr<std::string> AcceptAutotuneRecord(
       const v1::Probe& probe, const v1::ProbeResult& result,
       const WorkerStream& stream);
-  // A measured run for the calibration from one batch result; nullopt when
-  // the probe has no catalog template or the batch measured nothing usable.
+  // A measured run for the calibration and the answers' evidence from one
+  // batch result (with its model key, source, and the spec and setup when
+  // the model is not a catalog template); nullopt for a compiled-mode batch
+  // or a card the catalog does not know.
   std::optional<v1::MeasuredRun> RunFor(const v1::Probe& probe,
                                         const v1::ProbeResult& result,
                                         const WorkerStream& stream) const;
@@ -136,6 +151,7 @@ class FleetService final : public v1::Fleet::CallbackService {
   std::map<std::string, WorkerStream*> workers_ ABSL_GUARDED_BY(mu_);
   std::multimap<std::string, ProbeWatch*> watches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> on_run_stored_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   std::thread dispatcher_;
 };

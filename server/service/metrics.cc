@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 
+#include "headroom/v1/fleet.pb.h"
 #include "server/service/grpc_status.h"
 
 namespace headroom {
@@ -165,6 +166,14 @@ PlannerMetrics::PlannerMetrics()
                        .Help("Total energy consumption since boot (in mJ).")
                        .Register(*registry_)) {
   workers_connected_.Add({}).Set(0);
+  // Every probe state has a series from the first scrape (0 until the
+  // fleet's first count), so dashboards never see the family missing.
+  for (int state = v1::Probe::QUEUED; state <= v1::Probe::CANCELLED; ++state) {
+    probes_
+        .Add({{"state",
+               v1::Probe::State_Name(static_cast<v1::Probe::State>(state))}})
+        .Set(0);
+  }
   samples_.Add({});
   for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
     verdicts_.Add({{"verdict", verdict}});

@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   PlannerService::Options options;
   options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   options.coverage = config.coverage;
+  options.auto_probe = config.auto_probe;
   app->service_ = std::make_unique<PlannerService>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
       options);
@@ -132,6 +133,12 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.store_poll_ms = config.store_poll_ms;
   app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
                                                app->metrics_.get(), fleet);
+  // Answers rest on the stored runs from the first request on; a probe's
+  // stored result refreshes them, and learning probes go to the fleet.
+  RETURN_IF_ERROR(app->service_->RefreshEvidence());
+  app->service_->SetLearner(app->fleet_.get());
+  app->fleet_->OnRunStored(
+      [service = app->service_.get()] { service->EvidenceStale(); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -188,6 +195,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
   if (!stop_sync_.HasBeenNotified()) stop_sync_.Notify();
   if (sync_.joinable()) sync_.join();
+  if (service_ != nullptr) service_->Quiesce();
+  if (fleet_ != nullptr) fleet_->OnRunStored(nullptr);
   if (serving_.exchange(false) && server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     // Worker streams never end on their own: end them first.

@@ -33,11 +33,15 @@ struct PlannerConfig {
   std::string db_path = "headroom.db";
   // Model catalog directory and the calibration runs fitted on first start.
   std::string models_dir = "models";
+  // One runs file or several, comma-separated.
   std::string runs_path = "data/memory-runs.jsonl";
   // Energy curves stored on first start (energy-curves.json format).
   std::string energy_curves_path = "data/energy-curves.json";
   // Coverage of the calibrated upper bound used for verdicts: 0.9 or 0.95.
   double coverage = 0.95;
+  // Queue a learning probe for every prior-only answer with a BORDERLINE
+  // target (CheckFitRequest.learn does it for one request).
+  bool auto_probe = false;
   // A probe whose worker is silent this long goes back to the queue.
   int64_t probe_lease_ms = 30000;
   // Heartbeat period asked of workers.

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/promotion.h"
@@ -40,6 +43,138 @@ std::shared_ptr<const FitPlanner> PlannerService::planner() const {
   return planner_;
 }
 
+std::shared_ptr<const Evidence> PlannerService::evidence() const {
+  absl::MutexLock lock(&mu_);
+  return evidence_;
+}
+
+void PlannerService::SetLearner(Learner* learner) {
+  absl::MutexLock lock(&mu_);
+  learner_ = learner;
+}
+
+void PlannerService::Quiesce() {
+  SetLearner(nullptr);
+  auto done = std::make_shared<absl::Notification>();
+  // Jobs run in order: once this one runs, none before it still holds the
+  // learner. Unbounded queue for this one job, so it is always accepted.
+  if (evidence_worker_.Post([done] { done->Notify(); },
+                            std::numeric_limits<size_t>::max())) {
+    done->WaitForNotification();
+  }
+}
+
+absl::Status PlannerService::RefreshEvidence() {
+  const std::shared_ptr<const FitPlanner> current = planner();
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t count = static_cast<int64_t>(runs.size());
+  std::shared_ptr<const Evidence> built =
+      Evidence::Build(runs, *catalog_, current->priors());
+  spdlog::info(
+      "event=evidence_built runs={} keys={} seconds={:.3f} factor_set={}",
+      count, built->groups(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      current->factor_set().version());
+  absl::MutexLock lock(&mu_);
+  // A planner installed meanwhile rebuilds again; keep the newer priors.
+  if (planner_ == current) {
+    evidence_ = std::move(built);
+    evidence_runs_ = count;
+  }
+  return absl::OkStatus();
+}
+
+void PlannerService::EvidenceStale() {
+  if (evidence_refresh_queued_.exchange(true)) return;
+  const bool posted = evidence_worker_.Post([this] {
+    evidence_refresh_queued_ = false;
+    if (absl::Status refreshed = RefreshEvidence(); !refreshed.ok()) {
+      spdlog::warn("event=evidence_refresh_failed error=\"{}\"",
+                   std::string(refreshed.message()));
+    }
+  });
+  if (!posted) evidence_refresh_queued_ = false;
+}
+
+namespace {
+
+// Learning helps an answer that rests on the prior alone and leaves some
+// target undecided.
+bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why) {
+  if (answer.estimates_size() > 0 &&
+      answer.estimates(0).basis().kind() == v1::Basis::ANCHORED) {
+    *why = "nothing to learn: the answer is anchored on measured runs";
+    return false;
+  }
+  for (const v1::TargetResult& target : answer.targets()) {
+    for (int verdict : target.verdicts()) {
+      if (verdict == v1::BORDERLINE) return true;
+    }
+  }
+  *why = "nothing to learn: no target is BORDERLINE";
+  return false;
+}
+
+}  // namespace
+
+std::string PlannerService::Learn(const v1::CheckFitRequest& request,
+                                  const v1::CheckFitResponse& answer) {
+  std::string why;
+  if (!NeedsLearning(answer, &why)) return why;
+  Learner* learner;
+  {
+    absl::MutexLock lock(&mu_);
+    learner = learner_;
+  }
+  if (learner == nullptr) return "no probe queued: this planner has no fleet";
+  const std::shared_ptr<const FitPlanner> current = planner();
+  absl::StatusOr<ModelKey> key = current->KeyOf(request);
+  if (!key.ok()) return std::string(key.status().message());
+  absl::MutexLock lock(&learn_mu_);
+  absl::StatusOr<std::optional<std::string>> outstanding =
+      learner->Outstanding(key->id);
+  if (!outstanding.ok()) {
+    return absl::StrCat("no probe queued: ", outstanding.status().message());
+  }
+  if (outstanding->has_value()) {
+    return absl::StrCat("probe ", **outstanding,
+                        " for this model is already queued or running");
+  }
+  absl::StatusOr<Learner::Worker> worker =
+      learner->WorkerFor(request.include_simulated());
+  if (!worker.ok()) {
+    return absl::StrCat("no probe queued: ", worker.status().message());
+  }
+  // Batches the prior calls FITS on that worker's card, so the probe
+  // measures without going OOM: the largest such and a half and a quarter.
+  v1::CheckFitRequest sizing = request;
+  sizing.clear_targets();
+  sizing.add_targets()->set_gpu(worker->gpu);
+  absl::StatusOr<v1::CheckFitResponse> sized = current->CheckFit(sizing);
+  if (!sized.ok()) {
+    return absl::StrCat("no probe queued: ", sized.status().message());
+  }
+  const uint32_t largest = sized->targets(0).max_batch_fits();
+  if (largest == 0) {
+    return absl::StrCat(
+        "no probe queued: even batch 1 is not FITS by the upper bound on ",
+        worker->gpu, " (worker ", worker->id, ")");
+  }
+  std::vector<uint32_t> batches;
+  for (uint32_t batch :
+       {std::max(1u, largest / 4), std::max(1u, largest / 2), largest}) {
+    if (batches.empty() || batches.back() != batch) batches.push_back(batch);
+  }
+  absl::StatusOr<std::string> id =
+      learner->QueueLearning(request, batches, *worker, key->id);
+  if (!id.ok()) return absl::StrCat("no probe queued: ", id.status().message());
+  return absl::StrCat("probe ", *id, " queued on worker ", worker->id, " (",
+                      worker->gpu, ", batches ", absl::StrJoin(batches, ","),
+                      ")");
+}
+
 grpc::ServerUnaryReactor* PlannerService::CheckFit(
     grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
     v1::CheckFitResponse* response) {
@@ -49,9 +184,11 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
-  // The answer is pure computation on an immutable planner (microseconds),
-  // so it runs inline without blocking on anything.
-  absl::StatusOr<v1::CheckFitResponse> answer = planner()->CheckFit(*request);
+  // The answer is pure computation on an immutable planner and evidence
+  // (microseconds), so it runs inline without blocking on anything.
+  const std::shared_ptr<const Evidence> evidence = this->evidence();
+  absl::StatusOr<v1::CheckFitResponse> answer =
+      planner()->CheckFit(*request, evidence.get());
   if (!answer.ok()) {
     spdlog::debug("event=check_fit_rejected code={} message=\"{}\"",
                   absl::StatusCodeToString(answer.status().code()),
@@ -63,6 +200,31 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     for (int verdict : target.verdicts()) {
       metrics_->Verdict(v1::Verdict_Name(verdict));
     }
+  }
+  std::string why;
+  const bool learn = request->learn() || options_.auto_probe;
+  if (learn && NeedsLearning(*answer, &why)) {
+    // Deciding reads and writes the probe queue: off this thread. With
+    // learn the answer waits for it and says what happened; with
+    // --auto_probe alone it does not wait.
+    if (request->learn()) {
+      *response = std::move(*answer);
+      const bool posted =
+          evidence_worker_.Post([this, reactor, request, response] {
+            response->set_learning(Learn(*request, *response));
+            reactor->Finish(grpc::Status::OK);
+          });
+      if (!posted) {
+        response->set_learning("no probe queued: the planner is busy");
+        reactor->Finish(grpc::Status::OK);
+      }
+      return reactor;
+    }
+    auto copy = std::make_shared<v1::CheckFitRequest>(*request);
+    auto seen = std::make_shared<v1::CheckFitResponse>(*answer);
+    evidence_worker_.Post([this, copy, seen] { Learn(*copy, *seen); });
+  } else if (request->learn()) {
+    answer->set_learning(why);
   }
   *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);
@@ -107,6 +269,8 @@ void PlannerService::Install(v1::FactorSet set) {
   metrics_->FactorSetInstalled(set);
   SetPlanner(std::make_shared<const FitPlanner>(catalog_, std::move(set),
                                                 options_.coverage));
+  // The evidence's shapes are taken under the planner's priors.
+  EvidenceStale();
 }
 
 absl::StatusOr<bool> PlannerService::SyncWithStore() {
@@ -141,6 +305,15 @@ absl::StatusOr<bool> PlannerService::SyncWithStore() {
         std::make_shared<const v1::EnergyCurveSet>(*std::move(curves)));
     changed = true;
   }
+  // Runs stored through another replica (or a refit's import) change the
+  // evidence answers are anchored on.
+  ASSIGN_OR_RETURN(int64_t runs, store_->CountRuns());
+  bool stale;
+  {
+    absl::MutexLock lock(&mu_);
+    stale = runs != evidence_runs_;
+  }
+  if (stale) EvidenceStale();
   return changed;
 }
 

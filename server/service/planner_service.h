@@ -4,14 +4,17 @@
 // headroom.v1.Planner over the callback API. It only translates: requests go
 // to the core FitPlanner, absl statuses become gRPC statuses.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/background_worker.h"
+#include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
 
@@ -25,6 +28,9 @@ class PlannerService final : public v1::Planner::CallbackService {
     size_t max_request_bytes = 4 << 20;
     // Coverage of the upper bound for planners built after a refit.
     double coverage = 0.95;
+    // Learn by probing for every prior-only answer with a BORDERLINE target,
+    // as CheckFitRequest.learn asks for one (--auto_probe=on).
+    bool auto_probe = false;
   };
 
   // `store` and `metrics` must outlive the service.
@@ -35,6 +41,23 @@ class PlannerService final : public v1::Planner::CallbackService {
   // Replaces the planner answers come from (after a refit or promotion).
   void SetPlanner(std::shared_ptr<const FitPlanner> planner);
   std::shared_ptr<const FitPlanner> planner() const;
+
+  // The measured runs answers are anchored on, as of the last refresh.
+  std::shared_ptr<const Evidence> evidence() const;
+  // Rebuilds the evidence from every stored run under the current planner's
+  // priors.
+  absl::Status RefreshEvidence();
+  // Queues a RefreshEvidence on the evidence thread (at most one waits):
+  // never blocks, so a gRPC thread may call it after storing a run.
+  void EvidenceStale();
+
+  // Where learning probes go (the fleet); null: learn answers say no
+  // probe can be queued. `learner` must outlive the service.
+  void SetLearner(Learner* learner);
+
+  // Drops the learner and waits for the learning and evidence jobs already
+  // queued: call before the learner (the fleet) goes away.
+  void Quiesce();
 
   grpc::ServerUnaryReactor* CheckFit(grpc::CallbackServerContext* context,
                                      const v1::CheckFitRequest* request,
@@ -119,10 +142,24 @@ class PlannerService final : public v1::Planner::CallbackService {
   // Builds a planner for `set` and makes it the one answers come from.
   void Install(v1::FactorSet set);
 
+  // Queues a learning probe for the request's model when its answer is
+  // prior-only with a BORDERLINE target; returns what the answer says
+  // about it. Store I/O: call off the gRPC threads.
+  std::string Learn(const v1::CheckFitRequest& request,
+                    const v1::CheckFitResponse& answer);
+
   std::shared_ptr<const ModelCatalog> catalog_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const v1::EnergyCurveSet> energy_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Evidence> evidence_ ABSL_GUARDED_BY(mu_);
+  // Stored runs the evidence was built from.
+  int64_t evidence_runs_ ABSL_GUARDED_BY(mu_) = -1;
+  Learner* learner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<bool> evidence_refresh_queued_{false};
+  // One learning decision at a time, so two requests never queue two
+  // probes for one key.
+  absl::Mutex learn_mu_;
   Store* store_;
   PlannerMetrics* metrics_;
   Options options_;
@@ -130,6 +167,8 @@ class PlannerService final : public v1::Planner::CallbackService {
   // (and joined) first.
   absl::Mutex refit_mu_;
   BackgroundWorker worker_;
+  // Evidence rebuilds and learning decisions, apart from refits.
+  BackgroundWorker evidence_worker_;
 };
 
 }  // namespace headroom

@@ -92,6 +92,10 @@ CREATE TABLE autotune_cache (
   body bytea NOT NULL
 );
 )sql",
+    // 2: learning probes (request.learn_key) wait behind operator probes.
+    R"sql(
+ALTER TABLE probes ADD COLUMN background integer NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               kPostgresSchemaVersion);
@@ -592,6 +596,16 @@ absl::StatusOr<int64_t> PostgresStore::AddRuns(
   return count;
 }
 
+absl::StatusOr<int64_t> PostgresStore::CountRuns() {
+  absl::MutexLock lock(&mu_);
+  int64_t count = 0;
+  RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(count, CountLocked("measured_runs"));
+    return absl::OkStatus();
+  }));
+  return count;
+}
+
 absl::StatusOr<std::vector<v1::MeasuredRun>> PostgresStore::ListRuns() {
   absl::MutexLock lock(&mu_);
   std::vector<v1::MeasuredRun> runs;
@@ -720,7 +734,8 @@ absl::StatusOr<v1::Probe> PostgresStore::AddProbe(v1::Probe probe) {
     probe.set_state(v1::Probe::QUEUED);
     return QueryLocked("storing probe",
                        "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
-                       "executor, body) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                       "executor, body, background) VALUES ($1, $2, $3, $4, "
+                       "$5, $6, $7, $8)",
                        Params()
                            .Int(seq)
                            .Text(probe.id())
@@ -728,7 +743,8 @@ absl::StatusOr<v1::Probe> PostgresStore::AddProbe(v1::Probe probe) {
                            .Text(probe.gpu())
                            .Text(probe.request().worker())
                            .Text(probe.request().executor())
-                           .Bytes(Serialize(probe)))
+                           .Bytes(Serialize(probe))
+                           .Int(probe.request().learn_key().empty() ? 0 : 1))
         .status();
   }));
   return probe;
@@ -817,7 +833,7 @@ absl::StatusOr<std::optional<v1::Probe>> PostgresStore::ClaimProbe(
                     "(CASE WHEN worker_pin = '' THEN gpu = ANY($2::text[]) "
                     "ELSE worker_pin = $3 END) AND "
                     "(executor = '' OR executor = ANY($4::text[])) "
-                    "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED",
+                    "ORDER BY background, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
                     Params()
                         .Int(v1::Probe::QUEUED)
                         .Text(TextArray(gpus))

@@ -24,7 +24,7 @@ class Rows;    // one statement's result rows
 
 // Schema version this build writes and understands (its own numbering,
 // not SQLite's: version 1 holds everything SQLite's version 6 does).
-inline constexpr int kPostgresSchemaVersion = 1;
+inline constexpr int kPostgresSchemaVersion = 2;
 
 class PostgresStore : public Store {
  public:
@@ -51,6 +51,7 @@ class PostgresStore : public Store {
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+  absl::StatusOr<int64_t> CountRuns() override;
   absl::StatusOr<int64_t> AddDensityRuns(
       const std::vector<v1::DensityRawRun>& runs) override;
   absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(

@@ -104,6 +104,10 @@ CREATE TABLE autotune_cache (
   body TEXT NOT NULL
 );
 )sql",
+    // 7: learning probes (request.learn_key) wait behind operator probes.
+    R"sql(
+ALTER TABLE probes ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -370,6 +374,15 @@ absl::StatusOr<int64_t> SqliteStore::AddRuns(
   return sqlite3_column_int64(count.get(), 0);
 }
 
+absl::StatusOr<int64_t> SqliteStore::CountRuns() {
+  absl::MutexLock lock(&mu_);
+  Statement count(db_, "SELECT COUNT(*) FROM measured_runs;");
+  if (!count.ok() || sqlite3_step(count.get()) != SQLITE_ROW) {
+    return SqliteError(db_, "counting runs");
+  }
+  return sqlite3_column_int64(count.get(), 0);
+}
+
 absl::StatusOr<std::vector<v1::MeasuredRun>> SqliteStore::ListRuns() {
   absl::MutexLock lock(&mu_);
   Statement s(db_, "SELECT body FROM measured_runs ORDER BY seq;");
@@ -533,7 +546,7 @@ absl::StatusOr<v1::Probe> SqliteStore::AddProbe(v1::Probe probe) {
     probe.set_state(v1::Probe::QUEUED);
     Statement s(db_,
                 "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
-                "executor, body) VALUES (?, ?, ?, ?, ?, ?, ?);");
+                "executor, body, background) VALUES (?, ?, ?, ?, ?, ?, ?, ?);");
     if (!s.ok()) return SqliteError(db_, "storing probe");
     sqlite3_bind_int64(s.get(), 1, next);
     s.BindText(2, probe.id());
@@ -542,6 +555,7 @@ absl::StatusOr<v1::Probe> SqliteStore::AddProbe(v1::Probe probe) {
     s.BindText(5, probe.request().worker());
     s.BindText(6, probe.request().executor());
     s.BindText(7, ToJson(probe, /*pretty=*/false));
+    sqlite3_bind_int(s.get(), 8, probe.request().learn_key().empty() ? 0 : 1);
     if (sqlite3_step(s.get()) != SQLITE_DONE) {
       return SqliteError(db_, "storing probe");
     }
@@ -626,7 +640,7 @@ absl::StatusOr<std::optional<v1::Probe>> SqliteStore::ClaimProbe(
     // cheap even with a long queue no worker here can serve.
     Statement s(db_,
                 "SELECT id, gpu, worker_pin, executor FROM probes "
-                "WHERE state = ? ORDER BY seq LIMIT 1000;");
+                "WHERE state = ? ORDER BY background, seq LIMIT 1000;");
     if (!s.ok()) return SqliteError(db_, "claiming probe");
     sqlite3_bind_int(s.get(), 1, v1::Probe::QUEUED);
     std::string id;

@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 6;
+inline constexpr int kSqliteSchemaVersion = 7;
 
 class SqliteStore : public Store {
  public:
@@ -42,6 +42,7 @@ class SqliteStore : public Store {
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+  absl::StatusOr<int64_t> CountRuns() override;
   absl::StatusOr<int64_t> AddDensityRuns(
       const std::vector<v1::DensityRawRun>& runs) override;
   absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(

@@ -72,6 +72,10 @@ class Store {
   // Every stored measured run in insertion order.
   virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
 
+  // How many measured runs are stored (cheap: answers' evidence is rebuilt
+  // when it changes).
+  virtual absl::StatusOr<int64_t> CountRuns() = 0;
+
   // --- Probe queue (DESIGN.md, "Workers and probes") ---
 
   // Stores a new probe under the next id ("p-N"), QUEUED; returns it.
@@ -85,7 +89,8 @@ class Store {
       v1::Probe::State state, int limit) = 0;
 
   // Atomically hands the oldest queued probe `worker` can run (pinned to
-  // it, or asking for one of `gpus`, with an executor among `executors`) to
+  // it, or asking for one of `gpus`, with an executor among `executors`;
+  // learning probes, request.learn_key set, only when no other waits) to
   // the worker: RUNNING, a new assignment id, a lease until now + lease_ms.
   // nullopt when none waits. Exactly one caller gets each probe.
   virtual absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(

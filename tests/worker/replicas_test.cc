@@ -255,21 +255,23 @@ TEST_P(ReplicasTest, ProbesFactorSetsAndAnswersAreSharedAcrossReplicas) {
   check.add_batches(4);
   check.add_targets()->set_gpu("H100");
   check.add_targets()->set_gpu("L4");
+  // Each replica rebuilds its evidence from the shared store after the
+  // refit's import; once both have, they answer alike.
   v1::CheckFitResponse on_a, on_c;
-  {
+  const auto ask = [&](const char* name, v1::CheckFitResponse* out) {
     grpc::ClientContext context;
     context.set_deadline(In(10));
-    ASSERT_TRUE(replicas_["a"].planner->CheckFit(&context, check, &on_a).ok());
-  }
-  {
-    grpc::ClientContext context;
-    context.set_deadline(In(10));
-    ASSERT_TRUE(replicas_["c"].planner->CheckFit(&context, check, &on_c).ok());
-  }
-  EXPECT_EQ(on_a.factor_set_version(), promoted);
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(on_a, on_c))
+    return replicas_[name].planner->CheckFit(&context, check, out).ok();
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ask("a", &on_a) && ask("c", &on_c) &&
+               google::protobuf::util::MessageDifferencer::Equals(on_a, on_c);
+      },
+      10))
       << on_a.ShortDebugString() << "\nvs\n"
       << on_c.ShortDebugString();
+  EXPECT_EQ(on_a.factor_set_version(), promoted);
 
   // A rollback on c is followed by a.
   {

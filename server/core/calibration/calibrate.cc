@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "server/core/calibration/regimes.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/evidence/anchor.h"
+#include "server/core/evidence/model_key.h"
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
@@ -29,19 +31,32 @@ std::string Gb(double gb) { return absl::StrFormat("%.2f GB", gb); }
 
 }  // namespace
 
+std::string ModelName(const v1::MeasuredRun& run) {
+  if (!run.template_().empty()) return run.template_();
+  return run.model_key().empty() ? run.spec().name() : run.model_key();
+}
+
+absl::StatusOr<std::pair<v1::ModelSpec, v1::TrainingSetup>> MeasuredModel(
+    const v1::MeasuredRun& run, const ModelCatalog& catalog) {
+  if (run.has_spec()) return std::make_pair(run.spec(), run.setup());
+  ASSIGN_OR_RETURN(const v1::ModelSpec* spec, catalog.Find(run.template_()));
+  return std::make_pair(*spec,
+                        run.has_setup() ? run.setup() : CalibrationSetup());
+}
+
 absl::StatusOr<std::vector<FitSample>> SamplesFor(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     std::vector<std::string>* left_out) {
   std::vector<FitSample> samples;
   // Template -> why its runs must not move the factors (first reason found).
   std::map<std::string, std::string> unfit;
-  const v1::TrainingSetup setup = CalibrationSetup();
   for (const v1::MeasuredRun& run : runs) {
     if (!IsUsable(run)) continue;
-    ASSIGN_OR_RETURN(const v1::ModelSpec* spec, catalog.Find(run.template_()));
-    ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
+    ASSIGN_OR_RETURN(auto model, MeasuredModel(run, catalog));
+    ASSIGN_OR_RETURN(MemoryProfile profile,
+                     BuildProfile(model.first, model.second));
     FitSample sample;
-    sample.template_name = run.template_();
+    sample.template_name = ModelName(run);
     const ComponentArray bytes = profile.BytesAt(run.batch());
     for (int c = 0; c < kNumComponents; ++c) {
       sample.component_gb[c] = bytes[c] / 1e9;
@@ -50,7 +65,7 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
     if (run.has_measured_peak_gb()) sample.measured_gb = run.measured_peak_gb();
     if (run.has_oom_on_gb()) sample.oom_gb = run.oom_on_gb();
     samples.push_back(sample);
-    if (unfit.count(run.template_()) != 0) continue;
+    if (unfit.count(sample.template_name) != 0) continue;
     // A spec that is not the measured model (a different parameter count),
     // or whose own weights and largest tensor exceed what was measured,
     // cannot be fitted to that model's runs.
@@ -58,7 +73,7 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
     const double spec_params = static_cast<double>(profile.params);
     if (measured_params > 0 && std::abs(spec_params - measured_params) >
                                    kParamTolerance * measured_params) {
-      unfit[run.template_()] = absl::StrFormat(
+      unfit[sample.template_name] = absl::StrFormat(
           "the spec has %.0f parameters, the measured model %.0f (%+.2f%%)",
           spec_params, measured_params,
           100.0 * (spec_params - measured_params) / measured_params);
@@ -70,7 +85,7 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
                                    profile.largest_tensor_per_sample) /
           1e9;
       if (floor_gb > run.measured_peak_gb()) {
-        unfit[run.template_()] = absl::StrCat(
+        unfit[sample.template_name] = absl::StrCat(
             "at batch ", run.batch(), " on ", run.gpu(),
             " the spec's fp32 weights and largest tensor alone are ",
             Gb(floor_gb), ", more than the measured ",
@@ -92,17 +107,17 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
 Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
                         const ModelCatalog& catalog,
                         const v1::Factors& factors) {
-  const v1::TrainingSetup setup = CalibrationSetup();
   const ComponentArray f = FactorArray(factors);
   Predictions out;
   out.reserve(runs.size());
   for (const v1::MeasuredRun& run : runs) {
-    absl::StatusOr<const v1::ModelSpec*> spec = catalog.Find(run.template_());
-    if (!IsUsable(run) || !spec.ok()) {
+    auto model = MeasuredModel(run, catalog);
+    if (!IsUsable(run) || !model.ok()) {
       out.push_back(std::nullopt);
       continue;
     }
-    absl::StatusOr<MemoryProfile> profile = BuildProfile(**spec, setup);
+    absl::StatusOr<MemoryProfile> profile =
+        BuildProfile(model->first, model->second);
     if (!profile.ok()) {
       out.push_back(std::nullopt);
       continue;
@@ -112,9 +127,162 @@ Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
   return out;
 }
 
-absl::StatusOr<CalibrationResult> Calibrate(
+namespace {
+
+// The global factors are fitted on the reference file's runs (and on
+// simulated ones when the caller passed them); every other source gets its
+// own fit on the page (SourceFit).
+bool InGlobalFit(const v1::MeasuredRun& run) {
+  const v1::MeasurementSource source = MeasuredBy(run);
+  return source == v1::REFERENCE || source == v1::SIM;
+}
+
+// Usable runs of at least 1 GB a source needs before its factors answer as
+// a prior.
+constexpr int kMinPriorRuns = 30;
+
+template <typename T>
+std::vector<T> Subset(const std::vector<T>& all,
+                      const std::vector<size_t>& index) {
+  std::vector<T> out;
+  out.reserve(index.size());
+  for (size_t i : index) out.push_back(all[i]);
+  return out;
+}
+
+Predictions Expand(const Predictions& subset, const std::vector<size_t>& index,
+                   size_t size) {
+  Predictions out(size);
+  for (size_t i = 0; i < index.size(); ++i) out[index[i]] = subset[i];
+  return out;
+}
+
+// The page's ours_anchored column: each run predicted from the other runs
+// of its template (leave one run out), shaped by the factors fitted without
+// that template, with GPU constants fitted without it.
+absl::StatusOr<Predictions> AnchoredColumn(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
+    const std::map<std::string, ComponentArray>& heldout_factors,
+    const FitOptions& options, const PageRules& rules, v1::FactorSet* set) {
+  std::map<std::string, size_t> group_of;
+  std::vector<AnchorGroup> groups;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const v1::MeasuredRun& run = runs[i];
+    if (!IsUsable(run)) continue;
+    const std::string name = ModelName(run);
+    auto factors = heldout_factors.find(name);
+    if (factors == heldout_factors.end()) continue;
+    auto [it, inserted] = group_of.emplace(name, groups.size());
+    if (inserted) {
+      ASSIGN_OR_RETURN(auto model, MeasuredModel(run, catalog));
+      ASSIGN_OR_RETURN(MemoryProfile profile,
+                       BuildProfile(model.first, model.second));
+      AnchorGroup group;
+      group.key_id = name;
+      group.name = name;
+      group.shape = ShapeOf(profile, factors->second);
+      groups.push_back(std::move(group));
+    }
+    groups[it->second].runs.push_back(i);
+  }
+  AnchorOptions anchor;
+  anchor.headroom = options.headroom;
+  anchor.oom_penalty = options.oom_penalty;
+  anchor.min_gb = rules.min_gb;
+  const AnchorCalibration calibration =
+      CalibrateAnchors(runs, groups, set->k90(), set->k95(), anchor);
+  const v1::ColumnSummary loo = SummarizeColumn(runs, calibration.loo, rules);
+  (*set->mutable_page()->mutable_summary())["ours_anchored"] = loo;
+  *set->mutable_page()->mutable_anchored() =
+      AnchoredBoundOf(calibration, loo, anchor);
+  return calibration.loo;
+}
+
+// One source's own global fit, held out by template, and how each of the
+// global and this source's factors predicts the other's runs.
+absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
+                          const std::vector<v1::MeasuredRun>& source_runs,
+                          v1::MeasurementSource source,
+                          const ModelCatalog& catalog,
+                          const FitOptions& options, const PageRules& rules,
+                          v1::FactorSet* set) {
+  ASSIGN_OR_RETURN(std::vector<FitSample> samples,
+                   SamplesFor(source_runs, catalog));
+  if (samples.empty()) return absl::OkStatus();
+  const FitResult fit = FitFactors(samples, options);
+  const std::vector<double> heldout = HeldOutPredictions(samples, options);
+  Predictions heldout_runs;
+  size_t next = 0;
+  int big = 0;
+  for (const v1::MeasuredRun& run : source_runs) {
+    if (!IsUsable(run)) {
+      heldout_runs.push_back(std::nullopt);
+      continue;
+    }
+    if (run.has_measured_peak_gb() && run.measured_peak_gb() >= rules.min_gb) {
+      ++big;
+    }
+    heldout_runs.push_back(heldout[next++]);
+  }
+  v1::SourceFit* out = set->mutable_page()->add_sources();
+  out->set_source(SourceName(source));
+  *out->mutable_factors() = FactorsFromArray(fit.factors);
+  out->set_runs(static_cast<int>(samples.size()));
+  *out->mutable_heldout() = SummarizeColumn(source_runs, heldout_runs, rules);
+  absl::StatusOr<double> k90 =
+      UpperBoundK(source_runs, heldout_runs, 0.9, rules);
+  absl::StatusOr<double> k95 =
+      UpperBoundK(source_runs, heldout_runs, 0.95, rules);
+  out->set_k90(k90.ok() ? *k90 : set->k90());
+  out->set_k95(k95.ok() ? *k95 : set->k95());
+  out->set_usable_as_prior(big >= kMinPriorRuns && k90.ok() && k95.ok());
+  (*out->mutable_predicts())["reference"] = SummarizeColumn(
+      global_runs, PredictRuns(global_runs, catalog, out->factors()), rules);
+  // The global fit's entry, predicting this source's runs.
+  v1::SourceFit* global = nullptr;
+  for (v1::SourceFit& fit_entry : *set->mutable_page()->mutable_sources()) {
+    if (fit_entry.source() == "reference") global = &fit_entry;
+  }
+  if (global == nullptr) {
+    global = set->mutable_page()->add_sources();
+    global->set_source("reference");
+    *global->mutable_factors() = set->factors();
+    global->set_k90(set->k90());
+    global->set_k95(set->k95());
+    global->set_runs(set->page().summary().at("ours_heldout").runs());
+    *global->mutable_heldout() = set->page().summary().at("ours_heldout");
+    global->set_usable_as_prior(true);
+  }
+  (*global->mutable_predicts())[SourceName(source)] = SummarizeColumn(
+      source_runs, PredictRuns(source_runs, catalog, set->factors()), rules);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CalibrationResult> Calibrate(
+    const std::vector<v1::MeasuredRun>& all_runs, const ModelCatalog& catalog,
     const FitOptions& options, const std::string& trained_on) {
+  std::vector<size_t> global_index;
+  std::map<int, std::vector<size_t>> by_source;
+  for (size_t i = 0; i < all_runs.size(); ++i) {
+    if (InGlobalFit(all_runs[i])) {
+      global_index.push_back(i);
+    } else {
+      by_source[MeasuredBy(all_runs[i])].push_back(i);
+    }
+  }
+  bool any_usable = false;
+  for (size_t i : global_index)
+    any_usable = any_usable || IsUsable(all_runs[i]);
+  if (!any_usable) {
+    // No reference run: the global factors come from whatever was measured.
+    global_index.clear();
+    for (size_t i = 0; i < all_runs.size(); ++i) global_index.push_back(i);
+    by_source.clear();
+  }
+  const std::vector<v1::MeasuredRun> runs = Subset(all_runs, global_index);
+
   std::vector<std::string> left_out;
   ASSIGN_OR_RETURN(std::vector<FitSample> samples,
                    SamplesFor(runs, catalog, &left_out));
@@ -123,21 +291,24 @@ absl::StatusOr<CalibrationResult> Calibrate(
         "no usable run to fit: every run is excluded or the file is empty");
   }
   const FitResult fit = FitFactors(samples, options);
-  const std::vector<double> heldout = HeldOutPredictions(samples, options);
+  const std::map<std::string, ComponentArray> heldout_factors =
+      HeldOutFactors(samples, options);
 
-  CalibrationResult result;
+  Predictions ours, ours_heldout;
   size_t next = 0;
   for (const v1::MeasuredRun& run : runs) {
     if (!IsUsable(run)) {
-      result.ours.push_back(std::nullopt);
-      result.ours_heldout.push_back(std::nullopt);
+      ours.push_back(std::nullopt);
+      ours_heldout.push_back(std::nullopt);
       continue;
     }
-    result.ours.push_back(PredictGb(samples[next], fit.factors));
-    result.ours_heldout.push_back(heldout[next]);
-    ++next;
+    const FitSample& sample = samples[next++];
+    ours.push_back(PredictGb(sample, fit.factors));
+    ours_heldout.push_back(
+        PredictGb(sample, heldout_factors.at(sample.template_name)));
   }
 
+  CalibrationResult result;
   PageRules rules;
   rules.headroom = options.headroom;
   v1::FactorSet& set = result.factor_set;
@@ -150,8 +321,8 @@ absl::StatusOr<CalibrationResult> Calibrate(
     set.mutable_page()->add_left_out_of_fit(std::move(line));
   }
   auto& summary = *set.mutable_page()->mutable_summary();
-  summary["ours"] = SummarizeColumn(runs, result.ours, rules);
-  summary["ours_heldout"] = SummarizeColumn(runs, result.ours_heldout, rules);
+  summary["ours"] = SummarizeColumn(runs, ours, rules);
+  summary["ours_heldout"] = SummarizeColumn(runs, ours_heldout, rules);
   for (const char* column : {"reference_shipped", "reference_heldout",
                              "accelerate_fp32", "accelerate_bf16"}) {
     ASSIGN_OR_RETURN(Predictions predictions, ColumnOf(runs, column));
@@ -159,14 +330,25 @@ absl::StatusOr<CalibrationResult> Calibrate(
     for (const auto& p : predictions) any = any || p.has_value();
     if (any) summary[column] = SummarizeColumn(runs, predictions, rules);
   }
-  ASSIGN_OR_RETURN(
-      *set.mutable_page()->mutable_upper_bound(),
-      SummarizeUpperBound(runs, result.ours_heldout, {0.9, 0.95}, rules));
+  ASSIGN_OR_RETURN(*set.mutable_page()->mutable_upper_bound(),
+                   SummarizeUpperBound(runs, ours_heldout, {0.9, 0.95}, rules));
   set.mutable_page()->mutable_upper_bound()->set_prediction("ours_heldout");
   set.set_k90(set.page().upper_bound().bounds(0).k());
   set.set_k95(set.page().upper_bound().bounds(1).k());
   RETURN_IF_ERROR(
-      AddRegimes(runs, samples, result.ours_heldout, options, rules, &set));
+      AddRegimes(runs, samples, ours_heldout, options, rules, &set));
+  ASSIGN_OR_RETURN(
+      Predictions anchored,
+      AnchoredColumn(runs, catalog, heldout_factors, options, rules, &set));
+  for (const auto& [source, index] : by_source) {
+    RETURN_IF_ERROR(AddSourceFit(runs, Subset(all_runs, index),
+                                 static_cast<v1::MeasurementSource>(source),
+                                 catalog, options, rules, &set));
+  }
+
+  result.ours = Expand(ours, global_index, all_runs.size());
+  result.ours_heldout = Expand(ours_heldout, global_index, all_runs.size());
+  result.ours_anchored = Expand(anchored, global_index, all_runs.size());
   result.samples = std::move(samples);
   return result;
 }

@@ -19,6 +19,16 @@ namespace headroom {
 // and activations, AdamW, no checkpointing, unfused attention.
 v1::TrainingSetup CalibrationSetup();
 
+// The name a run's samples are grouped under (held out by, anchored by): its
+// template, else its model key.
+std::string ModelName(const v1::MeasuredRun& run);
+
+// The spec and setup a run measured: its own when it carries a spec, else
+// its catalog template's with its setup or the calibration setup. NOT_FOUND
+// names a template the catalog lacks.
+absl::StatusOr<std::pair<v1::ModelSpec, v1::TrainingSetup>> MeasuredModel(
+    const v1::MeasuredRun& run, const ModelCatalog& catalog);
+
 // Turns usable runs into fit samples (component GB at each run's batch, at
 // both moments). A template's samples do not move the factors (`fit` false)
 // when its spec is not the measured model: the spec's parameter count is
@@ -40,15 +50,21 @@ Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
 struct CalibrationResult {
   v1::FactorSet factor_set;  // version left empty for the store to assign
   // In-sample and held-out predictions per run (nullopt for unusable runs).
+  // Runs outside the global fit (another measurement source) get nullopt.
   Predictions ours;
   Predictions ours_heldout;
-  // The usable runs' fit samples, in run order (SamplesFor).
+  // Leave one run out within the template, with the factors held out too.
+  Predictions ours_anchored;
+  // The global fit's usable runs' fit samples, in run order (SamplesFor).
   std::vector<FitSample> samples;
 };
 
-// Fits factors to `runs`, computes the page (columns ours, ours_heldout and
-// the reference/accelerate columns the runs carry) and k at 0.9 and 0.95
-// from the held-out predictions.
+// Fits the global factors to the reference runs of `runs` (with any
+// simulated ones passed; to every run when none is a reference run),
+// computes the page (columns ours, ours_heldout, ours_anchored and the
+// reference/accelerate columns the runs carry), k at 0.9 and 0.95 from the
+// held-out predictions, the anchored bound, and a SourceFit per other
+// measurement source (torch harness ...).
 absl::StatusOr<CalibrationResult> Calibrate(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     const FitOptions& options, const std::string& trained_on);

@@ -10,16 +10,20 @@
 #include "headroom/v1/calibration.pb.h"
 #include "server/core/calibration/calibration_page.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/core/evidence/evidence.h"
 
 namespace headroom {
 
-// Predicts every row of `test` with `set` (the calibration setup, k at
-// `coverage`: 0.9 or 0.95) and summarizes them as column "ours". Unusable
+// Predicts every row of `test` as CheckFit would with `set` (the row's
+// setup or the calibration setup, on the row's GPU, k at `coverage`: 0.9 or
+// 0.95) and summarizes them as column "ours". With `evidence`, a row whose
+// model key it holds is anchored on those runs (the train file's). Unusable
 // rows get a prediction but stay out of the summary. NOT_FOUND names a row
 // whose template the catalog lacks.
 absl::StatusOr<v1::EvalReport> EvaluateOn(
     const v1::FactorSet& set, const std::vector<v1::MeasuredRun>& test,
-    const ModelCatalog& catalog, double coverage, const PageRules& rules);
+    const ModelCatalog& catalog, double coverage, const PageRules& rules,
+    const Evidence* evidence = nullptr);
 
 }  // namespace headroom
 

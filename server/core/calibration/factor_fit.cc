@@ -63,7 +63,8 @@ double RowsLoss(const std::vector<Row>& rows, const ComponentArray& f,
                 const FitOptions& options) {
   double loss = 0;
   for (int c = 0; c < kNumComponents; ++c) {
-    loss += options.prior_weight * (f[c] - 1.0) * (f[c] - 1.0);
+    loss += options.prior_weight * options.prior_scale[c] * (f[c] - 1.0) *
+            (f[c] - 1.0);
   }
   for (const Row& row : rows) {
     const double r = Dot(row.a, f) - 1.0;
@@ -124,8 +125,8 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
     Matrix g{};
     ComponentArray h{};
     for (int c = 0; c < kNumComponents; ++c) {
-      g[c][c] = options.prior_weight;
-      h[c] = options.prior_weight;
+      g[c][c] = options.prior_weight * options.prior_scale[c];
+      h[c] = options.prior_weight * options.prior_scale[c];
     }
     for (size_t i = 0; i < rows.size(); ++i) {
       if (!active[i]) continue;
@@ -157,8 +158,8 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
   return best;
 }
 
-std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
-                                       const FitOptions& options) {
+std::map<std::string, ComponentArray> HeldOutFactors(
+    const std::vector<FitSample>& samples, const FitOptions& options) {
   std::map<std::string, ComponentArray> factors_without;
   for (const FitSample& s : samples) {
     if (factors_without.count(s.template_name) != 0) continue;
@@ -169,6 +170,13 @@ std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
     }
     factors_without[s.template_name] = FitFactors(others, options).factors;
   }
+  return factors_without;
+}
+
+std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
+                                       const FitOptions& options) {
+  std::map<std::string, ComponentArray> factors_without =
+      HeldOutFactors(samples, options);
   std::vector<double> predictions;
   predictions.reserve(samples.size());
   for (const FitSample& s : samples) {

@@ -3,6 +3,7 @@
 
 // Fitting the six non-negative factors to measured runs (DESIGN.md, "Refit").
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ struct FitOptions {
   // neighbour leaves it (outputs and internal move together in most
   // models). 0 turns the prior off.
   double prior_weight = 1.0;
+  // Per component, a multiplier of prior_weight (all 1: one weight for
+  // every factor). Anchoring holds the exactly counted bytes closer to 1
+  // than the activations.
+  ComponentArray prior_scale = {1, 1, 1, 1, 1, 1};
 };
 
 // Predicted peak in GB of `sample` under `factors`: the larger moment.
@@ -68,6 +73,11 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
 // The loss above at `factors`.
 double FitLoss(const std::vector<FitSample>& samples,
                const ComponentArray& factors, const FitOptions& options);
+
+// Per template, the factors fitted on every other template's samples (those
+// with `fit` set).
+std::map<std::string, ComponentArray> HeldOutFactors(
+    const std::vector<FitSample>& samples, const FitOptions& options);
 
 // Held out by template: for each template, fits on every other template's
 // samples (those with `fit` set) and predicts this one's. Returns one

@@ -63,10 +63,19 @@ absl::StatusOr<std::vector<v1::MeasuredRun>> ParseRunsJsonl(
 }
 
 absl::StatusOr<std::vector<v1::MeasuredRun>> LoadRunsJsonl(
-    const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  return ParseRunsJsonl(*text);
+    const std::string& paths) {
+  std::vector<v1::MeasuredRun> runs;
+  for (absl::string_view path : absl::StrSplit(paths, ',', absl::SkipEmpty())) {
+    absl::StatusOr<std::string> text = ReadFile(std::string(path));
+    if (!text.ok()) return text.status();
+    absl::StatusOr<std::vector<v1::MeasuredRun>> parsed = ParseRunsJsonl(*text);
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat(path, ": ", parsed.status().message()));
+    }
+    for (v1::MeasuredRun& run : *parsed) runs.push_back(std::move(run));
+  }
+  return runs;
 }
 
 }  // namespace headroom

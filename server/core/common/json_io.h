@@ -32,9 +32,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::StatusOr<std::vector<v1::MeasuredRun>> ParseRunsJsonl(
     absl::string_view text);
 
-// Reads and parses a runs file from disk.
+// Reads and parses runs files from disk: one path, or several separated by
+// commas, read in order (errors name the file).
 absl::StatusOr<std::vector<v1::MeasuredRun>> LoadRunsJsonl(
-    const std::string& path);
+    const std::string& paths);
 
 }  // namespace headroom
 

@@ -1,5 +1,6 @@
 #include "server/core/planner/fit_planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -41,6 +42,62 @@ absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
       "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
 }
 
+// The profile an anchored answer peaks by under the anchor's prior factors:
+// batch-independent bytes x fixed_scale, per-sample bytes x batch_scale, and
+// the card's constant in the optimizer component of both moments.
+MemoryProfile AnchoredProfile(const MemoryProfile& profile,
+                              const Correction& correction,
+                              const ComponentArray& factors,
+                              double constant_gb) {
+  MemoryProfile out = profile;
+  for (int c = 0; c < kNumComponents; ++c) {
+    out.fixed_bytes[c] *= correction.fixed_scale;
+    out.per_sample_bytes[c] *= correction.batch_scale;
+    out.update_bytes[c] *= correction.fixed_scale;
+  }
+  if (constant_gb != 0 && factors[kOptimizer] > 0) {
+    const double bytes = constant_gb * 1e9 / factors[kOptimizer];
+    out.fixed_bytes[kOptimizer] =
+        std::max(0.0, out.fixed_bytes[kOptimizer] + bytes);
+    out.update_bytes[kOptimizer] =
+        std::max(0.0, out.update_bytes[kOptimizer] + bytes);
+  }
+  return out;
+}
+
+// The largest batch whose verdict is FITS (or not DOES_NOT_FIT) when k
+// depends on the batch's extrapolation bucket: within each bucket's batch
+// range the closed-form answer under that bucket's k; the peak and k are
+// both non-decreasing in the batch, so the last bucket that admits a batch
+// holds the answer.
+uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
+                          const ComponentArray& factors, double card_gb,
+                          double headroom,
+                          const std::vector<v1::ExtrapolationBucket>& buckets,
+                          double coverage, uint64_t largest_batch,
+                          bool fits_only) {
+  uint64_t best = 0;
+  uint64_t lo = 0;  // the bucket covers (lo, hi]
+  for (const v1::ExtrapolationBucket& bucket : buckets) {
+    const uint64_t hi =
+        bucket.max_ratio() == 0
+            ? kMaxBatch
+            : std::min<uint64_t>(
+                  kMaxBatch,
+                  static_cast<uint64_t>(std::floor(
+                      bucket.max_ratio() * static_cast<double>(largest_batch) +
+                      1e-9)));
+    if (hi > lo) {
+      const VerdictRule rule{headroom, BucketK(bucket, coverage)};
+      const uint64_t m = MaxBatch(profile, factors, card_gb, rule, fits_only);
+      if (m > lo) best = std::min(hi, m);
+    }
+    lo = std::max(lo, hi);
+    if (lo >= kMaxBatch) break;
+  }
+  return best;
+}
+
 }  // namespace
 
 void SetComponentsGb(const ComponentArray& bytes, v1::ComponentsGb* out) {
@@ -60,6 +117,8 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
   for (const v1::Regime& regime : factor_set_.regimes()) {
     if (regime.adopted()) regimes_[regime.gpu()] = &regime;
   }
+  priors_ = PriorsOf(factor_set_);
+  prior_ = ChoosePrior(priors_);
 }
 
 absl::Status CheckBatches(
@@ -130,8 +189,20 @@ absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
       "model.hf_config or model.onnx");
 }
 
-absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
+absl::StatusOr<ModelKey> FitPlanner::KeyOf(
     const v1::CheckFitRequest& request) const {
+  ASSIGN_OR_RETURN(
+      ResolvedModel model,
+      ResolveModelRef(request.model(), request.setup(), *catalog_));
+  v1::TrainingSetup setup = request.setup();
+  if (request.model().source_case() == v1::ModelRef::kOnnx) {
+    setup.clear_positions();
+  }
+  return ModelKeyOf(model.spec(), setup);
+}
+
+absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
+    const v1::CheckFitRequest& request, const Evidence* evidence) const {
   // The model.
   ASSIGN_OR_RETURN(
       ResolvedModel model,
@@ -157,14 +228,11 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   // Coverage picks k of the calibrated upper bound.
   double coverage =
       request.coverage() == 0 ? default_coverage_ : request.coverage();
-  const std::optional<double> calibrated_k =
-      KAtCoverage(factor_set_.k90(), factor_set_.k95(), coverage);
-  if (!calibrated_k.has_value()) {
+  if (!KAtCoverage(1, 1, coverage).has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coverage = ", request.coverage(),
         " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
   }
-  const double k = *calibrated_k;
 
   // An ONNX graph's lengths are resolved by its conversion (setup.positions
   // bound its symbolic dimensions); they are not rescaled again.
@@ -173,8 +241,53 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     setup.clear_positions();
   }
   ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
-  const ComponentArray factors = FactorArray(factor_set_.factors());
+  const ModelKey key = ModelKeyOf(*spec, setup);
+
+  // The evidence: the model's own runs when there are any, else the prior.
+  const Anchor* anchor =
+      evidence == nullptr
+          ? nullptr
+          : evidence->Find(key, prior_.source, request.include_simulated());
+  const Prior& prior = anchor != nullptr ? anchor->prior : prior_;
+  const ComponentArray factors = prior.factors;
+  const double k = *KAtCoverage(prior.k90, prior.k95, coverage);
   const VerdictRule rule{factor_set_.headroom(), k};
+  const bool global_prior = anchor == nullptr && prior.source == v1::REFERENCE;
+  const MemoryProfile anchored =
+      anchor != nullptr
+          ? AnchoredProfile(profile, anchor->correction, factors, 0)
+          : profile;
+  const auto& buckets = evidence != nullptr
+                            ? evidence->calibration().buckets
+                            : std::vector<v1::ExtrapolationBucket>{};
+  const auto k_at = [&](uint64_t batch) {
+    if (anchor == nullptr || buckets.empty()) return k;
+    const double ratio =
+        static_cast<double>(batch) /
+        static_cast<double>(std::max<uint64_t>(1, anchor->largest_batch));
+    return BucketK(BucketFor(buckets, ratio), coverage);
+  };
+
+  v1::Basis basis;
+  basis.set_model_key(key.id);
+  basis.set_source(SourceName(prior.source));
+  if (anchor != nullptr) {
+    basis.set_kind(v1::Basis::ANCHORED);
+    basis.set_source(SourceName(anchor->source));
+    basis.set_runs(static_cast<int>(anchor->group.runs.size()));
+    basis.set_oom_runs(anchor->oom_runs);
+    basis.set_min_batch(static_cast<uint32_t>(anchor->min_batch));
+    basis.set_max_batch(static_cast<uint32_t>(anchor->max_batch));
+    for (const std::string& gpu : anchor->gpus) basis.add_gpus(gpu);
+    basis.set_fixed_scale(anchor->correction.fixed_scale);
+    basis.set_batch_scale(anchor->correction.batch_scale);
+  } else {
+    basis.set_kind(v1::Basis::PRIOR);
+    basis.set_why(absl::StrCat(
+        "no measured run of this model and setup (key ", key.id, ")",
+        request.include_simulated() ? ""
+                                    : "; simulated runs are not asked for"));
+  }
 
   v1::CheckFitResponse response;
   response.set_model(spec->name());
@@ -182,7 +295,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   response.set_factor_set_version(factor_set_.version());
   response.set_headroom(rule.headroom);
   response.set_coverage(coverage);
-  response.set_k(k);
+  response.set_k(k_at(request.batches(0)));
   for (std::string& assumption : assumptions) {
     response.add_assumptions(std::move(assumption));
   }
@@ -190,25 +303,70 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   peaks.reserve(request.batches_size());
   for (uint64_t batch : request.batches()) {
     Moment moment = Moment::kBackward;
-    const ComponentArray bytes = profile.PeakBytesAt(batch, factors, &moment);
+    const ComponentArray bytes = anchored.PeakBytesAt(batch, factors, &moment);
     const double peak = PeakGb(bytes, factors);
     peaks.push_back(peak);
     v1::BatchEstimate* estimate = response.add_estimates();
     estimate->set_batch(batch);
     estimate->set_peak_gb(peak);
-    estimate->set_upper_gb(peak * k);
+    estimate->set_k(k_at(batch));
+    estimate->set_upper_gb(peak * estimate->k());
     ComponentArray factored;
     for (int c = 0; c < kNumComponents; ++c) {
       factored[c] = bytes[c] * factors[c];
     }
     SetComponentsGb(factored, estimate->mutable_components());
     estimate->set_moment(MomentName(moment));
+    *estimate->mutable_basis() = basis;
+    if (anchor != nullptr) {
+      estimate->mutable_basis()->set_extrapolation(
+          static_cast<double>(batch) /
+          static_cast<double>(std::max<uint64_t>(1, anchor->largest_batch)));
+    }
   }
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();
     result->set_name(target.name);
     result->set_memory_gb(target.memory_gb);
-    auto regime = target.is_gpu ? regimes_.find(target.name) : regimes_.end();
+    if (anchor != nullptr) {
+      // The card's constant; a bare size takes the largest (never a
+      // smaller peak than any known card would give).
+      double constant = 0;
+      const GpuConstants& constants = evidence->calibration().gpu_constant_gb;
+      if (target.is_gpu) {
+        auto it = constants.find(target.name);
+        if (it != constants.end()) constant = it->second;
+      } else {
+        for (const auto& [gpu, gb] : constants) {
+          constant = std::max(constant, gb);
+        }
+      }
+      const MemoryProfile on_card =
+          AnchoredProfile(profile, anchor->correction, factors, constant);
+      result->set_regime("anchored");
+      result->set_gpu_constant_gb(constant);
+      result->set_k(k_at(request.batches(0)));
+      for (int i = 0; i < request.batches_size(); ++i) {
+        const double peak = PeakAt(on_card, factors, request.batches(i));
+        result->add_peaks_gb(peak);
+        result->add_verdicts(
+            ToApiVerdict(Verdict(peak, target.memory_gb,
+                                 {rule.headroom, k_at(request.batches(i))})));
+      }
+      for (bool fits_only : {true, false}) {
+        const uint64_t max = AnchoredMaxBatch(
+            on_card, factors, target.memory_gb, rule.headroom, buckets,
+            coverage, std::max<uint64_t>(1, anchor->largest_batch), fits_only);
+        if (fits_only) {
+          result->set_max_batch_fits(static_cast<uint32_t>(max));
+        } else {
+          result->set_max_batch_not_does_not_fit(static_cast<uint32_t>(max));
+        }
+      }
+      continue;
+    }
+    auto regime = target.is_gpu && global_prior ? regimes_.find(target.name)
+                                                : regimes_.end();
     ComponentArray target_factors = factors;
     VerdictRule target_rule = rule;
     if (regime != regimes_.end()) {
@@ -231,12 +389,12 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       result->add_verdicts(
           ToApiVerdict(Verdict(peak, target.memory_gb, target_rule)));
     }
-    result->set_max_batch_fits(MaxBatch(profile, target_factors,
-                                        target.memory_gb, target_rule,
-                                        /*fits_only=*/true));
-    result->set_max_batch_not_does_not_fit(
+    result->set_max_batch_fits(static_cast<uint32_t>(
         MaxBatch(profile, target_factors, target.memory_gb, target_rule,
-                 /*fits_only=*/false));
+                 /*fits_only=*/true)));
+    result->set_max_batch_not_does_not_fit(static_cast<uint32_t>(
+        MaxBatch(profile, target_factors, target.memory_gb, target_rule,
+                 /*fits_only=*/false)));
   }
   return response;
 }

@@ -14,6 +14,7 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
@@ -60,9 +61,20 @@ class FitPlanner {
   FitPlanner& operator=(const FitPlanner&) = delete;
 
   // Validates the request (INVALID_ARGUMENT naming the field, NOT_FOUND for
-  // an unknown template or GPU with the closest names) and answers it.
+  // an unknown template or GPU with the closest names) and answers it: with
+  // `evidence` holding runs of the request's model key, anchored on them
+  // (evidence.h), else from the prior; every estimate says which (basis).
   absl::StatusOr<v1::CheckFitResponse> CheckFit(
-      const v1::CheckFitRequest& request) const;
+      const v1::CheckFitRequest& request,
+      const Evidence* evidence = nullptr) const;
+
+  // The key a request's model and setup are looked up under; errors as
+  // CheckFit's.
+  absl::StatusOr<ModelKey> KeyOf(const v1::CheckFitRequest& request) const;
+
+  // The prior answers use when no run anchors them.
+  const Prior& prior() const { return prior_; }
+  const std::vector<Prior>& priors() const { return priors_; }
 
   const v1::FactorSet& factor_set() const { return factor_set_; }
   const ModelCatalog& catalog() const { return *catalog_; }
@@ -71,8 +83,10 @@ class FitPlanner {
   std::shared_ptr<const ModelCatalog> catalog_;
   v1::FactorSet factor_set_;
   double default_coverage_;
-  // Adopted regimes by catalog GPU name.
+  // Adopted regimes by catalog GPU name (of the global prior).
   std::map<std::string, const v1::Regime*> regimes_;
+  std::vector<Prior> priors_;
+  Prior prior_;
 };
 
 }  // namespace headroom
