@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
@@ -152,10 +153,29 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
   setup->set_fused_attention(options.fused_attention);
   setup->set_positions(options.positions);
   request.set_coverage(options.coverage);
+  request.set_learn(options.learn);
+  request.set_include_simulated(options.include_simulated);
   return request;
 }
 
 namespace {
+
+// "anchored on 4 measured runs (batch 8-96; A10G, H100)" or "prior only".
+std::string BasisLine(const v1::Basis& basis) {
+  if (basis.kind() != v1::Basis::ANCHORED) {
+    return absl::StrCat("prior only (", basis.source(), " factors; ",
+                        basis.why(), ")");
+  }
+  return absl::StrCat(
+      "anchored on ", basis.runs(), " measured runs (batch ",
+      basis.min_batch(),
+      basis.max_batch() != basis.min_batch()
+          ? absl::StrCat("-", basis.max_batch())
+          : "",
+      "; ", absl::StrJoin(basis.gpus(), ", "), "; ", basis.source(),
+      basis.oom_runs() > 0 ? absl::StrCat("; ", basis.oom_runs(), " OOM") : "",
+      ")");
+}
 
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   out << std::fixed << std::setprecision(2);
@@ -164,7 +184,12 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   }
   out << r.model() << ": " << r.params() << " parameters; factor set "
       << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
-      << r.k() << " at coverage " << r.coverage() << "\n\n";
+      << r.k() << " at coverage " << r.coverage() << "\n";
+  if (r.estimates_size() > 0) {
+    out << BasisLine(r.estimates(0).basis()) << "\n";
+  }
+  if (!r.learning().empty()) out << "learning: " << r.learning() << "\n";
+  out << "\n";
   out << "batch   peak GB  upper GB   optimizer outputs attention internal "
          "recurrent transient  peak at\n";
   for (const auto& e : r.estimates()) {
@@ -173,7 +198,12 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
         << std::setw(10) << e.upper_gb() << std::setw(12) << c.optimizer()
         << std::setw(8) << c.outputs() << std::setw(10) << c.attention()
         << std::setw(9) << c.internal() << std::setw(10) << c.recurrent()
-        << std::setw(10) << c.transient() << "  " << e.moment() << "\n";
+        << std::setw(10) << c.transient() << "  " << e.moment();
+    if (e.basis().kind() == v1::Basis::ANCHORED) {
+      out << " (k " << e.k() << ", " << e.basis().extrapolation()
+          << "x the largest measured batch)";
+    }
+    out << "\n";
   }
   out << "\n";
   for (const auto& t : r.targets()) {
@@ -183,8 +213,12 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
           << v1::Verdict_Name(t.verdicts(i))
           << (i + 1 < t.verdicts_size() ? ";" : "");
     }
-    if (t.regime() != "global")
+    if (t.regime() == "anchored") {
+      out << "\n  anchored; card constant " << std::showpos
+          << t.gpu_constant_gb() << std::noshowpos << " GB";
+    } else if (t.regime() != "global") {
       out << "\n  regime " << t.regime() << ", k " << t.k();
+    }
     out << "\n  largest batch FITS: " << t.max_batch_fits()
         << ", largest not DOES_NOT_FIT: " << t.max_batch_not_does_not_fit()
         << "\n";

@@ -29,6 +29,10 @@ struct Options {
   std::string optimizer = "adamw";
   bool checkpointing = false;
   bool fused_attention = false;
+  // fit: queue a probe to learn a prior-only model (CheckFitRequest.learn),
+  // and let simulated runs anchor the answer.
+  bool learn = false;
+  bool include_simulated = false;
   uint64_t positions = 0;
   std::string runs;
   double coverage = 0;

@@ -31,6 +31,11 @@ ABSL_FLAG(std::string, precision, "fp32", "fp32, bf16 or fp16 (mixed)");
 ABSL_FLAG(std::string, optimizer, "adamw", "adamw, sgd or sgd-momentum");
 ABSL_FLAG(bool, checkpointing, false, "activation checkpointing");
 ABSL_FLAG(bool, fused_attention, false, "fused (flash) attention");
+ABSL_FLAG(bool, learn, false,
+          "fit: when the answer is prior-only and a target BORDERLINE, queue "
+          "a small probe on a connected worker so later answers are anchored");
+ABSL_FLAG(bool, include_simulated, false,
+          "fit: let runs measured on simulated GPUs anchor the answer");
 ABSL_FLAG(uint64_t, positions, 0,
           "sequence length / tokens per sample (0: the model's standard)");
 ABSL_FLAG(double, coverage, 0,
@@ -153,6 +158,8 @@ int main(int argc, char** argv) {
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.checkpointing = absl::GetFlag(FLAGS_checkpointing);
   options.fused_attention = absl::GetFlag(FLAGS_fused_attention);
+  options.learn = absl::GetFlag(FLAGS_learn);
+  options.include_simulated = absl::GetFlag(FLAGS_include_simulated);
   options.positions = absl::GetFlag(FLAGS_positions);
   options.coverage = absl::GetFlag(FLAGS_coverage);
   options.runs = absl::GetFlag(FLAGS_runs);

@@ -41,11 +41,11 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     std::vector<std::string>* left_out = nullptr);
 
-// Predicts every run with `factors` (nullopt for unusable runs and runs
-// whose template the catalog lacks).
+// Predicts every run with `factors` plus `constant_gb` (nullopt for
+// unusable runs and runs whose template the catalog lacks).
 Predictions PredictRuns(const std::vector<v1::MeasuredRun>& runs,
-                        const ModelCatalog& catalog,
-                        const v1::Factors& factors);
+                        const ModelCatalog& catalog, const v1::Factors& factors,
+                        double constant_gb = 0);
 
 struct CalibrationResult {
   v1::FactorSet factor_set;  // version left empty for the store to assign

@@ -107,8 +107,28 @@ double FitLoss(const std::vector<FitSample>& samples,
   return RowsLoss(RowsAt(samples, factors, options), factors, options);
 }
 
+namespace {
+FitResult FitFactorsOnly(const std::vector<FitSample>& samples,
+                         const FitOptions& options);
+}  // namespace
+
 FitResult FitFactors(const std::vector<FitSample>& samples,
                      const FitOptions& options) {
+  if (options.constant_gb == 0) return FitFactorsOnly(samples, options);
+  // The factors fit what is left of each peak after the constant.
+  std::vector<FitSample> shifted = samples;
+  for (FitSample& s : shifted) {
+    if (s.measured_gb.has_value()) *s.measured_gb -= options.constant_gb;
+    if (s.oom_gb.has_value()) *s.oom_gb -= options.constant_gb;
+  }
+  FitResult result = FitFactorsOnly(shifted, options);
+  result.constant_gb = options.constant_gb;
+  return result;
+}
+
+namespace {
+FitResult FitFactorsOnly(const std::vector<FitSample>& samples,
+                         const FitOptions& options) {
   FitResult best;
   best.factors.fill(0);
   best.loss = FitLoss(samples, best.factors, options);
@@ -157,10 +177,11 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
   }
   return best;
 }
+}  // namespace
 
-std::map<std::string, ComponentArray> HeldOutFactors(
+std::map<std::string, FitResult> HeldOutFactors(
     const std::vector<FitSample>& samples, const FitOptions& options) {
-  std::map<std::string, ComponentArray> factors_without;
+  std::map<std::string, FitResult> factors_without;
   for (const FitSample& s : samples) {
     if (factors_without.count(s.template_name) != 0) continue;
     std::vector<FitSample> others;
@@ -168,19 +189,20 @@ std::map<std::string, ComponentArray> HeldOutFactors(
     for (const FitSample& o : samples) {
       if (o.template_name != s.template_name) others.push_back(o);
     }
-    factors_without[s.template_name] = FitFactors(others, options).factors;
+    factors_without[s.template_name] = FitFactors(others, options);
   }
   return factors_without;
 }
 
 std::vector<double> HeldOutPredictions(const std::vector<FitSample>& samples,
                                        const FitOptions& options) {
-  std::map<std::string, ComponentArray> factors_without =
+  std::map<std::string, FitResult> factors_without =
       HeldOutFactors(samples, options);
   std::vector<double> predictions;
   predictions.reserve(samples.size());
   for (const FitSample& s : samples) {
-    predictions.push_back(PredictGb(s, factors_without[s.template_name]));
+    const FitResult& fit = factors_without[s.template_name];
+    predictions.push_back(PredictGb(s, fit.factors) + fit.constant_gb);
   }
   return predictions;
 }

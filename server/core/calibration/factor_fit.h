@@ -48,6 +48,12 @@ struct FitOptions {
   // every factor). Anchoring holds the exactly counted bytes closer to 1
   // than the activations.
   ComponentArray prior_scale = {1, 1, 1, 1, 1, 1};
+  // GB added to every peak before the factors (the framework's own
+  // allocations, e.g. cuBLAS workspaces from the caching allocator): the
+  // factors fit what is left of each measured peak. 0 for the reference
+  // fit, which reproduces its page; a source's is chosen by held-out error
+  // (calibrate.cc).
+  double constant_gb = 0;
 };
 
 // Predicted peak in GB of `sample` under `factors`: the larger moment.
@@ -55,6 +61,8 @@ double PredictGb(const FitSample& sample, const ComponentArray& factors);
 
 struct FitResult {
   ComponentArray factors{};
+  // FitOptions.constant_gb: GB added to every prediction.
+  double constant_gb = 0;
   // Final loss: relative squared error plus the weighted OOM penalty and
   // the prior.
   double loss = 0;
@@ -74,9 +82,9 @@ FitResult FitFactors(const std::vector<FitSample>& samples,
 double FitLoss(const std::vector<FitSample>& samples,
                const ComponentArray& factors, const FitOptions& options);
 
-// Per template, the factors fitted on every other template's samples (those
-// with `fit` set).
-std::map<std::string, ComponentArray> HeldOutFactors(
+// Per template, the fit (factors and constant) on every other template's
+// samples (those with `fit` set).
+std::map<std::string, FitResult> HeldOutFactors(
     const std::vector<FitSample>& samples, const FitOptions& options);
 
 // Held out by template: for each template, fits on every other template's

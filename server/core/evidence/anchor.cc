@@ -62,9 +62,11 @@ double LooExtrapolation(const std::vector<v1::MeasuredRun>& runs,
 
 }  // namespace
 
-ModelShape ShapeOf(const MemoryProfile& profile,
-                   const ComponentArray& factors) {
+ModelShape ShapeOf(const MemoryProfile& profile, const ComponentArray& factors,
+                   double constant_gb) {
   ModelShape shape;
+  shape.fixed_gb = constant_gb;
+  shape.update_gb = constant_gb;
   for (int c = 0; c < kNumComponents; ++c) {
     shape.fixed_gb += factors[c] * profile.fixed_bytes[c] / 1e9;
     shape.per_sample_gb += factors[c] * profile.per_sample_bytes[c] / 1e9;

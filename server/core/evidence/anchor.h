@@ -30,7 +30,10 @@ struct ModelShape {
   double update_gb = 0;
 };
 
-ModelShape ShapeOf(const MemoryProfile& profile, const ComponentArray& factors);
+// `constant_gb` (the prior's own allocations) joins the fixed bytes of both
+// moments.
+ModelShape ShapeOf(const MemoryProfile& profile, const ComponentArray& factors,
+                   double constant_gb = 0);
 
 // The per-model correction: fixed_scale on the batch-independent bytes
 // (both moments), batch_scale on the batch-dependent ones. 1 and 1 is the

@@ -28,6 +28,7 @@ std::vector<Prior> PriorsOf(const v1::FactorSet& set) {
       prior.factors = FactorArray(fit.factors());
       prior.k90 = fit.k90();
       prior.k95 = fit.k95();
+      prior.constant_gb = fit.constant_gb();
       priors.push_back(prior);
     }
   }
@@ -89,7 +90,8 @@ std::shared_ptr<const Evidence> Evidence::Build(
       anchor.group.key_id = key.id;
       anchor.group.name =
           model.first.name().empty() ? run.template_() : model.first.name();
-      anchor.group.shape = ShapeOf(*profile, anchor.prior.factors);
+      anchor.group.shape = ShapeOf(*profile, anchor.prior.factors,
+                                   anchor.prior.constant_gb);
       evidence->anchors_.push_back(std::move(anchor));
     }
     evidence->anchors_[it->second].group.runs.push_back(i);

@@ -26,6 +26,8 @@ struct Prior {
   ComponentArray factors{};
   double k90 = 1;
   double k95 = 1;
+  // GB added to every peak (SourceFit.constant_gb; 0 for the global).
+  double constant_gb = 0;
 };
 
 // The factor set's priors: the global (reference) factors, then each

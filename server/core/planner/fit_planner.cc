@@ -42,26 +42,34 @@ absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
       "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
 }
 
-// The profile an anchored answer peaks by under the anchor's prior factors:
-// batch-independent bytes x fixed_scale, per-sample bytes x batch_scale, and
-// the card's constant in the optimizer component of both moments.
+// Adds `gb` to both moments, in the optimizer component (the bytes that do
+// not depend on the batch).
+void AddConstant(double gb, const ComponentArray& factors,
+                 MemoryProfile* profile) {
+  if (gb == 0 || factors[kOptimizer] <= 0) return;
+  const double bytes = gb * 1e9 / factors[kOptimizer];
+  profile->fixed_bytes[kOptimizer] =
+      std::max(0.0, profile->fixed_bytes[kOptimizer] + bytes);
+  profile->update_bytes[kOptimizer] =
+      std::max(0.0, profile->update_bytes[kOptimizer] + bytes);
+}
+
+// The profile an answer peaks by under its prior's factors: the prior's
+// constant joins the batch-independent bytes; an anchored answer scales
+// those by fixed_scale and the per-sample bytes by batch_scale; the card's
+// constant comes last.
 MemoryProfile AnchoredProfile(const MemoryProfile& profile,
                               const Correction& correction,
                               const ComponentArray& factors,
-                              double constant_gb) {
+                              double prior_constant_gb, double constant_gb) {
   MemoryProfile out = profile;
+  AddConstant(prior_constant_gb, factors, &out);
   for (int c = 0; c < kNumComponents; ++c) {
     out.fixed_bytes[c] *= correction.fixed_scale;
     out.per_sample_bytes[c] *= correction.batch_scale;
     out.update_bytes[c] *= correction.fixed_scale;
   }
-  if (constant_gb != 0 && factors[kOptimizer] > 0) {
-    const double bytes = constant_gb * 1e9 / factors[kOptimizer];
-    out.fixed_bytes[kOptimizer] =
-        std::max(0.0, out.fixed_bytes[kOptimizer] + bytes);
-    out.update_bytes[kOptimizer] =
-        std::max(0.0, out.update_bytes[kOptimizer] + bytes);
-  }
+  AddConstant(constant_gb, factors, &out);
   return out;
 }
 
@@ -253,10 +261,9 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   const double k = *KAtCoverage(prior.k90, prior.k95, coverage);
   const VerdictRule rule{factor_set_.headroom(), k};
   const bool global_prior = anchor == nullptr && prior.source == v1::REFERENCE;
-  const MemoryProfile anchored =
-      anchor != nullptr
-          ? AnchoredProfile(profile, anchor->correction, factors, 0)
-          : profile;
+  const MemoryProfile anchored = AnchoredProfile(
+      profile, anchor != nullptr ? anchor->correction : Correction{}, factors,
+      prior.constant_gb, 0);
   const auto& buckets = evidence != nullptr
                             ? evidence->calibration().buckets
                             : std::vector<v1::ExtrapolationBucket>{};
@@ -341,8 +348,8 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
           constant = std::max(constant, gb);
         }
       }
-      const MemoryProfile on_card =
-          AnchoredProfile(profile, anchor->correction, factors, constant);
+      const MemoryProfile on_card = AnchoredProfile(
+          profile, anchor->correction, factors, prior.constant_gb, constant);
       result->set_regime("anchored");
       result->set_gpu_constant_gb(constant);
       result->set_k(k_at(request.batches(0)));
@@ -384,16 +391,16 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       const double peak =
           regime == regimes_.end()
               ? peaks[i]
-              : PeakAt(profile, target_factors, request.batches(i));
+              : PeakAt(anchored, target_factors, request.batches(i));
       result->add_peaks_gb(peak);
       result->add_verdicts(
           ToApiVerdict(Verdict(peak, target.memory_gb, target_rule)));
     }
     result->set_max_batch_fits(static_cast<uint32_t>(
-        MaxBatch(profile, target_factors, target.memory_gb, target_rule,
+        MaxBatch(anchored, target_factors, target.memory_gb, target_rule,
                  /*fits_only=*/true)));
     result->set_max_batch_not_does_not_fit(static_cast<uint32_t>(
-        MaxBatch(profile, target_factors, target.memory_gb, target_rule,
+        MaxBatch(anchored, target_factors, target.memory_gb, target_rule,
                  /*fits_only=*/false)));
   }
   return response;
