@@ -2,6 +2,8 @@
 // hand-computed corrections on a made-up model, and the figures of issue 16
 // on the shipped runs.
 
+#include "server/core/evidence/evidence.h"
+
 #include <cmath>
 #include <set>
 
@@ -10,7 +12,6 @@
 #include "server/core/calibration/evaluate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/anchor.h"
-#include "server/core/evidence/evidence.h"
 #include "server/core/evidence/model_key.h"
 #include "server/core/planner/fit_planner.h"
 
@@ -66,8 +67,8 @@ TEST(ModelKeyTest, SpecsDifferingInOneDimensionNeverShareAKey) {
     if (layer->has_embedding()) {
       layer->mutable_embedding()->set_dim(layer->embedding().dim() + 1);
     } else if (layer->has_linear()) {
-      layer->mutable_linear()->set_out_features(
-          layer->linear().out_features() + 1);
+      layer->mutable_linear()->set_out_features(layer->linear().out_features() +
+                                                1);
     } else {
       layer->set_repeat(std::max<uint32_t>(1, layer->repeat()) + 1);
     }
@@ -170,7 +171,8 @@ TEST(AnchorTest, GpuConstantsComeFromTheSameModelAtTheSameBatch) {
       v1::MeasuredRun run;
       run.set_gpu(gpu);
       run.set_batch(32);
-      run.set_measured_peak_gb(2.0 + g + (std::string(gpu) == "H100" ? 0.1 : 0));
+      run.set_measured_peak_gb(2.0 + g +
+                               (std::string(gpu) == "H100" ? 0.1 : 0));
       groups[g].runs.push_back(runs.size());
       runs.push_back(run);
     }
@@ -238,8 +240,8 @@ TEST(AnchoredEvalTest, LargestBatchOfEveryTemplateFromTheRest) {
   ASSERT_TRUE(fitted.ok()) << fitted.status();
   const std::shared_ptr<const Evidence> evidence =
       Evidence::Build(train, catalog, PriorsOf(fitted->factor_set));
-  auto report = EvaluateOn(fitted->factor_set, test, catalog, 0.95,
-                           PageRules{}, evidence.get());
+  auto report = EvaluateOn(fitted->factor_set, test, catalog, 0.95, PageRules{},
+                           evidence.get());
   ASSERT_TRUE(report.ok()) << report.status();
   const v1::EvalSummary& ours = report->summary().at("ours");
   EXPECT_LE(ours.median_abs_err(), 0.02);

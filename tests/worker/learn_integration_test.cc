@@ -1,0 +1,215 @@
+// Learning by probing, end to end on loopback with the real binaries: a
+// planner and one simulated L4. A new spec is answered from the prior and
+// is BORDERLINE; with learn the planner queues a small probe on the worker;
+// once its runs are stored the answer is anchored on them, and four times
+// beyond the probed batches it is within 3 % of the sim's hidden truth.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "headroom/v1/fleet.grpc.pb.h"
+#include "headroom/v1/planner.grpc.pb.h"
+#include "tests/support/child_process.h"
+#include "tests/support/fleet_client.h"
+#include "tests/support/loopback.h"
+#include "worker/daemon/sim_executor.h"
+
+namespace headroom {
+namespace {
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+using ::headroom::testing::Child;
+using ::headroom::testing::WaitFor;
+
+// A small language model nobody has measured: 4 blocks of width 512.
+v1::ModelSpec TinyLm() {
+  v1::ModelSpec spec;
+  spec.set_name("tiny-lm");
+  spec.set_family("transformer");
+  spec.set_positions(256);
+  v1::Layer* embedding = spec.add_layers();
+  embedding->mutable_embedding()->set_num_embeddings(8000);
+  embedding->mutable_embedding()->set_dim(512);
+  v1::Layer* blocks = spec.add_layers();
+  blocks->set_repeat(4);
+  auto* block = blocks->mutable_block();
+  block->add_layers()->mutable_norm()->set_kind(v1::Norm::LAYER);
+  block->mutable_layers(0)->mutable_norm()->set_dim(512);
+  auto* attention = block->add_layers()->mutable_attention();
+  attention->set_hidden(512);
+  attention->set_heads(8);
+  block->add_layers()->mutable_norm()->set_kind(v1::Norm::LAYER);
+  block->mutable_layers(2)->mutable_norm()->set_dim(512);
+  auto* mlp = block->add_layers()->mutable_mlp();
+  mlp->set_hidden(512);
+  mlp->set_ffn(2048);
+  auto* head = spec.add_layers()->mutable_linear();
+  head->set_in_features(512);
+  head->set_out_features(8000);
+  head->set_logits(true);
+  return spec;
+}
+
+class LearnIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const int port = ::headroom::testing::FreeLoopbackPort();
+    ASSERT_GT(port, 0);
+    address_ = "127.0.0.1:" + std::to_string(port);
+    db_ = ::testing::TempDir() + "/learn-" + std::to_string(getpid()) + ".db";
+    std::filesystem::remove(db_);
+    auto channel =
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    fleet_ = v1::Fleet::NewStub(channel);
+    planner_stub_ = v1::Planner::NewStub(channel);
+    planner_ = std::make_unique<Child>(std::vector<std::string>{
+        HEADROOM_PLANNER_BIN, "--listen=" + address_,
+        "--http_listen=", "--models_dir=" + kRoot + "/models",
+        "--runs=" + kRoot + "/data/memory-runs.jsonl," + kRoot +
+            "/data/harness-runs.jsonl",
+        "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
+        "--probe_lease_ms=3000", "--worker_heartbeat_ms=200",
+        "--store_poll_ms=100", "--log_level=warn"});
+    worker_ = std::make_unique<Child>(std::vector<std::string>{
+        HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=sim-l4",
+        "--executors=sim", "--sim_gpu=L4", "--sim_seed=7", "--sim_step_ms=5",
+        "--sample_ms=20", "--backoff_max_ms=400", "--log_level=warn"});
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return ::headroom::testing::WorkersConnected(fleet_.get())["sim-l4"];
+        },
+        60))
+        << "the simulated worker never connected";
+  }
+  void TearDown() override {
+    worker_.reset();
+    planner_.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(db_ + suffix);
+    }
+  }
+
+  v1::CheckFitRequest Request(const std::vector<uint32_t>& batches) {
+    v1::CheckFitRequest request;
+    *request.mutable_model()->mutable_spec() = TinyLm();
+    for (uint32_t batch : batches) request.add_batches(batch);
+    request.add_targets()->set_gpu("L4");
+    request.add_targets()->set_memory_gb(16);
+    return request;
+  }
+
+  bool Ask(const v1::CheckFitRequest& request, v1::CheckFitResponse* answer) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    const grpc::Status status =
+        planner_stub_->CheckFit(&context, request, answer);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return status.ok();
+  }
+
+  std::string address_;
+  std::string db_;
+  std::unique_ptr<Child> planner_;
+  std::unique_ptr<Child> worker_;
+  std::unique_ptr<v1::Fleet::Stub> fleet_;
+  std::unique_ptr<v1::Planner::Stub> planner_stub_;
+};
+
+TEST_F(LearnIntegrationTest, APriorAnswerLearnsFromOneProbe) {
+  // Asked without simulated evidence allowed: the only worker is simulated,
+  // so nothing is queued, and the answer says why.
+  v1::CheckFitRequest request = Request({64, 256});
+  request.set_learn(true);
+  v1::CheckFitResponse first;
+  ASSERT_TRUE(Ask(request, &first));
+  EXPECT_EQ(first.estimates(0).basis().kind(), v1::Basis::PRIOR);
+  EXPECT_NE(first.learning().find("no probe queued: only simulated workers"),
+            std::string::npos)
+      << first.learning();
+
+  // With simulated evidence allowed: PRIOR and BORDERLINE on 16 GB, and a
+  // probe is queued on the simulated L4.
+  request.set_include_simulated(true);
+  ASSERT_TRUE(Ask(request, &first));
+  EXPECT_EQ(first.estimates(0).basis().kind(), v1::Basis::PRIOR);
+  EXPECT_EQ(first.targets(1).verdicts(1), v1::BORDERLINE);
+  ASSERT_EQ(first.learning().rfind("probe p-", 0), 0u) << first.learning();
+  const std::string probe_id =
+      first.learning().substr(6, first.learning().find(' ', 6) - 6);
+  // A second learn request while it waits queues nothing more.
+  v1::CheckFitResponse again;
+  ASSERT_TRUE(Ask(request, &again));
+  EXPECT_NE(again.learning().find("already queued or running"),
+            std::string::npos)
+      << again.learning();
+
+  std::optional<v1::Probe> probe;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        probe = ::headroom::testing::ProbeSnapshot(fleet_.get(), probe_id);
+        return probe.has_value() && probe->state() == v1::Probe::SUCCEEDED;
+      },
+      120))
+      << (probe.has_value() ? probe->ShortDebugString() : "no probe");
+  EXPECT_FALSE(probe->request().learn_key().empty());
+  EXPECT_EQ(probe->request().learn_key(),
+            first.estimates(0).basis().model_key());
+  uint32_t largest = 0;
+  for (const v1::BatchResult& result : probe->results()) {
+    EXPECT_FALSE(result.oom()) << "a learning probe chose a batch that OOMs";
+    largest = std::max(largest, result.batch());
+  }
+  ASSERT_GT(largest, 0u);
+
+  // Four times beyond the largest probed batch, anchored on the probe's
+  // runs once the evidence has caught up with all of them.
+  const uint32_t far = 4 * largest;
+  v1::CheckFitResponse anchored;
+  v1::CheckFitRequest later = Request({far});
+  later.set_include_simulated(true);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Ask(later, &anchored) &&
+               anchored.estimates(0).basis().kind() == v1::Basis::ANCHORED &&
+               anchored.estimates(0).basis().runs() == probe->results_size();
+      },
+      30))
+      << anchored.ShortDebugString();
+  const v1::Basis& basis = anchored.estimates(0).basis();
+  EXPECT_EQ(basis.runs(), probe->results_size());
+  EXPECT_EQ(basis.source(), "sim");
+  EXPECT_NEAR(basis.extrapolation(), 4.0, 1e-9);
+
+  worker::SimGpuConfig config;
+  config.kind = "L4";
+  config.memory_gb = 24;
+  config.seed = 7;
+  const worker::SimExecutor sim(config);
+  v1::Assignment assignment;
+  *assignment.mutable_spec() = TinyLm();
+  const double truth = sim.TruePeakGb(assignment, far);
+  const double predicted = anchored.targets(0).peaks_gb(0);  // on the L4
+  std::printf(
+      "learn: probed up to batch %u; at %u predicted %.3f GB, hidden "
+      "truth %.3f GB (%+.2f %%)\n",
+      largest, far, predicted, truth, 100 * (predicted / truth - 1));
+  EXPECT_NEAR(predicted / truth, 1.0, 0.03)
+      << "predicted " << predicted << " GB, hidden truth " << truth << " GB";
+
+  // Real answers stay on the prior: sim evidence is kept out of them.
+  v1::CheckFitResponse real;
+  ASSERT_TRUE(Ask(Request({far}), &real));
+  EXPECT_EQ(real.estimates(0).basis().kind(), v1::Basis::PRIOR);
+}
+
+}  // namespace
+}  // namespace headroom
