@@ -12,6 +12,7 @@
 #include "server/core/calibration/calibrate.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/core/common/json_io.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/planner/fit_planner.h"
@@ -27,6 +28,8 @@ struct Fixture {
   std::shared_ptr<const ModelCatalog> catalog;
   std::vector<v1::MeasuredRun> runs;
   std::unique_ptr<FitPlanner> planner;
+  // The shipped runs as the service's evidence.
+  std::shared_ptr<const Evidence> evidence;
 };
 
 const Fixture* GetFixture(benchmark::State& state) {
@@ -42,6 +45,7 @@ const Fixture* GetFixture(benchmark::State& state) {
     if (!result.ok()) return static_cast<Fixture*>(nullptr);
     f->planner = std::make_unique<FitPlanner>(
         f->catalog, std::move(result->factor_set), 0.95);
+    f->evidence = Evidence::Build(f->runs, *f->catalog, f->planner->priors());
     return f;
   }();
   if (fixture == nullptr) {
@@ -69,6 +73,58 @@ void BM_CheckFitTemplate(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CheckFitTemplate);
+
+// The same request answered as the service answers it: anchored on the
+// template's six shipped runs (key, lookup, bucketed k, per-bucket max
+// batch).
+void BM_CheckFitTemplateAnchored(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.add_batches(8);
+  request.add_batches(64);
+  request.add_targets()->set_gpu("L4");
+  request.add_targets()->set_gpu("H100");
+  for (auto _ : state) {
+    auto response =
+        fixture->planner->CheckFit(request, fixture->evidence.get());
+    if (!response.ok() ||
+        response->estimates(0).basis().kind() != v1::Basis::ANCHORED) {
+      state.SkipWithError("bert-base is not anchored on the shipped runs");
+      return;
+    }
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_CheckFitTemplateAnchored);
+
+// An inline 7B spec nobody measured, with the evidence: the key is computed
+// and looked up, the answer is the prior's.
+void BM_CheckFitInline7BWithEvidence(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  const v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  for (auto _ : state) {
+    auto response =
+        fixture->planner->CheckFit(request, fixture->evidence.get());
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_CheckFitInline7BWithEvidence);
+
+// Rebuilding the evidence from the 187 shipped runs, as the service does
+// after a run is stored.
+void BM_BuildEvidenceShippedRuns(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  for (auto _ : state) {
+    auto evidence = Evidence::Build(fixture->runs, *fixture->catalog,
+                                    fixture->planner->priors());
+    benchmark::DoNotOptimize(evidence);
+  }
+}
+BENCHMARK(BM_BuildEvidenceShippedRuns)->Unit(benchmark::kMillisecond);
 
 void BM_CheckFitInline7B(benchmark::State& state) {
   const Fixture* fixture = GetFixture(state);

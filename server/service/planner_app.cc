@@ -11,6 +11,7 @@
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/memory/fit_verdict.h"
 #include "server/store/open_store.h"
 #include "spdlog/spdlog.h"
@@ -30,6 +31,7 @@ absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
                    store.CurrentFactorSet());
   if (current.has_value()) return *current;
   ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, LoadRunsJsonl(runs_path));
+  StampRuns(catalog, &runs);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(
       CalibrationResult result,

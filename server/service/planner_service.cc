@@ -320,10 +320,11 @@ absl::StatusOr<bool> PlannerService::SyncWithStore() {
 absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
     const v1::RefitRequest& request) {
   absl::MutexLock lock(&refit_mu_);
-  const std::vector<v1::MeasuredRun> imported(request.runs().begin(),
-                                              request.runs().end());
+  std::vector<v1::MeasuredRun> imported(request.runs().begin(),
+                                        request.runs().end());
   // Nothing is stored until every imported run is known to be usable.
   RETURN_IF_ERROR(ValidateRuns(imported, *catalog_));
+  StampRuns(*catalog_, &imported);
   v1::RefitResponse response;
   ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
   const auto drop_simulated = [&](std::vector<v1::MeasuredRun>* list) {

@@ -188,8 +188,8 @@ std::string CalibrationHtml(const v1::FactorSet& set, const std::string& svg) {
       "<th>within25</th><th>under</th><th>saidFitsButOom</th>"
       "<th>saidNoButFits</th><th>agree</th></tr>";
   for (const char* column :
-       {"ours", "ours_heldout", "reference_shipped", "reference_heldout",
-        "accelerate_fp32", "accelerate_bf16"}) {
+       {"ours", "ours_heldout", "ours_anchored", "reference_shipped",
+        "reference_heldout", "accelerate_fp32", "accelerate_bf16"}) {
     auto it = set.page().summary().find(column);
     if (it == set.page().summary().end()) continue;
     const v1::ColumnSummary& s = it->second;
@@ -215,6 +215,66 @@ std::string CalibrationHtml(const v1::FactorSet& set, const std::string& svg) {
         b.fit_does_not());
   }
   html += "</table>";
+  const v1::AnchoredBound& anchored = set.page().anchored();
+  if (!anchored.buckets().empty()) {
+    absl::StrAppendFormat(
+        &html,
+        "<h2>Anchored answers</h2><p>ours_anchored: each run predicted from "
+        "the other runs of its template (leave one run out within %d "
+        "models, %d runs), with the global factors held out too. Shrinkage "
+        "toward the prior: weight %.4g, x%.4g on the batch-independent "
+        "bytes, chosen by held-out error. k by how far the asked batch lies "
+        "beyond the largest measured one:</p><table><tr><th>batch / largest "
+        "measured</th><th>k at 0.9</th><th>k at 0.95</th><th>runs</th>"
+        "<th>from</th></tr>",
+        anchored.models(), anchored.runs(), anchored.prior_weight(),
+        anchored.fixed_hold());
+    double lo = 0;
+    for (const v1::ExtrapolationBucket& b : anchored.buckets()) {
+      const std::string range =
+          b.max_ratio() == 0 ? absl::StrFormat("&gt; %.4g", lo)
+                             : absl::StrFormat("&le; %.4g", b.max_ratio());
+      absl::StrAppendFormat(
+          &html,
+          "<tr><td>%s</td><td>%.2f</td><td>%.2f</td><td>%d</td><td>%s</td>"
+          "</tr>",
+          range, b.k90(), b.k95(), b.runs(),
+          b.own()               ? "its runs"
+          : b.pooled_runs() > 0 ? "pooled with further buckets"
+                                : "the prior (too few runs)");
+      lo = b.max_ratio();
+    }
+    html += "</table><p>GPU constants (GB, added to anchored peaks):";
+    for (const auto& [gpu, gb] : anchored.gpu_constant_gb()) {
+      absl::StrAppendFormat(&html, " %s %+.3f;", Escape(gpu), gb);
+    }
+    html += "</p>";
+  }
+  if (!set.page().sources().empty()) {
+    html +=
+        "<h2>Measurement sources</h2><table><tr><th>source</th><th>runs</th>"
+        "<th>held out medianAbsErr</th><th>under</th><th>saidFitsButOom</th>"
+        "<th>k at 0.95</th><th>constant GB</th><th>prior</th><th>predicting "
+        "the other source</th></tr>";
+    for (const v1::SourceFit& source : set.page().sources()) {
+      std::string predicts;
+      for (const auto& [other, summary] : source.predicts()) {
+        absl::StrAppendFormat(&predicts, "%s: %.4f, under %d of %d; ",
+                              Escape(other), summary.median_abs_err(),
+                              summary.under(), summary.runs());
+      }
+      absl::StrAppendFormat(
+          &html,
+          "<tr><td>%s</td><td>%d</td><td>%.4f</td><td>%d of %d</td><td>%d"
+          "</td><td>%.2f</td><td>%.3f</td><td>%s</td><td>%s</td></tr>",
+          Escape(source.source()), source.runs(),
+          source.heldout().median_abs_err(), source.heldout().under(),
+          source.heldout().runs(), source.heldout().said_fits_but_oom(),
+          source.k95(), source.constant_gb(),
+          source.usable_as_prior() ? "yes" : "no", predicts);
+    }
+    html += "</table>";
+  }
   if (!set.page().left_out_of_fit().empty()) {
     html +=
         "<h2>On the page, left out of the fit</h2><p>The spec is not the "

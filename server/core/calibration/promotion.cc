@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/memory/fit_verdict.h"
+#include "server/core/memory/model_spec.h"
 
 namespace headroom {
 namespace {
@@ -41,14 +42,21 @@ absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,
   for (size_t i = 0; i < runs.size(); ++i) {
     const v1::MeasuredRun& run = runs[i];
     const std::string where = absl::StrCat("runs[", i, "]");
-    if (run.template_().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ".template is empty; name a catalog template"));
-    }
-    absl::Status found = catalog.Find(run.template_()).status();
-    if (!found.ok()) {
-      return absl::Status(found.code(),
-                          absl::StrCat(where, ".template: ", found.message()));
+    if (run.has_spec()) {
+      // A run of a model that is not a template carries its spec.
+      if (absl::Status valid = ValidateSpec(run.spec()); !valid.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".spec: ", valid.message()));
+      }
+    } else if (run.template_().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".template is empty; name a catalog template or set spec"));
+    } else {
+      absl::Status found = catalog.Find(run.template_()).status();
+      if (!found.ok()) {
+        return absl::Status(
+            found.code(), absl::StrCat(where, ".template: ", found.message()));
+      }
     }
     if (run.batch() == 0 || run.batch() > kMaxBatch) {
       return absl::InvalidArgumentError(

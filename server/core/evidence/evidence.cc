@@ -45,6 +45,30 @@ Prior ChoosePrior(const std::vector<Prior>& priors,
   return priors.front();
 }
 
+void StampRuns(const ModelCatalog& catalog,
+               std::vector<v1::MeasuredRun>* runs) {
+  std::map<std::string, std::string> template_keys;
+  for (v1::MeasuredRun& run : *runs) {
+    if (run.measured_by() == v1::MEASUREMENT_SOURCE_UNSPECIFIED) {
+      run.set_measured_by(MeasuredBy(run));
+    }
+    if (!run.model_key().empty()) continue;
+    const bool cacheable = !run.has_spec() && !run.has_setup();
+    if (cacheable) {
+      auto cached = template_keys.find(run.template_());
+      if (cached != template_keys.end()) {
+        run.set_model_key(cached->second);
+        continue;
+      }
+    }
+    absl::StatusOr<std::pair<v1::ModelSpec, v1::TrainingSetup>> model =
+        MeasuredModel(run, catalog);
+    if (!model.ok()) continue;
+    run.set_model_key(ModelKeyOf(model->first, model->second).id);
+    if (cacheable) template_keys[run.template_()] = run.model_key();
+  }
+}
+
 std::shared_ptr<const Evidence> Evidence::Build(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     const std::vector<Prior>& priors, const AnchorOptions& options) {
@@ -90,8 +114,8 @@ std::shared_ptr<const Evidence> Evidence::Build(
       anchor.group.key_id = key.id;
       anchor.group.name =
           model.first.name().empty() ? run.template_() : model.first.name();
-      anchor.group.shape = ShapeOf(*profile, anchor.prior.factors,
-                                   anchor.prior.constant_gb);
+      anchor.group.shape =
+          ShapeOf(*profile, anchor.prior.factors, anchor.prior.constant_gb);
       evidence->anchors_.push_back(std::move(anchor));
     }
     evidence->anchors_[it->second].group.runs.push_back(i);

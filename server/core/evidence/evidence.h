@@ -40,6 +40,11 @@ Prior ChoosePrior(
     const std::vector<Prior>& priors,
     v1::MeasurementSource wanted = v1::MEASUREMENT_SOURCE_UNSPECIFIED);
 
+// Fills each run's model_key and measured_by where unset (imported files
+// carry neither), so every stored run says what it measured and how; a run
+// whose template the catalog lacks keeps an empty key.
+void StampRuns(const ModelCatalog& catalog, std::vector<v1::MeasuredRun>* runs);
+
 // One key's evidence from one source.
 struct Anchor {
   ModelKey key;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -35,15 +36,37 @@ void StripLayer(v1::Layer* layer) {
 
 }  // namespace
 
-ModelKey ModelKeyOf(const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
-  v1::ModelSpec architecture = spec;
-  architecture.clear_name();
-  architecture.clear_family();
-  architecture.clear_source();
-  architecture.clear_input_source();
-  architecture.clear_notes();
+std::string CanonicalArchitecture(const v1::ModelSpec& spec) {
+  v1::ModelSpec architecture;
+  architecture.set_positions(spec.positions());
+  *architecture.mutable_layers() = spec.layers();
   for (v1::Layer& layer : *architecture.mutable_layers()) StripLayer(&layer);
+  return DeterministicBytes(architecture);
+}
 
+std::string KeyId(const std::string& canonical) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(canonical.data()),
+         canonical.size(), digest);
+  char hex[17];
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+  }
+  return absl::StrCat("mk-", hex);
+}
+
+std::string CanonicalArchitectureInPlace(v1::ModelSpec* spec) {
+  for (v1::Layer& layer : *spec->mutable_layers()) StripLayer(&layer);
+  v1::ModelSpec architecture;
+  architecture.set_positions(spec->positions());
+  architecture.mutable_layers()->Swap(spec->mutable_layers());
+  std::string bytes = DeterministicBytes(architecture);
+  architecture.mutable_layers()->Swap(spec->mutable_layers());
+  return bytes;
+}
+
+ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
+                    const v1::TrainingSetup& setup, bool with_id) {
   v1::TrainingSetup normalized;
   normalized.set_precision(setup.precision() ==
                                    v1::TrainingSetup::PRECISION_UNSPECIFIED
@@ -56,23 +79,18 @@ ModelKey ModelKeyOf(const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
   normalized.set_activation_checkpointing(setup.activation_checkpointing());
   normalized.set_fused_attention(setup.fused_attention());
   normalized.set_positions(setup.positions() != 0 ? setup.positions()
-                                                  : spec.positions());
-
-  const std::string spec_bytes = DeterministicBytes(architecture);
+                                                  : spec_positions);
   const std::string setup_bytes = DeterministicBytes(normalized);
   ModelKey key;
   // Length-prefixed, so no spec's bytes can run into the setup's.
-  key.canonical = "headroom-model-key-1:" + std::to_string(spec_bytes.size()) +
-                  ":" + spec_bytes + setup_bytes;
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(key.canonical.data()),
-         key.canonical.size(), digest);
-  char hex[17];
-  for (int i = 0; i < 8; ++i) {
-    std::snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-  }
-  key.id = std::string("mk-") + hex;
+  key.canonical = absl::StrCat("headroom-model-key-1:", architecture.size(),
+                               ":", architecture, setup_bytes);
+  if (with_id) key.id = KeyId(key.canonical);
   return key;
+}
+
+ModelKey ModelKeyOf(const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
+  return ModelKeyOf(CanonicalArchitecture(spec), spec.positions(), setup);
 }
 
 v1::MeasurementSource MeasuredBy(const v1::MeasuredRun& run) {

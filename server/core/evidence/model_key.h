@@ -35,6 +35,21 @@ struct ModelKey {
 // lengths give the same key.
 ModelKey ModelKeyOf(const v1::ModelSpec& spec, const v1::TrainingSetup& setup);
 
+// The same in two steps, for callers that key one spec many times (a
+// catalog template): the architecture's canonical bytes once, then the key
+// of those bytes with a setup. `spec_positions` is the spec's positions.
+// Without `with_id` the id is left empty (a lookup needs only the bytes;
+// KeyId fills it in when needed).
+std::string CanonicalArchitecture(const v1::ModelSpec& spec);
+// The same bytes without copying the layers: strips `spec`'s layer names
+// in place (a copy the caller owns) and serializes it.
+std::string CanonicalArchitectureInPlace(v1::ModelSpec* spec);
+ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
+                    const v1::TrainingSetup& setup, bool with_id = true);
+
+// "mk-" and the first 16 hex digits of the SHA-256 of `canonical`.
+std::string KeyId(const std::string& canonical);
+
 // How `run` was measured: its measured_by, else SIM for a simulated run,
 // TORCH_HARNESS for a worker's probe ("probe p-N ..."), REFERENCE for an
 // imported row.

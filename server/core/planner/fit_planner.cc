@@ -84,8 +84,9 @@ uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
                           const std::vector<v1::ExtrapolationBucket>& buckets,
                           double coverage, uint64_t largest_batch,
                           bool fits_only) {
-  uint64_t best = 0;
-  uint64_t lo = 0;  // the bucket covers (lo, hi]
+  // Each bucket covers the batches (lo, hi].
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t lo = 0;
   for (const v1::ExtrapolationBucket& bucket : buckets) {
     const uint64_t hi =
         bucket.max_ratio() == 0
@@ -95,15 +96,19 @@ uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
                   static_cast<uint64_t>(std::floor(
                       bucket.max_ratio() * static_cast<double>(largest_batch) +
                       1e-9)));
-    if (hi > lo) {
-      const VerdictRule rule{headroom, BucketK(bucket, coverage)};
-      const uint64_t m = MaxBatch(profile, factors, card_gb, rule, fits_only);
-      if (m > lo) best = std::min(hi, m);
-    }
+    ranges.emplace_back(lo, std::max(lo, hi));
     lo = std::max(lo, hi);
-    if (lo >= kMaxBatch) break;
   }
-  return best;
+  // From the furthest bucket in: the first that admits a batch holds the
+  // answer (nearer buckets only admit smaller ones).
+  for (size_t b = buckets.size(); b-- > 0;) {
+    const auto [from, to] = ranges[b];
+    if (to <= from) continue;
+    const VerdictRule rule{headroom, BucketK(buckets[b], coverage)};
+    const uint64_t m = MaxBatch(profile, factors, card_gb, rule, fits_only);
+    if (m > from) return std::min(to, m);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -127,6 +132,26 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
   }
   priors_ = PriorsOf(factor_set_);
   prior_ = ChoosePrior(priors_);
+  for (const std::string& name : catalog_->Names()) {
+    absl::StatusOr<const v1::ModelSpec*> spec = catalog_->Find(name);
+    if (spec.ok()) template_architecture_[name] = CanonicalArchitecture(**spec);
+  }
+}
+
+ModelKey FitPlanner::KeyFor(ResolvedModel& model,
+                            const v1::TrainingSetup& setup,
+                            bool with_id) const {
+  if (model.catalog_spec != nullptr) {
+    auto it = template_architecture_.find(model.template_name);
+    const std::string architecture =
+        it != template_architecture_.end()
+            ? it->second
+            : CanonicalArchitecture(*model.catalog_spec);
+    return ModelKeyOf(architecture, model.spec().positions(), setup, with_id);
+  }
+  const uint64_t positions = model.owned_spec.positions();
+  return ModelKeyOf(CanonicalArchitectureInPlace(&model.owned_spec), positions,
+                    setup, with_id);
 }
 
 absl::Status CheckBatches(
@@ -206,7 +231,7 @@ absl::StatusOr<ModelKey> FitPlanner::KeyOf(
   if (request.model().source_case() == v1::ModelRef::kOnnx) {
     setup.clear_positions();
   }
-  return ModelKeyOf(model.spec(), setup);
+  return KeyFor(model, setup);
 }
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
@@ -249,13 +274,17 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     setup.clear_positions();
   }
   ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
-  const ModelKey key = ModelKeyOf(*spec, setup);
-
   // The evidence: the model's own runs when there are any, else the prior.
+  // Without evidence (offline, tests) no key is needed.
+  ModelKey key = evidence == nullptr ? ModelKey{}
+                                     : KeyFor(model, setup, /*with_id=*/false);
   const Anchor* anchor =
       evidence == nullptr
           ? nullptr
           : evidence->Find(key, prior_.source, request.include_simulated());
+  if (evidence != nullptr) {
+    key.id = anchor != nullptr ? anchor->key.id : KeyId(key.canonical);
+  }
   const Prior& prior = anchor != nullptr ? anchor->prior : prior_;
   const ComponentArray factors = prior.factors;
   const double k = *KAtCoverage(prior.k90, prior.k95, coverage);

@@ -87,6 +87,13 @@ class FitPlanner {
   std::map<std::string, const v1::Regime*> regimes_;
   std::vector<Prior> priors_;
   Prior prior_;
+  // Each catalog template's CanonicalArchitecture, keyed once.
+  std::map<std::string, std::string> template_architecture_;
+
+  // The key of a resolved model and its effective setup; strips the layer
+  // names of a model the request carried (its own copy) in place.
+  ModelKey KeyFor(ResolvedModel& model, const v1::TrainingSetup& setup,
+                  bool with_id = true) const;
 };
 
 }  // namespace headroom

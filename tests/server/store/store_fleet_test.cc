@@ -56,6 +56,50 @@ TEST_P(FleetStoreTest, EachProbeGoesToOneMatchingWorker) {
   EXPECT_FALSE(again->has_value());
 }
 
+// A learning probe (queued by the planner to anchor a prior-only answer)
+// waits behind every operator probe, even one queued after it.
+TEST_P(FleetStoreTest, LearningProbesRunAfterOperatorProbes) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Probe learning = QueuedProbe("L4", "sim");
+  learning.mutable_request()->set_learn_key("mk-0123456789abcdef");
+  auto first = (*store)->AddProbe(learning);
+  auto second = (*store)->AddProbe(QueuedProbe("L4", "sim"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto claimed = (*store)->ClaimProbe("w-l4", {"L4"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_EQ((*claimed)->id(), second->id());
+  claimed = (*store)->ClaimProbe("w-l4b", {"L4"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_EQ((*claimed)->id(), first->id());
+  EXPECT_EQ((*claimed)->request().learn_key(), "mk-0123456789abcdef");
+}
+
+// Runs are counted without reading them (the evidence is rebuilt when the
+// count changes).
+TEST_P(FleetStoreTest, CountRunsFollowsAddRuns) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto none = (*store)->CountRuns();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0);
+  v1::MeasuredRun run;
+  run.set_template_("gpt2");
+  run.set_gpu("L4");
+  run.set_batch(8);
+  run.set_measured_peak_gb(5.0);
+  run.set_model_key("mk-0123456789abcdef");
+  ASSERT_TRUE((*store)->AddRuns({run}).ok());
+  run.set_batch(16);
+  ASSERT_TRUE((*store)->AddRuns({run}).ok());
+  auto two = (*store)->CountRuns();
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(*two, 2);
+  auto listed = (*store)->ListRuns();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->at(0).model_key(), "mk-0123456789abcdef");
+}
+
 TEST_P(FleetStoreTest, PinnedProbeGoesOnlyToItsWorker) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
