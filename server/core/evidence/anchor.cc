@@ -22,7 +22,31 @@ bool Completed(const v1::MeasuredRun& run) {
   return run.has_measured_peak_gb() && run.measured_peak_gb() > 0;
 }
 
-// Leave-one-run-out predictions over every group of at least 2 runs.
+// The positions in `group` whose runs are left out one at a time: all of
+// them, or for a model with more than `cap` runs, `cap` of them spread
+// evenly over its batches (the smallest and the largest included), so the
+// cost stays linear in the runs.
+std::vector<size_t> LeftOut(const std::vector<v1::MeasuredRun>& runs,
+                            const AnchorGroup& group, size_t cap) {
+  std::vector<size_t> positions(group.runs.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
+  if (positions.size() <= cap || cap < 2) return positions;
+  std::stable_sort(positions.begin(), positions.end(), [&](size_t a, size_t b) {
+    return runs[group.runs[a]].batch() < runs[group.runs[b]].batch();
+  });
+  std::vector<size_t> chosen;
+  const double step =
+      static_cast<double>(positions.size() - 1) / static_cast<double>(cap - 1);
+  for (size_t k = 0; k < cap; ++k) {
+    const size_t at = positions[static_cast<size_t>(
+        std::lround(step * static_cast<double>(k)))];
+    if (chosen.empty() || chosen.back() != at) chosen.push_back(at);
+  }
+  return chosen;
+}
+
+// Leave-one-run-out predictions over every group of at least 2 runs (the
+// LeftOut positions of a large one).
 Predictions LeaveOneRunOut(const std::vector<v1::MeasuredRun>& runs,
                            const std::vector<AnchorGroup>& groups,
                            const GpuConstants& constants,
@@ -31,7 +55,7 @@ Predictions LeaveOneRunOut(const std::vector<v1::MeasuredRun>& runs,
   Predictions loo(runs.size());
   for (const AnchorGroup& group : groups) {
     if (group.runs.size() < 2) continue;
-    for (size_t i = 0; i < group.runs.size(); ++i) {
+    for (size_t i : LeftOut(runs, group, options.max_left_out_per_model)) {
       std::vector<size_t> others;
       for (size_t j = 0; j < group.runs.size(); ++j) {
         if (j != i) others.push_back(group.runs[j]);
@@ -242,6 +266,7 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
         LeaveOneRunOut(runs, just, constants, shrinkage, options);
     for (size_t i = 0; i < group.runs.size(); ++i) {
       const size_t index = group.runs[i];
+      if (!loo[index].has_value()) continue;  // not among LeftOut
       calibration.loo[index] = loo[index];
       ++calibration.runs;
       const v1::MeasuredRun& run = runs[index];

@@ -75,6 +75,9 @@ struct AnchorOptions {
   int min_bucket_runs = 8;
   // Ratios of runs below this measured peak do not enter k (PageRules).
   double min_gb = 1.0;
+  // A model with more runs has this many of them, spread over its batches,
+  // left out one at a time (the rest are not predicted held out).
+  size_t max_left_out_per_model = 8;
 };
 
 // One model-and-setup key's usable runs (indices into a runs vector) and
@@ -122,8 +125,8 @@ struct AnchorCalibration {
   std::map<std::string, double> candidates;
   GpuConstants gpu_constant_gb;
   // The chosen weight's leave-one-run-out prediction per run (nullopt for a
-  // run not in a group of at least 2 runs), with GPU constants fitted
-  // without the run's group.
+  // run not in a group of at least 2 runs, or not among the runs a large
+  // group leaves out), with GPU constants fitted without the run's group.
   Predictions loo;
   // Per bucket (bucket_edges, then the open one).
   std::vector<v1::ExtrapolationBucket> buckets;
