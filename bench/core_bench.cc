@@ -54,15 +54,21 @@ const Fixture* GetFixture(benchmark::State& state) {
   return fixture;
 }
 
-void BM_CheckFitTemplate(benchmark::State& state) {
-  const Fixture* fixture = GetFixture(state);
-  if (fixture == nullptr) return;
+// bert-base at 2 batches on 2 GPUs.
+v1::CheckFitRequest BertRequest() {
   v1::CheckFitRequest request;
   request.mutable_model()->set_template_("bert-base");
   request.add_batches(8);
   request.add_batches(64);
   request.add_targets()->set_gpu("L4");
   request.add_targets()->set_gpu("H100");
+  return request;
+}
+
+void BM_CheckFitTemplate(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  const v1::CheckFitRequest request = BertRequest();
   for (auto _ : state) {
     auto response = fixture->planner->CheckFit(request);
     if (!response.ok()) {
@@ -80,12 +86,7 @@ BENCHMARK(BM_CheckFitTemplate);
 void BM_CheckFitTemplateAnchored(benchmark::State& state) {
   const Fixture* fixture = GetFixture(state);
   if (fixture == nullptr) return;
-  v1::CheckFitRequest request;
-  request.mutable_model()->set_template_("bert-base");
-  request.add_batches(8);
-  request.add_batches(64);
-  request.add_targets()->set_gpu("L4");
-  request.add_targets()->set_gpu("H100");
+  const v1::CheckFitRequest request = BertRequest();
   for (auto _ : state) {
     auto response =
         fixture->planner->CheckFit(request, fixture->evidence.get());

@@ -6,22 +6,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/core/common/deterministic_bytes.h"
 
 namespace headroom {
 namespace {
-
-std::string DeterministicBytes(const google::protobuf::Message& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }
-  return bytes;
-}
 
 // Names and remarks do not change what is allocated; a repeat of 0 means 1.
 void StripLayer(v1::Layer* layer) {

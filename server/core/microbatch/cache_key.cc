@@ -7,24 +7,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/core/common/deterministic_bytes.h"
 #include "server/core/microbatch/plan.h"
 #include "server/core/microbatch/select.h"
 
 namespace headroom {
 namespace {
-
-std::string DeterministicBytes(const google::protobuf::Message& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&coded);
-  }
-  return bytes;
-}
 
 // 64-bit FNV-1a as 16 hex digits.
 std::string Fnv1aHex(const std::string& bytes) {
