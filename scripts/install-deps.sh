@@ -10,12 +10,16 @@ packages=(
   libonnx-dev
   # SHA-256 of model keys (server/core/evidence/model_key.cc).
   libssl-dev
+  # The scheduler extender's request bodies (server/core/scheduling/extender.cc).
+  libsimdjson-dev
   # libpq for the PostgreSQL store; the server for its tests (scripts/test-postgres.sh).
   libpq-dev postgresql
   # The torch harness's test builds every catalog template on the CPU.
   python3-torch
   # tests/deploy: manifest schemas, the dashboard, the Dockerfiles.
   python3-jsonschema python3-yaml
+  # client/python: the headroom_client package's runtime and its test (tests/python).
+  python3-grpcio python3-protobuf
 )
 
 missing=()

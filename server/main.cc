@@ -23,6 +23,21 @@ ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
           "measured runs fitted on first start (JSON lines; several files "
           "comma-separated: the reference file and the torch harness's)");
+ABSL_FLAG(std::string, extender_listen, "",
+          "also serve the Kubernetes scheduler extender (POST "
+          "/scheduler/filter, /scheduler/prioritize) on this address; it is "
+          "always on the HTTP port");
+ABSL_FLAG(int64_t, extender_budget_ms, 50,
+          "longest an extender call may take; past it the nodes pass through "
+          "(fail open), logged and counted");
+ABSL_FLAG(bool, extender_allow_borderline, false,
+          "extender filter: let BORDERLINE nodes through (default FITS only)");
+ABSL_FLAG(std::string, extender_prefer, "tightest",
+          "extender prioritize: tightest (least GPU memory left free scores "
+          "10) or most_room");
+ABSL_FLAG(std::string, extender_unknown_gpu, "fail",
+          "extender filter: a node whose GPU is unknown (no GFD labels, no "
+          "worker) fails or passes");
 ABSL_FLAG(std::string, auto_probe, "off",
           "off or on: queue a learning probe for every prior-only answer "
           "with a BORDERLINE target (CheckFitRequest.learn does it for one)");
@@ -81,6 +96,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.auto_probe = auto_probe == "on";
+  config.extender_listen = absl::GetFlag(FLAGS_extender_listen);
+  config.extender_budget_ms = absl::GetFlag(FLAGS_extender_budget_ms);
+  config.extender.decide.allow_borderline =
+      absl::GetFlag(FLAGS_extender_allow_borderline);
+  const std::string prefer = absl::GetFlag(FLAGS_extender_prefer);
+  const std::string unknown = absl::GetFlag(FLAGS_extender_unknown_gpu);
+  if ((prefer != "tightest" && prefer != "most_room") ||
+      (unknown != "fail" && unknown != "pass")) {
+    spdlog::error(
+        "event=start_failed error=\"--extender_prefer = {} (allowed "
+        "tightest, most_room), --extender_unknown_gpu = {} (allowed fail, "
+        "pass)\"",
+        prefer.substr(0, 32), unknown.substr(0, 32));
+    return 2;
+  }
+  config.extender.decide.prefer_most_room = prefer == "most_room";
+  config.extender.decide.fail_unknown_gpu = unknown == "fail";
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
   config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);

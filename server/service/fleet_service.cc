@@ -58,20 +58,8 @@ absl::Status CheckId(const std::string& id, const char* field) {
   return absl::OkStatus();
 }
 
-// The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100),
-// or empty when the catalog does not know it.
-std::string CatalogGpu(std::string name) {
-  if (absl::StartsWithIgnoreCase(name, "NVIDIA ")) name = name.substr(7);
-  absl::StatusOr<GpuInfo> gpu = FindGpu(name);
-  if (gpu.ok()) return gpu->name;
-  // Driver names add the memory and form factor: try the first words.
-  for (size_t space = name.rfind(' '); space != std::string::npos;
-       space = name.rfind(' ')) {
-    name = name.substr(0, space);
-    gpu = FindGpu(name);
-    if (gpu.ok()) return gpu->name;
-  }
-  return "";
+std::string CatalogGpu(const std::string& name) {
+  return CatalogGpuForDriverName(name);
 }
 
 }  // namespace
@@ -226,6 +214,9 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
     valid = absl::InvalidArgumentError(
         absl::StrCat("hello.gpus has ", hello.gpus_size(),
                      " entries; allowed up to ", kMaxGpusPerWorker));
+  }
+  if (valid.ok() && !hello.node_name().empty()) {
+    valid = CheckId(hello.node_name(), "hello.node_name");
   }
   if (!valid.ok()) {
     stream->End(ToGrpcStatus(valid));
@@ -563,6 +554,32 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+std::map<std::string, v1::Target> FleetService::NodeInventory() {
+  std::map<std::string, v1::Target> inventory;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->registered || stream->hello.gpus().empty()) continue;
+    const v1::WorkerHello& hello = stream->hello;
+    const std::string& node =
+        hello.node_name().empty() ? hello.hostname() : hello.node_name();
+    if (node.empty() || inventory.count(node) != 0) continue;
+    v1::Target target;
+    for (const v1::GpuDevice& device : hello.gpus()) {
+      const std::string kind = CatalogGpu(device.name());
+      if (!kind.empty()) {
+        target.set_gpu(kind);
+        break;
+      }
+    }
+    if (target.kind_case() == v1::Target::KIND_NOT_SET) {
+      target.set_memory_gb(static_cast<double>(hello.gpus(0).memory_bytes()) /
+                           1e9);
+    }
+    inventory[node] = target;
+  }
+  return inventory;
 }
 
 void FleetService::OnRunStored(std::function<void()> callback) {

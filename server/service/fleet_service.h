@@ -58,6 +58,11 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   // is stored as a measured run: answers' evidence is stale.
   void OnRunStored(std::function<void()> callback);
 
+  // The card of each node a connected worker runs on (its hello's
+  // node_name, else its host name): the first GPU the catalog knows, else
+  // the first GPU's memory as a bare size.
+  std::map<std::string, v1::Target> NodeInventory();
+
   // Learner: probes to learn models answers were prior-only for.
   absl::StatusOr<Worker> WorkerFor(bool include_simulated) override;
   absl::StatusOr<std::optional<std::string>> Outstanding(

@@ -5,6 +5,7 @@
 // the registry), /healthz and /calibration (HTML).
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,21 @@ class HttpServer {
   // The port actually bound.
   int port() const { return port_; }
 
+  // An answer to a POST: status code, JSON body.
+  struct Answer {
+    int status = 200;
+    std::string body;
+  };
+  using PostHandler = std::function<Answer(const std::string& body)>;
+  // Serves POST `path` with `handler` (other methods get 405; bodies over
+  // kMaxPostBytes get 413). Call before requests arrive; `handler` runs on
+  // the server's threads and must not block for long.
+  void HandlePost(const std::string& path, PostHandler handler);
+  static constexpr size_t kMaxPostBytes = 64 << 20;
+
+  // For the C callback: the handler of a registered path.
+  const PostHandler* PostHandlerFor(const std::string& path) const;
+
   // Handlers; public for the C callbacks.
   std::string MetricsText() const;
   bool Healthy() const { return health_(); }
@@ -51,6 +67,7 @@ class HttpServer {
   PageRenderer calibration_page_;
   mg_context* context_ = nullptr;
   int port_ = 0;
+  std::map<std::string, PostHandler> post_handlers_;
 };
 
 }  // namespace headroom

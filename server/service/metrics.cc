@@ -164,7 +164,24 @@ PlannerMetrics::PlannerMetrics()
       dcgm_energy_(prometheus::BuildGauge()
                        .Name("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
                        .Help("Total energy consumption since boot (in mJ).")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      extender_calls_(prometheus::BuildCounter()
+                          .Name("headroom_extender_calls_total")
+                          .Help("Kubernetes scheduler extender calls, by verb "
+                                "and outcome (fail_open: answered without "
+                                "deciding, the budget ran out).")
+                          .Register(*registry_)),
+      extender_filtered_out_(prometheus::BuildCounter()
+                                 .Name("headroom_extender_nodes_filtered_total")
+                                 .Help("Nodes the extender's filter dropped.")
+                                 .Register(*registry_)) {
+  for (const char* verb : {"filter", "prioritize"}) {
+    for (const char* outcome : {"answered", "untouched", "bad_request",
+                                "bad_annotation", "fail_open"}) {
+      extender_calls_.Add({{"verb", verb}, {"outcome", outcome}});
+    }
+  }
+  extender_filtered_out_.Add({});
   workers_connected_.Add({}).Set(0);
   // Every probe state has a series from the first scrape (0 until the
   // fleet's first count), so dashboards never see the family missing.
@@ -241,6 +258,15 @@ void PlannerMetrics::ProbeStates(
   for (const auto& [state, count] : counts) {
     probes_.Add({{"state", state}}).Set(static_cast<double>(count));
   }
+}
+
+void PlannerMetrics::ExtenderCall(const std::string& verb,
+                                  const std::string& outcome) {
+  extender_calls_.Add({{"verb", verb}, {"outcome", outcome}}).Increment();
+}
+
+void PlannerMetrics::ExtenderNodesFilteredOut(int64_t count) {
+  extender_filtered_out_.Add({}).Increment(static_cast<double>(count));
 }
 
 void PlannerMetrics::SamplesReceived(uint64_t count) {

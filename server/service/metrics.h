@@ -62,6 +62,13 @@ class PlannerMetrics {
                       const std::string& model_name,
                       const std::string& hostname);
 
+  // The scheduler extender: one call by verb ("filter", "prioritize") and
+  // outcome ("answered", "untouched" for a pod without annotations,
+  // "bad_request", "bad_annotation", "fail_open"), and the nodes a filter
+  // dropped.
+  void ExtenderCall(const std::string& verb, const std::string& outcome);
+  void ExtenderNodesFilteredOut(int64_t count);
+
   // An interceptor factory for ServerBuilder that records the grpc_server_*
   // metrics for every RPC. The metrics object must outlive the server.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
@@ -83,6 +90,8 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Gauge>& dcgm_fb_used_;
   prometheus::Family<prometheus::Gauge>& dcgm_power_;
   prometheus::Family<prometheus::Gauge>& dcgm_energy_;
+  prometheus::Family<prometheus::Counter>& extender_calls_;
+  prometheus::Family<prometheus::Counter>& extender_filtered_out_;
   std::mutex info_mu_;
   std::string current_version_;  // guarded by info_mu_
 };

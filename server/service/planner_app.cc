@@ -183,13 +183,39 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
     }
   });
 
+  // The scheduler extender answers from the same planner and evidence as
+  // CheckFit, and finds a node's GPUs in the fleet when labels do not say.
+  if (config.extender_budget_ms < 1 || config.extender_budget_ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extender_budget_ms = ", config.extender_budget_ms,
+                     " is out of range; allowed 1..60000"));
+  }
+  SchedulerExtender::Options extender = config.extender;
+  extender.budget = absl::Milliseconds(config.extender_budget_ms);
+  app->extender_ = std::make_unique<SchedulerExtender>(
+      [service = app->service_.get()](const v1::CheckFitRequest& request) {
+        const std::shared_ptr<const Evidence> evidence = service->evidence();
+        return service->planner()->CheckFit(request, evidence.get());
+      },
+      [fleet = app->fleet_.get()] { return fleet->NodeInventory(); },
+      app->metrics_.get(), extender);
+
+  PlannerApp* raw = app.get();
   if (!config.http_listen.empty()) {
-    PlannerApp* raw = app.get();
     ASSIGN_OR_RETURN(app->http_,
                      HttpServer::Start(
                          config.http_listen, app->metrics_->registry(),
                          [raw] { return raw->serving_.load(); },
                          [raw] { return raw->service_->CalibrationHtml(); }));
+    app->extender_->Register(app->http_.get());
+  }
+  if (!config.extender_listen.empty()) {
+    ASSIGN_OR_RETURN(app->extender_http_,
+                     HttpServer::Start(
+                         config.extender_listen, app->metrics_->registry(),
+                         [raw] { return raw->serving_.load(); },
+                         [raw] { return raw->service_->CalibrationHtml(); }));
+    app->extender_->Register(app->extender_http_.get());
   }
   return app;
 }
@@ -206,6 +232,7 @@ void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
     server_->Shutdown(std::chrono::system_clock::now() + grace);
   }
   http_.reset();
+  extender_http_.reset();
 }
 
 void PlannerApp::Wait() {

@@ -19,6 +19,7 @@
 #include "server/service/http_server.h"
 #include "server/service/metrics.h"
 #include "server/service/planner_service.h"
+#include "server/service/scheduler_extender.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -42,6 +43,13 @@ struct PlannerConfig {
   // Queue a learning probe for every prior-only answer with a BORDERLINE
   // target (CheckFitRequest.learn does it for one request).
   bool auto_probe = false;
+  // The Kubernetes scheduler extender (POST /scheduler/filter and
+  // /scheduler/prioritize) is served on the HTTP port, and also here when
+  // set (a second port for kube-scheduler only).
+  std::string extender_listen;
+  // Longest an extender call may take before its nodes pass through.
+  int64_t extender_budget_ms = 50;
+  SchedulerExtender::Options extender;
   // A probe whose worker is silent this long goes back to the queue.
   int64_t probe_lease_ms = 30000;
   // Heartbeat period asked of workers.
@@ -79,6 +87,9 @@ class PlannerApp {
 
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_ ? http_->port() : 0; }
+  int extender_port() const {
+    return extender_http_ ? extender_http_->port() : 0;
+  }
   const std::string& factor_set_version() const { return version_; }
 
  private:
@@ -91,6 +102,8 @@ class PlannerApp {
   std::unique_ptr<FleetService> fleet_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<SchedulerExtender> extender_;
+  std::unique_ptr<HttpServer> extender_http_;
   // Follows the store's current factor set (SyncWithStore) until stopped.
   std::thread sync_;
   absl::Notification stop_sync_;

@@ -2,7 +2,8 @@
 #define HEADROOM_TESTS_SUPPORT_LOOPBACK_H_
 
 // Loopback helpers the tests and benchmarks share: a plain HTTP GET (for
-// /metrics, /healthz, /calibration) and a free TCP port. Loopback only;
+// /metrics, /healthz, /calibration), a POST (the scheduler extender) and a
+// free TCP port. Loopback only;
 // every read bounded in count and time.
 
 #include <arpa/inet.h>
@@ -43,6 +44,50 @@ inline std::string HttpGet(int port, const std::string& path) {
   }
   close(fd);
   return response;
+}
+
+// POST `body` (JSON) to http://127.0.0.1:port/path; the whole response
+// ("" on error).
+inline std::string HttpPost(int port, const std::string& path,
+                            const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "POST " + path +
+        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    size_t sent = 0;
+    for (int i = 0; i < 10000 && sent < request.size(); ++i) {
+      const ssize_t n = write(fd, request.data() + sent, request.size() - sent);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    if (sent == request.size()) {
+      char buffer[8192];
+      for (int i = 0; i < 100000; ++i) {
+        const ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n <= 0) break;
+        response.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  close(fd);
+  return response;
+}
+
+// The body of an HTTP response (after the blank line).
+inline std::string HttpBody(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
 }
 
 // A loopback TCP port free right now (0 on error), for a process that must

@@ -149,6 +149,8 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub) {
     v1::WorkerHello& h = *hello.mutable_hello();
     h.set_worker_id(options_.worker_id);
     h.set_hostname(options_.hostname);
+    h.set_node_name(options_.node_name.empty() ? options_.hostname
+                                               : options_.node_name);
     for (const v1::GpuDevice& gpu : options_.gpus) *h.add_gpus() = gpu;
     for (const auto& [name, executor] : executors_) h.add_executors(name);
     h.set_version(HEADROOM_VERSION_STRING);

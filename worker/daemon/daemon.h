@@ -27,6 +27,8 @@ struct DaemonOptions {
   std::string planner = "127.0.0.1:50051";
   std::string worker_id;
   std::string hostname;
+  // The node the GPUs are on, as the cluster's scheduler names it.
+  std::string node_name;
   std::vector<v1::GpuDevice> gpus;
   std::vector<std::string> notes;
   std::map<std::string, std::string> framework_versions;

@@ -22,6 +22,9 @@
 #include "worker/daemon/sim_executor.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:50051", "planner gRPC address");
+ABSL_FLAG(std::string, node_name, "",
+          "the Kubernetes node the GPUs are on (default: the host name); the "
+          "planner's scheduler extender finds a node's GPUs by it");
 ABSL_FLAG(std::string, worker_id, "",
           "stable id of this worker (default: the host name)");
 ABSL_FLAG(std::string, executors, "auto",
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   headroom::worker::DaemonOptions options;
   options.planner = absl::GetFlag(FLAGS_planner);
   options.hostname = HostName();
+  options.node_name = absl::GetFlag(FLAGS_node_name);
   options.worker_id = absl::GetFlag(FLAGS_worker_id).empty()
                           ? options.hostname
                           : absl::GetFlag(FLAGS_worker_id);

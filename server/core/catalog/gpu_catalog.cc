@@ -1,5 +1,6 @@
 #include "server/core/catalog/gpu_catalog.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/close_names.h"
@@ -79,6 +80,20 @@ absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
       "GPU '", name.substr(0, 64), "' is not in the catalog; closest: ",
       absl::StrJoin(CloseNames(name, names, 3), ", "),
       " (or give a bare size in GB)"));
+}
+
+std::string CatalogGpuForDriverName(std::string name) {
+  if (absl::StartsWithIgnoreCase(name, "NVIDIA ")) name = name.substr(7);
+  absl::StatusOr<GpuInfo> gpu = FindGpu(name);
+  if (gpu.ok()) return gpu->name;
+  // Driver names add the memory and form factor: try the first words.
+  for (size_t space = name.rfind(' '); space != std::string::npos;
+       space = name.rfind(' ')) {
+    name = name.substr(0, space);
+    gpu = FindGpu(name);
+    if (gpu.ok()) return gpu->name;
+  }
+  return "";
 }
 
 }  // namespace headroom

@@ -35,6 +35,11 @@ const std::vector<GpuInfo>& GpuCatalog();
 // closest names.
 absl::StatusOr<GpuInfo> FindGpu(absl::string_view name);
 
+// The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100;
+// Kubernetes GPU Feature Discovery's "NVIDIA-L4" with '-' read as ' '), or
+// empty when the catalog does not know it.
+std::string CatalogGpuForDriverName(std::string name);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_

@@ -1,0 +1,351 @@
+"""A typed wrapper over the planner's gRPC API (proto/headroom/v1).
+
+Answers come back as plain dataclasses (CheckFit) or as dicts in the
+protobuf JSON mapping with the proto's field names (everything else), so
+callers never handle generated messages. A failed call raises
+HeadroomError, and so does a request refused before it is sent (an unknown
+precision, a spec that does not parse); a spec or CA file that cannot be
+read raises OSError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence, Union
+
+import grpc
+from google.protobuf import json_format
+
+from headroom.v1 import fleet_pb2, fleet_pb2_grpc, model_pb2, planner_pb2
+from headroom.v1 import planner_pb2_grpc
+
+# A catalog template name ("bert-base"), a ModelSpec in its JSON form (as
+# models/*.json holds it), or the path of a .json file: a spec, or a Hugging
+# Face config.json (the planner converts it).
+Model = Union[str, os.PathLike, dict]
+# A catalog GPU name ("L4", "H100") or a card size in GB (16, "16").
+Gpu = Union[str, float]
+
+_PRECISIONS = {
+    "fp32": model_pb2.TrainingSetup.FP32,
+    "bf16": model_pb2.TrainingSetup.BF16_MIXED,
+    "fp16": model_pb2.TrainingSetup.FP16_MIXED,
+}
+_OPTIMIZERS = {
+    "adamw": model_pb2.TrainingSetup.ADAMW,
+    "sgd": model_pb2.TrainingSetup.SGD,
+    "sgd-momentum": model_pb2.TrainingSetup.SGD_MOMENTUM,
+}
+
+
+class HeadroomError(Exception):
+    """A call that failed. `code` is the gRPC status name ("NOT_FOUND",
+    "INVALID_ARGUMENT", "UNAVAILABLE" when the planner cannot be reached,
+    "DEADLINE_EXCEEDED" past timeout_s); `message` is the planner's reason."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What an estimate rests on. kind "ANCHORED": corrected by `runs`
+    measured runs of this model and setup (batches min_batch..max_batch on
+    `gpus`); "PRIOR": the global factors only, `why` says why."""
+
+    kind: str
+    model_key: str
+    source: str
+    runs: int
+    oom_runs: int
+    min_batch: int
+    max_batch: int
+    gpus: list[str]
+    extrapolation: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One batch: predicted peak and its upper bound (peak * k), in GB =
+    10^9 bytes, at the step's peak moment ("backward start" or "optimizer
+    update"), with that moment's factored components."""
+
+    batch: int
+    peak_gb: float
+    upper_gb: float
+    k: float
+    moment: str
+    components_gb: dict[str, float]
+    basis: Basis
+
+
+@dataclass(frozen=True)
+class TargetAnswer:
+    """One card. verdicts and peaks_gb are keyed by requested batch; a
+    verdict is "FITS" (safe to place), "BORDERLINE" (may OOM) or
+    "DOES_NOT_FIT". max_batch_fits is 0 when even batch 1 is not FITS."""
+
+    name: str
+    memory_gb: float
+    verdicts: dict[int, str]
+    peaks_gb: dict[int, float]
+    max_batch_fits: int
+    max_batch_not_does_not_fit: int
+    regime: str
+
+
+@dataclass(frozen=True)
+class FitAnswer:
+    """A CheckFit answer: estimates in request batch order, targets in
+    request target order."""
+
+    model: str
+    params: int
+    factor_set_version: str
+    headroom: float
+    coverage: float
+    k: float
+    estimates: list[Estimate] = field(default_factory=list)
+    targets: list[TargetAnswer] = field(default_factory=list)
+    learning: str = ""
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _invalid(message: str) -> HeadroomError:
+    return HeadroomError("INVALID_ARGUMENT", message)
+
+
+def _model_ref(model: Model) -> planner_pb2.ModelRef:
+    if isinstance(model, dict):
+        return planner_pb2.ModelRef(spec=_parse_spec(model, "model spec"))
+    path = os.fspath(model)
+    # Template names are lowercase, digits and dashes: a ".json" name is
+    # always a file, and a missing one says so instead of NOT_FOUND.
+    if not (path.endswith(".json") or os.path.isfile(path)):
+        return planner_pb2.ModelRef(template=path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _invalid(f"{path}: {e}") from None
+    # A Hugging Face config.json names its model_type; a spec never does.
+    if isinstance(parsed, dict) and "model_type" in parsed:
+        return planner_pb2.ModelRef(hf_config=text)
+    return planner_pb2.ModelRef(spec=_parse_spec(parsed, path))
+
+
+def _parse_spec(spec: Any, what: str) -> model_pb2.ModelSpec:
+    # Unknown fields are refused, as the planner refuses them in spec files.
+    try:
+        return json_format.ParseDict(spec, model_pb2.ModelSpec())
+    except json_format.ParseError as e:
+        raise _invalid(f"{what}: {e}") from None
+
+
+def _target(gpu: Gpu) -> planner_pb2.Target:
+    # As `headroom fit --gpu`: anything that reads as a number is a size.
+    try:
+        return planner_pb2.Target(memory_gb=float(gpu))
+    except ValueError:
+        return planner_pb2.Target(gpu=gpu)
+
+
+def _setup(precision: str = "fp32", optimizer: str = "adamw",
+           checkpointing: bool = False, fused_attention: bool = False,
+           positions: int = 0) -> model_pb2.TrainingSetup:
+    if precision not in _PRECISIONS:
+        raise _invalid(f"precision {precision!r} is unknown; allowed "
+                       f"{', '.join(_PRECISIONS)}")
+    if optimizer not in _OPTIMIZERS:
+        raise _invalid(f"optimizer {optimizer!r} is unknown; allowed "
+                       f"{', '.join(_OPTIMIZERS)}")
+    return model_pb2.TrainingSetup(
+        precision=_PRECISIONS[precision], optimizer=_OPTIMIZERS[optimizer],
+        activation_checkpointing=checkpointing,
+        fused_attention=fused_attention, positions=positions)
+
+
+def _batches(batch: int | Iterable[int]) -> list[int]:
+    batches = [batch] if isinstance(batch, int) else list(batch)
+    # uint32 on the wire; the planner checks the range (1 .. 2^20).
+    for b in batches:
+        if not 0 <= b < 2**32:
+            raise _invalid(f"batch {b} is not a batch size")
+    return batches
+
+
+def _to_dict(message) -> dict:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _answer(response: planner_pb2.CheckFitResponse,
+            batches: list[int]) -> FitAnswer:
+    def basis(b: planner_pb2.Basis) -> Basis:
+        return Basis(kind=planner_pb2.Basis.Kind.Name(b.kind),
+                     model_key=b.model_key, source=b.source, runs=b.runs,
+                     oom_runs=b.oom_runs, min_batch=b.min_batch,
+                     max_batch=b.max_batch, gpus=list(b.gpus),
+                     extrapolation=b.extrapolation, why=b.why)
+
+    def components(c: planner_pb2.ComponentsGb) -> dict[str, float]:
+        return {f.name: getattr(c, f.name) for f in c.DESCRIPTOR.fields}
+
+    return FitAnswer(
+        model=response.model, params=response.params,
+        factor_set_version=response.factor_set_version,
+        headroom=response.headroom, coverage=response.coverage, k=response.k,
+        estimates=[Estimate(batch=e.batch, peak_gb=e.peak_gb,
+                            upper_gb=e.upper_gb, k=e.k, moment=e.moment,
+                            components_gb=components(e.components),
+                            basis=basis(e.basis))
+                   for e in response.estimates],
+        targets=[TargetAnswer(
+            name=t.name, memory_gb=t.memory_gb,
+            verdicts={b: model_pb2.Verdict.Name(v)
+                      for b, v in zip(batches, t.verdicts)},
+            peaks_gb=dict(zip(batches, t.peaks_gb)),
+            max_batch_fits=t.max_batch_fits,
+            max_batch_not_does_not_fit=t.max_batch_not_does_not_fit,
+            regime=t.regime) for t in response.targets],
+        learning=response.learning, assumptions=list(response.assumptions))
+
+
+class Client:
+    """A connection to one planner.
+
+    token: sent as `authorization: Bearer <token>` on every call (the
+    planner does not check it yet). ca: a PEM file of the root certificates
+    to verify the planner with, which makes the channel TLS; without it the
+    channel is plaintext. timeout_s: the deadline of each call.
+    Use it as a context manager, or call close(), to release the channel.
+    """
+
+    def __init__(self, address: str = "127.0.0.1:50051",
+                 token: str | None = None, ca: str | None = None,
+                 timeout_s: float = 5.0):
+        if ca:
+            with open(ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=f.read())
+            self._channel = grpc.secure_channel(address, credentials)
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout_s = timeout_s
+        self._planner = planner_pb2_grpc.PlannerStub(self._channel)
+        self._fleet = fleet_pb2_grpc.FleetStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self._timeout_s,
+                          metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise HeadroomError(e.code().name, e.details() or "") from None
+
+    def ping(self) -> None:
+        """Returns when the planner answers; HeadroomError otherwise."""
+        self._call(self._planner.Ping, planner_pb2.PingRequest())
+
+    def check_fit(self, model: Model, batch: int | Iterable[int],
+                  gpus: Gpu | Sequence[Gpu], precision: str = "fp32",
+                  optimizer: str = "adamw", checkpointing: bool = False,
+                  fused_attention: bool = False, positions: int = 0,
+                  coverage: float = 0, learn: bool = False,
+                  include_simulated: bool = False) -> FitAnswer:
+        """Peaks and verdicts of `model` at each batch on each of `gpus`.
+
+        precision: "fp32", "bf16" or "fp16" (mixed precision); optimizer:
+        "adamw", "sgd" or "sgd-momentum". positions overrides the spec's
+        sequence length (0 keeps it). coverage of the upper bound: 0.9 or
+        0.95 (0: the planner's default). learn: when the answer is
+        prior-only and a card is BORDERLINE, queue a probe on a worker
+        (answer.learning says what happened). include_simulated: let runs
+        from simulated GPUs anchor the answer.
+        """
+        batches = _batches(batch)
+        if isinstance(gpus, (str, int, float)):
+            gpus = [gpus]
+        request = planner_pb2.CheckFitRequest(
+            model=_model_ref(model),
+            setup=_setup(precision, optimizer, checkpointing,
+                         fused_attention, positions),
+            batches=batches, targets=[_target(g) for g in gpus],
+            coverage=coverage, learn=learn,
+            include_simulated=include_simulated)
+        return _answer(self._call(self._planner.CheckFit, request), batches)
+
+    def fits(self, model: Model, batch: int, gpu: Gpu, **setup) -> bool:
+        """True iff the verdict is FITS (BORDERLINE is False: it may OOM).
+        setup: check_fit's keyword arguments."""
+        answer = self.check_fit(model, [batch], [gpu], **setup)
+        return answer.targets[0].verdicts[batch] == "FITS"
+
+    def calibration(self, version: str = "") -> dict:
+        """The factor set `version` ("fs-3"; empty: the current one) with its
+        calibration page, as FactorSet in calibration.proto."""
+        request = planner_pb2.GetCalibrationRequest(version=version)
+        return _to_dict(self._call(self._planner.GetCalibration,
+                                   request).factor_set)
+
+    def submit_probe(self, model: Model, batches: Iterable[int],
+                     gpu: str | None = None, worker: str | None = None,
+                     executor: str = "", repetitions: int = 0,
+                     **setup) -> str:
+        """Queues a measurement of `model` at `batches` on a worker with a
+        `gpu` of that catalog kind, or on the worker with id `worker` (not
+        both); returns the probe id ("p-7"). executor: "torch", "cuda",
+        "sim" or "" for the worker's own. repetitions: 0 means 1.
+        setup: precision, optimizer, checkpointing, fused_attention,
+        positions as in check_fit."""
+        if gpu and worker:
+            raise _invalid("give gpu or worker, not both")
+        request = fleet_pb2.SubmitProbeRequest(
+            model=_model_ref(model), setup=_setup(**setup),
+            batches=_batches(batches), executor=executor,
+            repetitions=repetitions)
+        if gpu:
+            request.gpu = gpu
+        elif worker:
+            request.worker = worker
+        return self._call(self._fleet.SubmitProbe, request).probe.id
+
+    def probe(self, probe_id: str) -> dict:
+        """The probe's state now (Probe in fleet.proto): "state", "results"
+        per batch and repetition measured so far, "error"."""
+        request = fleet_pb2.WatchProbeRequest(id=probe_id, follow=False)
+        try:
+            stream = self._fleet.WatchProbe(request, timeout=self._timeout_s,
+                                            metadata=self._metadata)
+            for event in stream:
+                if event.HasField("probe"):
+                    stream.cancel()
+                    return _to_dict(event.probe)
+        except grpc.RpcError as e:
+            raise HeadroomError(e.code().name, e.details() or "") from None
+        raise HeadroomError("UNKNOWN", f"WatchProbe {probe_id} sent no state")
+
+    def list_probes(self, state: str | None = None, limit: int = 0) -> list[dict]:
+        """Stored probes, newest first; state: "QUEUED", "RUNNING",
+        "SUCCEEDED", "FAILED" or "CANCELLED" (None: all); limit 0 = 100."""
+        try:
+            state_value = fleet_pb2.Probe.State.Value(state) if state else 0
+        except ValueError:
+            raise _invalid(f"probe state {state!r} is unknown") from None
+        request = fleet_pb2.ListProbesRequest(state=state_value, limit=limit)
+        return [_to_dict(p) for p in
+                self._call(self._fleet.ListProbes, request).probes]

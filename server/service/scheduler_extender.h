@@ -1,0 +1,66 @@
+#ifndef HEADROOM_SERVER_SERVICE_SCHEDULER_EXTENDER_H_
+#define HEADROOM_SERVER_SERVICE_SCHEDULER_EXTENDER_H_
+
+// The Kubernetes scheduler extender over HTTP (POST /scheduler/filter and
+// /scheduler/prioritize): parses the request, decides on a bounded pool of
+// its own and answers within a time budget, or passes the nodes through
+// (fail open) with the reason logged and counted, so placement never waits
+// on Headroom. The protocol and the decisions are the core's
+// (server/core/scheduling/extender.h).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/core/scheduling/extender.h"
+#include "server/service/background_worker.h"
+#include "server/service/http_server.h"
+#include "server/service/metrics.h"
+
+namespace headroom {
+
+class SchedulerExtender {
+ public:
+  struct Options {
+    ExtenderOptions decide;
+    // Longest a call may take before its nodes pass through.
+    absl::Duration budget = absl::Milliseconds(50);
+    // Decisions waiting beyond these fail open at once.
+    size_t max_queued = 64;
+  };
+  // The cards of the nodes connected workers run on, by node name.
+  using NodeInventory = std::function<std::map<std::string, v1::Target>()>;
+
+  // `metrics` must outlive the extender.
+  SchedulerExtender(CheckFitFn check_fit, NodeInventory inventory,
+                    PlannerMetrics* metrics, Options options);
+  SchedulerExtender(const SchedulerExtender&) = delete;
+  SchedulerExtender& operator=(const SchedulerExtender&) = delete;
+
+  // The two verbs, as HTTP answers: 200 with the protocol's JSON, or 400
+  // naming the field of a malformed body.
+  HttpServer::Answer Filter(const std::string& body);
+  HttpServer::Answer Prioritize(const std::string& body);
+
+  // Serves both verbs on `http` under /scheduler/.
+  void Register(HttpServer* http);
+
+ private:
+  HttpServer::Answer Handle(const std::string& verb, const std::string& body);
+
+  CheckFitFn check_fit_;
+  NodeInventory inventory_;
+  PlannerMetrics* metrics_;
+  Options options_;
+  // Two threads decide; a decision that outlives its budget finishes there
+  // and is dropped.
+  std::vector<std::unique_ptr<BackgroundWorker>> pool_;
+  std::atomic<size_t> next_{0};
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_SCHEDULER_EXTENDER_H_

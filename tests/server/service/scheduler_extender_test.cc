@@ -1,0 +1,123 @@
+// The scheduler extender over HTTP on a real planner (loopback), and its
+// fail-open path: a decision that does not finish in its budget lets every
+// node through, logged and counted, and never holds placement.
+
+#include "server/service/scheduler_extender.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/service/planner_app.h"
+#include "tests/support/loopback.h"
+#include "tests/support/test_planner.h"
+
+namespace headroom {
+namespace {
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+using ::headroom::testing::HttpBody;
+using ::headroom::testing::HttpGet;
+using ::headroom::testing::HttpPost;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+std::string Read(const std::string& name) {
+  std::ifstream file(kRoot + "/tests/data/extender/" + name);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
+  auto app = PlannerApp::Start(::headroom::testing::TestPlannerConfig());
+  ASSERT_TRUE(app.ok()) << app.status();
+  const int port = (*app)->http_port();
+  ASSERT_GT(port, 0);
+
+  const std::string filtered =
+      HttpPost(port, "/scheduler/filter", Read("filter-nodes.json"));
+  ASSERT_THAT(filtered, HasSubstr("HTTP/1.1 200"));
+  const Json result = Json::parse(HttpBody(filtered));
+  ASSERT_EQ(result["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(result["Nodes"]["items"][0]["metadata"]["name"], "gpu-h100-a");
+  EXPECT_TRUE(result["FailedAndUnresolvableNodes"].contains("gpu-l4-a"));
+
+  const std::string scored =
+      HttpPost(port, "/scheduler/prioritize", Read("filter-nodes.json"));
+  ASSERT_THAT(scored, HasSubstr("HTTP/1.1 200"));
+  const Json scores = Json::parse(HttpBody(scored));
+  ASSERT_EQ(scores.size(), 4u);
+  EXPECT_EQ(scores[1]["Host"], "gpu-h100-a");
+  EXPECT_EQ(scores[1]["Score"], 10);
+
+  // A pod that does not ask Headroom: every node, untouched.
+  Json plain = Json::parse(Read("filter-nodes.json"));
+  plain["Pod"]["metadata"].erase("annotations");
+  const Json untouched =
+      Json::parse(HttpBody(HttpPost(port, "/scheduler/filter", plain.dump())));
+  EXPECT_EQ(untouched["Nodes"]["items"].size(), 4u);
+
+  // A malformed body is a 400 naming the field; the planner keeps serving.
+  const std::string bad =
+      HttpPost(port, "/scheduler/filter", "{\"Nodes\":{\"items\":[]}}");
+  EXPECT_THAT(bad, HasSubstr("HTTP/1.1 400"));
+  EXPECT_THAT(HttpBody(bad), HasSubstr("Pod is required"));
+  EXPECT_THAT(HttpGet(port, "/scheduler/filter"), HasSubstr("HTTP/1.1 405"));
+  EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
+
+  const std::string metrics = HttpGet(port, "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("headroom_extender_calls_total{outcome="
+                                 "\"answered\",verb=\"filter\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("headroom_extender_calls_total{outcome="
+                                 "\"untouched\",verb=\"filter\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("headroom_extender_calls_total{outcome="
+                                 "\"bad_request\",verb=\"filter\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("headroom_extender_nodes_filtered_total 3"));
+}
+
+TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
+  PlannerMetrics metrics;
+  absl::Notification release;
+  SchedulerExtender::Options options;
+  options.budget = absl::Milliseconds(20);
+  // The planner stalls (a store, an import): it answers only when released.
+  SchedulerExtender extender(
+      [&](const v1::CheckFitRequest&) -> absl::StatusOr<v1::CheckFitResponse> {
+        release.WaitForNotification();
+        return absl::UnavailableError("released");
+      },
+      [] { return std::map<std::string, v1::Target>{}; }, &metrics, options);
+
+  const HttpServer::Answer answer = extender.Filter(Read("filter-nodes.json"));
+  EXPECT_EQ(answer.status, 200);
+  const Json result = Json::parse(answer.body);
+  EXPECT_EQ(result["Nodes"]["items"].size(), 4u);
+  EXPECT_TRUE(result["FailedAndUnresolvableNodes"].empty());
+  const HttpServer::Answer scored =
+      extender.Prioritize(Read("filter-nodes.json"));
+  EXPECT_EQ(scored.status, 200);
+  EXPECT_EQ(Json::parse(scored.body).size(), 4u);
+  release.Notify();
+
+  int fail_open = 0;
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name != "headroom_extender_calls_total") continue;
+    for (const auto& metric : family.metric) {
+      bool is_fail_open = false;
+      for (const auto& label : metric.label) {
+        if (label.name == "outcome" && label.value == "fail_open") {
+          is_fail_open = true;
+        }
+      }
+      if (is_fail_open) fail_open += static_cast<int>(metric.counter.value);
+    }
+  }
+  EXPECT_EQ(fail_open, 2);
+}
+
+}  // namespace
+}  // namespace headroom
