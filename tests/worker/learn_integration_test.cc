@@ -62,7 +62,14 @@ class LearnIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const int port = ::headroom::testing::FreeLoopbackPort();
+    // The same free port can come back twice (the first was closed), and
+    // gRPC binds with SO_REUSEPORT: make sure the two differ.
+    for (int i = 0; i < 20 && (http_port_ == 0 || http_port_ == port); ++i) {
+      http_port_ = ::headroom::testing::FreeLoopbackPort();
+    }
+    ASSERT_NE(http_port_, port);
     ASSERT_GT(port, 0);
+    ASSERT_GT(http_port_, 0);
     address_ = "127.0.0.1:" + std::to_string(port);
     db_ = ::testing::TempDir() + "/learn-" + std::to_string(getpid()) + ".db";
     std::filesystem::remove(db_);
@@ -72,7 +79,8 @@ class LearnIntegrationTest : public ::testing::Test {
     planner_stub_ = v1::Planner::NewStub(channel);
     planner_ = std::make_unique<Child>(std::vector<std::string>{
         HEADROOM_PLANNER_BIN, "--listen=" + address_,
-        "--http_listen=", "--models_dir=" + kRoot + "/models",
+        "--http_listen=127.0.0.1:" + std::to_string(http_port_),
+        "--models_dir=" + kRoot + "/models",
         "--runs=" + kRoot + "/data/memory-runs.jsonl," + kRoot +
             "/data/harness-runs.jsonl",
         "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
@@ -80,8 +88,9 @@ class LearnIntegrationTest : public ::testing::Test {
         "--store_poll_ms=100", "--log_level=warn"});
     worker_ = std::make_unique<Child>(std::vector<std::string>{
         HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=sim-l4",
-        "--executors=sim", "--sim_gpu=L4", "--sim_seed=7", "--sim_step_ms=5",
-        "--sample_ms=20", "--backoff_max_ms=400", "--log_level=warn"});
+        "--node_name=gpu-node-7", "--executors=sim", "--sim_gpu=L4",
+        "--sim_seed=7", "--sim_step_ms=5", "--sample_ms=20",
+        "--backoff_max_ms=400", "--log_level=warn"});
     ASSERT_TRUE(WaitFor(
         [&] {
           return ::headroom::testing::WorkersConnected(fleet_.get())["sim-l4"];
@@ -117,6 +126,7 @@ class LearnIntegrationTest : public ::testing::Test {
   }
 
   std::string address_;
+  int http_port_ = 0;
   std::string db_;
   std::unique_ptr<Child> planner_;
   std::unique_ptr<Child> worker_;
@@ -209,6 +219,26 @@ TEST_F(LearnIntegrationTest, APriorAnswerLearnsFromOneProbe) {
   v1::CheckFitResponse real;
   ASSERT_TRUE(Ask(Request({far}), &real));
   EXPECT_EQ(real.estimates(0).basis().kind(), v1::Basis::PRIOR);
+}
+
+// The scheduler extender with node names only (nodeCacheCapable): a node's
+// GPU is the one its connected worker reports.
+TEST_F(LearnIntegrationTest, ExtenderFindsANodesGpuThroughItsWorker) {
+  const std::string body =
+      "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"annotations\":{"
+      "\"headroom.dev/model\":\"bert-base\",\"headroom.dev/batch\":"
+      "\"32\"}}},\"NodeNames\":[\"gpu-node-7\",\"elsewhere\"]}";
+  const std::string raw =
+      ::headroom::testing::HttpPost(http_port_, "/scheduler/filter", body);
+  const std::string response = ::headroom::testing::HttpBody(raw);
+  ASSERT_FALSE(raw.empty()) << "no answer on port " << http_port_;
+  // gpu-node-7 is the simulated L4: bert-base at 32 FITS there.
+  EXPECT_NE(response.find("\"NodeNames\":[\"gpu-node-7\"]"), std::string::npos)
+      << response;
+  EXPECT_NE(response.find("\"elsewhere\":\"headroom: the node's GPU is "
+                          "unknown"),
+            std::string::npos)
+      << response;
 }
 
 }  // namespace
