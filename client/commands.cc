@@ -167,8 +167,7 @@ std::string BasisLine(const v1::Basis& basis) {
                         basis.why(), ")");
   }
   return absl::StrCat(
-      "anchored on ", basis.runs(), " measured runs (batch ",
-      basis.min_batch(),
+      "anchored on ", basis.runs(), " measured runs (batch ", basis.min_batch(),
       basis.max_batch() != basis.min_batch()
           ? absl::StrCat("-", basis.max_batch())
           : "",

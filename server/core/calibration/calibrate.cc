@@ -233,8 +233,8 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
   };
   double constant = 0;
   Predictions heldout_runs = heldout_at(0);
-  double best = SummarizeColumn(source_runs, heldout_runs, rules)
-                    .median_abs_err();
+  double best =
+      SummarizeColumn(source_runs, heldout_runs, rules).median_abs_err();
   for (int step = 1; step <= kConstantSteps; ++step) {
     const double candidate = step * kConstantStepGb;
     Predictions predictions = heldout_at(candidate);

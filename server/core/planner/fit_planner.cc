@@ -143,11 +143,11 @@ ModelKey FitPlanner::KeyFor(ResolvedModel& model,
                             bool with_id) const {
   if (model.catalog_spec != nullptr) {
     auto it = template_architecture_.find(model.template_name);
-    const std::string architecture =
-        it != template_architecture_.end()
-            ? it->second
-            : CanonicalArchitecture(*model.catalog_spec);
-    return ModelKeyOf(architecture, model.spec().positions(), setup, with_id);
+    if (it != template_architecture_.end()) {
+      return ModelKeyOf(it->second, model.spec().positions(), setup, with_id);
+    }
+    return ModelKeyOf(CanonicalArchitecture(*model.catalog_spec),
+                      model.spec().positions(), setup, with_id);
   }
   const uint64_t positions = model.owned_spec.positions();
   return ModelKeyOf(CanonicalArchitectureInPlace(&model.owned_spec), positions,
