@@ -58,10 +58,6 @@ absl::Status CheckId(const std::string& id, const char* field) {
   return absl::OkStatus();
 }
 
-std::string CatalogGpu(const std::string& name) {
-  return CatalogGpuForDriverName(name);
-}
-
 }  // namespace
 
 // One worker's Connect stream. Fields below the IO part are guarded by the
@@ -224,7 +220,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
   }
   std::vector<std::string> kinds;
   for (v1::GpuDevice& gpu : *hello.mutable_gpus()) {
-    gpu.set_catalog_gpu(CatalogGpu(gpu.name()));
+    gpu.set_catalog_gpu(CatalogGpuForDriverName(gpu.name()));
     if (!gpu.catalog_gpu().empty()) kinds.push_back(gpu.catalog_gpu());
   }
   bool accepted = false;
@@ -356,7 +352,7 @@ std::optional<v1::MeasuredRun> FleetService::RunFor(
   // The memory model predicts eager execution: compiled runs stay out.
   if (result.batch().mode() == "compiled") return std::nullopt;
   std::string gpu = result.gpu().catalog_gpu();
-  if (gpu.empty()) gpu = CatalogGpu(result.gpu().name());
+  if (gpu.empty()) gpu = CatalogGpuForDriverName(result.gpu().name());
   if (gpu.empty()) gpu = probe.gpu();
   absl::StatusOr<GpuInfo> card = FindGpu(gpu);
   if (gpu.empty() || !card.ok()) return std::nullopt;
@@ -567,7 +563,7 @@ std::map<std::string, v1::Target> FleetService::NodeInventory() {
     if (node.empty() || inventory.count(node) != 0) continue;
     v1::Target target;
     for (const v1::GpuDevice& device : hello.gpus()) {
-      const std::string kind = CatalogGpu(device.name());
+      const std::string kind = CatalogGpuForDriverName(device.name());
       if (!kind.empty()) {
         target.set_gpu(kind);
         break;
@@ -596,7 +592,7 @@ absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
     if (!stream->registered || stream->draining) continue;
     ++connected;
     for (const v1::GpuDevice& device : stream->hello.gpus()) {
-      const std::string kind = CatalogGpu(device.name());
+      const std::string kind = CatalogGpuForDriverName(device.name());
       absl::StatusOr<GpuInfo> card = FindGpu(kind);
       if (kind.empty() || !card.ok()) continue;
       const auto& executors = stream->executors;
@@ -760,7 +756,7 @@ absl::StatusOr<v1::SubmitAutotuneResponse> FleetService::Autotune(
       for (const v1::WorkerStatus& w : workers) {
         if (w.hello().worker_id() != request.worker()) continue;
         for (const v1::GpuDevice& device : w.hello().gpus()) {
-          if (gpu.empty()) gpu = CatalogGpu(device.name());
+          if (gpu.empty()) gpu = CatalogGpuForDriverName(device.name());
         }
       }
       if (gpu.empty()) {
@@ -802,7 +798,7 @@ absl::StatusOr<v1::SubmitAutotuneResponse> FleetService::Autotune(
       continue;
     }
     for (const v1::GpuDevice& device : hello.gpus()) {
-      if (CatalogGpu(device.name()) != gpu) continue;
+      if (CatalogGpuForDriverName(device.name()) != gpu) continue;
       const v1::AutotuneCacheKey key = AutotuneKeyFor(
           autotune, model.spec(), device, hello.framework_versions());
       ASSIGN_OR_RETURN(
