@@ -46,10 +46,9 @@ inline std::string HttpGet(int port, const std::string& path) {
   return response;
 }
 
-// POST `body` (JSON) to http://127.0.0.1:port/path; the whole response
-// ("" on error).
-inline std::string HttpPost(int port, const std::string& path,
-                            const std::string& body) {
+// Sends `request` as it is to 127.0.0.1:port; the whole response ("" on
+// error).
+inline std::string HttpRaw(int port, const std::string& request) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   timeval timeout{5, 0};
@@ -60,11 +59,6 @@ inline std::string HttpPost(int port, const std::string& path,
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "POST " + path +
-        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-        "Content-Type: application/json\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body;
     size_t sent = 0;
     for (int i = 0; i < 10000 && sent < request.size(); ++i) {
       const ssize_t n = write(fd, request.data() + sent, request.size() - sent);
@@ -82,6 +76,17 @@ inline std::string HttpPost(int port, const std::string& path,
   }
   close(fd);
   return response;
+}
+
+// POST `body` (JSON) to http://127.0.0.1:port/path; the whole response
+// ("" on error).
+inline std::string HttpPost(int port, const std::string& path,
+                            const std::string& body) {
+  return HttpRaw(port, "POST " + path +
+                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                           "close\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
 // The body of an HTTP response (after the blank line).

@@ -67,6 +67,19 @@ TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
   EXPECT_THAT(bad, HasSubstr("HTTP/1.1 400"));
   EXPECT_THAT(HttpBody(bad), HasSubstr("Pod is required"));
   EXPECT_THAT(HttpGet(port, "/scheduler/filter"), HasSubstr("HTTP/1.1 405"));
+  // A body claiming more than the limit is refused before it is read.
+  EXPECT_THAT(::headroom::testing::HttpRaw(
+                  port,
+                  "POST /scheduler/filter HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Connection: close\r\nContent-Length: 100000000\r\n\r\n"),
+              HasSubstr("HTTP/1.1 413"));
+  // More candidate nodes than any cluster has: a 400, not a long wait.
+  std::string many = "{\"Pod\":{},\"NodeNames\":[";
+  for (int i = 0; i < 20001; ++i) many += (i ? ",\"n\"" : "\"n\"");
+  many += "]}";
+  const std::string too_many = HttpPost(port, "/scheduler/filter", many);
+  EXPECT_THAT(too_many, HasSubstr("HTTP/1.1 400"));
+  EXPECT_THAT(HttpBody(too_many), HasSubstr("NodeNames has more than 20000"));
   EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
 
   const std::string metrics = HttpGet(port, "/metrics");
@@ -74,8 +87,9 @@ TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
                                  "\"answered\",verb=\"filter\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("headroom_extender_calls_total{outcome="
                                  "\"untouched\",verb=\"filter\"} 1"));
+  // The malformed body and the 20,001 names (the 413 never reached it).
   EXPECT_THAT(metrics, HasSubstr("headroom_extender_calls_total{outcome="
-                                 "\"bad_request\",verb=\"filter\"} 1"));
+                                 "\"bad_request\",verb=\"filter\"} 2"));
   EXPECT_THAT(metrics, HasSubstr("headroom_extender_nodes_filtered_total 3"));
 }
 

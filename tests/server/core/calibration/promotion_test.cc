@@ -74,6 +74,22 @@ TEST(ValidateRunsTest, NamesTheRunAndField) {
   zero_batch.set_batch(0);
   EXPECT_THAT(ValidateRuns({zero_batch}, catalog).message(),
               HasSubstr("runs[0].batch = 0"));
+
+  // A run of a model that is not a template carries its spec, which must be
+  // a valid one; a run with neither names both ways to say the model.
+  v1::MeasuredRun inline_spec = good;
+  inline_spec.clear_template_();
+  *inline_spec.mutable_spec() = *spec;
+  EXPECT_TRUE(ValidateRuns({inline_spec}, catalog).ok());
+  v1::MeasuredRun bad_spec = inline_spec;
+  bad_spec.mutable_spec()->mutable_layers(0)->mutable_linear()->set_in_features(
+      0);
+  EXPECT_THAT(ValidateRuns({good, bad_spec}, catalog).message(),
+              HasSubstr("runs[1].spec"));
+  v1::MeasuredRun no_model = good;
+  no_model.clear_template_();
+  EXPECT_THAT(ValidateRuns({no_model}, catalog).message(),
+              HasSubstr("name a catalog template or set spec"));
 }
 
 }  // namespace
