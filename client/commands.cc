@@ -493,13 +493,16 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
     out << ToJson(response, /*pretty=*/true) << "\n";
     return 0;
   }
-  out << (options.dry_run ? "dry run: " : "")
-      << (response.factor_set().version().empty()
-              ? std::string("new factor set")
-              : response.factor_set().version())
-      << (response.promoted() ? " is now current" : " stored, not current")
-      << " (" << response.reason() << ")\n"
-      << "runs used " << response.runs_used() << ", imported "
+  if (options.dry_run) {
+    // Nothing was stored: say so, and what the promotion rule said.
+    out << "dry run, nothing stored; the promotion rule: " << response.reason()
+        << "\n";
+  } else {
+    out << response.factor_set().version()
+        << (response.promoted() ? " is now current" : " stored, not current")
+        << " (" << response.reason() << ")\n";
+  }
+  out << "runs used " << response.runs_used() << ", imported "
       << response.runs_imported() << ", fit " << response.fit_seconds()
       << " s\n";
   return 0;

@@ -455,14 +455,7 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
     if (request->rollback()) {
       ASSIGN_OR_RETURN(std::vector<std::string> history,
                        store_->CurrentHistory());
-      // Walk back past every entry equal to the present version.
-      while (!history.empty() && history.back() == previous) history.pop_back();
-      if (history.empty()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("nothing to roll back to: ", previous,
-                         " is the only factor set that was ever current"));
-      }
-      target = history.back();
+      ASSIGN_OR_RETURN(target, RollbackTarget(history, previous));
     }
     ASSIGN_OR_RETURN(v1::FactorSet set, store_->GetFactorSet(target));
     RETURN_IF_ERROR(store_->SetCurrentFactorSet(target));

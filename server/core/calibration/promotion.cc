@@ -1,5 +1,6 @@
 #include "server/core/calibration/promotion.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,25 @@ PromotionDecision DecidePromotion(const v1::FactorSet& candidate,
   if (no_worse) return {true, "no worse: " + figures};
   if (force) return {true, "forced although worse: " + figures};
   return {false, "worse, kept " + current->version() + ": " + figures};
+}
+
+absl::StatusOr<std::string> RollbackTarget(
+    const std::vector<std::string>& history, const std::string& current) {
+  std::vector<std::string> stack;
+  for (const std::string& version : history) {
+    auto earlier = std::find(stack.begin(), stack.end(), version);
+    if (earlier != stack.end()) {
+      stack.erase(earlier + 1, stack.end());
+    } else {
+      stack.push_back(version);
+    }
+  }
+  while (!stack.empty() && stack.back() == current) stack.pop_back();
+  if (stack.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nothing to roll back to: no factor set was current before ", current));
+  }
+  return stack.back();
 }
 
 absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,

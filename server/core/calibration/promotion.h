@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
 #include "server/core/catalog/model_catalog.h"
 
@@ -27,6 +28,14 @@ PromotionDecision DecidePromotion(const v1::FactorSet& candidate,
 // Checks runs before anything is stored: a known template, batch 1..2^20,
 // a measured peak > 0 or an OOM card > 0 (not both) unless excluded.
 // INVALID_ARGUMENT / NOT_FOUND name the run index and field.
+// The factor set a rollback from `current` goes to, given every version
+// that was current, oldest first. The history reads as a stack: a version
+// current before (rolled back to, or promoted again) pops back to it, so
+// rolling back twice walks back twice and never forward.
+// FAILED_PRECONDITION when nothing was current before `current`.
+absl::StatusOr<std::string> RollbackTarget(
+    const std::vector<std::string>& history, const std::string& current);
+
 absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,
                           const ModelCatalog& catalog);
 

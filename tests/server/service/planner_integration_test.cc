@@ -511,6 +511,19 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   }
   EXPECT_EQ(version_answering(), "fs-1");
   {
+    // A second rollback walks further back, never forward to fs-2: before
+    // fs-1 nothing was current.
+    grpc::ClientContext context;
+    v1::PromoteFactorSetRequest rollback;
+    rollback.set_rollback(true);
+    v1::PromoteFactorSetResponse promoted;
+    const grpc::Status again =
+        stub->PromoteFactorSet(&context, rollback, &promoted);
+    EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(again.error_message(), HasSubstr("nothing to roll back to"));
+  }
+  EXPECT_EQ(version_answering(), "fs-1");
+  {
     grpc::ClientContext context;
     v1::PromoteFactorSetRequest promote;
     promote.set_version("fs-9");

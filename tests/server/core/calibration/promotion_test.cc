@@ -42,6 +42,24 @@ TEST(PromotionTest, FirstFactorSetIsPromoted) {
   EXPECT_TRUE(DecidePromotion(Set("", 0.5, 50), nullptr, false).promote);
 }
 
+TEST(RollbackTest, WalksBackThroughTheHistoryNeverForward) {
+  // fs-3 current after fs-1, fs-2: back to fs-2, then fs-1, then nothing.
+  std::vector<std::string> history = {"fs-1", "fs-2", "fs-3"};
+  auto target = RollbackTarget(history, "fs-3");
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(*target, "fs-2");
+  history.push_back(*target);
+  target = RollbackTarget(history, "fs-2");
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(*target, "fs-1");
+  history.push_back(*target);
+  target = RollbackTarget(history, "fs-1");
+  EXPECT_EQ(target.status().code(), absl::StatusCode::kFailedPrecondition);
+  // A version promoted again pops back to it as well.
+  EXPECT_EQ(*RollbackTarget({"fs-1", "fs-2", "fs-3", "fs-1", "fs-4"}, "fs-4"),
+            "fs-1");
+}
+
 TEST(ValidateRunsTest, NamesTheRunAndField) {
   ModelCatalog catalog;
   auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1,
