@@ -47,6 +47,11 @@ std::vector<Row> RowsAt(const std::vector<FitSample>& samples,
       for (int c = 0; c < kNumComponents; ++c) {
         row.a[c] = x[c] / *s.measured_gb;
       }
+      // Huber by reweighting: beyond delta a residual weighs delta/|r|.
+      const double r = std::abs(Dot(row.a, f) - 1.0);
+      if (options.huber_delta > 0 && r > options.huber_delta) {
+        row.weight = options.huber_delta / r;
+      }
     } else {
       for (int c = 0; c < kNumComponents; ++c) {
         row.a[c] = options.headroom * x[c] / *s.oom_gb;
@@ -69,7 +74,13 @@ double RowsLoss(const std::vector<Row>& rows, const ComponentArray& f,
   for (const Row& row : rows) {
     const double r = Dot(row.a, f) - 1.0;
     if (row.hinge && r >= 0) continue;
-    loss += row.weight * r * r;
+    if (!row.hinge && options.huber_delta > 0 &&
+        std::abs(r) > options.huber_delta) {
+      loss += 2 * options.huber_delta * std::abs(r) -
+              options.huber_delta * options.huber_delta;
+      continue;
+    }
+    loss += (row.hinge ? row.weight : 1.0) * r * r;
   }
   return loss;
 }
@@ -169,7 +180,10 @@ FitResult FitFactorsOnly(const std::vector<FitSample>& samples,
     bool changed = false;
     for (size_t i = 0; i < next.size(); ++i) {
       const bool now = !next[i].hinge || Dot(next[i].a, f) < 1.0;
-      if (now != active[i] || next[i].update != rows[i].update) changed = true;
+      if (now != active[i] || next[i].update != rows[i].update ||
+          std::abs(next[i].weight - rows[i].weight) > 1e-6) {
+        changed = true;
+      }
       active[i] = now;
     }
     rows = next;

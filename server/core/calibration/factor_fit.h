@@ -54,6 +54,10 @@ struct FitOptions {
   // fit, which reproduces its page; a source's is chosen by held-out error
   // (calibrate.cc).
   double constant_gb = 0;
+  // Huber's loss on each completed run's relative error beyond this (0:
+  // plain squares): a few runs the spec cannot describe pull the factors
+  // less. Off for the reference fit, which reproduces its page.
+  double huber_delta = 0;
 };
 
 // Predicted peak in GB of `sample` under `factors`: the larger moment.

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/evaluate.h"
+#include "server/core/calibration/factor_fit.h"
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/anchor.h"
 #include "server/core/evidence/model_key.h"
@@ -291,6 +292,8 @@ TEST(SourceFitTest, TheHarnessIsItsOwnPrior) {
   ASSERT_NE(reference, nullptr);
   EXPECT_TRUE(torch->usable_as_prior());
   EXPECT_LE(torch->heldout().median_abs_err(), 0.05);
+  // Not biased low: at most 60 % of its runs under-predicted held out.
+  EXPECT_LE(10 * torch->heldout().under(), 6 * torch->heldout().runs());
   const v1::ColumnSummary& cross = reference->predicts().at("torch-harness");
   EXPECT_EQ(cross.under(), 93);  // the reference's factors, today
   EXPECT_LT(torch->heldout().under(), cross.under());
@@ -298,6 +301,33 @@ TEST(SourceFitTest, TheHarnessIsItsOwnPrior) {
   const FitPlanner planner(std::make_shared<const ModelCatalog>(LoadCatalog()),
                            fitted->factor_set, 0.95);
   EXPECT_EQ(planner.prior().source, v1::TORCH_HARNESS);
+}
+
+// Huber's loss: one run the spec describes badly pulls the factors less.
+TEST(SourceFitTest, HuberHoldsTheFitAgainstAnOutlier) {
+  std::vector<FitSample> samples;
+  for (int i = 1; i <= 6; ++i) {
+    FitSample s;
+    s.template_name = "t" + std::to_string(i);
+    s.component_gb = {1.0 * i, 0.5 * i, 0, 0, 0, 0};
+    s.measured_gb = 1.2 * (1.0 * i + 0.5 * i);  // every factor 1.2
+    samples.push_back(s);
+  }
+  samples[5].measured_gb = *samples[5].measured_gb * 3;  // the outlier
+  FitOptions plain;
+  plain.prior_weight = 0;
+  FitOptions huber = plain;
+  huber.huber_delta = 0.05;
+  const double off_plain =
+      std::abs(PredictGb(samples[0], FitFactors(samples, plain).factors) /
+                   *samples[0].measured_gb -
+               1);
+  const double off_huber =
+      std::abs(PredictGb(samples[0], FitFactors(samples, huber).factors) /
+                   *samples[0].measured_gb -
+               1);
+  EXPECT_LT(off_huber, off_plain / 2);
+  EXPECT_LT(off_huber, 0.1);
 }
 
 // CheckFit with evidence: a known template is anchored and says on what; an
