@@ -17,35 +17,6 @@
 
 namespace headroom::testing {
 
-// GET http://127.0.0.1:port/path; the whole response ("" on error).
-inline std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET " + path +
-        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buffer[8192];
-      for (int i = 0; i < 10000; ++i) {
-        const ssize_t n = read(fd, buffer, sizeof(buffer));
-        if (n <= 0) break;
-        response.append(buffer, static_cast<size_t>(n));
-      }
-    }
-  }
-  close(fd);
-  return response;
-}
-
 // Sends `request` as it is to 127.0.0.1:port; the whole response ("" on
 // error).
 inline std::string HttpRaw(int port, const std::string& request) {
@@ -76,6 +47,13 @@ inline std::string HttpRaw(int port, const std::string& request) {
   }
   close(fd);
   return response;
+}
+
+// GET http://127.0.0.1:port/path; the whole response ("" on error).
+inline std::string HttpGet(int port, const std::string& path) {
+  return HttpRaw(port, "GET " + path +
+                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                           "close\r\n\r\n");
 }
 
 // POST `body` (JSON) to http://127.0.0.1:port/path; the whole response

@@ -4,19 +4,19 @@
 
 #include "server/service/scheduler_extender.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/service/planner_app.h"
+#include "tests/support/extender_bodies.h"
 #include "tests/support/loopback.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
 namespace {
+
+using ::headroom::testing::ExtenderBody;
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 using ::headroom::testing::HttpBody;
@@ -25,13 +25,6 @@ using ::headroom::testing::HttpPost;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-std::string Read(const std::string& name) {
-  std::ifstream file(kRoot + "/tests/data/extender/" + name);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
   auto app = PlannerApp::Start(::headroom::testing::TestPlannerConfig());
   ASSERT_TRUE(app.ok()) << app.status();
@@ -39,15 +32,15 @@ TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
   ASSERT_GT(port, 0);
 
   const std::string filtered =
-      HttpPost(port, "/scheduler/filter", Read("filter-nodes.json"));
+      HttpPost(port, "/scheduler/filter", ExtenderBody("filter-nodes.json"));
   ASSERT_THAT(filtered, HasSubstr("HTTP/1.1 200"));
   const Json result = Json::parse(HttpBody(filtered));
   ASSERT_EQ(result["Nodes"]["items"].size(), 1u);
   EXPECT_EQ(result["Nodes"]["items"][0]["metadata"]["name"], "gpu-h100-a");
   EXPECT_TRUE(result["FailedAndUnresolvableNodes"].contains("gpu-l4-a"));
 
-  const std::string scored =
-      HttpPost(port, "/scheduler/prioritize", Read("filter-nodes.json"));
+  const std::string scored = HttpPost(port, "/scheduler/prioritize",
+                                      ExtenderBody("filter-nodes.json"));
   ASSERT_THAT(scored, HasSubstr("HTTP/1.1 200"));
   const Json scores = Json::parse(HttpBody(scored));
   ASSERT_EQ(scores.size(), 4u);
@@ -55,7 +48,7 @@ TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
   EXPECT_EQ(scores[1]["Score"], 10);
 
   // A pod that does not ask Headroom: every node, untouched.
-  Json plain = Json::parse(Read("filter-nodes.json"));
+  Json plain = Json::parse(ExtenderBody("filter-nodes.json"));
   plain["Pod"]["metadata"].erase("annotations");
   const Json untouched =
       Json::parse(HttpBody(HttpPost(port, "/scheduler/filter", plain.dump())));
@@ -106,13 +99,14 @@ TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
       },
       [] { return std::map<std::string, v1::Target>{}; }, &metrics, options);
 
-  const HttpServer::Answer answer = extender.Filter(Read("filter-nodes.json"));
+  const HttpServer::Answer answer =
+      extender.Filter(ExtenderBody("filter-nodes.json"));
   EXPECT_EQ(answer.status, 200);
   const Json result = Json::parse(answer.body);
   EXPECT_EQ(result["Nodes"]["items"].size(), 4u);
   EXPECT_TRUE(result["FailedAndUnresolvableNodes"].empty());
   const HttpServer::Answer scored =
-      extender.Prioritize(Read("filter-nodes.json"));
+      extender.Prioritize(ExtenderBody("filter-nodes.json"));
   EXPECT_EQ(scored.status, 200);
   EXPECT_EQ(Json::parse(scored.body).size(), 4u);
   release.Notify();

@@ -4,28 +4,21 @@
 
 #include "server/core/scheduling/extender.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/evidence.h"
 #include "server/core/planner/fit_planner.h"
+#include "tests/support/extender_bodies.h"
 
 namespace headroom {
 namespace {
 
+using ::headroom::testing::ExtenderBody;
+
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 using Json = nlohmann::json;
-
-std::string Read(const std::string& name) {
-  std::ifstream file(kRoot + "/tests/data/extender/" + name);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 class ExtenderTest : public ::testing::Test {
  protected:
@@ -61,7 +54,7 @@ std::shared_ptr<const Evidence>* ExtenderTest::evidence_ = nullptr;
 
 TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
   absl::StatusOr<ExtenderArgs> args =
-      ParseExtenderArgs(Read("filter-nodes.json"));
+      ParseExtenderArgs(ExtenderBody("filter-nodes.json"));
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(args->pod, "ml/bert-finetune-0");
   EXPECT_EQ(args->gpus, 1);
@@ -101,8 +94,9 @@ TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
   const Json result = Json::parse(FilterResultJson(*args, *decisions));
   ASSERT_EQ(result["Nodes"]["items"].size(), 1u);
   // The passing node comes back as it was sent.
-  EXPECT_EQ(result["Nodes"]["items"][0],
-            Json::parse(Read("filter-nodes.json"))["Nodes"]["items"][1]);
+  EXPECT_EQ(
+      result["Nodes"]["items"][0],
+      Json::parse(ExtenderBody("filter-nodes.json"))["Nodes"]["items"][1]);
   EXPECT_TRUE(result["NodeNames"].is_null());
   const Json& unresolvable = result["FailedAndUnresolvableNodes"];
   ASSERT_TRUE(unresolvable.contains("gpu-l4-a"));
@@ -129,7 +123,7 @@ TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
 
 TEST_F(ExtenderTest, PrioritizeScoresByTheMemoryLeftFree) {
   absl::StatusOr<ExtenderArgs> args =
-      ParseExtenderArgs(Read("filter-nodecache.json"));
+      ParseExtenderArgs(ExtenderBody("filter-nodecache.json"));
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_TRUE(args->names_only);
   auto job = JobFromAnnotations(args->annotations);
