@@ -130,6 +130,9 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   v1::SubmitProbeResponse response;
   const grpc::Status status = stub->SubmitProbe(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
+  if (!response.warning().empty()) {
+    err << "warning: " << response.warning() << "\n";
+  }
   if (options.json && !probe.watch) {
     out << ToJson(response.probe(), /*pretty=*/true) << "\n";
     return 0;

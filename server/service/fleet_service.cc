@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -583,6 +584,44 @@ void FleetService::OnRunStored(std::function<void()> callback) {
   on_run_stored_ = std::move(callback);
 }
 
+std::string FleetService::NoWorkerFor(const v1::Probe& probe) {
+  const v1::SubmitProbeRequest& request = probe.request();
+  const std::string& executor = request.executor();
+  absl::MutexLock lock(&mu_);
+  int connected = 0;
+  bool placed = false;
+  std::set<std::string> kinds;  // the GPU kinds connected, for the reason
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->registered || stream->draining) continue;
+    ++connected;
+    bool here = request.has_worker() ? id == request.worker() : false;
+    for (const v1::GpuDevice& device : stream->hello.gpus()) {
+      const std::string kind = CatalogGpuForDriverName(device.name());
+      kinds.insert(kind.empty() ? device.name() : kind);
+      if (!request.has_worker() && kind == probe.gpu()) here = true;
+    }
+    if (!here) continue;
+    placed = true;
+    const auto& executors = stream->executors;
+    if (executor.empty() || std::find(executors.begin(), executors.end(),
+                                      executor) != executors.end()) {
+      return "";
+    }
+  }
+  const std::string waits = "; the probe stays queued until one connects";
+  if (connected == 0) return absl::StrCat("no worker is connected", waits);
+  if (placed) {
+    return absl::StrCat("no connected worker that matches runs the \"",
+                        executor.substr(0, 32), "\" executor", waits);
+  }
+  if (request.has_worker()) {
+    return absl::StrCat("worker '", request.worker().substr(0, 64),
+                        "' is not connected", waits);
+  }
+  return absl::StrCat("no connected worker has a ", probe.gpu(),
+                      " (connected: ", absl::StrJoin(kinds, ", "), ")", waits);
+}
+
 absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
     bool include_simulated) {
   absl::MutexLock lock(&mu_);
@@ -728,6 +767,7 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     }
     v1::SubmitProbeResponse out;
     ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
+    out.set_warning(NoWorkerFor(out.probe()));
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);

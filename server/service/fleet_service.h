@@ -109,6 +109,9 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   void OnStreamDone(WorkerStream* stream);
 
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
+  // Why no worker connected now can take `probe` (its placement and
+  // executor); empty when one can.
+  std::string NoWorkerFor(const v1::Probe& probe);
   absl::StatusOr<v1::SubmitAutotuneResponse> Autotune(
       const v1::SubmitAutotuneRequest& request);
   // Validates the record of an autotune probe's final result against the

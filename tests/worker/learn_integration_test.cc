@@ -221,6 +221,42 @@ TEST_F(LearnIntegrationTest, APriorAnswerLearnsFromOneProbe) {
   EXPECT_EQ(real.estimates(0).basis().kind(), v1::Basis::PRIOR);
 }
 
+// SubmitProbe says why no connected worker can take a probe (it stays
+// queued), and says nothing when one can.
+TEST_F(LearnIntegrationTest, SubmitProbeSaysWhichWorkerIsMissing) {
+  const auto warning = [&](v1::SubmitProbeRequest request) {
+    request.mutable_model()->set_template_("simple-cnn");
+    request.add_batches(8);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    v1::SubmitProbeResponse response;
+    EXPECT_TRUE(fleet_->SubmitProbe(&context, request, &response).ok());
+    return response.warning();
+  };
+  v1::SubmitProbeRequest h100;
+  h100.set_gpu("H100");
+  EXPECT_NE(warning(h100).find("no connected worker has a H100 (connected: "
+                               "L4)"),
+            std::string::npos)
+      << warning(h100);
+  v1::SubmitProbeRequest torch;
+  torch.set_gpu("L4");
+  torch.set_executor("torch");
+  EXPECT_NE(warning(torch).find("runs the \"torch\" executor"),
+            std::string::npos)
+      << warning(torch);
+  v1::SubmitProbeRequest absent;
+  absent.set_worker("nosuch");
+  EXPECT_NE(warning(absent).find("worker 'nosuch' is not connected"),
+            std::string::npos)
+      << warning(absent);
+  v1::SubmitProbeRequest fine;
+  fine.set_gpu("L4");
+  fine.set_executor("sim");
+  EXPECT_EQ(warning(fine), "");
+}
+
 // The scheduler extender with node names only (nodeCacheCapable): a node's
 // GPU is the one its connected worker reports.
 TEST_F(LearnIntegrationTest, ExtenderFindsANodesGpuThroughItsWorker) {

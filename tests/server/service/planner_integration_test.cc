@@ -16,6 +16,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
 #include "tests/support/loopback.h"
@@ -541,6 +542,33 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
       HasSubstr("headroom_calibration_said_fits_but_oom{factor_set=\"fs-2\"}"));
   EXPECT_THAT(metrics, HasSubstr("headroom_calibration_median_abs_error{column="
                                  "\"ours_heldout\",factor_set=\"fs-1\"}"));
+}
+
+// A probe no connected worker can take is queued, and the answer says why.
+TEST(PlannerFleetTest, SubmitProbeSaysWhenNoWorkerCanTakeIt) {
+  auto app = PlannerApp::Start(TestPlannerConfig());
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto fleet = v1::Fleet::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  const auto submit = [&](v1::SubmitProbeRequest request) {
+    request.mutable_model()->set_template_("bert-base");
+    request.add_batches(8);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    v1::SubmitProbeResponse response;
+    EXPECT_TRUE(fleet->SubmitProbe(&context, request, &response).ok());
+    EXPECT_EQ(response.probe().state(), v1::Probe::QUEUED);
+    return response.warning();
+  };
+  v1::SubmitProbeRequest by_gpu;
+  by_gpu.set_gpu("H100");
+  EXPECT_THAT(submit(by_gpu),
+              HasSubstr("no worker is connected; the probe stays queued"));
+  v1::SubmitProbeRequest pinned;
+  pinned.set_worker("nosuch");
+  EXPECT_THAT(submit(pinned), HasSubstr("no worker is connected"));
 }
 
 // The real binary: starts on port 0 and exits cleanly on SIGTERM.
