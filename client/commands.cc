@@ -6,6 +6,8 @@
 #include <iomanip>
 #include <memory>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +20,7 @@
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/evaluate.h"
+#include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/evidence/evidence.h"
@@ -114,8 +117,17 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
   }
   for (absl::string_view part :
        absl::StrSplit(options.gpu, ',', absl::SkipEmpty())) {
+    // A catalog name first ("4090" is the RTX 4090, not 4090 GB), then a
+    // size in GB ("24" or "24GB"), else a name the planner resolves or
+    // answers NOT_FOUND for with the closest names.
+    absl::string_view size = absl::StripAsciiWhitespace(part);
+    if (absl::EndsWithIgnoreCase(size, "GB")) {
+      size = absl::StripAsciiWhitespace(size.substr(0, size.size() - 2));
+    }
     double gb = 0;
-    if (absl::SimpleAtod(part, &gb)) {
+    if (FindGpu(part).ok()) {
+      request.add_targets()->set_gpu(std::string(part));
+    } else if (absl::SimpleAtod(size, &gb)) {
       request.add_targets()->set_memory_gb(gb);
     } else {
       request.add_targets()->set_gpu(std::string(part));

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "client/rpc.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -147,6 +148,23 @@ TEST(FitCommandTest, BadBatchIsRejectedBeforeAnyCall) {
   std::ostringstream out, err;
   EXPECT_EQ(Fit(options, out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("--batch 'abc'"));
+}
+
+// --gpu: a catalog name wins over a number ("4090" is the RTX 4090, not a
+// 4090 GB card); a size may carry its unit.
+TEST(FitCommandTest, GpuNamesBeforeSizes) {
+  Options options;
+  options.model = "bert-base";
+  options.batch = "8";
+  options.gpu = "4090,24GB,16, 48 gb,L4";
+  absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_EQ(request->targets_size(), 5);
+  EXPECT_EQ(request->targets(0).gpu(), "4090");
+  EXPECT_EQ(request->targets(1).memory_gb(), 24);
+  EXPECT_EQ(request->targets(2).memory_gb(), 16);
+  EXPECT_EQ(request->targets(3).memory_gb(), 48);
+  EXPECT_EQ(request->targets(4).gpu(), "L4");
 }
 
 TEST(FitCommandTest, UnreachableServerSaysWhere) {
