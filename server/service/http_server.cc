@@ -35,36 +35,27 @@ void Reply(mg_connection* conn, int code, const char* content_type,
   mg_write(conn, body.data(), body.size());
 }
 
-std::string ErrorJson(const std::string& message) {
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    escaped += c;
-  }
-  return "{\"Error\":\"" + escaped + "\"}";
-}
-
 int PostRoute(mg_connection* conn, void* data) {
   const auto* server = static_cast<const HttpServer*>(data);
   const mg_request_info* request = mg_get_request_info(conn);
   const HttpServer::PostHandler* handler =
       server->PostHandlerFor(request->local_uri);
   if (handler == nullptr) {
-    Reply(conn, 404, "application/json", ErrorJson("no such path"));
+    Reply(conn, 404, "application/json", HttpServer::ErrorBody("no such path"));
     return 404;
   }
   if (std::string(request->request_method) != "POST") {
-    Reply(conn, 405, "application/json", ErrorJson("use POST"));
+    Reply(conn, 405, "application/json", HttpServer::ErrorBody("use POST"));
     return 405;
   }
   if (request->content_length < 0 ||
       static_cast<uint64_t>(request->content_length) >
           HttpServer::kMaxPostBytes) {
     Reply(conn, 413, "application/json",
-          ErrorJson(absl::StrCat("the body must have a Content-Length of at "
-                                 "most ",
-                                 HttpServer::kMaxPostBytes, " bytes")));
+          HttpServer::ErrorBody(
+              absl::StrCat("the body must have a Content-Length of at "
+                           "most ",
+                           HttpServer::kMaxPostBytes, " bytes")));
     return 413;
   }
   std::string body(static_cast<size_t>(request->content_length), '\0');
@@ -130,6 +121,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   const int n = mg_get_server_ports(server->context_, 4, ports);
   if (n > 0) server->port_ = ports[0].port;
   return server;
+}
+
+std::string HttpServer::ErrorBody(const std::string& message) {
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    escaped += c;
+  }
+  return "{\"Error\":\"" + escaped + "\"}";
 }
 
 void HttpServer::HandlePost(const std::string& path, PostHandler handler) {

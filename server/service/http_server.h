@@ -46,6 +46,9 @@ class HttpServer {
   // the server's threads and must not block for long.
   void HandlePost(const std::string& path, PostHandler handler);
   static constexpr size_t kMaxPostBytes = 64 << 20;
+  // {"Error": message} as JSON (quotes and backslashes escaped, control
+  // characters dropped): the body of a refused POST.
+  static std::string ErrorBody(const std::string& message);
 
   // For the C callback: the handler of a registered path.
   const PostHandler* PostHandlerFor(const std::string& path) const;

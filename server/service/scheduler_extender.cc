@@ -1,10 +1,6 @@
 #include "server/service/scheduler_extender.h"
 
-#include <atomic>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "spdlog/spdlog.h"
 
@@ -14,11 +10,7 @@ namespace {
 constexpr int kPoolThreads = 2;
 
 HttpServer::Answer BadRequest(const absl::Status& status) {
-  std::string message(status.message());
-  return {400, absl::StrCat("{\"Error\":\"",
-                            absl::StrReplaceAll(
-                                message, {{"\\", "\\\\"}, {"\"", "\\\""}}),
-                            "\"}")};
+  return {400, HttpServer::ErrorBody(std::string(status.message()))};
 }
 
 }  // namespace

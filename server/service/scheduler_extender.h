@@ -8,6 +8,7 @@
 // on Headroom. The protocol and the decisions are the core's
 // (server/core/scheduling/extender.h).
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
