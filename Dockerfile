@@ -16,7 +16,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
       libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libcivetweb1 libsqlite3-0 libpq5 libonnx1 libsimdjson14 \
+      libcpp-httplib0.11 libsqlite3-0 libpq5 libonnx1 libsimdjson14 \
  && rm -rf /var/lib/apt/lists/*
 # A numeric USER lets Kubernetes' runAsNonRoot verify it without a runAsUser.
 RUN groupadd --system --gid 10001 headroom \

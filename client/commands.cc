@@ -40,11 +40,17 @@ bool IsHfConfig(const std::string& json) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> Connect(const Options& options) {
+grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
-  return grpc::CreateCustomChannel(options.server,
-                                   grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> Connect(const Options& options) {
+  if (options.channel != nullptr) return options.channel;
+  // Options built without main (tests): plaintext.
+  return grpc::CreateCustomChannel(
+      options.server, grpc::InsecureChannelCredentials(), ChannelArgs());
 }
 
 void SetDeadline(grpc::ClientContext& context, const Options& options) {
@@ -62,7 +68,14 @@ int FailRpc(std::ostream& err, const Options& options,
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     err << "headroom: cannot reach the planner at " << options.server << " ("
-        << status.error_message() << "); start it or pass --server\n";
+        << status.error_message() << "); start it or pass --server";
+    if (options.security.tls_ca.empty()) {
+      err << " (if it serves TLS, pass --tls_ca)";
+    } else if (options.security.tls_cert.empty()) {
+      err << " (if it requires client certificates, pass --tls_cert and "
+             "--tls_key)";
+    }
+    err << "\n";
     return 3;
   }
   return Fail(err, status.error_message(), 1);

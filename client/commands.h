@@ -5,9 +5,13 @@
 // answer to `out` and problems to `err`.
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "common/client_channel.h"
+#include "grpcpp/channel.h"
 
 namespace headroom::cli {
 
@@ -17,6 +21,10 @@ int Fail(std::ostream& err, const std::string& message, int code = 2);
 
 struct Options {
   std::string server = "127.0.0.1:50051";
+  // TLS and the bearer token (--tls_ca, --tls_cert, --tls_key, --token or
+  // HEADROOM_*); `channel` is opened from them once, before any command.
+  ChannelSecurity security;
+  std::shared_ptr<grpc::Channel> channel;
   int deadline_ms = 5000;
   bool json = false;
   std::string models_dir = "models";

@@ -15,8 +15,18 @@
 #include "client/fleet_commands.h"
 #include "client/microbatch_commands.h"
 #include "client/model_commands.h"
+#include "client/rpc.h"
+#include "common/client_channel.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
+ABSL_FLAG(std::string, token, "",
+          "bearer token for a planner with --tokens_file (or HEADROOM_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS: CA certificate (PEM) of the planner's (or HEADROOM_TLS_CA)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "mTLS: client certificate (PEM) (or HEADROOM_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "",
+          "mTLS: client private key (PEM) (or HEADROOM_TLS_KEY)");
 ABSL_FLAG(int, deadline_ms, 5000, "deadline of each call in milliseconds");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(std::string, models_dir, "models",
@@ -148,6 +158,21 @@ int main(int argc, char** argv) {
   headroom::cli::Options options;
   options.server = absl::GetFlag(FLAGS_server);
   options.deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
+  options.security.token = absl::GetFlag(FLAGS_token);
+  options.security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  headroom::SecurityFromEnvironment(&options.security);
+  {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        headroom::OpenChannel(options.server, options.security,
+                              headroom::cli::ChannelArgs());
+    if (!channel.ok()) {
+      std::cerr << "headroom: " << channel.status().message() << "\n";
+      return 2;
+    }
+    options.channel = *std::move(channel);
+  }
   options.json = absl::GetFlag(FLAGS_json);
   options.models_dir = absl::GetFlag(FLAGS_models_dir);
   options.model = absl::GetFlag(FLAGS_model);

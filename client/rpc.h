@@ -10,10 +10,15 @@
 #include "client/commands.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "headroom/v1/planner.pb.h"
 
 namespace headroom::cli {
 
+// Channel arguments every CLI channel uses (16 MiB answers).
+grpc::ChannelArguments ChannelArgs();
+// The channel main opened (TLS, token), or plaintext for Options built
+// elsewhere (tests).
 std::shared_ptr<grpc::Channel> Connect(const Options& options);
 void SetDeadline(grpc::ClientContext& context, const Options& options);
 // Exit code 3 with "cannot reach the planner" when it is down, else 1 with

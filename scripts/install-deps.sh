@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libspdlog-dev prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
+  libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev openssl libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang-format
   libonnx-dev
   # SHA-256 of model keys (server/core/evidence/model_key.cc).

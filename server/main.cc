@@ -10,7 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
-#include "server/env_flags.h"
+#include "common/env_flags.h"
 #include "server/service/planner_app.h"
 #include "spdlog/spdlog.h"
 
@@ -56,6 +56,22 @@ ABSL_FLAG(int64_t, store_poll_ms, 1000,
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "memory gRPC may hold for connections, in MiB: a message larger "
           "than this is cut off while it arrives");
+ABSL_FLAG(std::string, tls_cert, "",
+          "TLS: the planner's certificate chain (PEM) for gRPC and the HTTP "
+          "ports; with --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the planner's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "mTLS: gRPC callers must present a certificate signed by this CA "
+          "(PEM); a worker's id must then be its certificate's CN");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens, one line each: NAME ROLE SHA256HEX (roles reader, "
+          "operator, admin; the hex SHA-256 of the token). Without it, over "
+          "TLS every mutating call is refused");
+ABSL_FLAG(bool, require_token_for_reads, false,
+          "reads (CheckFit, lists, pages) need a token too");
+ABSL_FLAG(bool, allow_insecure, false,
+          "serve plaintext on a non-loopback address (without TLS the "
+          "planner otherwise listens on loopback only)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight calls may run after SIGTERM");
@@ -88,6 +104,12 @@ int main(int argc, char** argv) {
   config.runs_path = absl::GetFlag(FLAGS_runs);
   config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
   config.coverage = absl::GetFlag(FLAGS_coverage);
+  config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  config.tls_key = absl::GetFlag(FLAGS_tls_key);
+  config.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  config.require_token_for_reads = absl::GetFlag(FLAGS_require_token_for_reads);
+  config.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   const std::string auto_probe = absl::GetFlag(FLAGS_auto_probe);
   if (auto_probe != "off" && auto_probe != "on") {
     spdlog::error(
@@ -123,7 +145,9 @@ int main(int argc, char** argv) {
   auto app = headroom::PlannerApp::Start(config);
   if (!app.ok()) {
     spdlog::error("event=start_failed error=\"{}\"", app.status().ToString());
-    return 1;
+    // A bad flag is a usage error; anything else (a port in use, an
+    // unreadable store) is a failure to start.
+    return app.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   spdlog::info(
       "event=serving grpc=127.0.0.1:{} listen={} http={} db={} factor_set={}",

@@ -201,7 +201,13 @@ void FleetService::Shutdown() {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>*
 FleetService::Connect(grpc::CallbackServerContext* context) {
-  return new WorkerStream(this, context->peer());
+  auto* stream = new WorkerStream(this, context->peer());
+  if (options_.access != nullptr) {
+    absl::Status allowed =
+        options_.access->Check(*context, "/headroom.v1.Fleet/Connect");
+    if (!allowed.ok()) stream->End(ToGrpcStatus(allowed));
+  }
+  return stream;
 }
 
 void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
@@ -526,6 +532,10 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
     grpc::CallbackServerContext* context,
     const v1::ListWorkersRequest* /*request*/,
     v1::ListWorkersResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/ListWorkers")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::ListWorkersResponse> {
     ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> stored,
                      store_->ListWorkers());
@@ -756,6 +766,10 @@ absl::StatusOr<v1::Probe> FleetService::Submit(
 grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     grpc::CallbackServerContext* context, const v1::SubmitProbeRequest* request,
     v1::SubmitProbeResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/SubmitProbe")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
     if (request->has_autotune()) {
       return absl::InvalidArgumentError(
@@ -862,6 +876,10 @@ grpc::ServerUnaryReactor* FleetService::SubmitAutotune(
     grpc::CallbackServerContext* context,
     const v1::SubmitAutotuneRequest* request,
     v1::SubmitAutotuneResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/SubmitAutotune")) {
+    return refused;
+  }
   return Reply(context->DefaultReactor(), Autotune(*request), response);
 }
 
@@ -904,9 +922,17 @@ absl::StatusOr<std::string> FleetService::AcceptAutotuneRecord(
 }
 
 grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::WatchProbeRequest* request) {
   auto* watch = new ProbeWatch(this, request->id());
+  if (options_.access != nullptr) {
+    absl::Status allowed =
+        options_.access->Check(*context, "/headroom.v1.Fleet/WatchProbe");
+    if (!allowed.ok()) {
+      watch->End(ToGrpcStatus(allowed));
+      return watch;
+    }
+  }
   if (absl::Status valid = CheckId(request->id(), "id"); !valid.ok()) {
     watch->End(ToGrpcStatus(valid));
     return watch;
@@ -944,6 +970,10 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
 grpc::ServerUnaryReactor* FleetService::CancelProbe(
     grpc::CallbackServerContext* context, const v1::CancelProbeRequest* request,
     v1::CancelProbeResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/CancelProbe")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::CancelProbeResponse> {
     RETURN_IF_ERROR(CheckId(request->id(), "id"));
     ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
@@ -975,6 +1005,10 @@ grpc::ServerUnaryReactor* FleetService::CancelProbe(
 grpc::ServerUnaryReactor* FleetService::ListProbes(
     grpc::CallbackServerContext* context, const v1::ListProbesRequest* request,
     v1::ListProbesResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/ListProbes")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::ListProbesResponse> {
     if (request->limit() > 10000) {
       return absl::InvalidArgumentError(

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/service/access.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
@@ -41,6 +42,8 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
     std::string planner_version;
     // SubmitProbe requests larger than this get INVALID_ARGUMENT.
     size_t max_request_bytes = 4 << 20;
+    // Who may call what; null allows everything.
+    std::shared_ptr<const Access> access;
   };
 
   // `store` and `metrics` must outlive the service.

@@ -1,126 +1,150 @@
 #include "server/service/http_server.h"
 
-#include <civetweb.h>
+#include <httplib.h>
+
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "prometheus/text_serializer.h"
 
 namespace headroom {
 namespace {
 
-const char* Reason(int code) {
-  switch (code) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Payload Too Large";
-    default:
-      return "Service Unavailable";
+// "host:port" or "[v6]:port" into host and port.
+bool SplitListen(const std::string& listen, std::string* host, int* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  absl::string_view h(listen.data(), colon);
+  if (absl::ConsumePrefix(&h, "[") && !absl::ConsumeSuffix(&h, "]")) {
+    return false;
   }
-}
-
-void Reply(mg_connection* conn, int code, const char* content_type,
-           const std::string& body) {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n",
-            code, Reason(code), content_type, body.size());
-  mg_write(conn, body.data(), body.size());
-}
-
-int PostRoute(mg_connection* conn, void* data) {
-  const auto* server = static_cast<const HttpServer*>(data);
-  const mg_request_info* request = mg_get_request_info(conn);
-  const HttpServer::PostHandler* handler =
-      server->PostHandlerFor(request->local_uri);
-  if (handler == nullptr) {
-    Reply(conn, 404, "application/json", HttpServer::ErrorBody("no such path"));
-    return 404;
-  }
-  if (std::string(request->request_method) != "POST") {
-    Reply(conn, 405, "application/json", HttpServer::ErrorBody("use POST"));
-    return 405;
-  }
-  if (request->content_length < 0 ||
-      static_cast<uint64_t>(request->content_length) >
-          HttpServer::kMaxPostBytes) {
-    Reply(conn, 413, "application/json",
-          HttpServer::ErrorBody(
-              absl::StrCat("the body must have a Content-Length of at "
-                           "most ",
-                           HttpServer::kMaxPostBytes, " bytes")));
-    return 413;
-  }
-  std::string body(static_cast<size_t>(request->content_length), '\0');
-  size_t read = 0;
-  while (read < body.size()) {
-    const int n = mg_read(conn, body.data() + read, body.size() - read);
-    if (n <= 0) break;
-    read += static_cast<size_t>(n);
-  }
-  body.resize(read);
-  const HttpServer::Answer answer = (*handler)(body);
-  Reply(conn, answer.status, "application/json", answer.body);
-  return answer.status;
-}
-
-int MetricsHandler(mg_connection* conn, void* data) {
-  const auto* server = static_cast<const HttpServer*>(data);
-  Reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
-        server->MetricsText());
-  return 200;
-}
-
-int HealthHandler(mg_connection* conn, void* data) {
-  const auto* server = static_cast<const HttpServer*>(data);
-  const bool healthy = server->Healthy();
-  Reply(conn, healthy ? 200 : 503, "text/plain; charset=utf-8",
-        healthy ? "ok\n" : "not serving\n");
-  return healthy ? 200 : 503;
-}
-
-int CalibrationHandler(mg_connection* conn, void* data) {
-  const auto* server = static_cast<const HttpServer*>(data);
-  Reply(conn, 200, "text/html; charset=utf-8", server->CalibrationPage());
-  return 200;
+  *host = std::string(h);
+  return absl::SimpleAtoi(absl::string_view(listen).substr(colon + 1), port) &&
+         *port >= 0 && *port <= 65535;
 }
 
 }  // namespace
 
+HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
+                       HealthCheck health, PageRenderer calibration_page)
+    : registry_(std::move(registry)),
+      health_(std::move(health)),
+      calibration_page_(std::move(calibration_page)) {}
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
-    HealthCheck health, PageRenderer calibration_page) {
+    const std::string& listen, Tls tls,
+    std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
+    PageRenderer calibration_page) {
+  std::string host;
+  int port = 0;
+  if (!SplitListen(listen, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP listen address ", listen.substr(0, 200),
+                     " is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464)"));
+  }
   std::unique_ptr<HttpServer> server(new HttpServer(
       std::move(registry), std::move(health), std::move(calibration_page)));
+  const bool https = !tls.cert.empty();
+  if (https) {
+    auto ssl =
+        std::make_unique<httplib::SSLServer>(tls.cert.c_str(), tls.key.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_cert = ", tls.cert, ", --tls_key = ", tls.key,
+          ": cannot load them as a PEM certificate chain and its key"));
+    }
+    server->server_ = std::move(ssl);
+  } else {
+    server->server_ = std::make_unique<httplib::Server>();
+  }
   // Four threads: scrapes, health checks and the scheduler extender's
   // calls (which answer within their budget) do not queue behind one
   // another.
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads",
-                           "4", nullptr};
-  mg_callbacks callbacks{};
-  server->context_ = mg_start(&callbacks, nullptr, options);
-  if (server->context_ == nullptr) {
+  server->server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  server->server_->set_payload_max_length(kMaxPostBytes);
+  server->server_->set_read_timeout(10, 0);
+  server->server_->set_write_timeout(10, 0);
+  server->Route();
+  const int bound =
+      port == 0 ? server->server_->bind_to_any_port(host)
+                : (server->server_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen for HTTP on ", listen,
+        absl::StrCat("cannot listen for HTTP", https ? "S" : "", " on ", listen,
                      " (address in use or not local?)"));
   }
-  mg_set_request_handler(server->context_, "/metrics", MetricsHandler,
-                         server.get());
-  mg_set_request_handler(server->context_, "/healthz", HealthHandler,
-                         server.get());
-  mg_set_request_handler(server->context_, "/calibration", CalibrationHandler,
-                         server.get());
-  mg_server_port ports[4];
-  const int n = mg_get_server_ports(server->context_, 4, ports);
-  if (n > 0) server->port_ = ports[0].port;
+  server->port_ = bound;
+  server->listener_ =
+      std::thread([raw = server->server_.get()] { raw->listen_after_bind(); });
+  // Bound and listening already: connections queue until the first accept.
   return server;
+}
+
+void HttpServer::Route() {
+  server_->Get("/metrics",
+               [this](const httplib::Request&, httplib::Response& response) {
+                 response.set_content(
+                     MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+               });
+  server_->Get("/healthz",
+               [this](const httplib::Request&, httplib::Response& response) {
+                 const bool healthy = health_();
+                 response.status = healthy ? 200 : 503;
+                 response.set_content(healthy ? "ok\n" : "not serving\n",
+                                      "text/plain; charset=utf-8");
+               });
+  server_->Get("/calibration", [this](const httplib::Request&,
+                                      httplib::Response& response) {
+    response.set_content(calibration_page_(), "text/html; charset=utf-8");
+  });
+  server_->Post(".*", [this](const httplib::Request& request,
+                             httplib::Response& response) {
+    const std::shared_ptr<const PostHandler> handler =
+        PostHandlerFor(request.path);
+    if (handler == nullptr) {
+      response.status = 404;
+      response.set_content(ErrorBody("no such path"), "application/json");
+      return;
+    }
+    const Answer answer = (*handler)(request.body);
+    response.status = answer.status;
+    response.set_content(answer.body, "application/json");
+  });
+  // A GET of a POST route says so; anything else is not here.
+  server_->Get(".*", [this](const httplib::Request& request,
+                            httplib::Response& response) {
+    const bool post = PostHandlerFor(request.path) != nullptr;
+    response.status = post ? 405 : 404;
+    response.set_content(ErrorBody(post ? "use POST" : "no such path"),
+                         "application/json");
+  });
+  // A body over the limit is refused from its headers, before it is read.
+  server_->set_pre_routing_handler([](const httplib::Request& request,
+                                      httplib::Response& response) {
+    const std::string length = request.get_header_value("Content-Length");
+    uint64_t bytes = 0;
+    if (length.empty() || !absl::SimpleAtoi(length, &bytes) ||
+        bytes <= kMaxPostBytes) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    response.status = 413;
+    response.set_header("Connection", "close");
+    response.set_content(ErrorBody(absl::StrCat(
+                             "the body must have a Content-Length of at most ",
+                             kMaxPostBytes, " bytes")),
+                         "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->set_error_handler([](const httplib::Request&,
+                                httplib::Response& response) {
+    if (response.status == 413) {
+      response.set_content(ErrorBody(absl::StrCat("the body must be at most ",
+                                                  kMaxPostBytes, " bytes")),
+                           "application/json");
+    }
+  });
 }
 
 std::string HttpServer::ErrorBody(const std::string& message) {
@@ -134,18 +158,21 @@ std::string HttpServer::ErrorBody(const std::string& message) {
 }
 
 void HttpServer::HandlePost(const std::string& path, PostHandler handler) {
-  post_handlers_[path] = std::move(handler);
-  mg_set_request_handler(context_, path.c_str(), PostRoute, this);
+  absl::MutexLock lock(&mu_);
+  post_handlers_[path] =
+      std::make_shared<const PostHandler>(std::move(handler));
 }
 
-const HttpServer::PostHandler* HttpServer::PostHandlerFor(
+std::shared_ptr<const HttpServer::PostHandler> HttpServer::PostHandlerFor(
     const std::string& path) const {
+  absl::MutexLock lock(&mu_);
   auto it = post_handlers_.find(path);
-  return it == post_handlers_.end() ? nullptr : &it->second;
+  return it == post_handlers_.end() ? nullptr : it->second;
 }
 
 HttpServer::~HttpServer() {
-  if (context_ != nullptr) mg_stop(context_);
+  if (server_ != nullptr) server_->stop();
+  if (listener_.joinable()) listener_.join();
 }
 
 std::string HttpServer::MetricsText() const {

@@ -1,18 +1,24 @@
 #ifndef HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 #define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 
-// One small HTTP server (CivetWeb) for /metrics (Prometheus text format over
-// the registry), /healthz and /calibration (HTML).
+// One small HTTP(S) server (cpp-httplib) for /metrics (Prometheus text
+// format over the registry), /healthz, /calibration (HTML) and the POST
+// routes of the scheduler extender.
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/registry.h"
 
-struct mg_context;
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace headroom {
 
@@ -23,10 +29,18 @@ class HttpServer {
   // Renders an HTML page on request.
   using PageRenderer = std::function<std::string()>;
 
+  // HTTPS: the certificate (chain) and key PEM files; both empty serves
+  // plain HTTP.
+  struct Tls {
+    std::string cert;
+    std::string key;
+  };
+
   // Starts listening on `host:port` ("127.0.0.1:0" picks a free port).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
-      HealthCheck health, PageRenderer calibration_page);
+      const std::string& listen, Tls tls,
+      std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
+      PageRenderer calibration_page);
 
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -42,35 +56,35 @@ class HttpServer {
   };
   using PostHandler = std::function<Answer(const std::string& body)>;
   // Serves POST `path` with `handler` (other methods get 405; bodies over
-  // kMaxPostBytes get 413). Call before requests arrive; `handler` runs on
-  // the server's threads and must not block for long.
+  // kMaxPostBytes get 413). `handler` runs on the server's threads and must
+  // not block for long.
   void HandlePost(const std::string& path, PostHandler handler);
   static constexpr size_t kMaxPostBytes = 64 << 20;
   // {"Error": message} as JSON (quotes and backslashes escaped, control
   // characters dropped): the body of a refused POST.
   static std::string ErrorBody(const std::string& message);
 
-  // For the C callback: the handler of a registered path.
-  const PostHandler* PostHandlerFor(const std::string& path) const;
-
-  // Handlers; public for the C callbacks.
+  // The Prometheus text of the registry.
   std::string MetricsText() const;
-  bool Healthy() const { return health_(); }
-  std::string CalibrationPage() const { return calibration_page_(); }
 
  private:
   HttpServer(std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
-             PageRenderer calibration_page)
-      : registry_(std::move(registry)),
-        health_(std::move(health)),
-        calibration_page_(std::move(calibration_page)) {}
+             PageRenderer calibration_page);
+
+  // The POST handler of `path`, or null.
+  std::shared_ptr<const PostHandler> PostHandlerFor(
+      const std::string& path) const;
+  void Route();
 
   std::shared_ptr<prometheus::Registry> registry_;
   HealthCheck health_;
   PageRenderer calibration_page_;
-  mg_context* context_ = nullptr;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
   int port_ = 0;
-  std::map<std::string, PostHandler> post_handlers_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const PostHandler>> post_handlers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace headroom

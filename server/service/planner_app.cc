@@ -6,6 +6,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
@@ -69,6 +70,67 @@ absl::StatusOr<v1::EnergyCurveSet> EnsureEnergyCurves(Store& store,
   return stored;
 }
 
+// Plaintext on loopback, TLS (and mTLS) where configured; a non-loopback
+// address without TLS only with allow_insecure.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const PlannerConfig& config) {
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both (the planner's "
+        "certificate and its key, PEM) or neither");
+  }
+  if (config.tls_cert.empty()) {
+    if (!config.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_client_ca needs --tls_cert and --tls_key (client "
+          "certificates are checked only over TLS)");
+    }
+    for (const auto& [flag, address] :
+         {std::pair<const char*, const std::string*>{"listen", &config.listen},
+          {"http_listen", &config.http_listen},
+          {"extender_listen", &config.extender_listen}}) {
+      if (address->empty() || IsLoopbackListen(*address)) continue;
+      if (!config.allow_insecure) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " = ", address->substr(0, 200),
+            " is not a loopback address and the planner has no TLS: give "
+            "--tls_cert and --tls_key (with --tokens_file), or "
+            "--allow_insecure to serve plaintext to the network anyway"));
+      }
+      spdlog::warn(
+          "event=insecure_listen flag={} address={} warning=\"plaintext, no "
+          "TLS, reachable from the network (--allow_insecure)\"",
+          flag, *address);
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  auto cert = ReadFile(config.tls_cert);
+  auto key = ReadFile(config.tls_key);
+  if (!cert.ok() || !key.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert = ", config.tls_cert, ", --tls_key = ", config.tls_key,
+        ": cannot read ", !cert.ok() ? "the certificate" : "the key"));
+  }
+  grpc::SslServerCredentialsOptions ssl(
+      config.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!config.tls_client_ca.empty()) {
+    auto ca = ReadFile(config.tls_client_ca);
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_client_ca = ", config.tls_client_ca, ": cannot read it"));
+    }
+    ssl.pem_root_certs = *std::move(ca);
+  }
+  ssl.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
+  return grpc::SslServerCredentials(ssl);
+}
+
+HttpServer::Tls HttpTls(const PlannerConfig& config) {
+  return HttpServer::Tls{config.tls_cert, config.tls_key};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
@@ -101,6 +163,13 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
                      " is too small; allowed at least 4 x max_message_bytes = ",
                      4 * int64_t{config.max_message_bytes}));
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(config));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const Access> access,
+      Access::Create({config.tokens_file, config.require_token_for_reads,
+                      !config.tls_cert.empty(),
+                      !config.tls_client_ca.empty()}));
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -119,6 +188,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   options.coverage = config.coverage;
   options.auto_probe = config.auto_probe;
+  options.access = access;
   app->service_ = std::make_unique<PlannerService>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
       options);
@@ -133,6 +203,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.planner_version = HEADROOM_VERSION_STRING;
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   fleet.store_poll_ms = config.store_poll_ms;
+  fleet.access = access;
   app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
                                                app->metrics_.get(), fleet);
   // Answers rest on the stored runs from the first request on; a probe's
@@ -145,8 +216,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &app->grpc_port_);
+  builder.AddListeningPort(config.listen, credentials, &app->grpc_port_);
   builder.RegisterService(app->service_.get());
   builder.RegisterService(app->fleet_.get());
   builder.SetMaxReceiveMessageSize(2 * config.max_message_bytes);
@@ -164,6 +234,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(app->metrics_->InterceptorFactory());
+  interceptors.push_back(access->AuditInterceptorFactory());
+  app->access_ = access;
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   app->server_ = builder.BuildAndStart();
   if (app->server_ == nullptr || app->grpc_port_ == 0) {
@@ -202,19 +274,21 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 
   PlannerApp* raw = app.get();
   if (!config.http_listen.empty()) {
-    ASSIGN_OR_RETURN(app->http_,
-                     HttpServer::Start(
-                         config.http_listen, app->metrics_->registry(),
-                         [raw] { return raw->serving_.load(); },
-                         [raw] { return raw->service_->CalibrationHtml(); }));
+    ASSIGN_OR_RETURN(
+        app->http_,
+        HttpServer::Start(
+            config.http_listen, HttpTls(config), app->metrics_->registry(),
+            [raw] { return raw->serving_.load(); },
+            [raw] { return raw->service_->CalibrationHtml(); }));
     app->extender_->Register(app->http_.get());
   }
   if (!config.extender_listen.empty()) {
-    ASSIGN_OR_RETURN(app->extender_http_,
-                     HttpServer::Start(
-                         config.extender_listen, app->metrics_->registry(),
-                         [raw] { return raw->serving_.load(); },
-                         [raw] { return raw->service_->CalibrationHtml(); }));
+    ASSIGN_OR_RETURN(
+        app->extender_http_,
+        HttpServer::Start(
+            config.extender_listen, HttpTls(config), app->metrics_->registry(),
+            [raw] { return raw->serving_.load(); },
+            [raw] { return raw->service_->CalibrationHtml(); }));
     app->extender_->Register(app->extender_http_.get());
   }
   return app;

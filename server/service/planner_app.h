@@ -66,6 +66,20 @@ struct PlannerConfig {
   // RESOURCE_EXHAUSTED), so a 2 GB message costs the server this much at
   // most. At least 4 x max_message_bytes.
   int64_t grpc_memory_bytes = int64_t{512} << 20;
+
+  // TLS for gRPC and the HTTP ports: the planner's certificate (chain) and
+  // key, PEM files, both or neither.
+  std::string tls_cert;
+  std::string tls_key;
+  // With TLS: gRPC callers must present a certificate signed by this CA
+  // (PEM); a worker's identity is then its certificate's subject CN.
+  std::string tls_client_ca;
+  // Bearer tokens and their roles (Access, access.h); empty: none.
+  std::string tokens_file;
+  bool require_token_for_reads = false;
+  // Without TLS the planner listens on loopback addresses only, unless
+  // this is set (logged as a warning at start).
+  bool allow_insecure = false;
 };
 
 class PlannerApp {
@@ -95,6 +109,8 @@ class PlannerApp {
  private:
   PlannerApp() = default;
 
+  // Before server_: the audit interceptor points at it.
+  std::shared_ptr<const Access> access_;
   std::unique_ptr<Store> store_;
   std::shared_ptr<const ModelCatalog> catalog_;
   std::unique_ptr<PlannerMetrics> metrics_;

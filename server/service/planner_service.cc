@@ -178,6 +178,10 @@ std::string PlannerService::Learn(const v1::CheckFitRequest& request,
 grpc::ServerUnaryReactor* PlannerService::CheckFit(
     grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
     v1::CheckFitResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/CheckFit")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
       !size.ok()) {
@@ -235,6 +239,10 @@ grpc::ServerUnaryReactor* PlannerService::GetCalibration(
     grpc::CallbackServerContext* context,
     const v1::GetCalibrationRequest* request,
     v1::GetCalibrationResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/GetCalibration")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (request->version().empty()) {
     *response->mutable_factor_set() = planner()->factor_set();
@@ -260,6 +268,10 @@ grpc::ServerUnaryReactor* PlannerService::GetCalibration(
 grpc::ServerUnaryReactor* PlannerService::Ping(
     grpc::CallbackServerContext* context, const v1::PingRequest* /*request*/,
     v1::PingResponse* /*response*/) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/Ping")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -383,6 +395,10 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
 grpc::ServerUnaryReactor* PlannerService::Refit(
     grpc::CallbackServerContext* context, const v1::RefitRequest* request,
     v1::RefitResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/Refit")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (request->runs_size() > 1000000) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -409,6 +425,10 @@ grpc::ServerUnaryReactor* PlannerService::ListFactorSets(
     grpc::CallbackServerContext* context,
     const v1::ListFactorSetsRequest* /*request*/,
     v1::ListFactorSetsResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/ListFactorSets")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::vector<v1::FactorSet>> sets = store_->ListFactorSets();
   if (!sets.ok()) {
@@ -439,6 +459,10 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
     grpc::CallbackServerContext* context,
     const v1::PromoteFactorSetRequest* request,
     v1::PromoteFactorSetResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/PromoteFactorSet")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto answer = [&]() -> absl::StatusOr<v1::PromoteFactorSetResponse> {
     absl::MutexLock lock(&refit_mu_);
@@ -473,6 +497,10 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
 grpc::ServerUnaryReactor* PlannerService::RankDensity(
     grpc::CallbackServerContext* context, const v1::RankDensityRequest* request,
     v1::RankDensityResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/RankDensity")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
       !size.ok()) {
@@ -503,6 +531,10 @@ grpc::ServerUnaryReactor* PlannerService::SubmitDensityRuns(
     grpc::CallbackServerContext* context,
     const v1::SubmitDensityRunsRequest* request,
     v1::SubmitDensityRunsResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/SubmitDensityRuns")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
     RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
@@ -528,6 +560,10 @@ grpc::ServerUnaryReactor* PlannerService::EstimateEnergy(
     grpc::CallbackServerContext* context,
     const v1::EstimateEnergyRequest* request,
     v1::EstimateEnergyResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/EstimateEnergy")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::shared_ptr<const v1::EnergyCurveSet> curves;
   {
@@ -547,6 +583,10 @@ grpc::ServerUnaryReactor* PlannerService::EstimateEnergy(
 grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
     grpc::CallbackServerContext* context, const v1::RefitEnergyRequest* request,
     v1::RefitEnergyResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/RefitEnergy")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   return Defer(reactor, [this, reactor, request, response] {
     auto answer = [&]() -> absl::StatusOr<v1::RefitEnergyResponse> {
@@ -599,6 +639,10 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
     grpc::CallbackServerContext* context,
     const v1::PlanMicrobatchRequest* request,
     v1::PlanMicrobatchResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/PlanMicrobatch")) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status size = CheckSize(*request, options_.max_request_bytes);
       !size.ok()) {
@@ -636,6 +680,10 @@ grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
     grpc::CallbackServerContext* context,
     const v1::PutAutotuneRecordRequest* request,
     v1::PutAutotuneRecordResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/PutAutotuneRecord")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
     RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
     if (!request->record().has_cache_key()) {
@@ -666,6 +714,10 @@ grpc::ServerUnaryReactor* PlannerService::ListAutotuneRecords(
     grpc::CallbackServerContext* context,
     const v1::ListAutotuneRecordsRequest* /*request*/,
     v1::ListAutotuneRecordsResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/ListAutotuneRecords")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
     ASSIGN_OR_RETURN(std::vector<v1::AutotuneCacheEntry> entries,
                      store_->ListAutotuneRecords());
@@ -680,6 +732,10 @@ grpc::ServerUnaryReactor* PlannerService::DropAutotuneRecord(
     grpc::CallbackServerContext* context,
     const v1::DropAutotuneRecordRequest* request,
     v1::DropAutotuneRecordResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/DropAutotuneRecord")) {
+    return refused;
+  }
   auto answer = [&]() -> absl::StatusOr<v1::DropAutotuneRecordResponse> {
     if (request->id().empty() || request->id().size() > 64) {
       return absl::InvalidArgumentError(

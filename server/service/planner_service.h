@@ -13,6 +13,7 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/evidence/evidence.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/access.h"
 #include "server/service/background_worker.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
@@ -31,6 +32,8 @@ class PlannerService final : public v1::Planner::CallbackService {
     // Learn by probing for every prior-only answer with a BORDERLINE target,
     // as CheckFitRequest.learn asks for one (--auto_probe=on).
     bool auto_probe = false;
+    // Who may call what; null allows everything.
+    std::shared_ptr<const Access> access;
   };
 
   // `store` and `metrics` must outlive the service.

@@ -99,9 +99,14 @@ void WorkerDaemon::Run() {
   // Our own backoff decides when to reconnect, not the channel's.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(
-      options_.planner, grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::Fleet::NewStub(channel);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      OpenChannel(options_.planner, options_.security, args);
+  if (!channel.ok()) {
+    spdlog::error("event=connect_failed error=\"{}\"",
+                  std::string(channel.status().message()));
+    return;
+  }
+  auto stub = v1::Fleet::NewStub(*channel);
   std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id));
   std::chrono::milliseconds backoff = options_.backoff_min;
   for (;;) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/client_channel.h"
 #include "grpcpp/client_context.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "worker/daemon/executor.h"
@@ -25,6 +26,9 @@ namespace headroom::worker {
 
 struct DaemonOptions {
   std::string planner = "127.0.0.1:50051";
+  // TLS (the planner's CA, this worker's certificate for mTLS) and the
+  // bearer token; plaintext without a CA.
+  ChannelSecurity security;
   std::string worker_id;
   std::string hostname;
   // The node the GPUs are on, as the cluster's scheduler names it.

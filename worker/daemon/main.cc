@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,14 +15,26 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/client_channel.h"
+#include "common/env_flags.h"
 #include "server/core/catalog/gpu_catalog.h"
-#include "server/env_flags.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/gpu_setup.h"
 #include "worker/daemon/sim_executor.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:50051", "planner gRPC address");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS: CA certificate (PEM) of the planner's certificate; empty "
+          "connects in plaintext (also HEADROOM_TLS_CA)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "mTLS: this worker's certificate (PEM); its CN is the worker's "
+          "identity and must equal --worker_id (also HEADROOM_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "",
+          "mTLS: this worker's private key (PEM) (also HEADROOM_TLS_KEY)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding an operator bearer token, for a planner with "
+          "--tokens_file and no client certificates (or HEADROOM_TOKEN)");
 ABSL_FLAG(std::string, node_name, "",
           "the Kubernetes node the GPUs are on (default: the host name); the "
           "planner's scheduler extender finds a node's GPUs by it");
@@ -79,6 +92,28 @@ int main(int argc, char** argv) {
   options.worker_id = absl::GetFlag(FLAGS_worker_id).empty()
                           ? options.hostname
                           : absl::GetFlag(FLAGS_worker_id);
+  options.security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    std::ifstream in(path);
+    if (!in || !std::getline(in, options.security.token) ||
+        options.security.token.empty()) {
+      spdlog::error(
+          "event=start_failed error=\"--token_file = {}: cannot read a token "
+          "from its first line\"",
+          path);
+      return 2;
+    }
+  }
+  headroom::SecurityFromEnvironment(&options.security);
+  if (auto channel = headroom::OpenChannel(options.planner, options.security,
+                                           grpc::ChannelArguments());
+      !channel.ok()) {
+    spdlog::error("event=start_failed error=\"{}\"",
+                  std::string(channel.status().message()));
+    return 2;
+  }
   options.backoff_max = std::chrono::milliseconds(
       std::max(100, absl::GetFlag(FLAGS_backoff_max_ms)));
   options.shutdown_grace = std::chrono::milliseconds(

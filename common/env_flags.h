@@ -1,5 +1,5 @@
-#ifndef HEADROOM_SERVER_ENV_FLAGS_H_
-#define HEADROOM_SERVER_ENV_FLAGS_H_
+#ifndef HEADROOM_COMMON_ENV_FLAGS_H_
+#define HEADROOM_COMMON_ENV_FLAGS_H_
 
 #include <string>
 
@@ -12,4 +12,4 @@ void ApplyEnvironmentToFlags(const std::string& prefix);
 
 }  // namespace headroom
 
-#endif  // HEADROOM_SERVER_ENV_FLAGS_H_
+#endif  // HEADROOM_COMMON_ENV_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "server/env_flags.h"
+#include "common/env_flags.h"
 
 #include <cctype>
 #include <cstdlib>

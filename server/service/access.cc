@@ -1,0 +1,396 @@
+#include "server/service/access.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "grpcpp/security/auth_context.h"
+#include "grpcpp/server_context.h"
+#include "server/service/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+struct MethodNeed {
+  absl::string_view method;
+  Need need;
+};
+
+// Every method of headroom.v1 (a test checks the list against the protos).
+constexpr MethodNeed kNeeds[] = {
+    {"/headroom.v1.Planner/CheckFit", Need::kRead},
+    {"/headroom.v1.Planner/GetCalibration", Need::kRead},
+    {"/headroom.v1.Planner/Ping", Need::kAnyone},
+    {"/headroom.v1.Planner/Refit", Need::kAdmin},
+    {"/headroom.v1.Planner/ListFactorSets", Need::kRead},
+    {"/headroom.v1.Planner/PromoteFactorSet", Need::kAdmin},
+    {"/headroom.v1.Planner/RankDensity", Need::kRead},
+    {"/headroom.v1.Planner/SubmitDensityRuns", Need::kOperator},
+    {"/headroom.v1.Planner/EstimateEnergy", Need::kRead},
+    {"/headroom.v1.Planner/RefitEnergy", Need::kAdmin},
+    {"/headroom.v1.Planner/ListEnergyCurveSets", Need::kRead},
+    {"/headroom.v1.Planner/PromoteEnergyCurveSet", Need::kAdmin},
+    {"/headroom.v1.Planner/PlanMicrobatch", Need::kRead},
+    {"/headroom.v1.Planner/PutAutotuneRecord", Need::kOperator},
+    {"/headroom.v1.Planner/ListAutotuneRecords", Need::kRead},
+    {"/headroom.v1.Planner/DropAutotuneRecord", Need::kOperator},
+    {"/headroom.v1.Fleet/Connect", Need::kWorker},
+    {"/headroom.v1.Fleet/ListWorkers", Need::kRead},
+    {"/headroom.v1.Fleet/SubmitProbe", Need::kOperator},
+    {"/headroom.v1.Fleet/SubmitAutotune", Need::kOperator},
+    {"/headroom.v1.Fleet/WatchProbe", Need::kRead},
+    {"/headroom.v1.Fleet/CancelProbe", Need::kOperator},
+    {"/headroom.v1.Fleet/ListProbes", Need::kRead},
+    // gRPC's own: health for probes and load balancers, reflection for
+    // grpcurl (it describes the API, nothing stored).
+    {"/grpc.health.v1.Health/Check", Need::kAnyone},
+    {"/grpc.health.v1.Health/Watch", Need::kAnyone},
+    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+     Need::kRead},
+};
+
+std::string Sha256Hex(absl::string_view text) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest.data(), &length, EVP_sha256(),
+             nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * length);
+  for (unsigned int i = 0; i < length; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 15]);
+  }
+  return hex;
+}
+
+bool ValidName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+          c == '.' || c == '@')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Logs mutating calls and refusals when their status is sent.
+class AuditInterceptor : public grpc::experimental::Interceptor {
+ public:
+  AuditInterceptor(const Access* access,
+                   grpc::experimental::ServerRpcInfo* info)
+      : access_(access), info_(info) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) final {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      const std::string method = info_->method();
+      const bool refused =
+          status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+      if ((refused || Mutates(method)) && info_->server_context() != nullptr) {
+        const Caller caller = access_->Identify(*info_->server_context());
+        std::string message = status.error_message();
+        if (message.size() > 200) message.resize(200);
+        auto level =
+            refused || !status.ok() ? spdlog::level::warn : spdlog::level::info;
+        spdlog::log(level,
+                    "event=audit method={} identity={} peer={} outcome={} "
+                    "message=\"{}\"",
+                    method, caller.Name(), caller.peer,
+                    GrpcCodeName(status.error_code()), message);
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const Access* access_;
+  grpc::experimental::ServerRpcInfo* info_;
+};
+
+class AuditInterceptorFactoryImpl
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit AuditInterceptorFactoryImpl(const Access* access)
+      : access_(access) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) final {
+    return new AuditInterceptor(access_, info);
+  }
+
+ private:
+  const Access* access_;
+};
+
+}  // namespace
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kReader:
+      return "reader";
+    case Role::kOperator:
+      return "operator";
+    case Role::kAdmin:
+      return "admin";
+  }
+  return "reader";
+}
+
+Need NeedOf(absl::string_view method) {
+  for (const MethodNeed& entry : kNeeds) {
+    if (entry.method == method) return entry.need;
+  }
+  return Need::kAdmin;
+}
+
+bool Mutates(absl::string_view method) {
+  const Need need = NeedOf(method);
+  return need == Need::kOperator || need == Need::kAdmin ||
+         need == Need::kWorker;
+}
+
+absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokens(
+    absl::string_view text, absl::string_view source) {
+  std::map<std::string, TokenEntry> tokens;
+  std::map<std::string, int> names;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    const std::string where = absl::StrCat(source, " line ", line_number);
+    if (fields.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": has ", fields.size(),
+          " fields; each line is NAME ROLE SHA256HEX (the hex SHA-256 of the "
+          "token, e.g. from `printf %s TOKEN | sha256sum`)"));
+    }
+    if (!ValidName(fields[0])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": name must be 1..64 of A-Z a-z 0-9 - _ . @"));
+    }
+    TokenEntry entry{std::string(fields[0]), Role::kReader};
+    if (fields[1] == "reader") {
+      entry.role = Role::kReader;
+    } else if (fields[1] == "operator") {
+      entry.role = Role::kOperator;
+    } else if (fields[1] == "admin") {
+      entry.role = Role::kAdmin;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": role = ", fields[1].substr(0, 32),
+                       "; allowed reader, operator, admin"));
+    }
+    std::string digest = absl::AsciiStrToLower(fields[2]);
+    if (digest.size() != 64 ||
+        digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          ": the third field must be 64 hex digits (the SHA-256 of the "
+          "token, not the token itself)"));
+    }
+    if (auto [it, inserted] = names.emplace(entry.name, line_number);
+        !inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": name ", entry.name, " is also on line ", it->second));
+    }
+    if (!tokens.emplace(digest, entry).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the same token hash is on an earlier line"));
+    }
+  }
+  return tokens;
+}
+
+std::string Caller::Name() const {
+  return identity.empty() ? "anonymous" : identity;
+}
+
+absl::StatusOr<std::shared_ptr<const Access>> Access::Create(
+    const Options& options) {
+  std::map<std::string, TokenEntry> tokens;
+  if (!options.tokens_file.empty()) {
+    std::ifstream in(options.tokens_file, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokens_file = ", options.tokens_file, ": cannot open the file"));
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (text.str().size() > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokens_file = ", options.tokens_file, ": over 1 MiB"));
+    }
+    auto parsed = ParseTokens(
+        text.str(), absl::StrCat("--tokens_file ", options.tokens_file));
+    if (!parsed.ok()) return parsed.status();
+    tokens = *std::move(parsed);
+  }
+  return std::make_shared<const Access>(options, std::move(tokens));
+}
+
+Access::Access(Options options, std::map<std::string, TokenEntry> tokens)
+    : options_(std::move(options)), tokens_(std::move(tokens)) {
+  open_ = !options_.tls && options_.tokens_file.empty() && tokens_.empty();
+}
+
+Caller Access::Identify(const grpc::ServerContextBase& context) const {
+  Caller caller;
+  caller.peer = context.peer();
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    const std::vector<grpc::string_ref> names =
+        auth->FindPropertyValues("x509_common_name");
+    if (!names.empty()) {
+      caller.has_certificate = true;
+      caller.identity = absl::StrCat(
+          "cert:",
+          absl::string_view(names.front().data(), names.front().size()));
+    }
+  }
+  const auto& metadata = context.client_metadata();
+  const auto header = metadata.find("authorization");
+  if (header != metadata.end()) {
+    absl::string_view value(header->second.data(), header->second.size());
+    if (absl::ConsumePrefix(&value, "Bearer ") ||
+        absl::ConsumePrefix(&value, "bearer ")) {
+      const auto token = tokens_.find(Sha256Hex(value));
+      if (token != tokens_.end()) {
+        caller.token_role = token->second.role;
+        if (caller.identity.empty()) {
+          caller.identity = absl::StrCat("token:", token->second.name);
+        }
+      } else {
+        caller.presented_unknown_token = true;
+      }
+    } else {
+      caller.presented_unknown_token = true;
+    }
+  }
+  return caller;
+}
+
+absl::Status Access::Allow(const Caller& caller,
+                           absl::string_view method) const {
+  const Need need = NeedOf(method);
+  if (need == Need::kAnyone || open_) return absl::OkStatus();
+  if (caller.presented_unknown_token) {
+    return absl::UnauthenticatedError(
+        "the bearer token is not in the planner's --tokens_file (check "
+        "--token or HEADROOM_TOKEN)");
+  }
+  if (need == Need::kRead) {
+    if (!options_.require_token_for_reads || caller.token_role.has_value() ||
+        caller.has_certificate) {
+      return absl::OkStatus();
+    }
+    return absl::UnauthenticatedError(
+        "this planner requires a token for reads: pass --token or "
+        "HEADROOM_TOKEN (any role)");
+  }
+  if (need == Need::kWorker) {
+    if (caller.has_certificate || (caller.token_role.has_value() &&
+                                   *caller.token_role >= Role::kOperator)) {
+      return absl::OkStatus();
+    }
+    if (caller.token_role.has_value()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "a worker connects with a client certificate or an operator token; "
+          "this token has role ",
+          RoleName(*caller.token_role)));
+    }
+    return absl::UnauthenticatedError(
+        "a worker connects with a client certificate (--tls_cert, --tls_key) "
+        "or an operator token (--token, HEADROOM_TOKEN)");
+  }
+  const Role required = need == Need::kAdmin ? Role::kAdmin : Role::kOperator;
+  if (tokens_.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        method,
+        " changes state and this planner has no --tokens_file: every "
+        "mutating call is refused (give it a tokens file with an ",
+        RoleName(required), " token)"));
+  }
+  if (!caller.token_role.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, " needs a bearer token with role ",
+                     RoleName(required), ": pass --token or HEADROOM_TOKEN"));
+  }
+  if (*caller.token_role < required) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        method, " needs role ", RoleName(required), "; ", caller.Name(),
+        " has role ", RoleName(*caller.token_role)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Access::Check(const grpc::ServerContextBase& context,
+                           absl::string_view method, Caller* caller) const {
+  Caller who = Identify(context);
+  absl::Status allowed = Allow(who, method);
+  if (caller != nullptr) *caller = std::move(who);
+  return allowed;
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+Access::AuditInterceptorFactory() const {
+  return std::make_unique<AuditInterceptorFactoryImpl>(this);
+}
+
+bool IsLoopbackListen(absl::string_view listen) {
+  if (absl::StartsWith(listen, "unix:") ||
+      absl::StartsWith(listen, "unix-abstract:")) {
+    return true;
+  }
+  absl::string_view host = listen;
+  if (absl::ConsumePrefix(&host, "[")) {
+    const size_t close = host.find(']');
+    if (close == absl::string_view::npos) return false;
+    host = host.substr(0, close);
+    return host == "::1";
+  }
+  const size_t colon = host.rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  host = host.substr(0, colon);
+  if (absl::AsciiStrToLower(host) == "localhost") return true;
+  // 127.0.0.0/8, written as four decimal parts.
+  const std::vector<absl::string_view> parts = absl::StrSplit(host, '.');
+  if (parts.size() != 4 || parts[0] != "127") return false;
+  for (absl::string_view part : parts) {
+    if (part.empty() || part.size() > 3 ||
+        part.find_first_not_of("0123456789") != absl::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+grpc::ServerUnaryReactor* RefuseUnary(const Access* access,
+                                      grpc::CallbackServerContext* context,
+                                      absl::string_view method) {
+  if (access == nullptr) return nullptr;
+  absl::Status allowed = access->Check(*context, method);
+  if (allowed.ok()) return nullptr;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(allowed));
+  return reactor;
+}
+
+}  // namespace headroom
