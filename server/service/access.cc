@@ -220,7 +220,11 @@ absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokens(
 }
 
 std::string Caller::Name() const {
-  return identity.empty() ? "anonymous" : identity;
+  if (identity.empty()) return "anonymous";
+  if (token_name.empty() || absl::StartsWith(identity, "token:")) {
+    return identity;
+  }
+  return absl::StrCat(identity, " token:", token_name);
 }
 
 absl::StatusOr<std::shared_ptr<const Access>> Access::Create(
@@ -274,6 +278,7 @@ Caller Access::Identify(const grpc::ServerContextBase& context) const {
       const auto token = tokens_.find(Sha256Hex(value));
       if (token != tokens_.end()) {
         caller.token_role = token->second.role;
+        caller.token_name = token->second.name;
         if (caller.identity.empty()) {
           caller.identity = absl::StrCat("token:", token->second.name);
         }
@@ -335,8 +340,8 @@ absl::Status Access::Allow(const Caller& caller,
   }
   if (*caller.token_role < required) {
     return absl::PermissionDeniedError(absl::StrCat(
-        method, " needs role ", RoleName(required), "; ", caller.Name(),
-        " has role ", RoleName(*caller.token_role)));
+        method, " needs role ", RoleName(required), "; token ",
+        caller.token_name, " has role ", RoleName(*caller.token_role)));
   }
   return absl::OkStatus();
 }

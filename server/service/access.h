@@ -60,8 +60,10 @@ struct Caller {
   std::string peer;
   bool has_certificate = false;
   std::optional<Role> token_role;  // set for a known token
+  std::string token_name;          // its name in the tokens file
   bool presented_unknown_token = false;
-  // The identity, or "anonymous".
+  // For logs: the identity and the token's name ("cert:w1 token:ops"), or
+  // "anonymous".
   std::string Name() const;
 };
 

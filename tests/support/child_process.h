@@ -50,6 +50,23 @@ class Child {
     pid_ = -1;
   }
 
+  // Waits up to `limit` for the child to exit on its own; its exit code,
+  // or -1 when it is still running (then it is left running) or was
+  // killed by a signal.
+  int WaitExit(std::chrono::milliseconds limit) {
+    if (pid_ <= 0) return -1;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
   pid_t pid() const { return pid_; }
 
  private:
