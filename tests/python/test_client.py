@@ -174,5 +174,82 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "UNAVAILABLE")
 
 
+
+class SecureClientTest(unittest.TestCase):
+    """The client over TLS with a client certificate and tokens of each role."""
+
+    @classmethod
+    def setUpClass(cls):
+        tmp = tempfile.TemporaryDirectory()
+        cls.addClassCleanup(tmp.cleanup)
+        cls.certs = os.path.join(tmp.name, "certs")
+        subprocess.run([os.path.join(ROOT, "scripts/dev-certs.sh"), cls.certs],
+                       check=True, stderr=subprocess.DEVNULL)
+        cls.address = f"localhost:{free_port()}"
+        log = open(os.path.join(tmp.name, "planner.log"), "w+")
+        cls.addClassCleanup(log.close)
+        cls.planner = subprocess.Popen(
+            [ARGS.planner, f"--listen=127.0.0.1:{cls.address.split(':')[1]}",
+             "--http_listen=", f"--models_dir={ROOT}/models",
+             f"--runs={ROOT}/data/memory-runs.jsonl",
+             f"--energy_curves={ROOT}/data/energy-curves.json",
+             f"--db={tmp.name}/t.db", "--log_level=warn",
+             f"--tls_cert={cls.certs}/planner.pem",
+             f"--tls_key={cls.certs}/planner-key.pem",
+             f"--tls_client_ca={cls.certs}/ca.pem",
+             f"--tokens_file={cls.certs}/tokens"],
+            stdout=log, stderr=subprocess.STDOUT)
+        cls.addClassCleanup(cls.stop_planner)
+        deadline = time.monotonic() + 60
+        while True:
+            if cls.planner.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"planner exited with {cls.planner.returncode}:\n"
+                                   + log.read()[-2000:])
+            try:
+                with cls.connect("reader", timeout_s=1) as planner:
+                    planner.ping()
+                break
+            except HeadroomError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("TLS planner did not answer Ping in 60 s") from None
+            time.sleep(0.05)
+
+    @classmethod
+    def stop_planner(cls):
+        cls.planner.kill()
+        cls.planner.wait(timeout=30)
+
+    @classmethod
+    def connect(cls, role, timeout_s=5, certificate=True):
+        with open(os.path.join(cls.certs, f"token-{role}")) as f:
+            token = f.read().strip()
+        extra = {}
+        if certificate:
+            extra = {"cert": os.path.join(cls.certs, "operator.pem"),
+                     "key": os.path.join(cls.certs, "operator-key.pem")}
+        return Client(cls.address, token=token, ca=os.path.join(cls.certs, "ca.pem"),
+                      timeout_s=timeout_s, **extra)
+
+    def test_roles(self):
+        with self.connect("reader") as reader:
+            answer = reader.check_fit("bert-base", [32], ["L4"])
+            self.assertEqual(answer.params, 31120896)
+            with self.assertRaises(HeadroomError) as refused:
+                reader.submit_probe("bert-base", [8], gpu="L4")
+            self.assertEqual(refused.exception.code, "PERMISSION_DENIED")
+            self.assertIn("needs role operator", str(refused.exception))
+        with self.connect("operator") as operator:
+            probe_id = operator.submit_probe("bert-base", [8], gpu="L4")
+            self.assertTrue(probe_id)
+
+    def test_a_client_without_certificate_is_not_served(self):
+        with self.connect("admin", timeout_s=2, certificate=False) as bare:
+            with self.assertRaises(HeadroomError) as refused:
+                bare.ping()
+            self.assertEqual(refused.exception.code, "UNAVAILABLE")
+        with self.assertRaises(ValueError):
+            Client(self.address, cert="a.pem", key="a-key.pem")
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *UNITTEST_ARGS])

@@ -219,20 +219,32 @@ def _answer(response: planner_pb2.CheckFitResponse,
 class Client:
     """A connection to one planner.
 
-    token: sent as `authorization: Bearer <token>` on every call (the
-    planner does not check it yet). ca: a PEM file of the root certificates
-    to verify the planner with, which makes the channel TLS; without it the
-    channel is plaintext. timeout_s: the deadline of each call.
+    token: sent as `authorization: Bearer <token>` on every call; a planner
+    with --tokens_file checks its role (reader, operator, admin). ca: a PEM
+    file of the root certificates to verify the planner with, which makes
+    the channel TLS; without it the channel is plaintext. cert and key: this
+    client's certificate and key (PEM files), for a planner that requires
+    client certificates (--tls_client_ca). timeout_s: the deadline of each
+    call.
     Use it as a context manager, or call close(), to release the channel.
     """
 
     def __init__(self, address: str = "127.0.0.1:50051",
                  token: str | None = None, ca: str | None = None,
-                 timeout_s: float = 5.0):
+                 timeout_s: float = 5.0, cert: str | None = None,
+                 key: str | None = None):
+        if bool(cert) != bool(key):
+            raise ValueError("cert and key go together: give both or neither")
+        if cert and not ca:
+            raise ValueError("cert needs ca (the planner's CA)")
         if ca:
-            with open(ca, "rb") as f:
-                credentials = grpc.ssl_channel_credentials(
-                    root_certificates=f.read())
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=read(ca),
+                private_key=read(key) if key else None,
+                certificate_chain=read(cert) if cert else None)
             self._channel = grpc.secure_channel(address, credentials)
         else:
             self._channel = grpc.insecure_channel(address)
