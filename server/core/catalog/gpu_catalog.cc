@@ -1,8 +1,10 @@
 #include "server/core/catalog/gpu_catalog.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "server/core/catalog/close_names.h"
 
 namespace headroom {
@@ -13,11 +15,22 @@ struct Alias {
   const char* name;
 };
 
-// Datasheet figures (NVIDIA product briefs): memory as marketed in GB,
-// bandwidth in GB/s, dense fp16 tensor TFLOP/s.
+// Names that denote more than one card: the caller must say which.
+struct Ambiguous {
+  const char* alias;
+  std::vector<const char*> names;
+};
+
+// Datasheet figures (NVIDIA and AMD product briefs): memory as marketed in
+// GB, bandwidth in GB/s, dense fp16 tensor TFLOP/s (half the "with
+// sparsity" figure where only that is printed).
 const std::vector<GpuInfo>& Entries() {
   static const std::vector<GpuInfo> entries = {
       {"T4", 16, "turing", 320, 65},
+      {"V100-16GB", 16, "volta", 900, 125},
+      {"V100-32GB", 32, "volta", 900, 125},
+      {"RTX 3090", 24, "ampere", 936, 71},
+      {"RTX A6000", 48, "ampere", 768, 155},
       {"A10G", 24, "ampere", 600, 70},
       {"A100-40GB", 40, "ampere", 1555, 312},
       {"A100-80GB", 80, "ampere", 2039, 312},
@@ -25,22 +38,45 @@ const std::vector<GpuInfo>& Entries() {
       {"L4", 24, "ada", 300, 121},
       {"RTX 4090", 24, "ada", 1008, 165},
       {"RTX 4090D", 24, "ada", 1008, 147},
+      {"L40S", 48, "ada", 864, 362},
       {"H100", 80, "hopper", 3350, 989},
+      {"H100 NVL", 94, "hopper", 3900, 835},
+      {"H20", 96, "hopper", 4000, 148},
+      {"GH200", 96, "hopper", 4000, 989},
+      {"GH200-144GB", 144, "hopper", 4900, 989},
       {"H200", 141, "hopper", 4800, 989},
       {"RTX 5090", 32, "blackwell", 1792, 209},
       {"RTX PRO 6000 Blackwell", 96, "blackwell", 1792, 252},
       {"B200", 180, "blackwell", 8000, 2250},
+      // Memory only: no energy curve knows its architecture.
+      {"MI300X", 192, "cdna3", 5300, 1307},
   };
   return entries;
 }
 
+const std::vector<Ambiguous>& AmbiguousNames() {
+  static const std::vector<Ambiguous> names = {
+      {"A100", {"A100-40GB", "A100-80GB"}},
+      {"V100", {"V100-16GB", "V100-32GB"}},
+  };
+  return names;
+}
+
 const std::vector<Alias>& Aliases() {
   static const std::vector<Alias> aliases = {
-      {"A100", "A100-80GB"},
       {"A100 80GB", "A100-80GB"},
       {"A100 40GB", "A100-40GB"},
+      {"V100 16GB", "V100-16GB"},
+      {"V100 32GB", "V100-32GB"},
+      {"3090", "RTX 3090"},
+      {"A6000", "RTX A6000"},
       {"H100 80GB", "H100"},
       {"H100 SXM", "H100"},
+      {"H100 SXM5", "H100"},
+      {"H100 PCIe", "H100"},
+      {"GH200 480GB", "GH200"},
+      {"GH200 144GB", "GH200-144GB"},
+      {"GH200 144G HBM3e", "GH200-144GB"},
       {"H200 141GB", "H200"},
       {"RTX PRO 6000", "RTX PRO 6000 Blackwell"},
       {"4090", "RTX 4090"},
@@ -74,6 +110,14 @@ absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
       }
     }
   }
+  for (const Ambiguous& ambiguous : AmbiguousNames()) {
+    if (NormalizeName(ambiguous.alias) == key) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU '", name.substr(0, 64), "' is ambiguous: say ",
+                       absl::StrJoin(ambiguous.names, " or "),
+                       " (or give the size in GB, e.g. 40GB)"));
+    }
+  }
   std::vector<std::string> names;
   for (const GpuInfo& gpu : Entries()) names.push_back(gpu.name);
   return absl::NotFoundError(absl::StrCat(
@@ -83,9 +127,34 @@ absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
 }
 
 std::string CatalogGpuForDriverName(std::string name) {
-  if (absl::StartsWithIgnoreCase(name, "NVIDIA ")) name = name.substr(7);
+  for (const char* vendor :
+       {"NVIDIA ", "NVIDIA-", "Tesla ", "GeForce ", "AMD Instinct ", "AMD "}) {
+    if (absl::StartsWithIgnoreCase(name, vendor)) {
+      name = name.substr(std::string(vendor).size());
+    }
+  }
   absl::StatusOr<GpuInfo> gpu = FindGpu(name);
   if (gpu.ok()) return gpu->name;
+  // NVML writes the form factor and memory into the name:
+  // "A100-SXM4-80GB", "V100-PCIE-32GB", "A100 80GB PCIe". The family and
+  // the memory name the card.
+  const std::vector<std::string> words =
+      absl::StrSplit(name, absl::ByAnyChar(" -_"), absl::SkipEmpty());
+  if (words.size() > 1) {
+    std::string memory;
+    for (const std::string& word : words) {
+      const std::string lower = absl::AsciiStrToLower(word);
+      if (lower.size() > 2 && absl::EndsWith(lower, "gb") &&
+          lower.find_first_not_of("0123456789") == lower.size() - 2) {
+        memory = lower.substr(0, lower.size() - 2);
+      }
+    }
+    if (!memory.empty()) {
+      gpu = FindGpu(absl::StrCat(words[0], "-", memory, "GB"));
+      if (!gpu.ok()) gpu = FindGpu(absl::StrCat(words[0], " ", memory, "GB"));
+      if (gpu.ok()) return gpu->name;
+    }
+  }
   // Driver names add the memory and form factor: try the first words.
   for (size_t space = name.rfind(' '); space != std::string::npos;
        space = name.rfind(' ')) {

@@ -15,7 +15,7 @@ namespace headroom {
 struct GpuInfo {
   std::string name;  // canonical, e.g. "A100-80GB"
   double memory_gb;  // datasheet memory in GB (10^9 bytes, as marketed)
-  std::string arch;  // turing, ampere, ada, hopper, blackwell
+  std::string arch;  // volta, turing, ampere, ada, hopper, blackwell, cdna3
   double memory_bandwidth_gb_s;
   double fp16_dense_tflops;  // dense (no sparsity) fp16 tensor throughput
 };
@@ -31,13 +31,15 @@ absl::Status CheckCardGb(double gb, absl::string_view field);
 const std::vector<GpuInfo>& GpuCatalog();
 
 // Looks a GPU up by name, ignoring case, spaces, dashes and underscores, and
-// accepting common aliases ("H100 80GB", "RTX PRO 6000"). NOT_FOUND lists the
-// closest names.
+// accepting common aliases ("H100 80GB", "RTX PRO 6000", "4090"). A name of
+// several cards ("A100", "V100") is INVALID_ARGUMENT naming them; NOT_FOUND
+// lists the closest names.
 absl::StatusOr<GpuInfo> FindGpu(absl::string_view name);
 
-// The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100;
-// Kubernetes GPU Feature Discovery's "NVIDIA-L4" with '-' read as ' '), or
-// empty when the catalog does not know it.
+// The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100,
+// "NVIDIA A100-SXM4-40GB" -> A100-40GB, "Tesla V100-PCIE-32GB" -> V100-32GB,
+// "AMD Instinct MI300X" -> MI300X; Kubernetes GPU Feature Discovery's
+// "NVIDIA-L4"), or empty when the catalog does not know it.
 std::string CatalogGpuForDriverName(std::string name);
 
 }  // namespace headroom

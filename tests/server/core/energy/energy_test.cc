@@ -170,7 +170,7 @@ TEST(EnergyCurvesTest, Fp16AnchorsReproducedAndInterpolatedInLogLog) {
 
 TEST(EnergyCurvesTest, GpuNamesMapThroughTheCatalog) {
   const std::map<std::string, std::string> expected = {
-      {"T4", "turing"},          {"A100", "ampere"},
+      {"T4", "turing"},          {"A100-80GB", "ampere"},
       {"A800", "ampere"},        {"RTX 4090", "ada"},
       {"RTX 4090D", "ada"},      {"L4", "ada"},
       {"H100", "hopper"},        {"H200", "hopper"},

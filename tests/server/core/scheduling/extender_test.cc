@@ -68,9 +68,9 @@ TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
   EXPECT_EQ((*job)->model().template_(), "bert-base");
   EXPECT_EQ((*job)->batches(0), 512u);
 
-  // Cards from GPU Feature Discovery's labels: L4 and H100 by product (their
-  // memory labels agree), the A100-40GB by its memory label (the product
-  // alone would read as the 80 GB card), none for the CPU node.
+  // Cards from GPU Feature Discovery's labels: L4, H100 and the A100-40GB by
+  // product (their memory labels agree; NVIDIA-A100-SXM4-40GB names its
+  // memory), none for the CPU node.
   std::vector<std::optional<v1::Target>> targets;
   for (const ExtenderNode& node : args->nodes) {
     targets.push_back(TargetFromLabels(node));
@@ -79,7 +79,7 @@ TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
               targets[2].has_value());
   EXPECT_EQ(targets[0]->gpu(), "L4");
   EXPECT_EQ(targets[1]->gpu(), "H100");
-  EXPECT_NEAR(targets[2]->memory_gb(), 42.94, 0.01);
+  EXPECT_EQ(targets[2]->gpu(), "A100-40GB");
   EXPECT_FALSE(targets[3].has_value());
 
   auto decisions =
