@@ -17,6 +17,7 @@
 #include "client/model_commands.h"
 #include "client/rpc.h"
 #include "common/client_channel.h"
+#include "common/shipped_files.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
 ABSL_FLAG(std::string, token, "",
@@ -174,7 +175,11 @@ int main(int argc, char** argv) {
     options.channel = *std::move(channel);
   }
   options.json = absl::GetFlag(FLAGS_json);
-  options.models_dir = absl::GetFlag(FLAGS_models_dir);
+  // The shipped catalog, found from any working directory; a missing one
+  // is reported by the command that needs it.
+  options.models_dir =
+      headroom::FindShipped(absl::GetFlag(FLAGS_models_dir), "models_dir")
+          .value_or(absl::GetFlag(FLAGS_models_dir));
   options.model = absl::GetFlag(FLAGS_model);
   options.onnx = absl::GetFlag(FLAGS_onnx);
   options.batch = absl::GetFlag(FLAGS_batch);
@@ -278,7 +283,8 @@ int main(int argc, char** argv) {
   }
   if (!args.empty() && args[0] == "energy" && args.size() <= 2) {
     headroom::cli::EnergyOptions energy;
-    energy.curves = absl::GetFlag(FLAGS_curves);
+    energy.curves = headroom::FindShipped(absl::GetFlag(FLAGS_curves), "curves")
+                        .value_or(absl::GetFlag(FLAGS_curves));
     energy.params_b = absl::GetFlag(FLAGS_params_b);
     energy.gpu = options.gpu;
     energy.arch = absl::GetFlag(FLAGS_arch);

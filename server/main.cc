@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
 #include "common/env_flags.h"
+#include "common/shipped_files.h"
 #include "server/service/planner_app.h"
 #include "spdlog/spdlog.h"
 
@@ -100,9 +102,21 @@ int main(int argc, char** argv) {
   config.listen = absl::GetFlag(FLAGS_listen);
   config.http_listen = absl::GetFlag(FLAGS_http_listen);
   config.db_path = absl::GetFlag(FLAGS_db);
-  config.models_dir = absl::GetFlag(FLAGS_models_dir);
-  config.runs_path = absl::GetFlag(FLAGS_runs);
-  config.energy_curves_path = absl::GetFlag(FLAGS_energy_curves);
+  // The shipped catalog and data, found from any working directory.
+  for (auto [flag, value, field] :
+       {std::tuple<const char*, std::string, std::string*>{
+            "models_dir", absl::GetFlag(FLAGS_models_dir), &config.models_dir},
+        {"runs", absl::GetFlag(FLAGS_runs), &config.runs_path},
+        {"energy_curves", absl::GetFlag(FLAGS_energy_curves),
+         &config.energy_curves_path}}) {
+    absl::StatusOr<std::string> found = headroom::FindShipped(value, flag);
+    if (!found.ok()) {
+      spdlog::error("event=start_failed error=\"{}\"",
+                    std::string(found.status().message()));
+      return 2;
+    }
+    *field = *std::move(found);
+  }
   config.coverage = absl::GetFlag(FLAGS_coverage);
   config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -150,11 +164,14 @@ int main(int argc, char** argv) {
     return app.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   spdlog::info(
-      "event=serving grpc=127.0.0.1:{} listen={} http={} db={} factor_set={}",
+      "event=serving grpc=127.0.0.1:{} listen={} http={} db={} factor_set={} "
+      "models={}",
       (*app)->grpc_port(), config.listen,
-      config.http_listen.empty() ? std::string("off")
-                                 : "http://" + config.http_listen + "/metrics",
-      config.db_path, (*app)->factor_set_version());
+      config.http_listen.empty()
+          ? std::string("off")
+          : (config.tls_cert.empty() ? "http://" : "https://") +
+                config.http_listen + "/metrics",
+      config.db_path, (*app)->factor_set_version(), config.models_dir);
 
   std::thread waiter([&] {
     int signal = 0;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `cmake --install` lays out a tree the programs run from, from any working
+# directory: the planner finds the installed catalog and data (its serving
+# line names them), the CLI the installed catalog.
+#   check_install.sh BUILD_DIR
+set -euo pipefail
+build=$1
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cd /
+log=$prefix/planner.log
+"$prefix/bin/headroom-planner" --db=:memory: --listen=127.0.0.1:0 --http_listen= >"$log" 2>&1 &
+planner=$!
+for _ in $(seq 600); do
+  grep -q "event=serving" "$log" && break
+  kill -0 "$planner" 2>/dev/null || break
+  sleep 0.1
+done
+kill "$planner" 2>/dev/null || true
+wait "$planner" 2>/dev/null || true
+grep -q "event=serving.* models=$prefix/share/headroom/models" "$log" || {
+  echo "check_install: the installed planner did not serve from $prefix/share/headroom:" >&2
+  tail -5 "$log" >&2
+  exit 1
+}
+out=$("$prefix/bin/headroom" model inspect bert-base)
+[[ $out == "bert-base: 31120896 parameters"* ]] || {
+  echo "check_install: headroom model inspect from / printed: ${out:0:200}" >&2
+  exit 1
+}
+[[ -x $prefix/bin/headroom_torch_probe.py ]] || {
+  echo "check_install: the torch harness is not beside headroom-worker" >&2
+  exit 1
+}
+echo "check_install: OK ($prefix)"
