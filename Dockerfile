@@ -15,8 +15,8 @@ FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
-      libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libcpp-httplib0.11 libsqlite3-0 libpq5 libonnx1 libsimdjson14 \
+      libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libcpp-httplib0.11 \
+      libsqlite3-0 libpq5 libonnx1 libsimdjson14 \
  && rm -rf /var/lib/apt/lists/*
 # A numeric USER lets Kubernetes' runAsNonRoot verify it without a runAsUser.
 RUN groupadd --system --gid 10001 headroom \
@@ -35,9 +35,27 @@ VOLUME /var/lib/headroom
 EXPOSE 50051 9464
 # Every flag can be set as HEADROOM_<FLAG>; the command line wins. Kubernetes and
 # compose set HEADROOM_DB (a PostgreSQL URL from a Secret) instead of the SQLite file.
+# The planner listens on the network, so it serves TLS with the certificate and key
+# mounted at /etc/headroom/tls (a Kubernetes TLS Secret's layout: tls.crt, tls.key,
+# ca.crt) and bearer tokens from /etc/headroom/tokens/tokens (NAME ROLE SHA256HEX).
+# Started without them it exits 2 naming the file it cannot read; see
+# deploy/README.md for how to mount them. HEADROOM_TLS_CA is not a planner flag: it
+# is the CA the headroom CLI (the HEALTHCHECK, docker exec) verifies the planner by.
+# For mTLS set HEADROOM_TLS_CLIENT_CA=/etc/headroom/tls/ca.crt.
 ENV HEADROOM_LISTEN=0.0.0.0:50051 \
     HEADROOM_HTTP_LISTEN=0.0.0.0:9464 \
-    HEADROOM_DB=/var/lib/headroom/headroom.db
+    HEADROOM_DB=/var/lib/headroom/headroom.db \
+    HEADROOM_TLS_CERT=/etc/headroom/tls/tls.crt \
+    HEADROOM_TLS_KEY=/etc/headroom/tls/tls.key \
+    HEADROOM_TOKENS_FILE=/etc/headroom/tokens/tokens \
+    HEADROOM_TLS_CA=/etc/headroom/tls/ca.crt
+# Health over TLS, verified against ca.crt (the planner's certificate needs the SAN
+# IP:127.0.0.1, as scripts/dev-certs.sh and deploy/k8s-examples/cert-manager.yaml
+# give it). The CLI would take HEADROOM_TLS_CERT/KEY, the planner's own pair, as a
+# client certificate: blank them, or give a client pair in HEADROOM_HEALTHCHECK_CERT
+# and HEADROOM_HEALTHCHECK_KEY when the planner requires one (HEADROOM_TLS_CLIENT_CA).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-  CMD ["headroom", "health", "--server", "127.0.0.1:50051"]
+  CMD HEADROOM_TLS_CERT="${HEADROOM_HEALTHCHECK_CERT-}" \
+      HEADROOM_TLS_KEY="${HEADROOM_HEALTHCHECK_KEY-}" \
+      headroom health --server 127.0.0.1:50051 || exit 1
 ENTRYPOINT ["headroom-planner"]

@@ -30,6 +30,7 @@ K8S_KINDS = {
     "v1/ServiceAccount": ("core/v1", "ServiceAccount"),
     "apps/v1/DaemonSet": ("apps/v1", "DaemonSet"),
     "apps/v1/Deployment": ("apps/v1", "Deployment"),
+    "networking.k8s.io/v1/NetworkPolicy": ("networking/v1", "NetworkPolicy"),
     "policy/v1/PodDisruptionBudget": ("policy/v1", "PodDisruptionBudget"),
 }
 PO_KINDS = {"monitoring.coreos.com/v1/ServiceMonitor": "ServiceMonitor"}
