@@ -2,7 +2,7 @@
 # Makes a development CA, the planner's certificate, client certificates for
 # workers and operators (mTLS), and bearer tokens with the planner's tokens
 # file. For development and tests; production certificates come from your
-# CA (see deploy/k8s/cert-manager.example.yaml).
+# CA (see deploy/k8s-examples/cert-manager.yaml).
 #
 # Usage: dev-certs.sh DIR [--planner-names a,b,...] [--workers w1,w2,...]
 #   DIR/ca.pem                      the CA (give it as --tls_ca, --tls_client_ca)
