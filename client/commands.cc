@@ -69,7 +69,11 @@ int FailRpc(std::ostream& err, const Options& options,
       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     err << "headroom: cannot reach the planner at " << options.server << " ("
         << status.error_message() << "); start it or pass --server";
-    if (options.security.tls_ca.empty()) {
+    const bool refused =
+        status.error_message().find("Connection refused") != std::string::npos;
+    if (refused) {
+      // Nothing listens there: TLS is not the question.
+    } else if (options.security.tls_ca.empty()) {
       err << " (if it serves TLS, pass --tls_ca)";
     } else if (options.security.tls_cert.empty()) {
       err << " (if it requires client certificates, pass --tls_cert and "

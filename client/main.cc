@@ -17,6 +17,7 @@
 #include "client/model_commands.h"
 #include "client/rpc.h"
 #include "common/client_channel.h"
+#include "common/logging.h"
 #include "common/shipped_files.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "planner address");
@@ -156,6 +157,9 @@ int main(int argc, char** argv) {
   for (std::string& arg : normalized) pointers.push_back(arg.data());
   std::vector<char*> positional = absl::ParseCommandLine(
       static_cast<int>(pointers.size()), pointers.data());
+  // gRPC's own complaints (a refused handshake) as warnings in the one log
+  // format; the CLI says what went wrong itself.
+  headroom::SetUpLogging("error");
   headroom::cli::Options options;
   options.server = absl::GetFlag(FLAGS_server);
   options.deadline_ms = absl::GetFlag(FLAGS_deadline_ms);

@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
 #include "common/env_flags.h"
+#include "common/logging.h"
 #include "common/shipped_files.h"
 #include "server/service/planner_app.h"
 #include "spdlog/spdlog.h"
@@ -88,8 +89,7 @@ int main(int argc, char** argv) {
   // own locks too; that bookkeeping costs about a quarter of the server's
   // throughput (bench/README.md) and finds nothing a test would not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  headroom::SetUpLogging(absl::GetFlag(FLAGS_log_level));
 
   // Block the shutdown signals before any thread starts; one thread waits.
   sigset_t signals;

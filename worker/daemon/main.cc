@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/client_channel.h"
 #include "common/env_flags.h"
+#include "common/logging.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon/daemon.h"
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
       "Every flag can also be set as HEADROOM_WORKER_<FLAG>.");
   headroom::ApplyEnvironmentToFlags("HEADROOM_WORKER_");
   absl::ParseCommandLine(argc, argv);
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  headroom::SetUpLogging(absl::GetFlag(FLAGS_log_level));
 
   sigset_t signals;
   sigemptyset(&signals);
