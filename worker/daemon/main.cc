@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -73,7 +74,11 @@ std::string JournalDir(const std::string& worker_id) {
   } else {
     state = "/var/tmp";
   }
-  return state + "/headroom-worker/" + worker_id;
+  // One directory per worker id, which may not climb out of it.
+  std::string name = worker_id;
+  std::replace(name.begin(), name.end(), '/', '_');
+  if (name.empty() || name == "." || name == "..") name = "worker";
+  return state + "/headroom-worker/" + name;
 }
 
 std::string HostName() {
