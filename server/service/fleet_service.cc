@@ -19,6 +19,8 @@
 #include "server/service/fleet_autotune.h"
 #include "server/service/queued_writer.h"
 #include "server/service/reply.h"
+#include "server/service/worker_reports.h"
+#include "server/store/probe_transitions.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
@@ -28,7 +30,7 @@ constexpr int kMaxProbeBatches = 64;
 constexpr uint32_t kMaxRepetitions = 10;
 constexpr uint32_t kMaxSteps = 1000;
 constexpr size_t kMaxIdLength = 128;
-constexpr int kMaxGpusPerWorker = 64;
+constexpr size_t kMaxResultKeyLength = 256;
 // How often a connected worker's last-seen time is written to the store.
 constexpr int64_t kLastSeenWriteMs = 30000;
 
@@ -68,8 +70,13 @@ class FleetService::WorkerStream
           grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>,
           v1::PlannerMessage> {
  public:
-  WorkerStream(FleetService* service, std::string peer)
-      : service_(service), peer_(std::move(peer)) {
+  // `identity` is who the caller proved to be ("cert:<worker id>" from a
+  // client certificate, ...), empty on a planner running open.
+  WorkerStream(FleetService* service, std::string peer, std::string identity)
+      : identity(std::move(identity)),
+        service_(service),
+        peer_(std::move(peer)),
+        last_heard_ms_(NowMs()) {
     StartRead(&incoming_);
   }
 
@@ -78,6 +85,7 @@ class FleetService::WorkerStream
       End(grpc::Status::OK);
       return;
     }
+    last_heard_ms_ = NowMs();
     switch (incoming_.kind_case()) {
       case v1::WorkerMessage::kHello:
         service_->OnHello(this, incoming_.hello());
@@ -111,6 +119,10 @@ class FleetService::WorkerStream
   }
 
   const std::string& peer() const { return peer_; }
+  // When the worker last sent anything on this stream.
+  int64_t last_heard_ms() const { return last_heard_ms_.load(); }
+
+  const std::string identity;
 
   // Guarded by FleetService::mu_.
   bool registered = false;
@@ -129,6 +141,7 @@ class FleetService::WorkerStream
  private:
   FleetService* service_;
   std::string peer_;
+  std::atomic<int64_t> last_heard_ms_;
   v1::WorkerMessage incoming_;
 };
 
@@ -201,28 +214,65 @@ void FleetService::Shutdown() {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>*
 FleetService::Connect(grpc::CallbackServerContext* context) {
-  auto* stream = new WorkerStream(this, context->peer());
+  Caller caller;
+  absl::Status allowed = absl::OkStatus();
   if (options_.access != nullptr) {
-    absl::Status allowed =
-        options_.access->Check(*context, "/headroom.v1.Fleet/Connect");
-    if (!allowed.ok()) stream->End(ToGrpcStatus(allowed));
+    allowed = options_.access->Check(*context, "/headroom.v1.Fleet/Connect",
+                                     &caller);
   }
+  // The identity (certificate subject, token name) decides which hellos
+  // the stream may send; empty when the planner runs open.
+  auto* stream = new WorkerStream(this, context->peer(), caller.identity);
+  if (!allowed.ok()) stream->End(ToGrpcStatus(allowed));
   return stream;
+}
+
+void FleetService::Reject(WorkerStream* stream, const std::string& worker,
+                          WorkerRejection reason, const std::string& key,
+                          const std::string& detail,
+                          std::optional<grpc::StatusCode> end) {
+  metrics_->WorkerMessageRejected(reason);
+  spdlog::warn(
+      "event=worker_message_rejected worker={} identity={} peer={} reason={} "
+      "key={} detail=\"{}\"",
+      Cut(worker), Cut(stream->identity), stream->peer(),
+      WorkerRejectionName(reason), Cut(key), Cut(detail, 400));
+  if (end.has_value()) {
+    stream->End(grpc::Status(*end, detail));
+    return;
+  }
+  v1::PlannerMessage message;
+  v1::Rejected& rejected = *message.mutable_rejected();
+  rejected.set_key(key.substr(0, kMaxResultKeyLength));
+  rejected.set_reason(WorkerRejectionName(reason));
+  rejected.set_detail(detail);
+  stream->Enqueue(std::move(message));
 }
 
 void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
   v1::WorkerHello hello = in;
-  absl::Status valid = CheckId(hello.worker_id(), "hello.worker_id");
-  if (valid.ok() && hello.gpus_size() > kMaxGpusPerWorker) {
-    valid = absl::InvalidArgumentError(
-        absl::StrCat("hello.gpus has ", hello.gpus_size(),
-                     " entries; allowed up to ", kMaxGpusPerWorker));
-  }
+  const std::string& id = hello.worker_id();
+  absl::Status valid = CheckId(id, "hello.worker_id");
   if (valid.ok() && !hello.node_name().empty()) {
     valid = CheckId(hello.node_name(), "hello.node_name");
   }
   if (!valid.ok()) {
-    stream->End(ToGrpcStatus(valid));
+    Reject(stream, id, WorkerRejection::kMalformed, "",
+           std::string(valid.message()), grpc::StatusCode::INVALID_ARGUMENT);
+    return;
+  }
+  if (absl::Status bounded = CheckHelloInventory(hello); !bounded.ok()) {
+    Reject(stream, id, WorkerRejection::kInventoryTooLarge, "",
+           std::string(bounded.message()), grpc::StatusCode::INVALID_ARGUMENT);
+    return;
+  }
+  // A certificate names its worker: it may say hello as that worker only.
+  if (absl::StartsWith(stream->identity, "cert:") &&
+      id != stream->identity.substr(5)) {
+    Reject(stream, id, WorkerRejection::kIdentityMismatch, "",
+           absl::StrCat("hello.worker_id '", id, "' is not the identity '",
+                        Cut(stream->identity), "' this connection proved"),
+           grpc::StatusCode::PERMISSION_DENIED);
     return;
   }
   std::vector<std::string> kinds;
@@ -230,28 +280,69 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
     gpu.set_catalog_gpu(CatalogGpuForDriverName(gpu.name()));
     if (!gpu.catalog_gpu().empty()) kinds.push_back(gpu.catalog_gpu());
   }
-  bool accepted = false;
+  // Why the hello is refused: a rejection reason and the status that ends
+  // the stream.
+  struct Refusal {
+    WorkerRejection reason;
+    grpc::StatusCode code;
+    std::string detail;
+  };
+  std::optional<Refusal> refused;
   {
     absl::MutexLock lock(&mu_);
-    // Refused: a second hello on one stream, or a planner going down.
-    accepted = !stopping_ && !stream->registered;
-    if (accepted) {
-      auto it = workers_.find(hello.worker_id());
-      if (it != workers_.end()) {
-        // Ended under mu_, so its OnDone cannot run (and free it) first.
-        it->second->replaced = true;
-        it->second->End(
-            grpc::Status(grpc::StatusCode::ABORTED,
-                         "replaced by a newer connection of the worker"));
+    const int64_t now = NowMs();
+    if (stopping_) {
+      refused =
+          Refusal{WorkerRejection::kMalformed, grpc::StatusCode::UNAVAILABLE,
+                  "hello refused: the planner is shutting down"};
+    } else if (stream->registered) {
+      refused = Refusal{WorkerRejection::kDuplicateHello,
+                        grpc::StatusCode::FAILED_PRECONDITION,
+                        "hello refused: sent twice on one stream"};
+    } else if (auto it = workers_.find(id); it != workers_.end()) {
+      WorkerStream& old = *it->second;
+      const int64_t silent_ms = now - old.last_heard_ms();
+      if (!old.identity.empty() && !stream->identity.empty()) {
+        // Both proved who they are: only the same identity replaces.
+        if (old.identity != stream->identity) {
+          refused = Refusal{
+              WorkerRejection::kIdentityMismatch,
+              grpc::StatusCode::PERMISSION_DENIED,
+              absl::StrCat("worker ", id, " is connected as '",
+                           Cut(old.identity), "'; '", Cut(stream->identity),
+                           "' may not replace it")};
+        }
+      } else if (silent_ms <= 2 * options_.heartbeat_ms) {
+        // Open planner: anyone can claim an id, so a live connection keeps
+        // it; a silent one (a half-open TCP connection) gives way.
+        refused = Refusal{
+            WorkerRejection::kAlreadyConnected,
+            grpc::StatusCode::ALREADY_EXISTS,
+            absl::StrCat("worker ", id, " is connected and alive from ",
+                         old.peer(),
+                         "; a second connection may replace it only after 2 "
+                         "heartbeats of silence")};
       }
-      workers_[hello.worker_id()] = stream;
+      if (!refused.has_value()) {
+        // Ended under mu_, so its OnDone cannot run (and free it) first.
+        old.replaced = true;
+        old.End(grpc::Status(grpc::StatusCode::ABORTED,
+                             "replaced by a newer connection of the worker"));
+        spdlog::warn(
+            "event=worker_replaced worker={} old_peer={} new_peer={} "
+            "silent_ms={}",
+            id, old.peer(), stream->peer(), silent_ms);
+      }
+    }
+    if (!refused.has_value()) {
+      workers_[id] = stream;
       stream->registered = true;
       stream->hello = hello;
       stream->gpu_kinds = kinds;
       stream->executors.assign(hello.executors().begin(),
                                hello.executors().end());
       stream->running_assignment = hello.running_assignment_id();
-      stream->last_seen_written_ms = NowMs();
+      stream->last_seen_written_ms = now;
       for (const v1::GpuDevice& gpu : hello.gpus()) {
         stream->gauges.push_back(metrics_->GpuSeries(
             absl::StrCat(gpu.index()), gpu.uuid(), gpu.name(),
@@ -260,10 +351,12 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
       metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
     }
   }
-  if (!accepted) {
-    stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                             "hello refused: sent twice on one stream, or the "
-                             "planner is shutting down"));
+  if (refused.has_value()) {
+    if (refused->code == grpc::StatusCode::UNAVAILABLE) {
+      stream->End(grpc::Status(refused->code, refused->detail));
+    } else {
+      Reject(stream, id, refused->reason, "", refused->detail, refused->code);
+    }
     return;
   }
   v1::WorkerStatus status;
@@ -415,94 +508,154 @@ std::optional<v1::MeasuredRun> FleetService::RunFor(
 void FleetService::OnResult(WorkerStream* stream,
                             const v1::ProbeResult& result) {
   bool registered;
+  v1::WorkerHello hello;
   {
     absl::MutexLock lock(&mu_);
     registered = stream->registered;
+    if (registered) hello = stream->hello;
   }
   if (!registered) {
     stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                              "send hello first"));
     return;
   }
-  if (result.key().empty() || result.key().size() > 256) {
-    stream->End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             "result.key must be 1..256 characters"));
+  const std::string& worker = hello.worker_id();
+  const std::string& key = result.key();
+  const auto reject = [&](WorkerRejection reason, const std::string& detail) {
+    Reject(stream, worker, reason, key, detail, std::nullopt);
+  };
+  if (key.empty() || key.size() > kMaxResultKeyLength) {
+    reject(WorkerRejection::kMalformed,
+           absl::StrCat("result.key must be 1..", kMaxResultKeyLength,
+                        " characters; got ", key.size()));
+    return;
+  }
+  if (absl::Status ids = CheckId(result.probe_id(), "result.probe_id");
+      !ids.ok()) {
+    reject(WorkerRejection::kMalformed, std::string(ids.message()));
     return;
   }
   absl::StatusOr<v1::Probe> probe = store_->GetProbe(result.probe_id());
   if (probe.status().code() == absl::StatusCode::kNotFound) {
-    // Nothing to attach it to; acknowledged so the worker stops re-sending.
-    spdlog::warn("event=result_for_unknown_probe probe={} key={}",
-                 result.probe_id(), result.key());
-  } else if (!probe.ok()) {
-    spdlog::error("event=result_not_stored key={} error=\"{}\"", result.key(),
+    reject(WorkerRejection::kNotLeased, std::string(probe.status().message()));
+    return;
+  }
+  if (!probe.ok()) {
+    spdlog::error("event=result_not_stored key={} error=\"{}\"", Cut(key),
                   std::string(probe.status().message()));
     return;  // not acknowledged: the worker sends it again
-  } else {
-    if (result.has_batch()) {
-      const std::optional<v1::MeasuredRun> run =
-          RunFor(*probe, result, *stream);
-      absl::StatusOr<bool> stored = store_->RecordProbeResult(
-          probe->id(), result.key(), result.batch(), run);
-      if (!stored.ok()) {
-        spdlog::error("event=result_not_stored key={} error=\"{}\"",
-                      result.key(), std::string(stored.status().message()));
-        return;
-      }
-      if (*stored && run.has_value()) {
-        std::function<void()> callback;
-        {
-          absl::MutexLock lock(&mu_);
-          callback = on_run_stored_;
-        }
-        if (callback) callback();
-      }
-      const v1::BatchResult& batch = result.batch();
-      metrics_->ProbeResultReceived(!*stored                 ? "duplicate"
-                                    : batch.oom()            ? "oom"
-                                    : !batch.error().empty() ? "error"
-                                                             : "measured");
-      if (*stored) PublishStored(probe->id());
+  }
+  const auto acknowledge = [&] {
+    v1::PlannerMessage ack;
+    ack.mutable_ack()->add_keys(key);
+    stream->Enqueue(std::move(ack));
+  };
+  if (result.has_batch()) {
+    const v1::BatchResult& batch = result.batch();
+    if (std::optional<Rejection> bad = CheckBatchResult(
+            *probe, batch, CardMemoryGb(*probe, hello, result.gpu().index()))) {
+      reject(bad->reason, bad->detail);
+      return;
     }
-    if (result.final() || result.handed_back()) {
-      std::string error = result.error();
-      std::string details = result.details_json();
-      if (result.final() && error.empty() && probe->request().has_autotune()) {
-        absl::StatusOr<std::string> record =
-            AcceptAutotuneRecord(*probe, result, *stream);
-        if (record.ok()) {
-          details = *std::move(record);
-        } else {
-          error = absl::StrCat("autotune record rejected: ",
-                               record.status().message());
-        }
-      }
-      absl::StatusOr<v1::Probe> finished = store_->FinishAssignment(
-          probe->id(), result.assignment_id(),
-          error.empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED, error,
-          details, result.handed_back());
-      if (!finished.ok()) {
-        spdlog::error("event=finish_not_stored key={} error=\"{}\"",
-                      result.key(), std::string(finished.status().message()));
-        return;
-      }
+    const std::optional<v1::MeasuredRun> run = RunFor(*probe, result, *stream);
+    // The planner's key, not the worker's: one per run of this assignment.
+    absl::StatusOr<bool> stored = store_->RecordProbeResult(
+        probe->id(), result.assignment_id(), worker,
+        StoredResultKey(probe->id(), result.assignment_id(), batch), batch,
+        run);
+    if (stored.status().code() == absl::StatusCode::kFailedPrecondition) {
+      reject(WorkerRejection::kNotLeased,
+             std::string(stored.status().message()));
+      return;
+    }
+    if (!stored.ok()) {
+      spdlog::error("event=result_not_stored key={} error=\"{}\"", Cut(key),
+                    std::string(stored.status().message()));
+      return;
+    }
+    if (*stored && run.has_value()) {
+      std::function<void()> callback;
       {
         absl::MutexLock lock(&mu_);
-        if (stream->running_assignment == result.assignment_id()) {
-          stream->running_assignment.clear();
-          stream->running_probe.clear();
-        }
+        callback = on_run_stored_;
       }
-      spdlog::info("event=assignment_done probe={} assignment={} state={}",
-                   finished->id(), result.assignment_id(),
-                   v1::Probe::State_Name(finished->state()));
-      PublishProbe(*finished);
-      Wake();
+      if (callback) callback();
+    }
+    metrics_->ProbeResultReceived(!*stored                 ? "duplicate"
+                                  : batch.oom()            ? "oom"
+                                  : !batch.error().empty() ? "error"
+                                                           : "measured");
+    if (*stored) PublishStored(probe->id());
+  }
+  if (!result.final() && !result.handed_back()) {
+    acknowledge();
+    return;
+  }
+  {
+    // The worker is done with it, whether the planner takes its word.
+    absl::MutexLock lock(&mu_);
+    if (stream->running_assignment == result.assignment_id()) {
+      stream->running_assignment.clear();
+      stream->running_probe.clear();
     }
   }
-  v1::PlannerMessage ack;
-  ack.mutable_ack()->add_keys(result.key());
-  stream->Enqueue(std::move(ack));
+  if (!Terminal(probe->state()) || probe->worker() != worker ||
+      probe->assignment_id() != result.assignment_id()) {
+    if (absl::Status leased =
+            CheckLeased(*probe, result.assignment_id(), worker);
+        !leased.ok()) {
+      reject(WorkerRejection::kNotLeased, std::string(leased.message()));
+      return;
+    }
+  } else {
+    // This worker's assignment ended already: a re-sent last message
+    // whose acknowledgement was lost.
+    acknowledge();
+    return;
+  }
+  absl::StatusOr<v1::Probe> finished;
+  if (result.handed_back()) {
+    finished = store_->HandBack(probe->id(), result.assignment_id(), worker,
+                                options_.max_handbacks);
+  } else {
+    std::string error = result.error();
+    std::string details = result.details_json();
+    if (error.empty() && probe->request().has_autotune()) {
+      absl::StatusOr<std::string> record =
+          AcceptAutotuneRecord(*probe, result, *stream);
+      if (record.ok()) {
+        details = *std::move(record);
+      } else {
+        error = absl::StrCat("autotune record rejected: ",
+                             record.status().message());
+      }
+    }
+    finished = store_->FinishAssignment(
+        probe->id(), result.assignment_id(),
+        error.empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED, error,
+        details, /*requeue=*/false);
+  }
+  if (finished.status().code() == absl::StatusCode::kFailedPrecondition) {
+    reject(WorkerRejection::kNotLeased,
+           std::string(finished.status().message()));
+    return;
+  }
+  if (!finished.ok()) {
+    spdlog::error("event=finish_not_stored key={} error=\"{}\"", Cut(key),
+                  std::string(finished.status().message()));
+    return;
+  }
+  spdlog::info("event=assignment_done probe={} assignment={} state={}",
+               finished->id(), result.assignment_id(),
+               v1::Probe::State_Name(finished->state()));
+  PublishProbe(*finished);
+  Wake();
+  if (result.handed_back() && finished->state() == v1::Probe::FAILED) {
+    // The hand-back ended the probe instead of re-queueing it.
+    reject(WorkerRejection::kHandbackLimit, finished->error());
+    return;
+  }
+  acknowledge();
 }
 
 void FleetService::OnStreamDone(WorkerStream* stream) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -44,6 +45,9 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
     size_t max_request_bytes = 4 << 20;
     // Who may call what; null allows everything.
     std::shared_ptr<const Access> access;
+    // A probe handed back by workers this many times fails instead of
+    // going back to the queue again.
+    uint32_t max_handbacks = 3;
   };
 
   // `store` and `metrics` must outlive the service.
@@ -110,6 +114,12 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   void OnSamples(WorkerStream* stream, const v1::SampleBatch& samples);
   void OnResult(WorkerStream* stream, const v1::ProbeResult& result);
   void OnStreamDone(WorkerStream* stream);
+  // Refuses one message of `worker` (as it named itself): counted, logged,
+  // nothing stored; the worker is told by a Rejected naming `key`, or,
+  // with `end`, the stream ends with that code and `detail`.
+  void Reject(WorkerStream* stream, const std::string& worker,
+              WorkerRejection reason, const std::string& key,
+              const std::string& detail, std::optional<grpc::StatusCode> end);
 
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
   // Why no worker connected now can take `probe` (its placement and

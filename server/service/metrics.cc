@@ -99,6 +99,30 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 
 }  // namespace
 
+const char* WorkerRejectionName(WorkerRejection reason) {
+  switch (reason) {
+    case WorkerRejection::kNotLeased:
+      return "not_leased";
+    case WorkerRejection::kUnknownBatch:
+      return "unknown_batch";
+    case WorkerRejection::kImplausibleValue:
+      return "implausible_value";
+    case WorkerRejection::kMalformed:
+      return "malformed";
+    case WorkerRejection::kHandbackLimit:
+      return "handback_limit";
+    case WorkerRejection::kDuplicateHello:
+      return "duplicate_hello";
+    case WorkerRejection::kIdentityMismatch:
+      return "identity_mismatch";
+    case WorkerRejection::kInventoryTooLarge:
+      return "inventory_too_large";
+    case WorkerRejection::kAlreadyConnected:
+      return "already_connected";
+  }
+  return "malformed";
+}
+
 PlannerMetrics::PlannerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       started_(prometheus::BuildCounter()
@@ -153,6 +177,12 @@ PlannerMetrics::PlannerMetrics()
                          .Help("Batch results received from workers, by "
                                "outcome.")
                          .Register(*registry_)),
+      worker_rejections_(
+          prometheus::BuildCounter()
+              .Name("headroom_worker_messages_rejected_total")
+              .Help("Worker messages the planner refused (nothing of them "
+                    "stored), by reason.")
+              .Register(*registry_)),
       dcgm_fb_used_(prometheus::BuildGauge()
                         .Name("DCGM_FI_DEV_FB_USED")
                         .Help("Framebuffer memory used (in MiB).")
@@ -192,6 +222,9 @@ PlannerMetrics::PlannerMetrics()
         .Set(0);
   }
   samples_.Add({});
+  for (WorkerRejection reason : kAllWorkerRejections) {
+    worker_rejections_.Add({{"reason", WorkerRejectionName(reason)}});
+  }
   for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
     verdicts_.Add({{"verdict", verdict}});
   }
@@ -275,6 +308,10 @@ void PlannerMetrics::SamplesReceived(uint64_t count) {
 
 void PlannerMetrics::ProbeResultReceived(const std::string& outcome) {
   probe_results_.Add({{"outcome", outcome}}).Increment();
+}
+
+void PlannerMetrics::WorkerMessageRejected(WorkerRejection reason) {
+  worker_rejections_.Add({{"reason", WorkerRejectionName(reason)}}).Increment();
 }
 
 PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(

@@ -20,6 +20,29 @@
 
 namespace headroom {
 
+// Why the planner refused a worker's message: the fixed label values of
+// headroom_worker_messages_rejected_total{reason}.
+enum class WorkerRejection {
+  kNotLeased,          // not the running assignment leased to this worker
+  kUnknownBatch,       // a batch, repetition or mode the probe never asked
+  kImplausibleValue,   // NaN, a negative or impossible peak, OOM and a peak
+  kMalformed,          // a missing or oversized key, no probe named
+  kHandbackLimit,      // handed back too often: the probe failed instead
+  kDuplicateHello,     // a second hello on one stream
+  kIdentityMismatch,   // the hello's worker id is not the caller's identity
+  kInventoryTooLarge,  // a hello beyond the inventory bounds
+  kAlreadyConnected,   // the worker id is connected and alive elsewhere
+};
+inline constexpr WorkerRejection kAllWorkerRejections[] = {
+    WorkerRejection::kNotLeased,        WorkerRejection::kUnknownBatch,
+    WorkerRejection::kImplausibleValue, WorkerRejection::kMalformed,
+    WorkerRejection::kHandbackLimit,    WorkerRejection::kDuplicateHello,
+    WorkerRejection::kIdentityMismatch, WorkerRejection::kInventoryTooLarge,
+    WorkerRejection::kAlreadyConnected};
+
+// The label value ("not_leased", ...), also sent in v1::Rejected.reason.
+const char* WorkerRejectionName(WorkerRejection reason);
+
 class PlannerMetrics {
  public:
   PlannerMetrics();
@@ -49,6 +72,9 @@ class PlannerMetrics {
   void ProbeStates(const std::vector<std::pair<std::string, int64_t>>& counts);
   void SamplesReceived(uint64_t count);
   void ProbeResultReceived(const std::string& outcome);
+  // Counts one refused worker message
+  // (headroom_worker_messages_rejected_total{reason}).
+  void WorkerMessageRejected(WorkerRejection reason);
 
   // One GPU's latest reading, in dcgm-exporter's metric names and units
   // (DCGM_FI_DEV_FB_USED MiB, DCGM_FI_DEV_POWER_USAGE W,
@@ -87,6 +113,7 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Gauge>& probes_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Counter>& probe_results_;
+  prometheus::Family<prometheus::Counter>& worker_rejections_;
   prometheus::Family<prometheus::Gauge>& dcgm_fb_used_;
   prometheus::Family<prometheus::Gauge>& dcgm_power_;
   prometheus::Family<prometheus::Gauge>& dcgm_energy_;

@@ -913,7 +913,8 @@ absl::StatusOr<std::vector<std::string>> PostgresStore::RequeueExpired(
 }
 
 absl::StatusOr<bool> PostgresStore::RecordProbeResult(
-    const std::string& probe_id, const std::string& key,
+    const std::string& probe_id, const std::string& assignment_id,
+    const std::string& worker, const std::string& key,
     const v1::BatchResult& result, const std::optional<v1::MeasuredRun>& run) {
   absl::MutexLock lock(&mu_);
   bool inserted = false;
@@ -931,6 +932,15 @@ absl::StatusOr<bool> PostgresStore::RecordProbeResult(
     }
     ASSIGN_OR_RETURN(v1::Probe probe,
                      Parse<v1::Probe>(probe_row.Bytes(0, 0), "probe"));
+    // A key stored before is a duplicate even once the lease is gone: a
+    // re-sent result whose acknowledgement was lost.
+    ASSIGN_OR_RETURN(Rows seen, QueryLocked("reading probe results",
+                                            "SELECT 1 FROM probe_results "
+                                            "WHERE key = $1",
+                                            Params().Text(key)));
+    if (!seen.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+    if (HasResultFor(probe, result)) return absl::OkStatus();
     ASSIGN_OR_RETURN(Rows stored,
                      QueryLocked("storing probe result",
                                  "INSERT INTO probe_results (key, probe_id, "
@@ -960,6 +970,20 @@ absl::StatusOr<v1::Probe> PostgresStore::FinishAssignment(
                       requeue)) {
       return absl::OkStatus();  // that assignment is no longer the probe's
     }
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
+}
+
+absl::StatusOr<v1::Probe> PostgresStore::HandBack(
+    const std::string& probe_id, const std::string& assignment_id,
+    const std::string& worker, uint32_t max_handbacks) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(probe_id, /*for_update=*/true));
+    RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+    MarkHandedBack(&probe, max_handbacks);
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;

@@ -42,6 +42,49 @@ bool MarkFinished(v1::Probe* probe, const std::string& assignment_id,
   return true;
 }
 
+absl::Status CheckLeased(const v1::Probe& probe,
+                         const std::string& assignment_id,
+                         const std::string& worker) {
+  if (probe.state() == v1::Probe::RUNNING &&
+      probe.assignment_id() == assignment_id && probe.worker() == worker) {
+    return absl::OkStatus();
+  }
+  if (probe.state() != v1::Probe::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("probe ", probe.id(), " is ",
+                     v1::Probe::State_Name(probe.state()), ", not running"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "probe ", probe.id(), " runs as assignment ", probe.assignment_id(),
+      " on worker ", probe.worker(), ", not as ", assignment_id.substr(0, 64),
+      " on ", worker.substr(0, 128)));
+}
+
+bool HasResultFor(const v1::Probe& probe, const v1::BatchResult& result) {
+  for (const v1::BatchResult& stored : probe.results()) {
+    if (stored.batch() == result.batch() &&
+        stored.repetition() == result.repetition() &&
+        stored.mode() == result.mode()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void MarkHandedBack(v1::Probe* probe, uint32_t max_handbacks) {
+  probe->set_handbacks(probe->handbacks() + 1);
+  if (probe->handbacks() >= max_handbacks) {
+    probe->set_state(v1::Probe::FAILED);
+    probe->set_error(absl::StrCat("handed back ", probe->handbacks(),
+                                  " times (the limit is ", max_handbacks,
+                                  "); not queued again"));
+  } else {
+    probe->set_state(v1::Probe::QUEUED);
+    probe->set_assignment_id("");
+  }
+  probe->set_updated_unix_ms(WallClockMs());
+}
+
 bool MarkCancelled(v1::Probe* probe) {
   if (probe->state() != v1::Probe::QUEUED &&
       probe->state() != v1::Probe::RUNNING) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "headroom/v1/fleet.pb.h"
 
 namespace headroom {
@@ -25,6 +26,21 @@ void MarkRequeued(v1::Probe* probe, int64_t now_ms);
 bool MarkFinished(v1::Probe* probe, const std::string& assignment_id,
                   v1::Probe::State state, const std::string& error,
                   const std::string& details_json, bool requeue);
+
+// OK when `probe` is RUNNING under `assignment_id`, claimed by `worker`;
+// FAILED_PRECONDITION saying what it is instead.
+absl::Status CheckLeased(const v1::Probe& probe,
+                         const std::string& assignment_id,
+                         const std::string& worker);
+
+// Whether `probe` holds a result for the batch, repetition and mode of
+// `result` already.
+bool HasResultFor(const v1::Probe& probe, const v1::BatchResult& result);
+
+// A hand-back of the running assignment (CheckLeased first): one more
+// hand-back, then QUEUED, or FAILED ("handed back N times") once the count
+// reaches `max_handbacks`.
+void MarkHandedBack(v1::Probe* probe, uint32_t max_handbacks);
 
 // QUEUED or RUNNING -> CANCELLED; returns false and changes nothing for a
 // probe already in a final state.

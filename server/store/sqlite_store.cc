@@ -726,12 +726,25 @@ absl::StatusOr<std::vector<std::string>> SqliteStore::RequeueExpired(
 }
 
 absl::StatusOr<bool> SqliteStore::RecordProbeResult(
-    const std::string& probe_id, const std::string& key,
+    const std::string& probe_id, const std::string& assignment_id,
+    const std::string& worker, const std::string& key,
     const v1::BatchResult& result, const std::optional<v1::MeasuredRun>& run) {
   absl::MutexLock lock(&mu_);
   bool inserted = false;
   RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(v1::Probe probe, GetProbeLocked(probe_id));
+    {
+      // A key stored before is a duplicate even once the lease is gone: a
+      // re-sent result whose acknowledgement was lost.
+      Statement seen(db_, "SELECT 1 FROM probe_results WHERE key = ?;");
+      if (!seen.ok()) return SqliteError(db_, "reading probe results");
+      seen.BindText(1, key);
+      const int rc = sqlite3_step(seen.get());
+      if (rc == SQLITE_ROW) return absl::OkStatus();
+      if (rc != SQLITE_DONE) return SqliteError(db_, "reading probe results");
+    }
+    RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+    if (HasResultFor(probe, result)) return absl::OkStatus();
     Statement s(db_,
                 "INSERT OR IGNORE INTO probe_results (key, probe_id, body) "
                 "VALUES (?, ?, ?);");
@@ -771,6 +784,20 @@ absl::StatusOr<v1::Probe> SqliteStore::FinishAssignment(
                       requeue)) {
       return absl::OkStatus();  // that assignment is no longer the probe's
     }
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::HandBack(
+    const std::string& probe_id, const std::string& assignment_id,
+    const std::string& worker, uint32_t max_handbacks) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(probe_id));
+    RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+    MarkHandedBack(&probe, max_handbacks);
     return UpdateProbeLocked(probe, 0);
   }));
   return probe;

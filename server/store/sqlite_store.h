@@ -66,9 +66,14 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) override;
   absl::StatusOr<bool> RecordProbeResult(
-      const std::string& probe_id, const std::string& key,
+      const std::string& probe_id, const std::string& assignment_id,
+      const std::string& worker, const std::string& key,
       const v1::BatchResult& result,
       const std::optional<v1::MeasuredRun>& run) override;
+  absl::StatusOr<v1::Probe> HandBack(const std::string& probe_id,
+                                     const std::string& assignment_id,
+                                     const std::string& worker,
+                                     uint32_t max_handbacks) override;
   absl::StatusOr<v1::Probe> FinishAssignment(const std::string& probe_id,
                                              const std::string& assignment_id,
                                              v1::Probe::State state,

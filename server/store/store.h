@@ -108,13 +108,30 @@ class Store {
   virtual absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) = 0;
 
-  // Stores one batch result of a probe under `key`, once: a key seen before
-  // changes nothing and returns false. `run`, when given, is stored with it
-  // as a measured run in the same transaction.
+  // Stores one batch result of the probe's running assignment
+  // `assignment_id`, leased to `worker`, under `key` (the planner derives it
+  // from the probe, assignment, batch, repetition and mode), once. A key
+  // seen before, or a batch, repetition and mode the probe holds a result
+  // for already (measured under an earlier assignment), is a duplicate:
+  // nothing changes and it returns false. FAILED_PRECONDITION (nothing
+  // stored) when the probe is not RUNNING under `assignment_id` for
+  // `worker`. `run`, when given, is stored with the result as a measured
+  // run in the same transaction.
   virtual absl::StatusOr<bool> RecordProbeResult(
-      const std::string& probe_id, const std::string& key,
+      const std::string& probe_id, const std::string& assignment_id,
+      const std::string& worker, const std::string& key,
       const v1::BatchResult& result,
       const std::optional<v1::MeasuredRun>& run) = 0;
+
+  // `worker` hands back its running assignment `assignment_id`: the probe
+  // goes back to the queue with one more hand-back counted, or, when it has
+  // been handed back `max_handbacks` times with this one, FAILS saying so.
+  // FAILED_PRECONDITION (nothing changed) when the probe is not RUNNING
+  // under `assignment_id` for `worker`.
+  virtual absl::StatusOr<v1::Probe> HandBack(const std::string& probe_id,
+                                             const std::string& assignment_id,
+                                             const std::string& worker,
+                                             uint32_t max_handbacks) = 0;
 
   // Ends the probe's current assignment: SUCCEEDED or FAILED (with
   // `error`), or back to QUEUED when `requeue`. Ignored (returns the probe

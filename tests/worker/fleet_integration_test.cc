@@ -41,6 +41,9 @@ class FleetIntegrationTest : public ::testing::Test {
     address_ = "127.0.0.1:" + std::to_string(port_);
     db_ = ::testing::TempDir() + "/fleet-" + std::to_string(getpid()) + ".db";
     std::filesystem::remove(db_);
+    journals_ =
+        ::testing::TempDir() + "/fleet-journals-" + std::to_string(getpid());
+    std::filesystem::remove_all(journals_);
     auto channel =
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     fleet_ = v1::Fleet::NewStub(channel);
@@ -52,6 +55,7 @@ class FleetIntegrationTest : public ::testing::Test {
     for (const char* suffix : {"", "-wal", "-shm"}) {
       std::filesystem::remove(db_ + suffix);
     }
+    std::filesystem::remove_all(journals_);
   }
 
   void StartPlanner() {
@@ -69,7 +73,8 @@ class FleetIntegrationTest : public ::testing::Test {
         HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=" + id,
         "--executors=sim", "--sim_gpu=" + gpu,
         "--sim_step_ms=" + std::to_string(step_ms), "--sample_ms=20",
-        "--backoff_max_ms=400", "--log_level=warn"});
+        "--backoff_max_ms=400", "--journal_dir=" + journals_ + "/" + id,
+        "--log_level=warn"});
   }
 
   // Polls (bounded) until the planner answers the fleet service.
@@ -111,6 +116,8 @@ class FleetIntegrationTest : public ::testing::Test {
   int port_ = 0;
   std::string address_;
   std::string db_;
+  // One journal directory per worker id under it.
+  std::string journals_;
   std::unique_ptr<Child> planner_;
   std::map<std::string, std::unique_ptr<Child>> workers_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;

@@ -90,7 +90,8 @@ class LearnIntegrationTest : public ::testing::Test {
         HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=sim-l4",
         "--node_name=gpu-node-7", "--executors=sim", "--sim_gpu=L4",
         "--sim_seed=7", "--sim_step_ms=5", "--sample_ms=20",
-        "--backoff_max_ms=400", "--log_level=warn"});
+        "--backoff_max_ms=400", "--journal_dir=" + db_ + ".worker-journal",
+        "--log_level=warn"});
     ASSERT_TRUE(WaitFor(
         [&] {
           return ::headroom::testing::WorkersConnected(fleet_.get())["sim-l4"];
@@ -104,6 +105,7 @@ class LearnIntegrationTest : public ::testing::Test {
     for (const char* suffix : {"", "-wal", "-shm"}) {
       std::filesystem::remove(db_ + suffix);
     }
+    std::filesystem::remove_all(db_ + ".worker-journal");
   }
 
   v1::CheckFitRequest Request(const std::vector<uint32_t>& batches) {

@@ -89,6 +89,7 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
     replicas_.clear();
     database_.reset();
     if (GetParam() == "sqlite") RemoveSqlite();
+    std::filesystem::remove_all(journals_);
   }
   void RemoveSqlite() {
     for (const char* suffix : {"", "-wal", "-shm"}) {
@@ -121,7 +122,8 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
         HEADROOM_WORKER_BIN, "--planner=" + replicas_[planner].address,
         "--worker_id=" + id, "--executors=sim", "--sim_gpu=L4",
         "--sim_step_ms=" + std::to_string(step_ms), "--sample_ms=20",
-        "--backoff_max_ms=400", "--log_level=warn"});
+        "--backoff_max_ms=400", "--journal_dir=" + journals_ + "/" + id,
+        "--log_level=warn"});
   }
 
   bool ConnectedSomewhere(const std::string& via, const std::string& id) {
@@ -130,6 +132,9 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::string location_;
+  // Each worker's journal directory is under it.
+  const std::string journals_ =
+      ::testing::TempDir() + "/replica-journals-" + std::to_string(getpid());
   std::unique_ptr<::headroom::testing::TemporaryPostgresDatabase> database_;
   std::map<std::string, Replica> replicas_;
   std::map<std::string, std::unique_ptr<Child>> workers_;

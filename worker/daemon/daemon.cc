@@ -59,6 +59,28 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options,
     const std::string name = executor->name();
     executors_[name] = std::move(executor);
   }
+  if (options_.journal_dir.empty()) return;
+  absl::StatusOr<std::unique_ptr<ResultJournal>> journal =
+      ResultJournal::Open(options_.journal_dir, {});
+  if (!journal.ok()) {
+    spdlog::error(
+        "event=journal_unavailable worker={} dir={} error=\"{}\" "
+        "action=results_in_memory_only",
+        options_.worker_id, options_.journal_dir, journal.status().ToString());
+    return;
+  }
+  journal_ = *std::move(journal);
+  for (v1::ProbeResult& result : journal_->Load()) {
+    const std::string key = result.key();
+    if (unacked_.count(key) == 0) unacked_order_.push_back(key);
+    unacked_[key] = std::move(result);
+    ++counters_.results_recovered;
+  }
+  if (counters_.results_recovered > 0) {
+    spdlog::info("event=journal_recovered worker={} dir={} results={}",
+                 options_.worker_id, options_.journal_dir,
+                 counters_.results_recovered);
+  }
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -168,18 +190,11 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub) {
   bool welcomed = false;
   if (stream->Write(hello)) {
     {
-      // Everything not acknowledged goes again, oldest first; the planner
-      // stores each key once.
+      // What was queued for the last stream goes again once this one is
+      // welcomed (Handle).
       std::lock_guard<std::mutex> lock(mu_);
       ++counters_.connects;
       outbox_.clear();
-      for (const std::string& key : unacked_order_) {
-        auto it = unacked_.find(key);
-        if (it == unacked_.end()) continue;
-        v1::WorkerMessage message;
-        *message.mutable_result() = it->second;
-        outbox_.push_back(std::move(message));
-      }
     }
     connected_ = true;
     std::atomic<bool> stream_ok{true};
@@ -212,8 +227,23 @@ void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
         heartbeat_ =
             std::chrono::milliseconds(message.welcome().heartbeat_ms());
       }
-      spdlog::info("event=connected worker={} planner={} heartbeat_ms={}",
-                   options_.worker_id, options_.planner, heartbeat_.count());
+      spdlog::info(
+          "event=connected worker={} planner={} heartbeat_ms={} resending={}",
+          options_.worker_id, options_.planner, heartbeat_.count(),
+          unacked_.size());
+      // Everything not acknowledged goes again, oldest first (from before
+      // a reconnect, or from the journal of an earlier run); the planner
+      // stores each run once. One queued meanwhile may go twice: stored
+      // once too.
+      outbox_.clear();
+      for (const std::string& key : unacked_order_) {
+        auto it = unacked_.find(key);
+        if (it == unacked_.end()) continue;
+        v1::WorkerMessage resend;
+        *resend.mutable_result() = it->second;
+        outbox_.push_back(std::move(resend));
+      }
+      cv_.notify_all();
       break;
     }
     case v1::PlannerMessage::kAssignment:
@@ -222,12 +252,22 @@ void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
     case v1::PlannerMessage::kAck: {
       std::lock_guard<std::mutex> lock(mu_);
       for (const std::string& key : message.ack().keys()) {
-        if (unacked_.erase(key) > 0) ++counters_.results_acked;
+        if (unacked_.count(key) > 0) ++counters_.results_acked;
+        ForgetResultLocked(key);
       }
-      while (!unacked_order_.empty() &&
-             unacked_.count(unacked_order_.front()) == 0) {
-        unacked_order_.pop_front();
-      }
+      cv_.notify_all();
+      break;
+    }
+    case v1::PlannerMessage::kRejected: {
+      // Refused for good: sending it again would be refused again.
+      const v1::Rejected& rejected = message.rejected();
+      std::lock_guard<std::mutex> lock(mu_);
+      spdlog::warn(
+          "event=result_rejected worker={} key={} reason={} detail=\"{}\"",
+          options_.worker_id, rejected.key().substr(0, 200),
+          rejected.reason().substr(0, 64), rejected.detail().substr(0, 400));
+      if (unacked_.count(rejected.key()) > 0) ++counters_.results_rejected;
+      ForgetResultLocked(rejected.key());
       cv_.notify_all();
       break;
     }
@@ -257,7 +297,8 @@ void WorkerDaemon::StartAssignment(const v1::Assignment& assignment) {
     result.set_handed_back(hand_back);
     result.set_final(!hand_back);
     if (!hand_back) result.set_error(why);
-    QueueResultLocked(std::move(result), assignment.gpu_index());
+    PrepareResult(&result, assignment.gpu_index());
+    QueueResultLocked(std::move(result));
     spdlog::warn("event=assignment_refused worker={} assignment={} why=\"{}\"",
                  options_.worker_id, assignment.assignment_id(), why);
   };
@@ -322,25 +363,47 @@ void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
       "error=\"{}\"",
       options_.worker_id, assignment.assignment_id(), outcome.handed_back,
       outcome.error);
+  PrepareResult(&result, assignment.gpu_index());
   std::lock_guard<std::mutex> lock(mu_);
-  QueueResultLocked(std::move(result), assignment.gpu_index());
+  QueueResultLocked(std::move(result));
   running_assignment_.clear();
   running_probe_.clear();
   cv_.notify_all();
 }
 
 void WorkerDaemon::SendResult(v1::ProbeResult result, uint32_t gpu_index) {
+  PrepareResult(&result, gpu_index);
   std::lock_guard<std::mutex> lock(mu_);
-  QueueResultLocked(std::move(result), gpu_index);
+  QueueResultLocked(std::move(result));
 }
 
-void WorkerDaemon::QueueResultLocked(v1::ProbeResult result,
-                                     uint32_t gpu_index) {
+void WorkerDaemon::PrepareResult(v1::ProbeResult* result, uint32_t gpu_index) {
   // Every result names the card and the versions it was measured with.
-  *result.mutable_gpu() = DeviceAt(gpu_index);
+  *result->mutable_gpu() = DeviceAt(gpu_index);
   for (const auto& [name, version] : options_.framework_versions) {
-    (*result.mutable_framework_versions())[name] = version;
+    (*result->mutable_framework_versions())[name] = version;
   }
+  if (journal_ == nullptr) return;
+  // On disk before it is sent: a worker killed from here on sends it again
+  // when it starts.
+  if (absl::Status journaled = journal_->Add(*result); !journaled.ok()) {
+    spdlog::warn(
+        "event=journal_write_failed worker={} key={} error=\"{}\" "
+        "action=sent_unjournaled",
+        options_.worker_id, result->key(), journaled.ToString());
+  }
+}
+
+void WorkerDaemon::ForgetResultLocked(const std::string& key) {
+  unacked_.erase(key);
+  if (journal_ != nullptr) journal_->Remove(key);
+  while (!unacked_order_.empty() &&
+         unacked_.count(unacked_order_.front()) == 0) {
+    unacked_order_.pop_front();
+  }
+}
+
+void WorkerDaemon::QueueResultLocked(v1::ProbeResult result) {
   const std::string key = result.key();
   if (unacked_.count(key) == 0) unacked_order_.push_back(key);
   v1::WorkerMessage message;

@@ -4,7 +4,8 @@
 // The worker daemon: one Fleet.Connect stream to the planner, reconnected
 // with exponential backoff; assignments run one at a time on an executor;
 // samples stream back in small batches; results are kept until the planner
-// acknowledges them and are re-sent after every reconnect.
+// acknowledges (or rejects) them and are re-sent after every reconnect, and,
+// with a journal, after a restart of the worker.
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "grpcpp/client_context.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "worker/daemon/executor.h"
+#include "worker/daemon/result_journal.h"
 
 namespace headroom::worker {
 
@@ -46,6 +48,9 @@ struct DaemonOptions {
   size_t max_buffered_samples = 100000;
   // On shutdown: how long to wait for the running batch and for acks.
   std::chrono::milliseconds shutdown_grace{10000};
+  // Where results wait for their acknowledgement on disk (ResultJournal);
+  // empty: in memory only, lost with the process.
+  std::string journal_dir;
 };
 
 struct DaemonCounters {
@@ -53,6 +58,10 @@ struct DaemonCounters {
   uint64_t samples_dropped = 0;
   uint64_t results_sent = 0;
   uint64_t results_acked = 0;
+  // Results the planner refused by name (dropped, never sent again).
+  uint64_t results_rejected = 0;
+  // Results read back from the journal at start.
+  uint64_t results_recovered = 0;
   uint64_t connects = 0;
   uint64_t assignments = 0;
 };
@@ -67,6 +76,8 @@ class WorkerDaemon {
   WorkerDaemon& operator=(const WorkerDaemon&) = delete;
 
   // Connects and serves until Stop(); returns after a clean hand-back.
+  // Results left in the journal by an earlier run go first, once the
+  // planner has welcomed the worker.
   void Run();
   // Asks Run() to finish: the running assignment finishes its batch or is
   // handed back, unacknowledged results get `shutdown_grace` to be acked.
@@ -87,9 +98,13 @@ class WorkerDaemon {
   void Handle(const v1::PlannerMessage& message);
   void StartAssignment(const v1::Assignment& assignment);
   void RunAssignment(const v1::Assignment& assignment, Executor* executor);
-  // Sets the result's GPU and versions, keeps it until acknowledged and
-  // queues it for the writer. Needs mu_.
-  void QueueResultLocked(v1::ProbeResult result, uint32_t gpu_index);
+  // Sets the result's GPU and versions and writes it to the journal.
+  void PrepareResult(v1::ProbeResult* result, uint32_t gpu_index);
+  // Keeps a prepared result until acknowledged and queues it for the
+  // writer. Needs mu_.
+  void QueueResultLocked(v1::ProbeResult result);
+  // Forgets an acknowledged or rejected result. Needs mu_.
+  void ForgetResultLocked(const std::string& key);
   // Queues a result until acknowledged and sends it when connected.
   void SendResult(v1::ProbeResult result, uint32_t gpu_index);
   void QueueSample(v1::Sample sample, const std::string& probe_id);
@@ -99,6 +114,8 @@ class WorkerDaemon {
 
   const DaemonOptions options_;
   std::map<std::string, std::unique_ptr<Executor>> executors_;
+  // Null without a journal directory (or when it cannot be opened).
+  std::unique_ptr<ResultJournal> journal_;
   std::string default_executor_;
 
   mutable std::mutex mu_;

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -59,9 +61,39 @@ ABSL_FLAG(std::string, cuda_probe, "",
 ABSL_FLAG(int, backoff_max_ms, 10000, "longest wait between reconnects");
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "on SIGTERM: time to finish the batch and deliver results");
+ABSL_FLAG(std::string, journal_dir, "",
+          "directory where results wait, fsynced, for the planner's "
+          "acknowledgement, so a worker killed and restarted sends them again "
+          "(also HEADROOM_JOURNAL_DIR; default "
+          "${XDG_STATE_HOME:-$HOME/.local/state}/headroom-worker/<worker_id>; "
+          "\"none\": in memory only)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 namespace {
+
+// --journal_dir, else HEADROOM_JOURNAL_DIR, else the worker's state
+// directory by the XDG base directory rules; "" for "none".
+std::string JournalDir(const std::string& worker_id) {
+  std::string dir = absl::GetFlag(FLAGS_journal_dir);
+  if (dir.empty() && std::getenv("HEADROOM_JOURNAL_DIR") != nullptr) {
+    dir = std::getenv("HEADROOM_JOURNAL_DIR");
+  }
+  if (dir == "none") return "";
+  if (!dir.empty()) return dir;
+  std::string state;
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg == '/') {
+    state = xdg;
+  } else if (const char* home = std::getenv("HOME"); home && *home == '/') {
+    state = std::string(home) + "/.local/state";
+  } else {
+    state = "/var/tmp";
+  }
+  // One directory per worker id, which may not climb out of it.
+  std::string name = worker_id;
+  std::replace(name.begin(), name.end(), '/', '_');
+  if (name.empty() || name == "." || name == "..") name = "worker";
+  return state + "/headroom-worker/" + name;
+}
 
 std::string HostName() {
   char name[256] = {};
@@ -119,6 +151,7 @@ int main(int argc, char** argv) {
       std::max(100, absl::GetFlag(FLAGS_backoff_max_ms)));
   options.shutdown_grace = std::chrono::milliseconds(
       std::max(0, absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  options.journal_dir = JournalDir(options.worker_id);
 
   headroom::worker::GpuSetupOptions setup;
   setup.executors =

@@ -2,6 +2,9 @@
 // vanished worker's probe, results are stored once, and all of it survives
 // a reopen; against every store.
 
+#include <optional>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/server/store/store_fixture.h"
 
@@ -159,27 +162,107 @@ TEST_P(FleetStoreTest, ResultsAreStoredOnceWithTheirRun) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 1000, 500)->has_value());
   v1::MeasuredRun run;
   run.set_template_("gpt2");
   run.set_gpu("L4");
   run.set_batch(8);
   run.set_measured_peak_gb(5.5);
   run.set_source("probe p-1");
-  auto first =
-      (*store)->RecordProbeResult("p-1", "p-1/8/0", Result(8, 5.5), run);
+  auto first = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "p-1/8/0",
+                                           Result(8, 5.5), run);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(*first);
-  auto resent =
-      (*store)->RecordProbeResult("p-1", "p-1/8/0", Result(8, 5.5), run);
+  auto resent = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "p-1/8/0",
+                                            Result(8, 5.5), run);
   ASSERT_TRUE(resent.ok());
   EXPECT_FALSE(*resent);
+  // Another key for the same batch, repetition and mode: still once.
+  auto rekeyed = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "other",
+                                             Result(8, 6.5), run);
+  ASSERT_TRUE(rekeyed.ok());
+  EXPECT_FALSE(*rekeyed);
   EXPECT_EQ((*store)->GetProbe("p-1")->results_size(), 1);
+  EXPECT_EQ((*store)->GetProbe("p-1")->results(0).peak_allocated_gb(), 5.5);
   EXPECT_EQ((*store)->ListRuns()->size(), 1u);
   EXPECT_EQ((*store)
-                ->RecordProbeResult("p-7", "p-7/1/0", Result(1, 1), run)
+                ->RecordProbeResult("p-7", "p-7.1", "w1", "p-7/1/0",
+                                    Result(1, 1), run)
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// Only the worker holding the running assignment may report for it; a key
+// stored before stays a duplicate after the lease is gone.
+TEST_P(FleetStoreTest, ResultsOutsideTheLeaseAreRefusedAndNotStored) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  const std::optional<v1::MeasuredRun> no_run;
+  // Queued, not running: refused.
+  auto queued = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "k",
+                                            Result(8, 5), no_run);
+  EXPECT_EQ(queued.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(queued.status().message().find("QUEUED"), std::string::npos)
+      << queued.status();
+  ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 1000, 500)->has_value());
+  // Another worker naming w1's assignment, and w1 naming another one.
+  auto other = (*store)->RecordProbeResult("p-1", "p-1.1", "w2", "k",
+                                           Result(8, 5), no_run);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("w2"), std::string::npos);
+  auto stale = (*store)->RecordProbeResult("p-1", "p-1.0", "w1", "k",
+                                           Result(8, 5), no_run);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->GetProbe("p-1")->results_size(), 0);
+
+  ASSERT_TRUE(*(*store)->RecordProbeResult("p-1", "p-1.1", "w1", "k",
+                                           Result(8, 5), no_run));
+  ASSERT_EQ((*store)->RequeueExpired(2000)->size(), 1u);
+  // Re-sent after the lease ran out (its ack was lost): a duplicate.
+  auto late = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "k",
+                                          Result(8, 5), no_run);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_FALSE(*late);
+  // A batch measured under the first assignment and sent again under the
+  // second is stored once.
+  ASSERT_TRUE((*store)->ClaimProbe("w2", {"L4"}, {}, 2000, 500)->has_value());
+  auto rerun = (*store)->RecordProbeResult("p-1", "p-1.2", "w2", "k2",
+                                           Result(8, 5.1), no_run);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  EXPECT_FALSE(*rerun);
+  EXPECT_EQ((*store)->GetProbe("p-1")->results_size(), 1);
+}
+
+TEST_P(FleetStoreTest, HandBacksAreCountedAndBounded) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 1000, 5000)->has_value());
+  // Only the holder of the lease hands it back.
+  EXPECT_EQ((*store)->HandBack("p-1", "p-1.1", "w2", 3).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->GetProbe("p-1")->state(), v1::Probe::RUNNING);
+  for (int i = 1; i <= 2; ++i) {
+    auto back = (*store)->HandBack("p-1", absl::StrCat("p-1.", i), "w1", 3);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->state(), v1::Probe::QUEUED);
+    EXPECT_EQ(back->handbacks(), static_cast<uint32_t>(i));
+    ASSERT_TRUE(
+        (*store)->ClaimProbe("w1", {"L4"}, {}, 1000, 5000)->has_value());
+  }
+  auto failed = (*store)->HandBack("p-1", "p-1.3", "w1", 3);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), v1::Probe::FAILED);
+  EXPECT_EQ(failed->handbacks(), 3u);
+  EXPECT_NE(failed->error().find("handed back 3 times"), std::string::npos)
+      << failed->error();
+  // Stored so: another store on the same database sees it.
+  auto reopened = Open();
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->GetProbe("p-1")->state(), v1::Probe::FAILED);
+  EXPECT_EQ((*reopened)->GetProbe("p-1")->handbacks(), 3u);
 }
 
 TEST_P(FleetStoreTest, QueueAndWorkersSurviveReopen) {

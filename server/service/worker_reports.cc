@@ -1,0 +1,197 @@
+#include "server/service/worker_reports.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+absl::Status CheckLength(const std::string& text, const std::string& field,
+                         size_t max) {
+  if (text.size() <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is ", text.size(), " characters; allowed up to ", max));
+}
+
+absl::Status CheckCount(int count, const char* field, int max) {
+  if (count <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " has ", count, " entries; allowed up to ", max));
+}
+
+Rejection Implausible(std::string detail) {
+  return {WorkerRejection::kImplausibleValue, std::move(detail)};
+}
+
+// A peak field: finite, >= 0, within the card.
+std::optional<Rejection> CheckPeak(const char* field, double gb,
+                                   std::optional<double> card_memory_gb) {
+  if (!std::isfinite(gb) || gb < 0) {
+    return Implausible(absl::StrCat(
+        field, " = ", gb, "; a peak is a finite number of GB, at least 0"));
+  }
+  if (card_memory_gb.has_value() && gb > *card_memory_gb * kPeakSlack) {
+    return Implausible(absl::StrCat(field, " = ", gb,
+                                    " GB is more than the card's ",
+                                    *card_memory_gb, " GB x ", kPeakSlack));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Status CheckHelloInventory(const v1::WorkerHello& hello) {
+  RETURN_IF_ERROR(
+      CheckLength(hello.hostname(), "hello.hostname", kMaxHelloStringLength));
+  RETURN_IF_ERROR(
+      CheckLength(hello.version(), "hello.version", kMaxHelloStringLength));
+  RETURN_IF_ERROR(CheckLength(hello.running_assignment_id(),
+                              "hello.running_assignment_id",
+                              kMaxHelloStringLength));
+  RETURN_IF_ERROR(
+      CheckCount(hello.gpus_size(), "hello.gpus", kMaxGpusPerWorker));
+  RETURN_IF_ERROR(CheckCount(hello.executors_size(), "hello.executors",
+                             kMaxExecutorsPerWorker));
+  RETURN_IF_ERROR(
+      CheckCount(hello.notes_size(), "hello.notes", kMaxNotesPerWorker));
+  RETURN_IF_ERROR(CheckCount(hello.framework_versions_size(),
+                             "hello.framework_versions",
+                             kMaxFrameworkVersions));
+  for (int i = 0; i < hello.executors_size(); ++i) {
+    RETURN_IF_ERROR(CheckLength(hello.executors(i),
+                                absl::StrCat("hello.executors[", i, "]"),
+                                kMaxHelloStringLength));
+  }
+  for (int i = 0; i < hello.notes_size(); ++i) {
+    RETURN_IF_ERROR(CheckLength(
+        hello.notes(i), absl::StrCat("hello.notes[", i, "]"), kMaxNoteLength));
+  }
+  for (const auto& [name, version] : hello.framework_versions()) {
+    RETURN_IF_ERROR(CheckLength(name, "hello.framework_versions key",
+                                kMaxHelloStringLength));
+    RETURN_IF_ERROR(CheckLength(
+        version, absl::StrCat("hello.framework_versions[", Cut(name, 64), "]"),
+        kMaxHelloStringLength));
+  }
+  for (int i = 0; i < hello.gpus_size(); ++i) {
+    const v1::GpuDevice& gpu = hello.gpus(i);
+    const std::string field = absl::StrCat("hello.gpus[", i, "]");
+    for (const auto& [name, text] :
+         {std::pair<const char*, const std::string*>{".name", &gpu.name()},
+          {".uuid", &gpu.uuid()},
+          {".compute_capability", &gpu.compute_capability()},
+          {".driver_version", &gpu.driver_version()},
+          {".cuda_version", &gpu.cuda_version()},
+          {".catalog_gpu", &gpu.catalog_gpu()}}) {
+      RETURN_IF_ERROR(CheckLength(*text, field + name, kMaxHelloStringLength));
+    }
+    const double memory_gb = static_cast<double>(gpu.memory_bytes()) / 1e9;
+    if (memory_gb > kMaxGpuMemoryGb) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".memory_bytes = ", gpu.memory_bytes(), " (", memory_gb,
+          " GB); allowed up to ", kMaxGpuMemoryGb, " GB (0 = not known)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<double> CardMemoryGb(const v1::Probe& probe,
+                                   const v1::WorkerHello& hello,
+                                   uint32_t gpu_index) {
+  const v1::GpuDevice* device = nullptr;
+  if (!probe.gpu().empty()) {
+    for (const v1::GpuDevice& gpu : hello.gpus()) {
+      if (CatalogGpuForDriverName(gpu.name()) == probe.gpu()) {
+        device = &gpu;
+        break;
+      }
+    }
+  }
+  for (const v1::GpuDevice& gpu : hello.gpus()) {
+    if (device == nullptr && gpu.index() == gpu_index) device = &gpu;
+  }
+  if (device != nullptr && device->memory_bytes() > 0) {
+    return static_cast<double>(device->memory_bytes()) / 1e9;
+  }
+  // The device did not say: the catalog's card.
+  absl::StatusOr<GpuInfo> card = FindGpu(probe.gpu());
+  if (!probe.gpu().empty() && card.ok()) return card->memory_gb;
+  return std::nullopt;
+}
+
+std::optional<Rejection> CheckBatchResult(
+    const v1::Probe& probe, const v1::BatchResult& batch,
+    std::optional<double> card_memory_gb) {
+  const v1::SubmitProbeRequest& request = probe.request();
+  bool known = false;
+  if (request.has_autotune()) {
+    for (const v1::PlannedMicrobatch& planned :
+         request.autotune().plan().candidates()) {
+      known =
+          known || (planned.microbatch() == batch.batch() &&
+                    planned.mode() == batch.mode() && batch.repetition() == 0);
+    }
+  } else {
+    const uint32_t repetitions = std::max(1u, request.repetitions());
+    known = batch.mode().empty() && batch.repetition() < repetitions &&
+            std::find(request.batches().begin(), request.batches().end(),
+                      batch.batch()) != request.batches().end();
+  }
+  if (!known) {
+    return Rejection{
+        WorkerRejection::kUnknownBatch,
+        absl::StrCat("batch ", batch.batch(), " repetition ",
+                     batch.repetition(), " mode \"", Cut(batch.mode(), 32),
+                     "\" is not a run of probe ", probe.id())};
+  }
+  for (const auto& [field, has, value] :
+       {std::tuple<const char*, bool, double>{"peak_allocated_gb",
+                                              batch.has_peak_allocated_gb(),
+                                              batch.peak_allocated_gb()},
+        {"peak_reserved_gb", batch.has_peak_reserved_gb(),
+         batch.peak_reserved_gb()},
+        {"device_peak_gb", batch.has_device_peak_gb(),
+         batch.device_peak_gb()}}) {
+    if (!has) continue;
+    if (auto bad = CheckPeak(field, value, card_memory_gb)) return bad;
+  }
+  if (batch.oom() && batch.has_peak_allocated_gb()) {
+    return Implausible(
+        absl::StrCat("oom with peak_allocated_gb = ", batch.peak_allocated_gb(),
+                     "; a run that ran out of memory has no measured peak"));
+  }
+  if (batch.has_step_seconds() &&
+      !(std::isfinite(batch.step_seconds()) && batch.step_seconds() > 0)) {
+    return Implausible(absl::StrCat("step_seconds = ", batch.step_seconds(),
+                                    "; must be finite and more than 0"));
+  }
+  if (batch.has_energy_j() &&
+      !(std::isfinite(batch.energy_j()) && batch.energy_j() >= 0)) {
+    return Implausible(absl::StrCat("energy_j = ", batch.energy_j(),
+                                    "; must be finite and at least 0"));
+  }
+  if (batch.error().size() > kMaxNoteLength) {
+    return Implausible(absl::StrCat("error is ", batch.error().size(),
+                                    " characters; allowed up to ",
+                                    kMaxNoteLength));
+  }
+  return std::nullopt;
+}
+
+std::string StoredResultKey(const std::string& probe_id,
+                            const std::string& assignment_id,
+                            const v1::BatchResult& batch) {
+  return absl::StrCat(probe_id, "/", assignment_id, "/", batch.batch(), "/",
+                      batch.repetition(), "/", batch.mode());
+}
+
+std::string Cut(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  return absl::StrCat(text.substr(0, max), "...");
+}
+
+}  // namespace headroom

@@ -1,0 +1,77 @@
+#ifndef HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+#define HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+
+// What a worker may report (issue 19, item 4): the bounds of a hello's
+// inventory, the runs a batch result may name, the values it may carry,
+// and the key the planner stores it under. Plain functions over the API
+// messages; FleetService checks the lease, stores and answers.
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "headroom/v1/fleet.pb.h"
+#include "server/service/metrics.h"
+
+namespace headroom {
+
+// Inventory bounds of a hello.
+inline constexpr int kMaxGpusPerWorker = 64;
+inline constexpr int kMaxExecutorsPerWorker = 16;
+inline constexpr int kMaxNotesPerWorker = 64;
+inline constexpr int kMaxFrameworkVersions = 64;
+// Names, versions, uuids, host names: one line of a log, at most.
+inline constexpr size_t kMaxHelloStringLength = 256;
+inline constexpr size_t kMaxNoteLength = 4096;
+// A GPU's memory at most this many GB (0 = not known): several times
+// today's largest card.
+inline constexpr double kMaxGpuMemoryGb = 1024;
+// A measured peak may exceed the card's memory by this factor at most
+// (allocator rounding, NVML's binary units): beyond it the number is wrong.
+inline constexpr double kPeakSlack = 1.05;
+
+// OK when every part of `hello` is within the bounds above (the worker id
+// and node name are checked by the caller); INVALID_ARGUMENT names the
+// field, its size and the bound.
+absl::Status CheckHelloInventory(const v1::WorkerHello& hello);
+
+// Why a worker message was refused: the reason (a fixed label) and what
+// was wrong, for the worker and the log.
+struct Rejection {
+  WorkerRejection reason;
+  std::string detail;
+};
+
+// The memory, GB, of the card `probe` runs on at the worker that said
+// `hello`: what that device reported (the first whose catalog GPU is the
+// probe's, as the dispatcher assigns, else the one at `gpu_index`), since
+// the catalog names a family (an H100 NVL has 94 GB, a sim card any size);
+// the catalog's memory for the probe's GPU when the device reported none;
+// nullopt when neither is known.
+std::optional<double> CardMemoryGb(const v1::Probe& probe,
+                                   const v1::WorkerHello& hello,
+                                   uint32_t gpu_index);
+
+// nullopt when `batch` names a run of `probe`'s request (a requested batch
+// and repetition with mode "", or a planned autotune candidate and its
+// mode at repetition 0) and carries plausible values: every number finite;
+// peaks >= 0 and at most `card_memory_gb` x kPeakSlack (when known); not
+// both OOM and an allocator peak; step seconds > 0; energy >= 0. Otherwise
+// unknown_batch or implausible_value, saying which field.
+std::optional<Rejection> CheckBatchResult(const v1::Probe& probe,
+                                          const v1::BatchResult& batch,
+                                          std::optional<double> card_memory_gb);
+
+// The key a batch result is stored under, derived by the planner (never
+// the worker's): "<probe>/<assignment>/<batch>/<repetition>/<mode>".
+std::string StoredResultKey(const std::string& probe_id,
+                            const std::string& assignment_id,
+                            const v1::BatchResult& batch);
+
+// `text` cut to `max` characters (with "..." when cut), for echoing a
+// worker's values into a log line or a reply.
+std::string Cut(const std::string& text, size_t max = 200);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
