@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -66,6 +67,8 @@ struct PlannerConfig {
   // RESOURCE_EXHAUSTED), so a 2 GB message costs the server this much at
   // most. At least 4 x max_message_bytes.
   int64_t grpc_memory_bytes = int64_t{512} << 20;
+  // Tests only: PlannerService::Options::before_refit_commit.
+  std::function<void(const std::function<bool()>& live)> before_refit_commit;
 };
 
 class PlannerApp {

@@ -43,7 +43,8 @@ PromotionDecision DecidePromotion(const v1::FactorSet& candidate,
 }
 
 absl::StatusOr<std::string> RollbackTarget(
-    const std::vector<std::string>& history, const std::string& current) {
+    const std::vector<std::string>& history, const std::string& current,
+    absl::string_view what) {
   std::vector<std::string> stack;
   for (const std::string& version : history) {
     auto earlier = std::find(stack.begin(), stack.end(), version);
@@ -56,7 +57,7 @@ absl::StatusOr<std::string> RollbackTarget(
   while (!stack.empty() && stack.back() == current) stack.pop_back();
   if (stack.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "nothing to roll back to: no factor set was current before ", current));
+        "nothing to roll back to: no ", what, " was current before ", current));
   }
   return stack.back();
 }
@@ -152,7 +153,8 @@ absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,
     }
     if (run.has_energy_j()) {
       RETURN_IF_ERROR(CheckRange(run.energy_j(), where + ".energy_j",
-                                 kMaxRunEnergyJ, /*positive=*/false, "J"));
+                                 kMaxMeasuredRunEnergyJ, /*positive=*/false,
+                                 "J"));
     }
     for (const auto& [field, has, value] :
          {std::tuple<const char*, bool, double>{"reference_shipped_gb",

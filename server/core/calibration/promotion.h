@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "headroom/v1/calibration.pb.h"
 #include "server/core/catalog/model_catalog.h"
 
@@ -29,15 +30,17 @@ PromotionDecision DecidePromotion(const v1::FactorSet& candidate,
 // that was current, oldest first. The history reads as a stack: a version
 // current before (rolled back to, or promoted again) pops back to it, so
 // rolling back twice walks back twice and never forward.
-// FAILED_PRECONDITION when nothing was current before `current`.
+// FAILED_PRECONDITION when nothing was current before `current`, naming
+// `what` was versioned ("factor set", "energy curve set").
 absl::StatusOr<std::string> RollbackTarget(
-    const std::vector<std::string>& history, const std::string& current);
+    const std::vector<std::string>& history, const std::string& current,
+    absl::string_view what = "factor set");
 
 // Largest parameter count, energy and step time a stored run may claim:
 // 10^14 parameters (100 times the largest model trained to date), a 2 kW
 // card for a year, a day per step.
 inline constexpr uint64_t kMaxRunParams = 100'000'000'000'000;
-inline constexpr double kMaxRunEnergyJ = 2000.0 * 365 * 86400;
+inline constexpr double kMaxMeasuredRunEnergyJ = 2000.0 * 365 * 86400;
 inline constexpr double kMaxRunSeconds = 86400;
 // A run as stored (an inline spec included).
 inline constexpr size_t kMaxStoredRunBytes = 256 << 10;
