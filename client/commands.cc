@@ -517,6 +517,14 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
                        std::chrono::milliseconds(10 * options.deadline_ms));
   v1::RefitResponse response;
   const grpc::Status status = stub->Refit(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // The planner commits a refit only while its call is live.
+    err << "headroom: the refit did not finish within "
+        << 10 * options.deadline_ms
+        << " ms; nothing was stored (neither runs nor a factor set); retry "
+           "with a larger --deadline_ms\n";
+    return 1;
+  }
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << ToJson(response, /*pretty=*/true) << "\n";

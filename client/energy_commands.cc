@@ -3,10 +3,13 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iomanip>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
+#include "client/rpc.h"
+#include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_plot.h"
@@ -235,6 +238,60 @@ int EnergyPlot(const EnergyOptions& options, std::ostream& out,
   const absl::Status written = WriteFile(options.svg, *svg);
   if (!written.ok()) return Fail(err, std::string(written.message()), 1);
   out << "wrote " << options.svg << "\n";
+  return 0;
+}
+
+int EnergyCurvesList(const Options& options, std::ostream& out,
+                     std::ostream& err) {
+  auto stub = v1::Planner::NewStub(Connect(options));
+  v1::ListEnergyCurveSetsResponse all;
+  v1::ListEnergyCurveSetsRequest request;
+  // Bounded: 10,000 pages of 500 sets.
+  for (int page = 0; page < 10000; ++page) {
+    grpc::ClientContext context;
+    SetDeadline(context, options);
+    v1::ListEnergyCurveSetsResponse response;
+    const grpc::Status status =
+        stub->ListEnergyCurveSets(&context, request, &response);
+    if (!status.ok()) return FailRpc(err, options, status);
+    all.set_current_version(response.current_version());
+    for (v1::EnergyCurveSetSummary& s : *response.mutable_curve_sets()) {
+      *all.add_curve_sets() = std::move(s);
+    }
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (options.json) {
+    out << ToJson(all, /*pretty=*/true) << "\n";
+    return 0;
+  }
+  out << "  version  curves  max fp16 J/1k  trained_on\n";
+  for (const v1::EnergyCurveSetSummary& s : all.curve_sets()) {
+    out << (s.current() ? "* " : "  ") << std::left << std::setw(9)
+        << s.version() << std::right << std::setw(6) << s.curves()
+        << std::setw(15) << s.max_fp16_j_per_1k() << "  " << s.trained_on()
+        << "\n";
+  }
+  return 0;
+}
+
+int EnergyCurvesPromote(const Options& options, bool rollback,
+                        std::ostream& out, std::ostream& err) {
+  if (!rollback && options.version.empty()) {
+    return Fail(err, "--version is required, e.g. --version ec-2");
+  }
+  auto stub = v1::Planner::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::PromoteEnergyCurveSetRequest request;
+  request.set_rollback(rollback);
+  if (!rollback) request.set_version(options.version);
+  v1::PromoteEnergyCurveSetResponse response;
+  const grpc::Status status =
+      stub->PromoteEnergyCurveSet(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  out << response.current_version() << " is now current (was "
+      << response.previous_version() << ")\n";
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 
+#include "client/commands.h"
 #include "headroom/v1/energy.pb.h"
 
 namespace headroom::cli {
@@ -51,6 +52,17 @@ int EnergyRefit(const EnergyOptions& options, std::ostream& out,
 // headroom energy plot --arch ARCH --svg FILE: dE% vs N per quantization.
 int EnergyPlot(const EnergyOptions& options, std::ostream& out,
                std::ostream& err);
+
+// headroom energy curves [--json]: the server's stored energy curve sets,
+// every page of ListEnergyCurveSets, the current one starred.
+int EnergyCurvesList(const Options& options, std::ostream& out,
+                     std::ostream& err);
+
+// headroom energy rollback, or energy promote --version ec-N: makes the
+// curve set current before the present one (or the named one) current on
+// the server.
+int EnergyCurvesPromote(const Options& options, bool rollback,
+                        std::ostream& out, std::ostream& err);
 
 // The answer as the CLI prints it, for the RPC path to reuse: JSON (pretty,
 // explicit nulls) or text.

@@ -106,7 +106,8 @@ constexpr char kUsage[] =
     "  calib rows --runs FILE              per-run predictions, offline\n"
     "  calib show [--version fs-N]         the server's factor set\n"
     "  calib eval --train A --test B       fit on A, predict B, offline\n"
-    "  refit [--runs FILE] [--force] [--dry_run]   refit on the server\n"
+    "  refit [--runs FILE] [--force] [--dry_run]   refit on the server; "
+    "nothing is stored if the deadline (10 x --deadline_ms) passes first\n"
     "  model inspect TEMPLATE|FILE [--batch N] [--json]   where memory comes "
     "from (FILE: spec, config.json or .onnx)\n"
     "  model convert CONFIG.json|FILE.onnx [-o spec.json] [--positions N]   "
@@ -124,6 +125,8 @@ constexpr char kUsage[] =
     "[--json]\n"
     "  energy refit --runs FILE | --from-anchors     energy plot --arch A "
     "--svg F\n"
+    "  energy curves | promote --version ec-N | rollback   the server's "
+    "energy curve sets\n"
     "  factors list | show [--version fs-N] | promote --version fs-N | "
     "rollback\n"
     "  workers [--json]                    worker daemons and their GPUs\n"
@@ -284,6 +287,14 @@ int main(int argc, char** argv) {
     }
     return headroom::cli::DensityRank(options.runs, options.json, std::cout,
                                       std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "energy" && args[1] == "curves") {
+    return headroom::cli::EnergyCurvesList(options, std::cout, std::cerr);
+  }
+  if (args.size() == 2 && args[0] == "energy" &&
+      (args[1] == "promote" || args[1] == "rollback")) {
+    return headroom::cli::EnergyCurvesPromote(options, args[1] == "rollback",
+                                              std::cout, std::cerr);
   }
   if (!args.empty() && args[0] == "energy" && args.size() <= 2) {
     headroom::cli::EnergyOptions energy;

@@ -88,6 +88,13 @@ class Access {
   // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (naming
   // the role required) for `caller` calling `method`.
   absl::Status Allow(const Caller& caller, absl::string_view method) const;
+  // Whether `caller` holds `role` (everyone does on an open planner): for
+  // the parts of a call only some roles may ask for (PutAutotuneRecord's
+  // force).
+  bool Holds(const Caller& caller, Role role) const {
+    return open_ ||
+           (caller.token_role.has_value() && *caller.token_role >= role);
+  }
   // Identify, then Allow; `caller` (optional) receives who it was.
   absl::Status Check(const grpc::ServerContextBase& context,
                      absl::string_view method, Caller* caller = nullptr) const;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/input_limits.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/evidence/model_key.h"
@@ -857,6 +858,23 @@ absl::StatusOr<std::string> FleetService::QueueLearning(
 absl::StatusOr<v1::Probe> FleetService::Submit(
     const v1::SubmitProbeRequest& request) {
   RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
+  // The request is stored with the probe and listed by ListProbes: bounded
+  // so that no probe can make a listing fail for everyone.
+  if (request.ByteSizeLong() > kMaxStoredProbeRequestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request is ", request.ByteSizeLong(),
+        " bytes; a stored probe request allows up to ",
+        kMaxStoredProbeRequestBytes,
+        " (256 KiB): send an ONNX graph without its weights, or a spec"));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"gpu", request.gpu()},
+        {"worker", request.worker()},
+        {"executor", request.executor()},
+        {"learn_key", request.learn_key()},
+        {"model.template", request.model().template_()}}) {
+    RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
+  }
   ASSIGN_OR_RETURN(
       ResolvedModel model,
       ResolveModelRef(request.model(), request.setup(), *catalog_));
@@ -1062,9 +1080,13 @@ absl::StatusOr<std::string> FleetService::AcceptAutotuneRecord(
   // probe.
   if (record.has_selected()) {
     const std::string id = CacheKeyId(record.cache_key());
+    // Marked as the worker's, so a client's put does not replace it
+    // without force.
+    v1::AutotuneRecord measured = record;
+    measured.set_measured_by_probe(probe.id());
     ASSIGN_OR_RETURN(bool replaced,
                      store_->PutAutotuneRecord(
-                         id, CacheKeyBytes(record.cache_key()), record));
+                         id, CacheKeyBytes(record.cache_key()), measured));
     spdlog::info(
         "event=autotune_record_stored id={} probe={} replaced={} "
         "microbatch={} mode={}",

@@ -189,6 +189,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.coverage = config.coverage;
   options.auto_probe = config.auto_probe;
   options.access = access;
+  options.before_refit_commit = config.before_refit_commit;
   app->service_ = std::make_unique<PlannerService>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
       options);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -80,6 +81,8 @@ struct PlannerConfig {
   // Without TLS the planner listens on loopback addresses only, unless
   // this is set (logged as a warning at start).
   bool allow_insecure = false;
+  // Tests only: PlannerService::Options::before_refit_commit.
+  std::function<void(const std::function<bool()>& live)> before_refit_commit;
 };
 
 class PlannerApp {

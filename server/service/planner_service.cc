@@ -3,25 +3,43 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/promotion.h"
+#include "server/core/common/deterministic_bytes.h"
+#include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/density/density_rank.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_refit.h"
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/microbatch/plan.h"
+#include "server/core/microbatch/select.h"
 #include "server/service/grpc_status.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
+
+namespace {
+
+// A planner built without access rules (tests) treats every caller as
+// admin, as an open planner does.
+bool CallerIsAdmin(const Access* access,
+                   const grpc::CallbackServerContext* context) {
+  return access == nullptr ||
+         access->Holds(access->Identify(*context), Role::kAdmin);
+}
+
+}  // namespace
 
 PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
                                std::shared_ptr<const FitPlanner> planner,
@@ -330,7 +348,7 @@ absl::StatusOr<bool> PlannerService::SyncWithStore() {
 }
 
 absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
-    const v1::RefitRequest& request) {
+    const v1::RefitRequest& request, const std::function<bool()>& live) {
   absl::MutexLock lock(&refit_mu_);
   std::vector<v1::MeasuredRun> imported(request.runs().begin(),
                                         request.runs().end());
@@ -339,25 +357,25 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
   StampRuns(*catalog_, &imported);
   v1::RefitResponse response;
   ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
-  const auto drop_simulated = [&](std::vector<v1::MeasuredRun>* list) {
-    if (request.include_simulated()) return;
-    list->erase(std::remove_if(
-                    list->begin(), list->end(),
-                    [](const v1::MeasuredRun& run) { return run.simulated(); }),
-                list->end());
-  };
-  if (request.dry_run()) {
-    runs.insert(runs.end(), imported.begin(), imported.end());
-    response.set_runs_imported(static_cast<int32_t>(imported.size()));
-  } else if (!imported.empty()) {
-    const size_t before = runs.size();
-    RETURN_IF_ERROR(store_->AddRuns(imported).status());
-    ASSIGN_OR_RETURN(runs, store_->ListRuns());
-    // Runs identical to stored ones are not imported twice.
-    response.set_runs_imported(static_cast<int32_t>(runs.size() - before));
+  // Runs identical to stored ones (or to each other) are not imported twice;
+  // the new ones are stored only when the refit commits.
+  std::set<std::string> seen;
+  for (const v1::MeasuredRun& run : runs) seen.insert(DeterministicBytes(run));
+  std::vector<v1::MeasuredRun> fresh;
+  for (v1::MeasuredRun& run : imported) {
+    if (seen.insert(DeterministicBytes(run)).second) {
+      fresh.push_back(std::move(run));
+    }
   }
+  runs.insert(runs.end(), fresh.begin(), fresh.end());
+  response.set_runs_imported(static_cast<int32_t>(fresh.size()));
   // Simulated measurements never enter a calibration unless asked.
-  drop_simulated(&runs);
+  if (!request.include_simulated()) {
+    runs.erase(std::remove_if(
+                   runs.begin(), runs.end(),
+                   [](const v1::MeasuredRun& run) { return run.simulated(); }),
+               runs.end());
+  }
   response.set_runs_used(static_cast<int32_t>(runs.size()));
 
   const auto start = std::chrono::steady_clock::now();
@@ -378,6 +396,20 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
     response.set_promoted(false);
     return response;
   }
+  // The commit: only for a caller still waiting for the answer, so a
+  // refit whose client gave up changes nothing it cannot see.
+  if (options_.before_refit_commit) options_.before_refit_commit(live);
+  if (!live()) {
+    spdlog::info(
+        "event=refit_abandoned runs={} imported={} seconds={:.3f} reason=\"the "
+        "call ended before the commit\"",
+        runs.size(), fresh.size(), response.fit_seconds());
+    return absl::DeadlineExceededError(
+        "refit not committed: the call's deadline passed (or it was "
+        "cancelled) before the fit finished; nothing was stored; retry with "
+        "a longer deadline");
+  }
+  if (!fresh.empty()) RETURN_IF_ERROR(store_->AddRuns(fresh).status());
   ASSIGN_OR_RETURN(
       v1::FactorSet stored,
       store_->AddFactorSet(std::move(result.factor_set), decision.promote));
@@ -406,9 +438,14 @@ grpc::ServerUnaryReactor* PlannerService::Refit(
     return reactor;
   }
   // A refit takes milliseconds to seconds: it runs on the background worker
-  // and finishes the call from there.
-  return Defer(reactor, [this, reactor, request, response] {
-    Reply(reactor, RunRefit(*request), response);
+  // and finishes the call from there. The context lives until Finish, so
+  // the worker may ask it whether the caller still waits.
+  return Defer(reactor, [this, context, reactor, request, response] {
+    const auto live = [context] {
+      return !context->IsCancelled() &&
+             std::chrono::system_clock::now() < context->deadline();
+    };
+    Reply(reactor, RunRefit(*request, live), response);
   });
 }
 
@@ -538,6 +575,11 @@ grpc::ServerUnaryReactor* PlannerService::SubmitDensityRuns(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
     RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
+    if (request->runs_size() > kMaxDensityRunsPerRequest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "runs has ", request->runs_size(), " entries; allowed up to ",
+          kMaxDensityRunsPerRequest, " per request"));
+    }
     const std::vector<v1::DensityRawRun> runs(request->runs().begin(),
                                               request->runs().end());
     // Nothing is stored unless every run is valid.
@@ -619,6 +661,153 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
   });
 }
 
+namespace {
+
+// Page tokens of ListEnergyCurveSets: the last version a page held, opaque
+// to callers.
+constexpr absl::string_view kTokenPrefix = "after:";
+
+std::string PageToken(const std::string& last_version) {
+  std::string token;
+  absl::WebSafeBase64Escape(absl::StrCat(kTokenPrefix, last_version), &token);
+  return token;
+}
+
+absl::StatusOr<std::string> AfterVersion(const std::string& token) {
+  if (token.empty()) return std::string();
+  std::string decoded;
+  absl::string_view version;
+  if (token.size() > 2 * kMaxNameChars ||
+      !absl::WebSafeBase64Unescape(token, &decoded) ||
+      !absl::ConsumePrefix(&(version = decoded), kTokenPrefix) ||
+      version.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token '", Echo(token),
+        "' is not one this planner gave; pass a next_page_token or empty"));
+  }
+  return std::string(version);
+}
+
+// 0 -> the default; otherwise 1..kMaxPageSize.
+absl::StatusOr<int> PageSize(int32_t page_size) {
+  constexpr int kDefaultPageSize = 100;
+  constexpr int kMaxPageSize = 500;
+  if (page_size == 0) return kDefaultPageSize;
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size = ", page_size, " is out of range; allowed 1..",
+                     kMaxPageSize, " (0 means ", kDefaultPageSize, ")"));
+  }
+  return page_size;
+}
+
+v1::EnergyCurveSetSummary SummaryOf(const v1::EnergyCurveSet& set,
+                                    const std::string& current) {
+  v1::EnergyCurveSetSummary summary;
+  summary.set_version(set.version());
+  summary.set_created_unix(set.created_unix());
+  summary.set_trained_on(set.trained_on());
+  summary.set_current(set.version() == current);
+  int curves = 0;
+  for (const auto& [arch, quant] : set.curves()) {
+    curves += quant.has_nf4() + quant.has_int8();
+  }
+  summary.set_curves(curves);
+  double max_j = 0;
+  for (const auto& [arch, fp16] : set.fp16_energy()) {
+    for (const v1::Fp16Anchor& a : fp16.anchors()) {
+      max_j = std::max(max_j, a.e_j1k());
+    }
+  }
+  summary.set_max_fp16_j_per_1k(max_j);
+  return summary;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PlannerService::ListEnergyCurveSets(
+    grpc::CallbackServerContext* context,
+    const v1::ListEnergyCurveSetsRequest* request,
+    v1::ListEnergyCurveSetsResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Planner/ListEnergyCurveSets")) {
+    return refused;
+  }
+  auto answer = [&]() -> absl::StatusOr<v1::ListEnergyCurveSetsResponse> {
+    ASSIGN_OR_RETURN(const int page_size, PageSize(request->page_size()));
+    ASSIGN_OR_RETURN(const std::string after,
+                     AfterVersion(request->page_token()));
+    // One more than the page: whether another page follows.
+    absl::StatusOr<std::vector<v1::EnergyCurveSet>> sets =
+        store_->ListEnergyCurveSets(after, page_size + 1);
+    if (absl::IsNotFound(sets.status())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page_token names energy curve set '", Echo(after),
+          "', which is not stored; start again with an empty page_token"));
+    }
+    RETURN_IF_ERROR(sets.status());
+    std::string current;
+    {
+      absl::MutexLock lock(&mu_);
+      if (energy_ != nullptr) current = energy_->version();
+    }
+    v1::ListEnergyCurveSetsResponse out;
+    out.set_current_version(current);
+    const bool more = static_cast<int>(sets->size()) > page_size;
+    if (more) sets->resize(page_size);
+    for (const v1::EnergyCurveSet& set : *sets) {
+      *out.add_curve_sets() = SummaryOf(set, current);
+    }
+    if (more) out.set_next_page_token(PageToken(sets->back().version()));
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
+grpc::ServerUnaryReactor* PlannerService::PromoteEnergyCurveSet(
+    grpc::CallbackServerContext* context,
+    const v1::PromoteEnergyCurveSetRequest* request,
+    v1::PromoteEnergyCurveSetResponse* response) {
+  if (auto* refused =
+          RefuseUnary(options_.access.get(), context,
+                      "/headroom.v1.Planner/PromoteEnergyCurveSet")) {
+    return refused;
+  }
+  auto answer = [&]() -> absl::StatusOr<v1::PromoteEnergyCurveSetResponse> {
+    if (request->rollback() == !request->version().empty()) {
+      return absl::InvalidArgumentError(
+          "set exactly one of version (e.g. ec-2) and rollback");
+    }
+    RETURN_IF_ERROR(CheckLength(request->version(), "version", 64));
+    // Under refit_mu_ like an energy refit, so SyncWithStore never
+    // reinstalls the curves this replaces.
+    absl::MutexLock lock(&refit_mu_);
+    std::string previous;
+    {
+      absl::MutexLock energy_lock(&mu_);
+      if (energy_ != nullptr) previous = energy_->version();
+    }
+    std::string target = request->version();
+    if (request->rollback()) {
+      ASSIGN_OR_RETURN(std::vector<std::string> history,
+                       store_->EnergyCurveHistory());
+      ASSIGN_OR_RETURN(target,
+                       RollbackTarget(history, previous, "energy curve set"));
+    }
+    ASSIGN_OR_RETURN(v1::EnergyCurveSet set, store_->GetEnergyCurveSet(target));
+    RETURN_IF_ERROR(store_->SetCurrentEnergyCurveSet(target));
+    SetEnergyCurves(std::make_shared<const v1::EnergyCurveSet>(std::move(set)));
+    spdlog::info(
+        "event=energy_curves_promoted version={} previous={} rollback={}",
+        target, previous, request->rollback());
+    v1::PromoteEnergyCurveSetResponse out;
+    out.set_current_version(target);
+    out.set_previous_version(previous);
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
+}
+
 std::string PlannerService::CalibrationHtml() const {
   const std::shared_ptr<const FitPlanner> current = planner();
   const v1::FactorSet& set = current->factor_set();
@@ -686,25 +875,41 @@ grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
   }
   auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
     RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
+    if (request->force() && !CallerIsAdmin(options_.access.get(), context)) {
+      return absl::PermissionDeniedError(
+          "force replaces a worker-measured record; only an admin may set it");
+    }
     if (!request->record().has_cache_key()) {
       return absl::InvalidArgumentError(
           "record.cache_key is missing; a cached selection needs the key it "
           "was measured under");
     }
-    const v1::AutotuneRecord& record = request->record();
+    v1::AutotuneRecord record = request->record();
+    // Only the planner says a worker measured a record.
+    record.clear_measured_by_probe();
     if (!record.has_selected() || record.selected().microbatch() == 0) {
       return absl::InvalidArgumentError(
           "record.selected is missing; only a record with a selection can be "
           "reused");
     }
+    RETURN_IF_ERROR(CheckCacheableRecord(record));
     v1::PutAutotuneRecordResponse out;
     out.set_id(CacheKeyId(record.cache_key()));
+    const std::string key_bytes = CacheKeyBytes(record.cache_key());
+    ASSIGN_OR_RETURN(std::optional<v1::AutotuneRecord> stored,
+                     store_->FindAutotuneRecord(out.id(), key_bytes));
+    if (stored.has_value() && !stored->measured_by_probe().empty() &&
+        !request->force()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the record stored under ", out.id(), " was measured by probe ",
+          stored->measured_by_probe(),
+          " on a worker; it is replaced only with force (admins only)"));
+    }
     ASSIGN_OR_RETURN(bool replaced,
-                     store_->PutAutotuneRecord(
-                         out.id(), CacheKeyBytes(record.cache_key()), record));
+                     store_->PutAutotuneRecord(out.id(), key_bytes, record));
     out.set_replaced(replaced);
-    spdlog::info("event=autotune_record_stored id={} replaced={}", out.id(),
-                 replaced);
+    spdlog::info("event=autotune_record_stored id={} replaced={} forced={}",
+                 out.id(), replaced, request->force());
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);

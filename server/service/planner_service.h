@@ -34,6 +34,10 @@ class PlannerService final : public v1::Planner::CallbackService {
     bool auto_probe = false;
     // Who may call what; null allows everything.
     std::shared_ptr<const Access> access;
+    // Tests only: runs on the refit worker when a refit is ready to commit,
+    // just before the call's liveness is checked; `live` says whether the
+    // call still is (not cancelled, deadline not passed).
+    std::function<void(const std::function<bool()>& live)> before_refit_commit;
   };
 
   // `store` and `metrics` must outlive the service.
@@ -102,6 +106,15 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::RefitEnergyRequest* request,
       v1::RefitEnergyResponse* response) override;
 
+  grpc::ServerUnaryReactor* ListEnergyCurveSets(
+      grpc::CallbackServerContext* context,
+      const v1::ListEnergyCurveSetsRequest* request,
+      v1::ListEnergyCurveSetsResponse* response) override;
+  grpc::ServerUnaryReactor* PromoteEnergyCurveSet(
+      grpc::CallbackServerContext* context,
+      const v1::PromoteEnergyCurveSetRequest* request,
+      v1::PromoteEnergyCurveSetResponse* response) override;
+
   grpc::ServerUnaryReactor* PutAutotuneRecord(
       grpc::CallbackServerContext* context,
       const v1::PutAutotuneRecordRequest* request,
@@ -133,8 +146,11 @@ class PlannerService final : public v1::Planner::CallbackService {
   // promotion here is in progress (the next call catches up).
   absl::StatusOr<bool> SyncWithStore();
 
-  // The refit itself, run on the background worker.
-  absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request);
+  // The refit itself, run on the background worker. Stores nothing (runs
+  // or factor set) unless `live()` still holds when the fit is done:
+  // DEADLINE_EXCEEDED otherwise.
+  absl::StatusOr<v1::RefitResponse> RunRefit(const v1::RefitRequest& request,
+                                             const std::function<bool()>& live);
 
  private:
   // Runs `job` on the background worker, which finishes the call; answers

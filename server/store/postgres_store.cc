@@ -96,6 +96,17 @@ CREATE TABLE autotune_cache (
     R"sql(
 ALTER TABLE probes ADD COLUMN background integer NOT NULL DEFAULT 0;
 )sql",
+    // 3: every change of the current energy curve set, for rollback.
+    R"sql(
+CREATE TABLE energy_current_history (
+  seq bigserial PRIMARY KEY,
+  version text NOT NULL REFERENCES energy_curve_sets(version),
+  changed_unix bigint NOT NULL
+);
+INSERT INTO energy_current_history (version, changed_unix)
+  SELECT version, extract(epoch from now())::bigint
+  FROM current_energy_curve_set;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               kPostgresSchemaVersion);
@@ -637,14 +648,115 @@ absl::StatusOr<v1::EnergyCurveSet> PostgresStore::AddEnergyCurveSet(
                                 return Serialize(set);
                               }));
     if (!make_current) return absl::OkStatus();
-    return QueryLocked("making curves current",
-                       "INSERT INTO current_energy_curve_set (id, version) "
-                       "VALUES (1, $1) ON CONFLICT (id) DO UPDATE "
-                       "SET version = EXCLUDED.version",
-                       Params().Text(version))
-        .status();
+    return SetCurrentEnergyLocked(version);
   }));
   return set;
+}
+
+absl::Status PostgresStore::SetCurrentEnergyLocked(const std::string& version) {
+  RETURN_IF_ERROR(QueryLocked("making curves current",
+                              "INSERT INTO current_energy_curve_set (id, "
+                              "version) VALUES (1, $1) ON CONFLICT (id) DO "
+                              "UPDATE SET version = EXCLUDED.version",
+                              Params().Text(version))
+                      .status());
+  return QueryLocked("recording current curves",
+                     "INSERT INTO energy_current_history (version, "
+                     "changed_unix) VALUES ($1, $2)",
+                     Params().Text(version).Int(std::time(nullptr)))
+      .status();
+}
+
+absl::Status PostgresStore::SetCurrentEnergyCurveSet(
+    const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  return InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        Rows rows,
+        QueryLocked("reading energy curves",
+                    "SELECT 1 FROM energy_curve_sets WHERE version = $1",
+                    Params().Text(version)));
+    if (rows.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "energy curve set '", version.substr(0, 64), "' is not stored"));
+    }
+    return SetCurrentEnergyLocked(version);
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> PostgresStore::EnergyCurveHistory() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> versions;
+  RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        Rows rows,
+        QueryLocked("reading energy curve history",
+                    "SELECT version FROM energy_current_history ORDER BY seq",
+                    Params()));
+    versions.clear();
+    for (int i = 0; i < rows.size(); ++i) versions.push_back(rows.Bytes(i, 0));
+    return absl::OkStatus();
+  }));
+  return versions;
+}
+
+absl::StatusOr<v1::EnergyCurveSet> PostgresStore::GetEnergyCurveSet(
+    const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  v1::EnergyCurveSet set;
+  RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        Rows rows,
+        QueryLocked("reading energy curves",
+                    "SELECT body FROM energy_curve_sets WHERE version = $1",
+                    Params().Text(version)));
+    if (rows.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "energy curve set '", version.substr(0, 64), "' is not stored"));
+    }
+    ASSIGN_OR_RETURN(
+        set, Parse<v1::EnergyCurveSet>(rows.Bytes(0, 0), "energy curves"));
+    return absl::OkStatus();
+  }));
+  return set;
+}
+
+absl::StatusOr<std::vector<v1::EnergyCurveSet>>
+PostgresStore::ListEnergyCurveSets(const std::string& after_version,
+                                   int limit) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::EnergyCurveSet> sets;
+  RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
+    int64_t after_seq = 0;
+    if (!after_version.empty()) {
+      ASSIGN_OR_RETURN(
+          Rows found,
+          QueryLocked("listing energy curves",
+                      "SELECT seq FROM energy_curve_sets WHERE version = $1",
+                      Params().Text(after_version)));
+      if (found.empty()) {
+        return absl::NotFoundError(absl::StrCat("energy curve set '",
+                                                after_version.substr(0, 64),
+                                                "' is not stored"));
+      }
+      after_seq = found.Int(0, 0);
+    }
+    ASSIGN_OR_RETURN(
+        Rows rows,
+        QueryLocked("listing energy curves",
+                    "SELECT body FROM energy_curve_sets WHERE seq > $1 "
+                    "ORDER BY seq LIMIT $2",
+                    Params().Int(after_seq).Int(limit)));
+    sets.clear();
+    for (int i = 0; i < rows.size(); ++i) {
+      ASSIGN_OR_RETURN(
+          v1::EnergyCurveSet set,
+          Parse<v1::EnergyCurveSet>(rows.Bytes(i, 0), "energy curves"));
+      sets.push_back(std::move(set));
+    }
+    return absl::OkStatus();
+  }));
+  return sets;
 }
 
 absl::StatusOr<std::optional<v1::EnergyCurveSet>>

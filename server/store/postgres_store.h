@@ -24,7 +24,7 @@ class Rows;    // one statement's result rows
 
 // Schema version this build writes and understands (its own numbering,
 // not SQLite's: version 1 holds everything SQLite's version 6 does).
-inline constexpr int kPostgresSchemaVersion = 2;
+inline constexpr int kPostgresSchemaVersion = 3;
 
 class PostgresStore : public Store {
  public:
@@ -61,6 +61,12 @@ class PostgresStore : public Store {
       v1::EnergyCurveSet set, bool make_current) override;
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
       override;
+  absl::Status SetCurrentEnergyCurveSet(const std::string& version) override;
+  absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() override;
+  absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
+      const std::string& version) override;
+  absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      const std::string& after_version, int limit) override;
 
   absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
   absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
@@ -138,6 +144,10 @@ class PostgresStore : public Store {
   absl::Status UpdateProbeLocked(const v1::Probe& probe, int64_t lease_until_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertRunLocked(const v1::MeasuredRun& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `version` the current energy curve set and appends it to the
+  // history; the caller checked that it is stored.
+  absl::Status SetCurrentEnergyLocked(const std::string& version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetCurrentLocked(const std::string& version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

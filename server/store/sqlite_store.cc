@@ -108,6 +108,16 @@ CREATE TABLE autotune_cache (
     R"sql(
 ALTER TABLE probes ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 8: every change of the current energy curve set, for rollback.
+    R"sql(
+CREATE TABLE energy_current_history (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  version TEXT NOT NULL REFERENCES energy_curve_sets(version),
+  changed_unix INTEGER NOT NULL
+);
+INSERT INTO energy_current_history (version, changed_unix)
+  SELECT version, strftime('%s', 'now') FROM current_energy_curve_set;
+)sql",
 };
 
 // Prepared statement that finalizes itself.
@@ -410,25 +420,124 @@ absl::StatusOr<v1::EnergyCurveSet> SqliteStore::AddEnergyCurveSet(
                               return ToJson(set, /*pretty=*/false);
                             });
   absl::Status status = version.status();
-  if (status.ok() && make_current) {
-    Statement s(db_,
-                "INSERT INTO current_energy_curve_set (id, version) VALUES (1, "
-                "?) ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
-    if (!s.ok()) {
-      status = SqliteError(db_, "making curves current");
-    } else {
-      s.BindText(1, *version);
-      if (sqlite3_step(s.get()) != SQLITE_DONE) {
-        status = SqliteError(db_, "making curves current");
-      }
-    }
-  }
+  if (status.ok() && make_current) status = SetCurrentEnergyLocked(*version);
   if (!status.ok()) {
     (void)Exec("ROLLBACK;");
     return status;
   }
   RETURN_IF_ERROR(Exec("COMMIT;"));
   return set;
+}
+
+absl::Status SqliteStore::SetCurrentEnergyLocked(const std::string& version) {
+  {
+    Statement s(db_,
+                "INSERT INTO current_energy_curve_set (id, version) VALUES (1, "
+                "?) ON CONFLICT(id) DO UPDATE SET version = excluded.version;");
+    if (!s.ok()) return SqliteError(db_, "making curves current");
+    s.BindText(1, version);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      return SqliteError(db_, "making curves current");
+    }
+  }
+  Statement s(db_,
+              "INSERT INTO energy_current_history (version, changed_unix) "
+              "VALUES (?, ?);");
+  if (!s.ok()) return SqliteError(db_, "recording current curves");
+  s.BindText(1, version);
+  sqlite3_bind_int64(s.get(), 2, std::time(nullptr));
+  if (sqlite3_step(s.get()) != SQLITE_DONE) {
+    return SqliteError(db_, "recording current curves");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::SetCurrentEnergyCurveSet(const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  {
+    Statement s(db_, "SELECT 1 FROM energy_curve_sets WHERE version = ?;");
+    if (!s.ok()) return SqliteError(db_, "reading energy curves");
+    s.BindText(1, version);
+    if (sqlite3_step(s.get()) != SQLITE_ROW) {
+      return absl::NotFoundError(absl::StrCat(
+          "energy curve set '", version.substr(0, 64), "' is not stored"));
+    }
+  }
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  const absl::Status status = SetCurrentEnergyLocked(version);
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteStore::EnergyCurveHistory() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT version FROM energy_current_history ORDER BY seq;");
+  if (!s.ok()) return SqliteError(db_, "reading energy curve history");
+  std::vector<std::string> versions;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    versions.push_back(s.ColumnText(0));
+  }
+  if (rc != SQLITE_DONE) {
+    return SqliteError(db_, "reading energy curve history");
+  }
+  return versions;
+}
+
+absl::StatusOr<v1::EnergyCurveSet> SqliteStore::GetEnergyCurveSet(
+    const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, "SELECT body FROM energy_curve_sets WHERE version = ?;");
+  if (!s.ok()) return SqliteError(db_, "reading energy curves");
+  s.BindText(1, version);
+  const int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(absl::StrCat(
+        "energy curve set '", version.substr(0, 64), "' is not stored"));
+  }
+  if (rc != SQLITE_ROW) return SqliteError(db_, "reading energy curves");
+  v1::EnergyCurveSet set;
+  RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored energy curves",
+                            /*ignore_unknown=*/true, &set));
+  return set;
+}
+
+absl::StatusOr<std::vector<v1::EnergyCurveSet>>
+SqliteStore::ListEnergyCurveSets(const std::string& after_version, int limit) {
+  absl::MutexLock lock(&mu_);
+  int64_t after_seq = 0;
+  if (!after_version.empty()) {
+    Statement s(db_, "SELECT seq FROM energy_curve_sets WHERE version = ?;");
+    if (!s.ok()) return SqliteError(db_, "listing energy curves");
+    s.BindText(1, after_version);
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) {
+      return absl::NotFoundError(absl::StrCat("energy curve set '",
+                                              after_version.substr(0, 64),
+                                              "' is not stored"));
+    }
+    if (rc != SQLITE_ROW) return SqliteError(db_, "listing energy curves");
+    after_seq = sqlite3_column_int64(s.get(), 0);
+  }
+  Statement s(db_,
+              "SELECT body FROM energy_curve_sets WHERE seq > ? ORDER BY seq "
+              "LIMIT ?;");
+  if (!s.ok()) return SqliteError(db_, "listing energy curves");
+  sqlite3_bind_int64(s.get(), 1, after_seq);
+  sqlite3_bind_int64(s.get(), 2, limit);
+  std::vector<v1::EnergyCurveSet> sets;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::EnergyCurveSet set;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored energy curves",
+                              /*ignore_unknown=*/true, &set));
+    sets.push_back(std::move(set));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "listing energy curves");
+  return sets;
 }
 
 absl::StatusOr<std::optional<v1::EnergyCurveSet>>

@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 7;
+inline constexpr int kSqliteSchemaVersion = 8;
 
 class SqliteStore : public Store {
  public:
@@ -52,6 +52,12 @@ class SqliteStore : public Store {
       v1::EnergyCurveSet set, bool make_current) override;
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
       override;
+  absl::Status SetCurrentEnergyCurveSet(const std::string& version) override;
+  absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() override;
+  absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
+      const std::string& version) override;
+  absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      const std::string& after_version, int limit) override;
 
   absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
   absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
@@ -109,6 +115,10 @@ class SqliteStore : public Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `version` the current energy curve set and appends it to the
+  // history; the caller checked that it is stored.
+  absl::Status SetCurrentEnergyLocked(const std::string& version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetCurrentLocked(const std::string& version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts a row (seq, version, created_unix, body) into `table` inside the

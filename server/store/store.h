@@ -58,6 +58,25 @@ class Store {
   virtual absl::StatusOr<std::optional<v1::EnergyCurveSet>>
   CurrentEnergyCurveSet() = 0;
 
+  // Makes a stored energy curve set current and records the change in the
+  // history rollback walks (as for factor sets); NOT_FOUND names an unknown
+  // version.
+  virtual absl::Status SetCurrentEnergyCurveSet(const std::string& version) = 0;
+
+  // Energy curve set versions that were current, oldest first (repeats
+  // allowed).
+  virtual absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() = 0;
+
+  // One stored energy curve set; NOT_FOUND names the version.
+  virtual absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
+      const std::string& version) = 0;
+
+  // Stored energy curve sets oldest first: at most `limit`, those stored
+  // after the set `after_version` ("" starts at the first). NOT_FOUND when
+  // `after_version` is not stored.
+  virtual absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      const std::string& after_version, int limit) = 0;
+
   // Stores density runs in one transaction; a run whose id is stored
   // already replaces it. Returns how many are stored afterwards.
   virtual absl::StatusOr<int64_t> AddDensityRuns(

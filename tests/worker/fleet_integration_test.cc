@@ -427,6 +427,9 @@ TEST_F(FleetIntegrationTest, AutotuneRunsOnTheWorkerAndIsCached) {
     ASSERT_EQ(listed.entries_size(), 1);
     EXPECT_EQ(listed.entries(0).record().selected().microbatch(),
               record.selected().microbatch());
+    // Marked as the worker's: a client's put replaces it only with force.
+    EXPECT_EQ(listed.entries(0).record().measured_by_probe().rfind("p-", 0), 0u)
+        << listed.entries(0).record().measured_by_probe();
   }
   {
     // PlanMicrobatch with the record's key reuses it.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
 
 namespace headroom {
@@ -39,11 +40,22 @@ std::string RunName(size_t index, const std::string& id) {
 
 absl::Status CheckText(size_t index, const v1::DensityRawRun& run,
                        const char* field, const std::string& value) {
+  // The id is cut before it is echoed in any message.
+  RETURN_IF_ERROR(CheckLength(value, absl::StrCat("run ", index, ".", field),
+                              kMaxNameChars));
   if (value.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(RunName(index, run.id()), ": missing field ", field));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckPercent(size_t index, const v1::DensityRawRun& run,
+                          const char* field, double value) {
+  if (value <= 100) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(RunName(index, run.id()), ": ", field, " = ", value,
+                   " is out of range; allowed 0..100 (percent)"));
 }
 
 absl::Status CheckNumber(size_t index, const v1::DensityRawRun& run,
@@ -66,6 +78,10 @@ absl::Status CheckNumber(size_t index, const v1::DensityRawRun& run,
 
 absl::Status ValidateRun(size_t index, const v1::DensityRawRun& run) {
   RETURN_IF_ERROR(CheckText(index, run, "id", run.id()));
+  if (run.has_format()) {
+    RETURN_IF_ERROR(CheckLength(
+        run.format(), absl::StrCat("run ", index, ".format"), kMaxNameChars));
+  }
   RETURN_IF_ERROR(CheckText(index, run, "mode", run.mode()));
   RETURN_IF_ERROR(CheckText(index, run, "dtype", run.dtype()));
   RETURN_IF_ERROR(CheckText(index, run, "arch", run.arch()));
@@ -86,6 +102,9 @@ absl::Status ValidateRun(size_t index, const v1::DensityRawRun& run) {
   }
   RETURN_IF_ERROR(
       CheckNumber(index, run, "score", run.has_score(), run.score()));
+  RETURN_IF_ERROR(CheckPercent(index, run, "availability", run.availability()));
+  RETURN_IF_ERROR(CheckPercent(index, run, "avg_accuracy", run.avg_accuracy()));
+  RETURN_IF_ERROR(CheckPercent(index, run, "soft_acc", run.soft_acc()));
   return absl::OkStatus();
 }
 

@@ -46,9 +46,14 @@ struct DensityListLengths {
   int top_mix = 12;
 };
 
-// OK when every run has an id, mode, dtype and arch, every numeric field set,
-// finite and non-negative, ram_kib positive, and no id repeats; otherwise
-// INVALID_ARGUMENT naming the run (index and id) and the field.
+// Most runs one SubmitDensityRuns may store.
+inline constexpr int kMaxDensityRunsPerRequest = 10000;
+
+// OK when every run has an id, mode, dtype and arch (each, and format, at
+// most kMaxNameChars), every numeric field set, finite and non-negative,
+// the percentages (availability, avg_accuracy, soft_acc) at most 100,
+// ram_kib positive, and no id repeats; otherwise INVALID_ARGUMENT naming
+// the run (index and id) and the field.
 absl::Status ValidateDensityRuns(const std::vector<v1::DensityRawRun>& runs);
 
 // The peaks `board` was ranked against, as it publishes them (champ_ram_kib

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/input_limits.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
@@ -339,8 +340,20 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
   std::map<Key, Group> groups[3];
   for (int i = 0; i < request.runs_size(); ++i) {
     const v1::EnergyRun& run = request.runs(i);
+    RETURN_IF_ERROR(CheckLength(
+        run.model(), absl::StrCat("runs[", i, "].model"), kMaxNameChars));
+    RETURN_IF_ERROR(CheckLength(run.gpu(), absl::StrCat("runs[", i, "].gpu"),
+                                kMaxNameChars));
+    RETURN_IF_ERROR(CheckLength(
+        run.quant(), absl::StrCat("runs[", i, "].quant"), kMaxNameChars));
     const std::string where = absl::StrCat("runs[", i, "] (", run.model(), ")");
-    ASSIGN_OR_RETURN(const GpuInfo gpu, FindGpu(run.gpu()));
+    absl::StatusOr<GpuInfo> found = FindGpu(run.gpu());
+    if (!found.ok()) {
+      return absl::Status(
+          found.status().code(),
+          absl::StrCat(where, ".gpu: ", found.status().message()));
+    }
+    const GpuInfo gpu = *std::move(found);
     absl::StatusOr<Quant> quant = ParseQuant(run.quant());
     if (!quant.ok()) {
       return absl::InvalidArgumentError(
@@ -349,15 +362,28 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
     if (!(run.params_b() > 0 && run.params_b() <= kMaxParamsB)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": params_b must be in (0, ", kMaxParamsB,
-                       "]; got ", run.params_b()));
+                       "] billion parameters; got ", run.params_b()));
     }
-    if (run.tokens_generated() == 0) {
+    if (run.tokens_generated() == 0 || run.tokens_generated() > kMaxRunTokens) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": tokens_generated must be > 0"));
+          absl::StrCat(where, ": tokens_generated must be in 1..",
+                       kMaxRunTokens, "; got ", run.tokens_generated()));
     }
-    if (!(run.idle_w() >= 0) || !(run.window_s() >= 0)) {
+    if (!(run.window_s() >= 0 && run.window_s() <= kMaxWindowSeconds)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": idle_w and window_s must be >= 0"));
+          absl::StrCat(where, ": window_s must be in [0, ", kMaxWindowSeconds,
+                       "] s; got ", run.window_s()));
+    }
+    if (!(run.idle_w() >= 0 && run.idle_w() <= kMaxCardWatts)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": idle_w must be in [0, ", kMaxCardWatts,
+                       "] W; got ", run.idle_w()));
+    }
+    if (!(run.energy_j() > 0 && run.energy_j() <= kMaxRunEnergyJ)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": energy_j must be in (0, ", kMaxRunEnergyJ,
+                       "] J (a ", kMaxCardWatts, " W card for ",
+                       kMaxWindowSeconds, " s); got ", run.energy_j()));
     }
     const double joules = request.subtract_idle()
                               ? run.energy_j() - run.idle_w() * run.window_s()
@@ -368,9 +394,17 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
                        request.subtract_idle() ? " - idle_w * window_s" : "",
                        " must be > 0; got ", joules));
     }
+    const double j_per_1k = joules * 1000 / run.tokens_generated();
+    if (!(j_per_1k <= kMaxJPer1kTokens)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": energy_j",
+          request.subtract_idle() ? " - idle_w * window_s" : "",
+          " per 1,000 tokens_generated is ", j_per_1k, " J; allowed (0, ",
+          kMaxJPer1kTokens, "] J per 1,000 tokens"));
+    }
     Group& group = groups[static_cast<int>(*quant)]
                          [{gpu.arch, gpu.name, run.model(), run.params_b()}];
-    group.j_per_1k_sum += joules * 1000 / run.tokens_generated();
+    group.j_per_1k_sum += j_per_1k;
     ++group.runs;
   }
   const std::map<Key, Group>& fp16 = groups[static_cast<int>(Quant::kFp16)];
@@ -422,8 +456,15 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
             " has no fp16 run of the same model on the same GPU to compare "
             "against"));
       }
-      points[{arch, quant}].push_back(
-          {n_b, 100 * (group.Mean() / partner->second.Mean() - 1), model, gpu});
+      const double de_pct = 100 * (group.Mean() / partner->second.Mean() - 1);
+      if (!(de_pct <= kMaxDePct)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("run of ", model, " (", QuantName(quant), ") on ", gpu,
+                         " uses ", group.Mean() / partner->second.Mean(),
+                         " times the energy of its fp16 run (dE = ", de_pct,
+                         " %); allowed dE up to ", kMaxDePct, " %"));
+      }
+      points[{arch, quant}].push_back({n_b, de_pct, model, gpu});
     }
   }
   std::set<std::pair<std::string, Quant>> refit;

@@ -25,6 +25,7 @@
 // (same rules, the range taken from the remaining points); it needs n - 1 >=
 // 3 points and is null otherwise, as in the file.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,18 @@ struct EnergyPoint {
   std::string model;
   std::string gpu;
 };
+
+// What one measured energy run may claim. A window is one card for at most
+// a day; no card draws more than 2 kW (a B200 is rated 1 kW); a token costs
+// at most 1 kJ, about 50 times the dearest the shipped curves hold (21.7 J,
+// turing fp16 at 7B); a quantized run uses at most 11 times the energy of
+// its fp16 partner (dE <= 1000 %; the shipped curves reach 130.83 %).
+inline constexpr double kMaxCardWatts = 2000;
+inline constexpr double kMaxWindowSeconds = 86400;
+inline constexpr double kMaxRunEnergyJ = kMaxCardWatts * kMaxWindowSeconds;
+inline constexpr uint64_t kMaxRunTokens = 10'000'000'000;
+inline constexpr double kMaxJPer1kTokens = 1e6;
+inline constexpr double kMaxDePct = 1000;
 
 // Points needed to fit A, S and Nstar.
 inline constexpr int kMinCurvePoints = 3;
@@ -87,8 +100,10 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitFromAnchors(
 // fp16 runs also replace (or, merging, join) the architecture's fp16
 // anchors. Curves without new points are carried over unchanged. The set's
 // version is left empty for the caller (the store) to assign; trained_on
-// is set from `trained_on`. INVALID_ARGUMENT names the run or curve at
-// fault; NOT_FOUND for a GPU the catalog lacks.
+// is set from `trained_on`. Every run must be finite and within the
+// limits above (params_b within kMaxParamsB, strings within input_limits.h);
+// INVALID_ARGUMENT names the run, the field and the allowed range, or the
+// curve at fault; NOT_FOUND for a GPU the catalog lacks.
 absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
     const v1::EnergyCurveSet& base, const v1::RefitEnergyRequest& request,
     const std::string& trained_on);

@@ -171,6 +171,11 @@ absl::Status ValidateLayer(const Layer& layer, const std::string& path,
         return absl::InvalidArgumentError(absl::StrCat(
             path, ".norm.kind is not set; allowed LAYER, RMS, BATCH, GROUP"));
       }
+      if (!v1::Norm::Kind_IsValid(layer.norm().kind())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".norm.kind = ", layer.norm().kind(),
+                         " is not known; allowed LAYER, RMS, BATCH, GROUP"));
+      }
       return CheckSize(layer.norm().dim(), path + ".norm.dim", true);
     case Layer::kAttention: {
       const auto& a = layer.attention();
@@ -248,6 +253,10 @@ absl::Status ValidateLayer(const Layer& layer, const std::string& path,
         return absl::InvalidArgumentError(
             absl::StrCat(p, ".cell is not set; allowed RNN, LSTM, GRU"));
       }
+      if (!v1::Recurrent::Cell_IsValid(r.cell())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            p, ".cell = ", r.cell(), " is not known; allowed RNN, LSTM, GRU"));
+      }
       RETURN_IF_ERROR(CheckSize(r.input_size(), p + ".input_size", true));
       RETURN_IF_ERROR(CheckSize(r.hidden(), p + ".hidden", true));
       if (r.num_layers() > 1000) {
@@ -263,6 +272,12 @@ absl::Status ValidateLayer(const Layer& layer, const std::string& path,
             path,
             ".elementwise.op is not set; allowed ACTIVATION, POOL, DROPOUT, "
             "ADD, CONCAT, SOFTMAX"));
+      }
+      if (!v1::Elementwise::Op_IsValid(layer.elementwise().op())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ".elementwise.op = ", layer.elementwise().op(),
+            " is not known; allowed ACTIVATION, POOL, DROPOUT, ADD, CONCAT, "
+            "SOFTMAX"));
       }
       return CheckSize(layer.elementwise().dim(), path + ".elementwise.dim",
                        true);

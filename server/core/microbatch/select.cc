@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/input_limits.h"
+#include "server/core/common/status_macros.h"
 
 namespace headroom {
 namespace {
@@ -156,6 +159,98 @@ absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
     }
   }
   return selection;
+}
+
+namespace {
+
+absl::Status CheckGib(double value, const std::string& field, double card_gib,
+                      bool positive) {
+  const bool low_ok = positive ? value > 0 : value >= 0;
+  if (low_ok && value <= card_gib) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = ", value, " is out of range; allowed ",
+                   positive ? "(0, " : "[0, ", card_gib,
+                   "] GiB (cache_key.gpu.total_memory)"));
+}
+
+}  // namespace
+
+absl::Status CheckCacheableRecord(const v1::AutotuneRecord& record) {
+  if (record.ByteSizeLong() > kMaxStoredRecordBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "record is ", record.ByteSizeLong(),
+        " bytes; a stored record allows up to ", kMaxStoredRecordBytes));
+  }
+  const v1::AutotuneCacheKey& key = record.cache_key();
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"cache_key.kind",
+                                                   key.kind()},
+        {"cache_key.gpu.name", key.gpu().name()},
+        {"cache_key.torch", key.torch()},
+        {"cache_key.cuda", key.cuda()},
+        {"cache_key.python", key.python()},
+        {"cache_key.source", key.source()},
+        {"cache_key.settings.batch_selection",
+         key.settings().batch_selection()},
+        {"cache_key.settings.attention_backend",
+         key.settings().attention_backend()},
+        {"attention", record.attention()},
+        {"selection_policy", record.selection_policy()}}) {
+    RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
+  }
+  RETURN_IF_ERROR(CheckLength(record.note(), "note", kMaxTextChars));
+  for (const auto& [name, version] : key.packages()) {
+    RETURN_IF_ERROR(CheckLength(name, "cache_key.packages key", kMaxNameChars));
+    RETURN_IF_ERROR(CheckLength(
+        version, absl::StrCat("cache_key.packages[", Echo(name), "]"),
+        kMaxNameChars));
+  }
+  const double total_gb = static_cast<double>(key.gpu().total_memory()) / 1e9;
+  if (!(total_gb > 0 && total_gb <= kMaxCardGb)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_key.gpu.total_memory = ", key.gpu().total_memory(),
+                     " bytes is out of range; allowed 1..", kMaxCardGb * 1e9,
+                     " (the card's memory as CUDA reports it)"));
+  }
+  const double card_gib = key.gpu().total_memory() / 1073741824.0;
+  RETURN_IF_ERROR(CheckGib(record.budget_gb(), "budget_gb", card_gib, true));
+  RETURN_IF_ERROR(CheckGib(record.reserve_gb(), "reserve_gb", card_gib, false));
+  for (int i = 0; i < record.measurements_size(); ++i) {
+    const v1::MicrobatchMeasurement& m = record.measurements(i);
+    RETURN_IF_ERROR(CheckLength(
+        m.mode(), absl::StrCat("measurements[", i, "].mode"), kMaxNameChars));
+    RETURN_IF_ERROR(CheckGib(m.peak_gb(),
+                             absl::StrCat("measurements[", i, "].peak_gb"),
+                             card_gib, false));
+  }
+  for (int i = 0; i < record.failures_size(); ++i) {
+    RETURN_IF_ERROR(CheckLength(record.failures(i).mode(),
+                                absl::StrCat("failures[", i, "].mode"),
+                                kMaxNameChars));
+    RETURN_IF_ERROR(CheckLength(record.failures(i).reason(),
+                                absl::StrCat("failures[", i, "].reason"),
+                                kMaxNameChars));
+  }
+  ASSIGN_OR_RETURN(const v1::MicrobatchSelection selection,
+                   SelectMicrobatch(record, ""));
+  const v1::MicrobatchMeasurement& mine = record.selected();
+  const v1::MicrobatchMeasurement& recomputed = selection.selected();
+  // The candidate, not its figures: the reference record's selected entry
+  // carries a peak 0.0006 GiB off its own measurement.
+  if (!selection.has_selected() || !record.has_selected() ||
+      mine.microbatch() != recomputed.microbatch() ||
+      mine.mode() != recomputed.mode()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "selected (", Echo(mine.mode()), " microbatch ", mine.microbatch(),
+        ") is not what ", record.selection_policy(),
+        " selects from the measurements and budget_gb (",
+        selection.has_selected()
+            ? absl::StrCat(recomputed.mode(), " microbatch ",
+                           recomputed.microbatch())
+            : "none fits",
+        ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace headroom

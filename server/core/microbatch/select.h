@@ -5,8 +5,10 @@
 // autotuning"): which microbatch and mode a training run uses, recomputed
 // from an autotune record's measurements and budget. Plain C++, no I/O.
 
+#include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "headroom/v1/microbatch.pb.h"
@@ -54,6 +56,19 @@ double EstimatedUpdateSeconds(uint32_t global_batch, uint32_t microbatch,
 // global batch or seconds, or a measurement outside the candidates.
 absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
     const v1::AutotuneRecord& record, absl::string_view policy);
+
+// A record as stored in the autotune cache, at most this size.
+inline constexpr size_t kMaxStoredRecordBytes = 64 << 10;
+
+// OK when `record` may be stored in the autotune cache as given by a
+// client: at most kMaxStoredRecordBytes with its strings within
+// input_limits.h; cache_key.gpu.total_memory in (0, kMaxCardGb GB];
+// budget_gb in (0, card], reserve_gb in [0, card] and every measured peak
+// in [0, card] (GiB, the card being total_memory); and its selected
+// microbatch and mode what SelectMicrobatch recomputes from its
+// measurements and budget under its own policy. INVALID_ARGUMENT names
+// the field and the allowed range.
+absl::Status CheckCacheableRecord(const v1::AutotuneRecord& record);
 
 }  // namespace headroom
 

@@ -467,10 +467,14 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   v1::RefitRequest bad;
   v1::MeasuredRun* run = bad.add_runs();
   run->set_template_("bert-base");
+  run->set_gpu("L4");
+  run->set_params(31120896);
   run->set_batch(8);
   run->set_measured_peak_gb(0.9);
   run = bad.add_runs();
   run->set_template_("no-such-model");
+  run->set_gpu("L4");
+  run->set_params(31120896);
   run->set_batch(8);
   run->set_measured_peak_gb(0.9);
   grpc::Status status = refit(bad, &response);

@@ -57,6 +57,43 @@ TEST_P(StoreTest, VersionsEnergyCurveSets) {
   EXPECT_EQ((*store)->AddFactorSet(Set(1.0), true)->version(), "fs-1");
 }
 
+// Energy curve sets roll back like factor sets: a promotion is recorded in
+// the history, a set is read by version, and listing pages in storage order.
+TEST_P(StoreTest, PromotesListsAndRecordsEnergyCurveSets) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::EnergyCurveSet curves;
+  curves.set_model("test");
+  for (int i = 0; i < 3; ++i) {
+    curves.set_trained_on("set " + std::to_string(i + 1));
+    ASSERT_TRUE((*store)->AddEnergyCurveSet(curves, i != 1).ok());
+  }
+  EXPECT_EQ(*(*store)->EnergyCurveHistory(),
+            (std::vector<std::string>{"ec-1", "ec-3"}));
+  ASSERT_TRUE((*store)->SetCurrentEnergyCurveSet("ec-2").ok());
+  EXPECT_EQ((*(*store)->CurrentEnergyCurveSet())->version(), "ec-2");
+  EXPECT_EQ(*(*store)->EnergyCurveHistory(),
+            (std::vector<std::string>{"ec-1", "ec-3", "ec-2"}));
+  const absl::Status unknown = (*store)->SetCurrentEnergyCurveSet("ec-9");
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*(*store)->CurrentEnergyCurveSet())->version(), "ec-2");
+  EXPECT_EQ((*store)->GetEnergyCurveSet("ec-3")->trained_on(), "set 3");
+  EXPECT_EQ((*store)->GetEnergyCurveSet("ec-9").status().code(),
+            absl::StatusCode::kNotFound);
+
+  auto first = (*store)->ListEnergyCurveSets("", 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].version(), "ec-1");
+  EXPECT_EQ((*first)[1].version(), "ec-2");
+  auto rest = (*store)->ListEnergyCurveSets("ec-2", 2);
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].version(), "ec-3");
+  EXPECT_TRUE((*store)->ListEnergyCurveSets("ec-3", 2)->empty());
+  EXPECT_EQ((*store)->ListEnergyCurveSets("ec-7", 2).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_P(StoreTest, StoresDensityRunsById) {
   auto store = Open();
   ASSERT_TRUE(store.ok());

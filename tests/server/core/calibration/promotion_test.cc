@@ -1,5 +1,7 @@
 #include "server/core/calibration/promotion.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/memory/model_spec.h"
@@ -69,6 +71,8 @@ TEST(ValidateRunsTest, NamesTheRunAndField) {
   v1::MeasuredRun good;
   good.set_template_("lin");
   good.set_batch(4);
+  good.set_gpu("L4");
+  good.set_params(6);
   good.set_measured_peak_gb(1.5);
   EXPECT_TRUE(ValidateRuns({good}, catalog).ok());
 
@@ -108,6 +112,67 @@ TEST(ValidateRunsTest, NamesTheRunAndField) {
   no_model.clear_template_();
   EXPECT_THAT(ValidateRuns({no_model}, catalog).message(),
               HasSubstr("name a catalog template or set spec"));
+}
+
+// What a refit must not import: an unknown card, no parameter count, a
+// peak larger than the card, an unknown enum, a huge string, an infinite
+// timing. Each names the run, the field and what is allowed.
+TEST(ValidateRunsTest, RefusesRunsOutsideWhatTheCardAllows) {
+  ModelCatalog catalog;
+  auto spec = ParseSpecJson(R"({"name": "lin", "positions": 1,
+      "layers": [{"linear": {"in_features": 2, "out_features": 2}}]})",
+                            "test");
+  ASSERT_TRUE(catalog.Add(*spec).ok());
+  v1::MeasuredRun good;
+  good.set_template_("lin");
+  good.set_batch(4);
+  good.set_gpu("L4");
+  good.set_params(6);
+  good.set_measured_peak_gb(24);
+  ASSERT_TRUE(ValidateRuns({good}, catalog).ok());
+
+  auto message = [&](const v1::MeasuredRun& run) {
+    const absl::Status status = ValidateRuns({good, run}, catalog);
+    EXPECT_FALSE(status.ok());
+    return std::string(status.message());
+  };
+  v1::MeasuredRun run = good;
+  run.set_gpu("Z9000");
+  EXPECT_THAT(message(run), HasSubstr("runs[1].gpu"));
+  run = good;
+  run.clear_gpu();
+  EXPECT_THAT(message(run), HasSubstr("runs[1].gpu"));
+  run = good;
+  run.set_params(0);
+  EXPECT_THAT(message(run), HasSubstr("runs[1].params = 0 is out of range"));
+  run = good;
+  run.set_measured_peak_gb(24.5);
+  EXPECT_THAT(message(run),
+              HasSubstr("runs[1].measured_peak_gb = 24.5 is out of range; "
+                        "allowed (0, 24] GB (L4 has 24 GB)"));
+  run = good;
+  run.clear_measured_peak_gb();
+  run.set_oom_on_gb(80);
+  EXPECT_THAT(message(run), HasSubstr("runs[1].oom_on_gb = 80"));
+  run = good;
+  run.set_device_peak_gb(1e300);
+  EXPECT_THAT(message(run), HasSubstr("runs[1].device_peak_gb"));
+  run = good;
+  run.set_step_seconds(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(message(run), HasSubstr("runs[1].step_seconds = inf"));
+  run = good;
+  run.set_measured_by(static_cast<v1::MeasurementSource>(77));
+  EXPECT_THAT(message(run), HasSubstr("runs[1].measured_by = 77"));
+  run = good;
+  run.set_framework(std::string(5000, 'x'));
+  const std::string long_text = message(run);
+  EXPECT_THAT(long_text, HasSubstr("runs[1].framework is 5000 bytes; allowed "
+                                   "up to 4096"));
+  EXPECT_LT(long_text.size(), 400u);
+  run.set_framework(std::string(1 << 20, 'x'));
+  EXPECT_THAT(message(run),
+              HasSubstr("runs[1] is 1048603 bytes; a stored run allows up to "
+                        "262144"));
 }
 
 }  // namespace

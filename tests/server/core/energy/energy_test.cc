@@ -1,4 +1,6 @@
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@ namespace headroom {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const v1::EnergyCurveSet& Shipped() {
@@ -549,6 +552,58 @@ TEST(EnergyRefitTest, RunErrorsNameTheRun) {
   bad_quant.mutable_runs(0)->set_quant("fp8");
   EXPECT_THAT(RefitEnergy(Shipped(), bad_quant, "x").status().message(),
               HasSubstr("runs[0] ("));
+}
+
+std::string Refused(const v1::RefitEnergyRequest& request) {
+  absl::StatusOr<v1::RefitEnergyResponse> refit =
+      RefitEnergy(Shipped(), request, "x");
+  EXPECT_EQ(refit.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(refit.status().message());
+}
+
+// Runs no card could have produced are refused before anything is fitted,
+// each naming the run, the field and the allowed range: 1e300 J once made
+// answers of 1e298 J current.
+TEST(EnergyRefitTest, RunsOutsidePhysicalRangesAreRefused) {
+  const std::vector<v1::EnergyRun> runs = AnchorsAsRuns(Shipped());
+  auto refused = [&](const std::function<void(v1::EnergyRun*)>& edit) {
+    v1::RefitEnergyRequest request;
+    for (const v1::EnergyRun& run : runs) *request.add_runs() = run;
+    edit(request.mutable_runs(1));
+    return Refused(request);
+  };
+  EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_energy_j(1e300); }),
+              AllOf(HasSubstr("runs[1] ("), HasSubstr("energy_j must be in "
+                                                      "(0, 1.728e+08] J")));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) {
+                r->set_energy_j(std::numeric_limits<double>::quiet_NaN());
+              }),
+              HasSubstr("energy_j must be in (0, 1.728e+08] J"));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) {
+                r->set_energy_j(1e8);
+                r->set_tokens_generated(10);
+              }),
+              HasSubstr("per 1,000 tokens_generated is 1e+10 J; allowed "
+                        "(0, 1e+06] J per 1,000 tokens"));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_idle_w(1e9); }),
+              HasSubstr("idle_w must be in [0, 2000] W"));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) {
+                r->set_window_s(std::numeric_limits<double>::infinity());
+              }),
+              HasSubstr("window_s must be in [0, 86400] s"));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_params_b(1e6); }),
+              HasSubstr("params_b must be in (0, 10000]"));
+  EXPECT_THAT(refused([](v1::EnergyRun* r) {
+                r->set_model(std::string(1 << 20, 'm'));
+              }),
+              HasSubstr("runs[1].model is 1048576 bytes; allowed up to 256"));
+  // Quantized runs 20 times dearer than their fp16 partners.
+  v1::RefitEnergyRequest dear;
+  for (const v1::EnergyRun& run : runs) *dear.add_runs() = run;
+  for (v1::EnergyRun& run : *dear.mutable_runs()) {
+    if (run.quant() != "fp16") run.set_energy_j(run.energy_j() * 20);
+  }
+  EXPECT_THAT(Refused(dear), HasSubstr("allowed dE up to 1000 %"));
 }
 
 TEST(EnergyRefitTest, RunsJsonlParses) {

@@ -137,5 +137,39 @@ TEST(ModelSpecTest, RejectsLayerWithoutKind) {
   EXPECT_THAT(spec.status().message(), HasSubstr("has no kind; allowed"));
 }
 
+// An enum value the API does not define (a newer client, or a forged
+// request) is refused like an unset one, naming the field and the value.
+TEST(ModelSpecTest, RejectsUnknownEnumValuesNamingTheField) {
+  v1::ModelSpec spec;
+  spec.set_name("x");
+  spec.set_positions(2);
+  v1::Layer* layer = spec.add_layers();
+  layer->mutable_norm()->set_dim(8);
+  layer->mutable_norm()->set_kind(static_cast<v1::Norm::Kind>(99));
+  absl::Status status = ValidateSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("spec.layers[0].norm.kind = 99 is not known"));
+
+  layer->Clear();
+  layer->mutable_recurrent()->set_cell(static_cast<v1::Recurrent::Cell>(-1));
+  layer->mutable_recurrent()->set_input_size(4);
+  layer->mutable_recurrent()->set_hidden(4);
+  status = ValidateSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("spec.layers[0].recurrent.cell = -1 is not known"));
+
+  layer->Clear();
+  layer->mutable_elementwise()->set_op(static_cast<v1::Elementwise::Op>(7));
+  layer->mutable_elementwise()->set_dim(4);
+  status = ValidateSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("spec.layers[0].elementwise.op = 7 is not known"));
+  layer->mutable_elementwise()->set_op(v1::Elementwise::ADD);
+  EXPECT_TRUE(ValidateSpec(spec).ok());
+}
+
 }  // namespace
 }  // namespace headroom
