@@ -18,6 +18,7 @@
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/microbatch/plan.h"
 #include "server/service/grpc_status.h"
+#include "server/service/paging.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
 
@@ -407,32 +408,37 @@ grpc::ServerUnaryReactor* PlannerService::Defer(
 
 grpc::ServerUnaryReactor* PlannerService::ListFactorSets(
     grpc::CallbackServerContext* context,
-    const v1::ListFactorSetsRequest* /*request*/,
+    const v1::ListFactorSetsRequest* request,
     v1::ListFactorSetsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::vector<v1::FactorSet>> sets = store_->ListFactorSets();
-  if (!sets.ok()) {
-    reactor->Finish(ToGrpcStatus(sets.status()));
-    return reactor;
-  }
-  const std::string current = planner()->factor_set().version();
-  response->set_current_version(current);
-  for (const v1::FactorSet& set : *sets) {
-    v1::FactorSetSummary* summary = response->add_factor_sets();
-    summary->set_version(set.version());
-    summary->set_created_unix(set.created_unix());
-    summary->set_current(set.version() == current);
-    summary->set_trained_on(set.trained_on());
-    *summary->mutable_factors() = set.factors();
-    summary->set_k95(set.k95());
-    auto it = set.page().summary().find("ours_heldout");
-    if (it != set.page().summary().end()) {
-      summary->set_heldout_median_abs_err(it->second.median_abs_err());
-      summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+  auto answer = [&]() -> absl::StatusOr<v1::ListFactorSetsResponse> {
+    // The budget counts whole stored sets; their summaries are smaller.
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("factor_sets", request->page_size(),
+                                     request->page_token(),
+                                     PageBytes(options_.max_request_bytes)));
+    ASSIGN_OR_RETURN(Page<v1::FactorSet> sets, store_->ListFactorSets(spec));
+    v1::ListFactorSetsResponse out;
+    const std::string current = planner()->factor_set().version();
+    out.set_current_version(current);
+    out.set_next_page_token(NextPageToken("factor_sets", sets.next_after));
+    for (const v1::FactorSet& set : sets.entries) {
+      v1::FactorSetSummary* summary = out.add_factor_sets();
+      summary->set_version(set.version());
+      summary->set_created_unix(set.created_unix());
+      summary->set_current(set.version() == current);
+      summary->set_trained_on(set.trained_on());
+      *summary->mutable_factors() = set.factors();
+      summary->set_k95(set.k95());
+      auto it = set.page().summary().find("ours_heldout");
+      if (it != set.page().summary().end()) {
+        summary->set_heldout_median_abs_err(it->second.median_abs_err());
+        summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+      }
+      BoundEntry(summary, PageBytes(options_.max_request_bytes));
     }
-  }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
@@ -470,6 +476,51 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
   return Reply(reactor, std::move(answer), response);
 }
 
+namespace {
+
+// Keeps a ranking under `max_bytes`, whatever runs it ranked: first the long
+// strings of every run are cut, then list entries are dropped from the
+// tail of the longest list. `truncated` says what was left out.
+void BoundRanking(v1::RankDensityResponse* response, size_t max_bytes) {
+  if (response->ByteSizeLong() <= max_bytes) return;
+  v1::DensityLeaderboard* board = response->mutable_leaderboard();
+  std::vector<std::string> notes;
+  // The rules paragraph is ours, not a run's: it stays whole.
+  std::string formula = std::move(*board->mutable_formula());
+  board->clear_formula();
+  if (CutLongStrings(board)) {
+    notes.push_back("run fields longer than 1 KiB are cut");
+  }
+  board->set_formula(std::move(formula));
+  using Runs = google::protobuf::RepeatedPtrField<v1::DensityRun>;
+  Runs* lists[] = {board->mutable_top(), board->mutable_top_speed(),
+                   board->mutable_top_avail(), board->mutable_top_mix()};
+  int dropped = 0;
+  while (response->ByteSizeLong() > max_bytes) {
+    Runs* longest = lists[0];
+    for (Runs* list : lists) {
+      if (list->size() > longest->size()) longest = list;
+    }
+    if (board->gold_modes_size() > longest->size()) {
+      board->mutable_gold_modes()->RemoveLast();
+    } else if (!longest->empty()) {
+      longest->RemoveLast();
+    } else {
+      break;
+    }
+    ++dropped;
+  }
+  if (dropped > 0) {
+    notes.push_back(absl::StrCat(dropped,
+                                 " list entries are left out (the longest "
+                                 "lists' tails) to stay under ",
+                                 max_bytes, " bytes"));
+  }
+  response->set_truncated(absl::StrJoin(notes, "; "));
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PlannerService::RankDensity(
     grpc::CallbackServerContext* context, const v1::RankDensityRequest* request,
     v1::RankDensityResponse* response) {
@@ -479,8 +530,12 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
+  const size_t budget = PageBytes(options_.max_request_bytes);
   if (!request->use_stored()) {
-    return Reply(reactor, headroom::RankDensity(*request), response);
+    absl::StatusOr<v1::RankDensityResponse> answer =
+        headroom::RankDensity(*request);
+    if (answer.ok()) BoundRanking(&*answer, budget);
+    return Reply(reactor, std::move(answer), response);
   }
   auto answer = [&]() -> absl::StatusOr<v1::RankDensityResponse> {
     if (!request->runs().empty()) {
@@ -494,7 +549,10 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
     v1::RankDensityRequest ranked = *request;
     ranked.set_use_stored(false);
     for (v1::DensityRawRun& run : stored) *ranked.add_runs() = std::move(run);
-    return headroom::RankDensity(ranked);
+    ASSIGN_OR_RETURN(v1::RankDensityResponse out,
+                     headroom::RankDensity(ranked));
+    BoundRanking(&out, budget);
+    return out;
   }();
   return Reply(reactor, std::move(answer), response);
 }
@@ -664,13 +722,22 @@ grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
 
 grpc::ServerUnaryReactor* PlannerService::ListAutotuneRecords(
     grpc::CallbackServerContext* context,
-    const v1::ListAutotuneRecordsRequest* /*request*/,
+    const v1::ListAutotuneRecordsRequest* request,
     v1::ListAutotuneRecordsResponse* response) {
   auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
-    ASSIGN_OR_RETURN(std::vector<v1::AutotuneCacheEntry> entries,
-                     store_->ListAutotuneRecords());
+    const size_t budget = PageBytes(options_.max_request_bytes);
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("autotune_records", request->page_size(),
+                                     request->page_token(), budget));
+    ASSIGN_OR_RETURN(Page<v1::AutotuneCacheEntry> entries,
+                     store_->ListAutotuneRecords(spec));
     v1::ListAutotuneRecordsResponse out;
-    for (v1::AutotuneCacheEntry& e : entries) *out.add_entries() = std::move(e);
+    out.set_next_page_token(
+        NextPageToken("autotune_records", entries.next_after));
+    for (v1::AutotuneCacheEntry& e : entries.entries) {
+      BoundEntry(&e, budget);
+      *out.add_entries() = std::move(e);
+    }
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);

@@ -25,6 +25,8 @@ class PlannerService final : public v1::Planner::CallbackService {
   struct Options {
     // Requests larger than this get INVALID_ARGUMENT (the transport allows
     // twice that, so the caller hears why, not a bare RESOURCE_EXHAUSTED).
+    // Also the response limit: list pages and rankings of stored runs stay
+    // well under it (PageBytes).
     size_t max_request_bytes = 4 << 20;
     // Coverage of the upper bound for planners built after a refit.
     double coverage = 0.95;
