@@ -505,6 +505,11 @@ void FleetService::OnStreamDone(WorkerStream* stream) {
   {
     absl::MutexLock lock(&mu_);
     if (!stream->registered) return;
+    // Its GPUs' series go unless a newer connection of it uses them.
+    for (const PlannerMetrics::GpuGauges& gauges : stream->gauges) {
+      metrics_->ReleaseGpuSeries(gauges);
+    }
+    stream->gauges.clear();
     auto it = workers_.find(stream->hello.worker_id());
     if (it != workers_.end() && it->second == stream) workers_.erase(it);
     metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
