@@ -1,15 +1,21 @@
 #include "server/service/background_worker.h"
 
+#include <algorithm>
+
 namespace headroom {
 
-BackgroundWorker::BackgroundWorker() : thread_([this] { Run(); }) {}
+BackgroundWorker::BackgroundWorker(int threads) {
+  for (int i = 0; i < std::max(threads, 1); ++i) {
+    threads_.emplace_back([this] { Run(); });
+  }
+}
 
 BackgroundWorker::~BackgroundWorker() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  for (std::thread& thread : threads_) thread.join();
 }
 
 bool BackgroundWorker::Post(std::function<void()> job, size_t max_queued) {

@@ -1,12 +1,15 @@
 #ifndef HEADROOM_SERVER_SERVICE_BACKGROUND_WORKER_H_
 #define HEADROOM_SERVER_SERVICE_BACKGROUND_WORKER_H_
 
-// One thread that runs long jobs (refits) in order, so gRPC reactors never
-// block on them. Jobs queued when the worker is destroyed still run first.
+// Threads that run long jobs (refits, model imports) in the order they were
+// queued, so gRPC reactors never block on them; with one thread each job
+// finishes before the next starts. Jobs queued when the worker is destroyed
+// still run first.
 
 #include <deque>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -15,7 +18,8 @@ namespace headroom {
 
 class BackgroundWorker {
  public:
-  BackgroundWorker();
+  // `threads` at least 1.
+  explicit BackgroundWorker(int threads = 1);
   ~BackgroundWorker();
   BackgroundWorker(const BackgroundWorker&) = delete;
   BackgroundWorker& operator=(const BackgroundWorker&) = delete;
@@ -31,7 +35,7 @@ class BackgroundWorker {
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace headroom

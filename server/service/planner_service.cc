@@ -32,7 +32,8 @@ PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
       planner_(std::move(planner)),
       store_(store),
       metrics_(metrics),
-      options_(options) {}
+      options_(options),
+      import_pool_(options.import_threads) {}
 
 void PlannerService::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
   absl::MutexLock lock(&mu_);
@@ -185,8 +186,34 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
-  // The answer is pure computation on an immutable planner and evidence
-  // (microseconds), so it runs inline without blocking on anything.
+  // A catalog answer runs inline (it blocks on nothing); an import runs on
+  // its own pool, so a queue of large graphs never delays catalog answers.
+  if (ImportsModel(request->model())) {
+    return DeferImport(reactor, [this, reactor, request, response] {
+      AnswerCheckFit(reactor, request, response);
+    });
+  }
+  AnswerCheckFit(reactor, request, response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::DeferImport(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!import_pool_.Post(std::move(job), options_.import_queue)) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the model import queue is full (", options_.import_queue,
+                     " imports wait, --import_queue); retry later, or ask "
+                     "about a catalog template")));
+  }
+  return reactor;
+}
+
+void PlannerService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
+                                    const v1::CheckFitRequest* request,
+                                    v1::CheckFitResponse* response) {
+  // Pure computation on an immutable planner and evidence: microseconds for
+  // a catalog template, up to seconds for an imported model.
   const std::shared_ptr<const Evidence> evidence = this->evidence();
   absl::StatusOr<v1::CheckFitResponse> answer =
       planner()->CheckFit(*request, evidence.get());
@@ -195,7 +222,7 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
                   absl::StatusCodeToString(answer.status().code()),
                   std::string(answer.status().message()));
     reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
+    return;
   }
   for (const v1::TargetResult& target : answer->targets()) {
     for (int verdict : target.verdicts()) {
@@ -219,7 +246,7 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
         response->set_learning("no probe queued: the planner is busy");
         reactor->Finish(grpc::Status::OK);
       }
-      return reactor;
+      return;
     }
     auto copy = std::make_shared<v1::CheckFitRequest>(*request);
     auto seen = std::make_shared<v1::CheckFitResponse>(*answer);
@@ -229,7 +256,6 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
   }
   *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* PlannerService::GetCalibration(
@@ -663,6 +689,20 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
+  // An inline spec is imported (validated, profiled per candidate) on the
+  // import pool, as CheckFit's are.
+  if (request->model_case() == v1::PlanMicrobatchRequest::kSpec) {
+    return DeferImport(reactor, [this, reactor, request, response] {
+      AnswerPlanMicrobatch(reactor, request, response);
+    });
+  }
+  AnswerPlanMicrobatch(reactor, request, response);
+  return reactor;
+}
+
+void PlannerService::AnswerPlanMicrobatch(
+    grpc::ServerUnaryReactor* reactor, const v1::PlanMicrobatchRequest* request,
+    v1::PlanMicrobatchResponse* response) {
   const std::shared_ptr<const FitPlanner> current = planner();
   absl::StatusOr<v1::PlanMicrobatchResponse> answer =
       headroom::PlanMicrobatch(*request, *catalog_, current->factor_set());
@@ -687,7 +727,7 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
       answer->set_measure_count(0);
     }
   }
-  return Reply(reactor, std::move(answer), response);
+  Reply(reactor, std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
