@@ -18,8 +18,10 @@ namespace headroom {
 
 class BackgroundWorker {
  public:
-  // `threads` at least 1.
-  explicit BackgroundWorker(int threads = 1);
+  // `threads` at least 1. `nice` above 0 lowers the threads' scheduling
+  // priority (Linux nice, per thread), so that jobs yield the CPU to the
+  // gRPC threads' short answers.
+  explicit BackgroundWorker(int threads = 1, int nice = 0);
   ~BackgroundWorker();
   BackgroundWorker(const BackgroundWorker&) = delete;
   BackgroundWorker& operator=(const BackgroundWorker&) = delete;
@@ -29,7 +31,7 @@ class BackgroundWorker {
   bool Post(std::function<void()> job, size_t max_queued = 8);
 
  private:
-  void Run();
+  void Run(int nice);
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;

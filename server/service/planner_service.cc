@@ -33,7 +33,7 @@ PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
       store_(store),
       metrics_(metrics),
       options_(options),
-      import_pool_(options.import_threads) {}
+      import_pool_(options.import_threads, /*nice=*/10) {}
 
 void PlannerService::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
   absl::MutexLock lock(&mu_);
