@@ -228,11 +228,17 @@ int MicrobatchAutotune(const Options& options,
 int MicrobatchCacheList(const Options& options, std::ostream& out,
                         std::ostream& err) {
   auto stub = v1::Planner::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
+  v1::ListAutotuneRecordsRequest request;
+  request.set_page_size(500);
   v1::ListAutotuneRecordsResponse response;
-  const grpc::Status status =
-      stub->ListAutotuneRecords(&context, {}, &response);
+  const grpc::Status status = ListAllPages(
+      options, request,
+      [&](grpc::ClientContext* context,
+          const v1::ListAutotuneRecordsRequest& page,
+          v1::ListAutotuneRecordsResponse* out) {
+        return stub->ListAutotuneRecords(context, page, out);
+      },
+      &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << ToJson(response, /*pretty=*/true) << "\n";

@@ -547,10 +547,16 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
 
 int FactorsList(const Options& options, std::ostream& out, std::ostream& err) {
   auto stub = v1::Planner::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
+  v1::ListFactorSetsRequest request;
+  request.set_page_size(500);
   v1::ListFactorSetsResponse response;
-  const grpc::Status status = stub->ListFactorSets(&context, {}, &response);
+  const grpc::Status status = ListAllPages(
+      options, request,
+      [&](grpc::ClientContext* context, const v1::ListFactorSetsRequest& page,
+          v1::ListFactorSetsResponse* out) {
+        return stub->ListFactorSets(context, page, out);
+      },
+      &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << ToJson(response, /*pretty=*/true) << "\n";

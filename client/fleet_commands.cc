@@ -58,11 +58,16 @@ void PrintProbe(const v1::Probe& p, std::ostream& out) {
 
 int Workers(const Options& options, std::ostream& out, std::ostream& err) {
   auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
+  v1::ListWorkersRequest request;
+  request.set_page_size(500);
   v1::ListWorkersResponse response;
-  const grpc::Status status =
-      stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  const grpc::Status status = ListAllPages(
+      options, request,
+      [&](grpc::ClientContext* context, const v1::ListWorkersRequest& page,
+          v1::ListWorkersResponse* out) {
+        return stub->ListWorkers(context, page, out);
+      },
+      &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << ToJson(response, /*pretty=*/true) << "\n";
@@ -233,10 +238,15 @@ int ProbeList(const Options& options, const ProbeOptions& probe,
     request.set_state(state);
   }
   auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
+  request.set_page_size(500);
   v1::ListProbesResponse response;
-  const grpc::Status status = stub->ListProbes(&context, request, &response);
+  const grpc::Status status = ListAllPages(
+      options, request,
+      [&](grpc::ClientContext* context, const v1::ListProbesRequest& page,
+          v1::ListProbesResponse* out) {
+        return stub->ListProbes(context, page, out);
+      },
+      &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << ToJson(response, /*pretty=*/true) << "\n";

@@ -33,6 +33,12 @@ ABSL_FLAG(std::string, extender_listen, "",
 ABSL_FLAG(int64_t, extender_budget_ms, 50,
           "longest an extender call may take; past it the nodes pass through "
           "(fail open), logged and counted");
+ABSL_FLAG(int32_t, import_threads, 2,
+          "threads that answer questions about imported models (HF config, "
+          "ONNX graph, inline spec), apart from catalog answers; 1..64");
+ABSL_FLAG(int32_t, import_queue, 64,
+          "imports that may wait for those threads; more are refused with "
+          "RESOURCE_EXHAUSTED; 1..100000");
 ABSL_FLAG(bool, extender_allow_borderline, false,
           "extender filter: let BORDERLINE nodes through (default FITS only)");
 ABSL_FLAG(std::string, extender_prefer, "tightest",
@@ -152,6 +158,8 @@ int main(int argc, char** argv) {
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
   config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);
+  config.import_threads = absl::GetFlag(FLAGS_import_threads);
+  config.import_queue = absl::GetFlag(FLAGS_import_queue);
   // Planner start refuses a budget below 4 x the message limit.
   config.grpc_memory_bytes =
       std::min<int64_t>(absl::GetFlag(FLAGS_grpc_memory_mb), int64_t{1} << 20) *

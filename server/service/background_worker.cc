@@ -1,15 +1,25 @@
 #include "server/service/background_worker.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 namespace headroom {
 
-BackgroundWorker::BackgroundWorker() : thread_([this] { Run(); }) {}
+BackgroundWorker::BackgroundWorker(int threads, int nice) {
+  for (int i = 0; i < std::max(threads, 1); ++i) {
+    threads_.emplace_back([this, nice] { Run(nice); });
+  }
+}
 
 BackgroundWorker::~BackgroundWorker() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  for (std::thread& thread : threads_) thread.join();
 }
 
 bool BackgroundWorker::Post(std::function<void()> job, size_t max_queued) {
@@ -23,7 +33,12 @@ bool BackgroundWorker::HasWorkOrStopping() const {
   return stopping_ || !jobs_.empty();
 }
 
-void BackgroundWorker::Run() {
+void BackgroundWorker::Run(int nice) {
+  // Best effort: a failure leaves the thread at the process's priority.
+  if (nice > 0) {
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                      nice);
+  }
   for (;;) {
     std::function<void()> job;
     {

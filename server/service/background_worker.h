@@ -1,12 +1,15 @@
 #ifndef HEADROOM_SERVER_SERVICE_BACKGROUND_WORKER_H_
 #define HEADROOM_SERVER_SERVICE_BACKGROUND_WORKER_H_
 
-// One thread that runs long jobs (refits) in order, so gRPC reactors never
-// block on them. Jobs queued when the worker is destroyed still run first.
+// Threads that run long jobs (refits, model imports) in the order they were
+// queued, so gRPC reactors never block on them; with one thread each job
+// finishes before the next starts. Jobs queued when the worker is destroyed
+// still run first.
 
 #include <deque>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -15,7 +18,10 @@ namespace headroom {
 
 class BackgroundWorker {
  public:
-  BackgroundWorker();
+  // `threads` at least 1. `nice` above 0 lowers the threads' scheduling
+  // priority (Linux nice, per thread), so that jobs yield the CPU to the
+  // gRPC threads' short answers.
+  explicit BackgroundWorker(int threads = 1, int nice = 0);
   ~BackgroundWorker();
   BackgroundWorker(const BackgroundWorker&) = delete;
   BackgroundWorker& operator=(const BackgroundWorker&) = delete;
@@ -25,13 +31,13 @@ class BackgroundWorker {
   bool Post(std::function<void()> job, size_t max_queued = 8);
 
  private:
-  void Run();
+  void Run(int nice);
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace headroom

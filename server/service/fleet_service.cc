@@ -18,6 +18,7 @@
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/fleet_autotune.h"
+#include "server/service/paging.h"
 #include "server/service/queued_writer.h"
 #include "server/service/reply.h"
 #include "server/service/worker_reports.h"
@@ -664,6 +665,11 @@ void FleetService::OnStreamDone(WorkerStream* stream) {
   {
     absl::MutexLock lock(&mu_);
     if (!stream->registered) return;
+    // Its GPUs' series go unless a newer connection of it uses them.
+    for (const PlannerMetrics::GpuGauges& gauges : stream->gauges) {
+      metrics_->ReleaseGpuSeries(gauges);
+    }
+    stream->gauges.clear();
     auto it = workers_.find(stream->hello.worker_id());
     if (it != workers_.end() && it->second == stream) workers_.erase(it);
     metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
@@ -683,20 +689,23 @@ void FleetService::OnStreamDone(WorkerStream* stream) {
 }
 
 grpc::ServerUnaryReactor* FleetService::ListWorkers(
-    grpc::CallbackServerContext* context,
-    const v1::ListWorkersRequest* /*request*/,
+    grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
   if (auto* refused = RefuseUnary(options_.access.get(), context,
                                   "/headroom.v1.Fleet/ListWorkers")) {
     return refused;
   }
   auto answer = [&]() -> absl::StatusOr<v1::ListWorkersResponse> {
-    ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> stored,
-                     store_->ListWorkers());
+    const size_t budget = PageBytes(options_.max_request_bytes);
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("workers", request->page_size(),
+                                     request->page_token(), budget));
+    ASSIGN_OR_RETURN(Page<v1::WorkerStatus> stored, store_->ListWorkers(spec));
     v1::ListWorkersResponse out;
+    out.set_next_page_token(NextPageToken("workers", stored.next_after));
     absl::MutexLock lock(&mu_);
     const int64_t now = NowMs();
-    for (v1::WorkerStatus& worker : stored) {
+    for (v1::WorkerStatus& worker : stored.entries) {
       auto it = workers_.find(worker.hello().worker_id());
       // Connected elsewhere (another replica) counts only while its
       // last-seen time is fresh: a planner that died cannot say goodbye.
@@ -709,6 +718,10 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
         worker.set_samples_received(it->second->samples_received);
         worker.set_running_probe(it->second->running_probe);
         worker.set_last_seen_unix_ms(now);
+      }
+      if (BoundEntry(&worker, budget)) {
+        spdlog::warn("event=list_entry_cut listing=workers worker={}",
+                     worker.hello().worker_id().substr(0, 64));
       }
       *out.add_workers() = std::move(worker);
     }
@@ -1190,11 +1203,29 @@ grpc::ServerUnaryReactor* FleetService::ListProbes(
           absl::StrCat("limit = ", request->limit(),
                        " is out of range; allowed 0..10000 (0 = 100)"));
     }
-    const int limit = request->limit() == 0 ? 100 : request->limit();
-    ASSIGN_OR_RETURN(std::vector<v1::Probe> probes,
-                     store_->ListProbes(request->state(), limit));
+    // A client from before paging sends limit alone: it is the page size,
+    // at most kMaxPageSize.
+    int32_t page_size = request->page_size();
+    if (page_size == 0 && request->limit() > 0) {
+      page_size = static_cast<int32_t>(
+          std::min<uint32_t>(request->limit(), kMaxPageSize));
+    }
+    const size_t budget = PageBytes(options_.max_request_bytes);
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest(absl::StrCat("probes/", request->state()),
+                                     page_size, request->page_token(), budget));
+    ASSIGN_OR_RETURN(Page<v1::Probe> probes,
+                     store_->ListProbes(request->state(), spec));
     v1::ListProbesResponse out;
-    for (v1::Probe& probe : probes) *out.add_probes() = std::move(probe);
+    out.set_next_page_token(NextPageToken(
+        absl::StrCat("probes/", request->state()), probes.next_after));
+    for (v1::Probe& probe : probes.entries) {
+      if (BoundEntry(&probe, budget)) {
+        spdlog::warn("event=list_entry_cut listing=probes probe={}",
+                     probe.id().substr(0, 64));
+      }
+      *out.add_probes() = std::move(probe);
+    }
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);

@@ -41,7 +41,8 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
     // reaches watchers and workers here.
     int64_t store_poll_ms = 1000;
     std::string planner_version;
-    // SubmitProbe requests larger than this get INVALID_ARGUMENT.
+    // The message limit: SubmitProbe requests larger than this get
+    // INVALID_ARGUMENT, and list pages stay well under it (PageBytes).
     size_t max_request_bytes = 4 << 20;
     // Who may call what; null allows everything.
     std::shared_ptr<const Access> access;

@@ -1,9 +1,13 @@
 #include "server/service/metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "headroom/v1/fleet.pb.h"
+#include "headroom/v1/planner.pb.h"
 #include "server/service/grpc_status.h"
 
 namespace headroom {
@@ -23,6 +27,39 @@ void SplitMethod(const std::string& full, std::string* service,
   }
   *service = full.substr(1, slash - 1);
   *method = full.substr(slash + 1);
+}
+
+// Every method of the services this planner registers. Health and
+// reflection are named as well as looked up: their descriptors may not be
+// linked in.
+std::set<std::string> KnownMethods() {
+  std::set<std::string> methods = {
+      "/grpc.health.v1.Health/Check",
+      "/grpc.health.v1.Health/Watch",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+  };
+  const google::protobuf::DescriptorPool* pool =
+      google::protobuf::DescriptorPool::generated_pool();
+  // The request types' files hold the services (and link them in).
+  const google::protobuf::ServiceDescriptor* services[] = {
+      v1::CheckFitRequest::descriptor()->file()->FindServiceByName("Planner"),
+      v1::WorkerMessage::descriptor()->file()->FindServiceByName("Fleet"),
+      pool->FindServiceByName("grpc.health.v1.Health"),
+      pool->FindServiceByName("grpc.reflection.v1alpha.ServerReflection")};
+  for (const google::protobuf::ServiceDescriptor* service : services) {
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods.insert(absl::StrCat("/", service->full_name(), "/",
+                                  service->method(i)->name()));
+    }
+  }
+  return methods;
+}
+
+// A label value from the network, at most kMaxLabelBytes.
+std::string Bounded(const std::string& value) {
+  return value.substr(0, PlannerMetrics::kMaxLabelBytes);
 }
 
 const char* TypeName(grpc::experimental::ServerRpcInfo::Type type) {
@@ -204,7 +241,8 @@ PlannerMetrics::PlannerMetrics()
       extender_filtered_out_(prometheus::BuildCounter()
                                  .Name("headroom_extender_nodes_filtered_total")
                                  .Help("Nodes the extender's filter dropped.")
-                                 .Register(*registry_)) {
+                                 .Register(*registry_)),
+      known_methods_(KnownMethods()) {
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* outcome : {"answered", "untouched", "bad_request",
                                 "bad_annotation", "fail_open"}) {
@@ -232,8 +270,8 @@ PlannerMetrics::PlannerMetrics()
 
 void PlannerMetrics::RpcStarted(const std::string& type,
                                 const std::string& method) {
-  std::string service, name;
-  SplitMethod(method, &service, &name);
+  std::string service = "unknown", name = "unknown";
+  if (known_methods_.count(method) > 0) SplitMethod(method, &service, &name);
   started_
       .Add({{"grpc_type", type},
             {"grpc_service", service},
@@ -244,8 +282,8 @@ void PlannerMetrics::RpcStarted(const std::string& type,
 void PlannerMetrics::RpcHandled(const std::string& type,
                                 const std::string& method,
                                 const std::string& code, double seconds) {
-  std::string service, name;
-  SplitMethod(method, &service, &name);
+  std::string service = "unknown", name = "unknown";
+  if (known_methods_.count(method) > 0) SplitMethod(method, &service, &name);
   handled_
       .Add({{"grpc_type", type},
             {"grpc_service", service},
@@ -280,6 +318,30 @@ void PlannerMetrics::FactorSetInstalled(const v1::FactorSet& set) {
   }
   factor_set_info_.Add({{"factor_set", set.version()}}).Set(1);
   current_version_ = set.version();
+  // The oldest version's series go once kKeptFactorSets have some.
+  installed_versions_.erase(
+      std::remove_if(installed_versions_.begin(), installed_versions_.end(),
+                     [&](const auto& v) { return v.first == set.version(); }),
+      installed_versions_.end());
+  std::vector<std::string> columns;
+  for (const auto& [column, summary] : set.page().summary()) {
+    columns.push_back(column);
+  }
+  installed_versions_.emplace_back(set.version(), std::move(columns));
+  while (installed_versions_.size() > kKeptFactorSets) {
+    const auto [old, old_columns] = installed_versions_.front();
+    installed_versions_.pop_front();
+    const auto remove = [&](prometheus::Family<prometheus::Gauge>& family,
+                            const std::map<std::string, std::string>& labels) {
+      // Has() alone does not say; Add() then Remove() drops it either way.
+      family.Remove(&family.Add(labels));
+    };
+    remove(factor_set_info_, {{"factor_set", old}});
+    remove(said_fits_but_oom_, {{"factor_set", old}});
+    for (const std::string& column : old_columns) {
+      remove(calibration_error_, {{"factor_set", old}, {"column", column}});
+    }
+  }
 }
 
 void PlannerMetrics::WorkersConnected(int64_t count) {
@@ -317,15 +379,42 @@ void PlannerMetrics::WorkerMessageRejected(WorkerRejection reason) {
 PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(
     const std::string& gpu_index, const std::string& uuid,
     const std::string& model_name, const std::string& hostname) {
-  const std::map<std::string, std::string> labels = {{"gpu", gpu_index},
-                                                     {"UUID", uuid},
-                                                     {"modelName", model_name},
-                                                     {"Hostname", hostname}};
+  std::map<std::string, std::string> labels = {
+      {"gpu", Bounded(gpu_index)},
+      {"UUID", Bounded(uuid)},
+      {"modelName", Bounded(model_name)},
+      {"Hostname", Bounded(hostname)}};
   GpuGauges gauges;
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  auto it = gpu_users_.find(labels);
+  if (it != gpu_users_.end()) {
+    ++it->second;
+    gauges.labels = labels;
+  } else if (gpu_users_.size() < kMaxGpuSeries) {
+    gpu_users_.emplace(labels, 1);
+    gauges.labels = labels;
+  } else {
+    labels = {{"gpu", "other"},
+              {"UUID", "other"},
+              {"modelName", "other"},
+              {"Hostname", "other"}};
+  }
   gauges.fb_used_mib = &dcgm_fb_used_.Add(labels);
   gauges.power_w = &dcgm_power_.Add(labels);
   gauges.energy_mj = &dcgm_energy_.Add(labels);
   return gauges;
+}
+
+void PlannerMetrics::ReleaseGpuSeries(const GpuGauges& gauges) {
+  // The "other" bucket stays: GPUs past the cap share it.
+  if (gauges.labels.empty()) return;
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  auto it = gpu_users_.find(gauges.labels);
+  if (it == gpu_users_.end() || --it->second > 0) return;
+  gpu_users_.erase(it);
+  dcgm_fb_used_.Remove(gauges.fb_used_mib);
+  dcgm_power_.Remove(gauges.power_w);
+  dcgm_energy_.Remove(gauges.energy_mj);
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

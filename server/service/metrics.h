@@ -4,8 +4,11 @@
 // Prometheus metrics of the planner: the go-grpc-prometheus server metrics
 // (filled by a gRPC interceptor) and the headroom_* domain metrics.
 
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +55,10 @@ class PlannerMetrics {
   // The registry /metrics serializes.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  // Counts one RPC start / finish; `method` is "/pkg.Service/Method".
+  // Counts one RPC start / finish; `method` is "/pkg.Service/Method". A
+  // method no registered service has (headroom.v1.Planner, headroom.v1.Fleet,
+  // health, reflection) counts as service and method "unknown", so made-up
+  // method names add no series.
   void RpcStarted(const std::string& type, const std::string& method);
   void RpcHandled(const std::string& type, const std::string& method,
                   const std::string& code, double seconds);
@@ -78,15 +84,24 @@ class PlannerMetrics {
 
   // One GPU's latest reading, in dcgm-exporter's metric names and units
   // (DCGM_FI_DEV_FB_USED MiB, DCGM_FI_DEV_POWER_USAGE W,
-  // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ) and labels.
+  // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ) and labels. The labels come
+  // from workers' hellos, so they are bounded: values cut to
+  // kMaxLabelBytes, and past kMaxGpuSeries label sets in use every new GPU
+  // shares the series labelled "other". Call ReleaseGpuSeries when the
+  // worker goes: the series is removed once no worker uses it.
+  static constexpr size_t kMaxLabelBytes = 128;
+  static constexpr size_t kMaxGpuSeries = 1024;
   struct GpuGauges {
     prometheus::Gauge* fb_used_mib = nullptr;
     prometheus::Gauge* power_w = nullptr;
     prometheus::Gauge* energy_mj = nullptr;
+    // The labels the series were made with (empty for the "other" bucket).
+    std::map<std::string, std::string> labels;
   };
   GpuGauges GpuSeries(const std::string& gpu_index, const std::string& uuid,
                       const std::string& model_name,
                       const std::string& hostname);
+  void ReleaseGpuSeries(const GpuGauges& gauges);
 
   // The scheduler extender: one call by verb ("filter", "prioritize") and
   // outcome ("answered", "untouched" for a pod without annotations,
@@ -119,8 +134,18 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Gauge>& dcgm_energy_;
   prometheus::Family<prometheus::Counter>& extender_calls_;
   prometheus::Family<prometheus::Counter>& extender_filtered_out_;
+  // "/pkg.Service/Method" of every registered service's methods.
+  const std::set<std::string> known_methods_;
   std::mutex info_mu_;
   std::string current_version_;  // guarded by info_mu_
+  // Versions with factor-set series and their page's columns, oldest
+  // first; at most kKeptFactorSets (refits come from the network too).
+  static constexpr size_t kKeptFactorSets = 16;
+  std::deque<std::pair<std::string, std::vector<std::string>>>
+      installed_versions_;  // guarded by info_mu_
+  std::mutex gpu_mu_;
+  // Workers using each GPU label set.
+  std::map<std::map<std::string, std::string>, int> gpu_users_;  // gpu_mu_
 };
 
 }  // namespace headroom

@@ -170,6 +170,16 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       Access::Create({config.tokens_file, config.require_token_for_reads,
                       !config.tls_cert.empty(),
                       !config.tls_client_ca.empty()}));
+  if (config.import_threads < 1 || config.import_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import_threads = ", config.import_threads,
+                     " is out of range; allowed 1..64"));
+  }
+  if (config.import_queue < 1 || config.import_queue > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import_queue = ", config.import_queue,
+                     " is out of range; allowed 1..100000"));
+  }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -190,6 +200,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.auto_probe = config.auto_probe;
   options.access = access;
   options.before_refit_commit = config.before_refit_commit;
+  options.import_threads = config.import_threads;
+  options.import_queue = static_cast<size_t>(config.import_queue);
   app->service_ = std::make_unique<PlannerService>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
       options);

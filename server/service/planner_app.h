@@ -59,6 +59,10 @@ struct PlannerConfig {
   // or energy curves made current by another replica, and for probe changes
   // (results, cancels, re-queues) made through another replica. 10..60000.
   int64_t store_poll_ms = 1000;
+  // Answers that import a model run on import_threads threads of their
+  // own, import_queue waiting at most (PlannerService::Options).
+  int import_threads = 2;
+  int import_queue = 64;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
   // Memory gRPC may hold for this server's connections (a resource quota).

@@ -24,6 +24,7 @@
 #include "server/core/microbatch/plan.h"
 #include "server/core/microbatch/select.h"
 #include "server/service/grpc_status.h"
+#include "server/service/paging.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
 
@@ -49,7 +50,8 @@ PlannerService::PlannerService(std::shared_ptr<const ModelCatalog> catalog,
       planner_(std::move(planner)),
       store_(store),
       metrics_(metrics),
-      options_(options) {}
+      options_(options),
+      import_pool_(options.import_threads, /*nice=*/10) {}
 
 void PlannerService::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
   absl::MutexLock lock(&mu_);
@@ -206,8 +208,34 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
-  // The answer is pure computation on an immutable planner and evidence
-  // (microseconds), so it runs inline without blocking on anything.
+  // A catalog answer runs inline (it blocks on nothing); an import runs on
+  // its own pool, so a queue of large graphs never delays catalog answers.
+  if (ImportsModel(request->model())) {
+    return DeferImport(reactor, [this, reactor, request, response] {
+      AnswerCheckFit(reactor, request, response);
+    });
+  }
+  AnswerCheckFit(reactor, request, response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::DeferImport(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!import_pool_.Post(std::move(job), options_.import_queue)) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the model import queue is full (", options_.import_queue,
+                     " imports wait, --import_queue); retry later, or ask "
+                     "about a catalog template")));
+  }
+  return reactor;
+}
+
+void PlannerService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
+                                    const v1::CheckFitRequest* request,
+                                    v1::CheckFitResponse* response) {
+  // Pure computation on an immutable planner and evidence: microseconds for
+  // a catalog template, up to seconds for an imported model.
   const std::shared_ptr<const Evidence> evidence = this->evidence();
   absl::StatusOr<v1::CheckFitResponse> answer =
       planner()->CheckFit(*request, evidence.get());
@@ -216,7 +244,7 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
                   absl::StatusCodeToString(answer.status().code()),
                   std::string(answer.status().message()));
     reactor->Finish(ToGrpcStatus(answer.status()));
-    return reactor;
+    return;
   }
   for (const v1::TargetResult& target : answer->targets()) {
     for (int verdict : target.verdicts()) {
@@ -240,7 +268,7 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
         response->set_learning("no probe queued: the planner is busy");
         reactor->Finish(grpc::Status::OK);
       }
-      return reactor;
+      return;
     }
     auto copy = std::make_shared<v1::CheckFitRequest>(*request);
     auto seen = std::make_shared<v1::CheckFitResponse>(*answer);
@@ -250,7 +278,6 @@ grpc::ServerUnaryReactor* PlannerService::CheckFit(
   }
   *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* PlannerService::GetCalibration(
@@ -460,36 +487,41 @@ grpc::ServerUnaryReactor* PlannerService::Defer(
 
 grpc::ServerUnaryReactor* PlannerService::ListFactorSets(
     grpc::CallbackServerContext* context,
-    const v1::ListFactorSetsRequest* /*request*/,
+    const v1::ListFactorSetsRequest* request,
     v1::ListFactorSetsResponse* response) {
   if (auto* refused = RefuseUnary(options_.access.get(), context,
                                   "/headroom.v1.Planner/ListFactorSets")) {
     return refused;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::vector<v1::FactorSet>> sets = store_->ListFactorSets();
-  if (!sets.ok()) {
-    reactor->Finish(ToGrpcStatus(sets.status()));
-    return reactor;
-  }
-  const std::string current = planner()->factor_set().version();
-  response->set_current_version(current);
-  for (const v1::FactorSet& set : *sets) {
-    v1::FactorSetSummary* summary = response->add_factor_sets();
-    summary->set_version(set.version());
-    summary->set_created_unix(set.created_unix());
-    summary->set_current(set.version() == current);
-    summary->set_trained_on(set.trained_on());
-    *summary->mutable_factors() = set.factors();
-    summary->set_k95(set.k95());
-    auto it = set.page().summary().find("ours_heldout");
-    if (it != set.page().summary().end()) {
-      summary->set_heldout_median_abs_err(it->second.median_abs_err());
-      summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+  auto answer = [&]() -> absl::StatusOr<v1::ListFactorSetsResponse> {
+    // The budget counts whole stored sets; their summaries are smaller.
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("factor_sets", request->page_size(),
+                                     request->page_token(),
+                                     PageBytes(options_.max_request_bytes)));
+    ASSIGN_OR_RETURN(Page<v1::FactorSet> sets, store_->ListFactorSets(spec));
+    v1::ListFactorSetsResponse out;
+    const std::string current = planner()->factor_set().version();
+    out.set_current_version(current);
+    out.set_next_page_token(NextPageToken("factor_sets", sets.next_after));
+    for (const v1::FactorSet& set : sets.entries) {
+      v1::FactorSetSummary* summary = out.add_factor_sets();
+      summary->set_version(set.version());
+      summary->set_created_unix(set.created_unix());
+      summary->set_current(set.version() == current);
+      summary->set_trained_on(set.trained_on());
+      *summary->mutable_factors() = set.factors();
+      summary->set_k95(set.k95());
+      auto it = set.page().summary().find("ours_heldout");
+      if (it != set.page().summary().end()) {
+        summary->set_heldout_median_abs_err(it->second.median_abs_err());
+        summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+      }
+      BoundEntry(summary, PageBytes(options_.max_request_bytes));
     }
-  }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    return out;
+  }();
+  return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
@@ -531,6 +563,51 @@ grpc::ServerUnaryReactor* PlannerService::PromoteFactorSet(
   return Reply(reactor, std::move(answer), response);
 }
 
+namespace {
+
+// Keeps a ranking under `max_bytes`, whatever runs it ranked: first the long
+// strings of every run are cut, then list entries are dropped from the
+// tail of the longest list. `truncated` says what was left out.
+void BoundRanking(v1::RankDensityResponse* response, size_t max_bytes) {
+  if (response->ByteSizeLong() <= max_bytes) return;
+  v1::DensityLeaderboard* board = response->mutable_leaderboard();
+  std::vector<std::string> notes;
+  // The rules paragraph is ours, not a run's: it stays whole.
+  std::string formula = std::move(*board->mutable_formula());
+  board->clear_formula();
+  if (CutLongStrings(board)) {
+    notes.push_back("run fields longer than 1 KiB are cut");
+  }
+  board->set_formula(std::move(formula));
+  using Runs = google::protobuf::RepeatedPtrField<v1::DensityRun>;
+  Runs* lists[] = {board->mutable_top(), board->mutable_top_speed(),
+                   board->mutable_top_avail(), board->mutable_top_mix()};
+  int dropped = 0;
+  while (response->ByteSizeLong() > max_bytes) {
+    Runs* longest = lists[0];
+    for (Runs* list : lists) {
+      if (list->size() > longest->size()) longest = list;
+    }
+    if (board->gold_modes_size() > longest->size()) {
+      board->mutable_gold_modes()->RemoveLast();
+    } else if (!longest->empty()) {
+      longest->RemoveLast();
+    } else {
+      break;
+    }
+    ++dropped;
+  }
+  if (dropped > 0) {
+    notes.push_back(absl::StrCat(dropped,
+                                 " list entries are left out (the longest "
+                                 "lists' tails) to stay under ",
+                                 max_bytes, " bytes"));
+  }
+  response->set_truncated(absl::StrJoin(notes, "; "));
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PlannerService::RankDensity(
     grpc::CallbackServerContext* context, const v1::RankDensityRequest* request,
     v1::RankDensityResponse* response) {
@@ -544,8 +621,12 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
+  const size_t budget = PageBytes(options_.max_request_bytes);
   if (!request->use_stored()) {
-    return Reply(reactor, headroom::RankDensity(*request), response);
+    absl::StatusOr<v1::RankDensityResponse> answer =
+        headroom::RankDensity(*request);
+    if (answer.ok()) BoundRanking(&*answer, budget);
+    return Reply(reactor, std::move(answer), response);
   }
   auto answer = [&]() -> absl::StatusOr<v1::RankDensityResponse> {
     if (!request->runs().empty()) {
@@ -559,7 +640,10 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
     v1::RankDensityRequest ranked = *request;
     ranked.set_use_stored(false);
     for (v1::DensityRawRun& run : stored) *ranked.add_runs() = std::move(run);
-    return headroom::RankDensity(ranked);
+    ASSIGN_OR_RETURN(v1::RankDensityResponse out,
+                     headroom::RankDensity(ranked));
+    BoundRanking(&out, budget);
+    return out;
   }();
   return Reply(reactor, std::move(answer), response);
 }
@@ -838,6 +922,20 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
     reactor->Finish(ToGrpcStatus(size));
     return reactor;
   }
+  // An inline spec is imported (validated, profiled per candidate) on the
+  // import pool, as CheckFit's are.
+  if (request->model_case() == v1::PlanMicrobatchRequest::kSpec) {
+    return DeferImport(reactor, [this, reactor, request, response] {
+      AnswerPlanMicrobatch(reactor, request, response);
+    });
+  }
+  AnswerPlanMicrobatch(reactor, request, response);
+  return reactor;
+}
+
+void PlannerService::AnswerPlanMicrobatch(
+    grpc::ServerUnaryReactor* reactor, const v1::PlanMicrobatchRequest* request,
+    v1::PlanMicrobatchResponse* response) {
   const std::shared_ptr<const FitPlanner> current = planner();
   absl::StatusOr<v1::PlanMicrobatchResponse> answer =
       headroom::PlanMicrobatch(*request, *catalog_, current->factor_set());
@@ -862,7 +960,7 @@ grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(
       answer->set_measure_count(0);
     }
   }
-  return Reply(reactor, std::move(answer), response);
+  Reply(reactor, std::move(answer), response);
 }
 
 grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
@@ -917,17 +1015,26 @@ grpc::ServerUnaryReactor* PlannerService::PutAutotuneRecord(
 
 grpc::ServerUnaryReactor* PlannerService::ListAutotuneRecords(
     grpc::CallbackServerContext* context,
-    const v1::ListAutotuneRecordsRequest* /*request*/,
+    const v1::ListAutotuneRecordsRequest* request,
     v1::ListAutotuneRecordsResponse* response) {
   if (auto* refused = RefuseUnary(options_.access.get(), context,
                                   "/headroom.v1.Planner/ListAutotuneRecords")) {
     return refused;
   }
   auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
-    ASSIGN_OR_RETURN(std::vector<v1::AutotuneCacheEntry> entries,
-                     store_->ListAutotuneRecords());
+    const size_t budget = PageBytes(options_.max_request_bytes);
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("autotune_records", request->page_size(),
+                                     request->page_token(), budget));
+    ASSIGN_OR_RETURN(Page<v1::AutotuneCacheEntry> entries,
+                     store_->ListAutotuneRecords(spec));
     v1::ListAutotuneRecordsResponse out;
-    for (v1::AutotuneCacheEntry& e : entries) *out.add_entries() = std::move(e);
+    out.set_next_page_token(
+        NextPageToken("autotune_records", entries.next_after));
+    for (v1::AutotuneCacheEntry& e : entries.entries) {
+      BoundEntry(&e, budget);
+      *out.add_entries() = std::move(e);
+    }
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);

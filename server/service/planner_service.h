@@ -26,6 +26,8 @@ class PlannerService final : public v1::Planner::CallbackService {
   struct Options {
     // Requests larger than this get INVALID_ARGUMENT (the transport allows
     // twice that, so the caller hears why, not a bare RESOURCE_EXHAUSTED).
+    // Also the response limit: list pages and rankings of stored runs stay
+    // well under it (PageBytes).
     size_t max_request_bytes = 4 << 20;
     // Coverage of the upper bound for planners built after a refit.
     double coverage = 0.95;
@@ -38,6 +40,12 @@ class PlannerService final : public v1::Planner::CallbackService {
     // just before the call's liveness is checked; `live` says whether the
     // call still is (not cancelled, deadline not passed).
     std::function<void(const std::function<bool()>& live)> before_refit_commit;
+    // Answers that import a model (HF config, ONNX graph, inline spec) run
+    // on this many threads of their own, at most import_queue waiting
+    // (more: RESOURCE_EXHAUSTED), so catalog answers keep their latency
+    // while imports queue (--import_threads, --import_queue).
+    int import_threads = 2;
+    size_t import_queue = 64;
   };
 
   // `store` and `metrics` must outlive the service.
@@ -158,6 +166,20 @@ class PlannerService final : public v1::Planner::CallbackService {
   grpc::ServerUnaryReactor* Defer(grpc::ServerUnaryReactor* reactor,
                                   std::function<void()> job);
 
+  // Runs `job` on the import pool, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when import_queue imports wait.
+  grpc::ServerUnaryReactor* DeferImport(grpc::ServerUnaryReactor* reactor,
+                                        std::function<void()> job);
+
+  // CheckFit's answer and its learning decision; finishes the call.
+  void AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
+                      const v1::CheckFitRequest* request,
+                      v1::CheckFitResponse* response);
+  // PlanMicrobatch's answer; finishes the call.
+  void AnswerPlanMicrobatch(grpc::ServerUnaryReactor* reactor,
+                            const v1::PlanMicrobatchRequest* request,
+                            v1::PlanMicrobatchResponse* response);
+
   // Builds a planner for `set` and makes it the one answers come from.
   void Install(v1::FactorSet set);
 
@@ -188,6 +210,8 @@ class PlannerService final : public v1::Planner::CallbackService {
   BackgroundWorker worker_;
   // Evidence rebuilds and learning decisions, apart from refits.
   BackgroundWorker evidence_worker_;
+  // Answers that import a model; declared last so it is joined first.
+  BackgroundWorker import_pool_;
 };
 
 }  // namespace headroom

@@ -556,23 +556,27 @@ absl::StatusOr<v1::FactorSet> PostgresStore::GetFactorSet(
   return set;
 }
 
-absl::StatusOr<std::vector<v1::FactorSet>> PostgresStore::ListFactorSets() {
+absl::StatusOr<Page<v1::FactorSet>> PostgresStore::ListFactorSets(
+    const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
   absl::MutexLock lock(&mu_);
-  std::vector<v1::FactorSet> sets;
+  std::vector<std::pair<std::string, v1::FactorSet>> rows;
   RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(
-        Rows rows,
+        Rows result,
         QueryLocked("listing factor sets",
-                    "SELECT body FROM factor_sets ORDER BY seq", Params()));
-    sets.clear();
-    for (int i = 0; i < rows.size(); ++i) {
+                    "SELECT seq, body FROM factor_sets WHERE seq > $1 "
+                    "ORDER BY seq LIMIT $2",
+                    Params().Int(after).Int(int64_t{page.max_entries} + 1)));
+    rows.clear();
+    for (int i = 0; i < result.size(); ++i) {
       ASSIGN_OR_RETURN(v1::FactorSet set,
-                       Parse<v1::FactorSet>(rows.Bytes(i, 0), "factor set"));
-      sets.push_back(std::move(set));
+                       Parse<v1::FactorSet>(result.Bytes(i, 1), "factor set"));
+      rows.emplace_back(absl::StrCat(result.Int(i, 0)), std::move(set));
     }
     return absl::OkStatus();
   }));
-  return sets;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<int64_t> PostgresStore::CountLocked(const char* table) {
@@ -904,28 +908,31 @@ absl::Status PostgresStore::UpdateProbeLocked(const v1::Probe& probe,
       .status();
 }
 
-absl::StatusOr<std::vector<v1::Probe>> PostgresStore::ListProbes(
-    v1::Probe::State state, int limit) {
+absl::StatusOr<Page<v1::Probe>> PostgresStore::ListProbes(
+    v1::Probe::State state, const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t before, SeqAfter(page.after));
   absl::MutexLock lock(&mu_);
-  std::vector<v1::Probe> probes;
+  std::vector<std::pair<std::string, v1::Probe>> rows;
   RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
-    // A negative limit means none, as in SQLite (LIMIT NULL here).
+    // Newest first: the next page holds the probes before the last one.
     ASSIGN_OR_RETURN(
-        Rows rows,
-        QueryLocked("listing probes",
-                    "SELECT body FROM probes WHERE ($1 = 0 OR state = $1) "
-                    "ORDER BY seq DESC LIMIT CASE WHEN $2::bigint < 0 THEN "
-                    "NULL ELSE $2::bigint END",
-                    Params().Int(state).Int(limit)));
-    probes.clear();
-    for (int i = 0; i < rows.size(); ++i) {
+        Rows result,
+        QueryLocked(
+            "listing probes",
+            "SELECT seq, body FROM probes WHERE ($1 = 0 OR state = $1) "
+            "AND ($2::bigint = 0 OR seq < $2::bigint) ORDER BY seq DESC "
+            "LIMIT $3::bigint",
+            Params().Int(state).Int(before).Int(int64_t{page.max_entries} +
+                                                1)));
+    rows.clear();
+    for (int i = 0; i < result.size(); ++i) {
       ASSIGN_OR_RETURN(v1::Probe probe,
-                       Parse<v1::Probe>(rows.Bytes(i, 0), "probe"));
-      probes.push_back(std::move(probe));
+                       Parse<v1::Probe>(result.Bytes(i, 1), "probe"));
+      rows.emplace_back(absl::StrCat(result.Int(i, 0)), std::move(probe));
     }
     return absl::OkStatus();
   }));
-  return probes;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<std::optional<v1::Probe>> PostgresStore::ClaimProbe(
@@ -1147,23 +1154,29 @@ absl::Status PostgresStore::PutWorker(const v1::WorkerStatus& worker) {
   });
 }
 
-absl::StatusOr<std::vector<v1::WorkerStatus>> PostgresStore::ListWorkers() {
+absl::StatusOr<Page<v1::WorkerStatus>> PostgresStore::ListWorkers(
+    const PageSpec& page) {
   absl::MutexLock lock(&mu_);
-  std::vector<v1::WorkerStatus> workers;
+  std::vector<std::pair<std::string, v1::WorkerStatus>> rows;
   RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
     ASSIGN_OR_RETURN(
-        Rows rows,
-        QueryLocked("listing workers", "SELECT body FROM workers ORDER BY id",
-                    Params()));
-    workers.clear();
-    for (int i = 0; i < rows.size(); ++i) {
+        Rows result,
+        QueryLocked("listing workers",
+                    "SELECT id, body FROM workers WHERE ($1 = 0 OR id > $2) "
+                    "ORDER BY id LIMIT $3",
+                    Params()
+                        .Int(page.after.empty() ? 0 : 1)
+                        .Text(page.after)
+                        .Int(int64_t{page.max_entries} + 1)));
+    rows.clear();
+    for (int i = 0; i < result.size(); ++i) {
       ASSIGN_OR_RETURN(v1::WorkerStatus worker,
-                       Parse<v1::WorkerStatus>(rows.Bytes(i, 0), "worker"));
-      workers.push_back(std::move(worker));
+                       Parse<v1::WorkerStatus>(result.Bytes(i, 1), "worker"));
+      rows.emplace_back(result.Bytes(i, 0), std::move(worker));
     }
     return absl::OkStatus();
   }));
-  return workers;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<bool> PostgresStore::PutAutotuneRecord(
@@ -1216,29 +1229,42 @@ PostgresStore::FindAutotuneRecord(const std::string& id,
   return found;
 }
 
-absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
-PostgresStore::ListAutotuneRecords() {
+absl::StatusOr<Page<v1::AutotuneCacheEntry>> PostgresStore::ListAutotuneRecords(
+    const PageSpec& page) {
+  int64_t created = 0;
+  std::string id;
+  if (!page.after.empty()) {
+    RETURN_IF_ERROR(ParseCreatedIdKey(page.after, &created, &id));
+  }
   absl::MutexLock lock(&mu_);
-  std::vector<v1::AutotuneCacheEntry> entries;
+  std::vector<std::pair<std::string, v1::AutotuneCacheEntry>> rows;
   RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Rows rows, QueryLocked("listing autotune cache",
-                                            "SELECT id, created_unix, body "
-                                            "FROM autotune_cache ORDER BY "
-                                            "created_unix, id",
-                                            Params()));
-    entries.clear();
-    for (int i = 0; i < rows.size(); ++i) {
+    ASSIGN_OR_RETURN(
+        Rows result,
+        QueryLocked(
+            "listing autotune cache",
+            "SELECT id, created_unix, body FROM autotune_cache "
+            "WHERE ($1 = 0 OR (created_unix, id) > ($2::bigint, $3::text)) "
+            "ORDER BY created_unix, id LIMIT $4",
+            Params()
+                .Int(page.after.empty() ? 0 : 1)
+                .Int(created)
+                .Text(id)
+                .Int(int64_t{page.max_entries} + 1)));
+    rows.clear();
+    for (int i = 0; i < result.size(); ++i) {
       v1::AutotuneCacheEntry entry;
-      entry.set_id(rows.Bytes(i, 0));
-      entry.set_created_unix(rows.Int(i, 1));
+      entry.set_id(result.Bytes(i, 0));
+      entry.set_created_unix(result.Int(i, 1));
       ASSIGN_OR_RETURN(
           *entry.mutable_record(),
-          Parse<v1::AutotuneRecord>(rows.Bytes(i, 2), "autotune record"));
-      entries.push_back(std::move(entry));
+          Parse<v1::AutotuneRecord>(result.Bytes(i, 2), "autotune record"));
+      std::string key = CreatedIdKey(entry.created_unix(), entry.id());
+      rows.emplace_back(std::move(key), std::move(entry));
     }
     return absl::OkStatus();
   }));
-  return entries;
+  return FillPage(std::move(rows), page);
 }
 
 absl::Status PostgresStore::DropAutotuneRecord(const std::string& id) {

@@ -47,7 +47,12 @@ class PostgresStore : public Store {
   absl::StatusOr<std::vector<std::string>> CurrentHistory() override;
   absl::StatusOr<v1::FactorSet> GetFactorSet(
       const std::string& version) override;
-  absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() override;
+  using Store::ListAutotuneRecords;
+  using Store::ListFactorSets;
+  using Store::ListProbes;
+  using Store::ListWorkers;
+  absl::StatusOr<Page<v1::FactorSet>> ListFactorSets(
+      const PageSpec& page) override;
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
@@ -70,8 +75,8 @@ class PostgresStore : public Store {
 
   absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
   absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
-  absl::StatusOr<std::vector<v1::Probe>> ListProbes(v1::Probe::State state,
-                                                    int limit) override;
+  absl::StatusOr<Page<v1::Probe>> ListProbes(v1::Probe::State state,
+                                             const PageSpec& page) override;
   // Row leases: the claim locks the probe it takes with FOR UPDATE SKIP
   // LOCKED, so claimers in other processes never get the same probe.
   absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(
@@ -105,11 +110,12 @@ class PostgresStore : public Store {
       const v1::AutotuneRecord& record) override;
   absl::StatusOr<std::optional<v1::AutotuneRecord>> FindAutotuneRecord(
       const std::string& id, const std::string& key_bytes) override;
-  absl::StatusOr<std::vector<v1::AutotuneCacheEntry>> ListAutotuneRecords()
-      override;
+  absl::StatusOr<Page<v1::AutotuneCacheEntry>> ListAutotuneRecords(
+      const PageSpec& page) override;
   absl::Status DropAutotuneRecord(const std::string& id) override;
   absl::Status PutWorker(const v1::WorkerStatus& worker) override;
-  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() override;
+  absl::StatusOr<Page<v1::WorkerStatus>> ListWorkers(
+      const PageSpec& page) override;
 
  private:
   using Params = postgres_internal::Params;

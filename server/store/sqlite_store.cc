@@ -353,20 +353,27 @@ absl::StatusOr<v1::FactorSet> SqliteStore::GetFactorSet(
   return set;
 }
 
-absl::StatusOr<std::vector<v1::FactorSet>> SqliteStore::ListFactorSets() {
+absl::StatusOr<Page<v1::FactorSet>> SqliteStore::ListFactorSets(
+    const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
   absl::MutexLock lock(&mu_);
-  Statement s(db_, "SELECT body FROM factor_sets ORDER BY seq;");
+  Statement s(db_,
+              "SELECT seq, body FROM factor_sets WHERE seq > ? "
+              "ORDER BY seq LIMIT ?;");
   if (!s.ok()) return SqliteError(db_, "listing factor sets");
-  std::vector<v1::FactorSet> sets;
+  sqlite3_bind_int64(s.get(), 1, after);
+  sqlite3_bind_int64(s.get(), 2, int64_t{page.max_entries} + 1);
+  std::vector<std::pair<std::string, v1::FactorSet>> rows;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     v1::FactorSet set;
-    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored factor set",
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(1), "stored factor set",
                               /*ignore_unknown=*/true, &set));
-    sets.push_back(std::move(set));
+    rows.emplace_back(absl::StrCat(sqlite3_column_int64(s.get(), 0)),
+                      std::move(set));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing factor sets");
-  return sets;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<int64_t> SqliteStore::AddRuns(
@@ -712,26 +719,29 @@ absl::Status SqliteStore::UpdateProbeLocked(const v1::Probe& probe,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::Probe>> SqliteStore::ListProbes(
-    v1::Probe::State state, int limit) {
+absl::StatusOr<Page<v1::Probe>> SqliteStore::ListProbes(v1::Probe::State state,
+                                                        const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t before, SeqAfter(page.after));
   absl::MutexLock lock(&mu_);
+  // Newest first: the next page holds the probes before the last one.
   Statement s(db_,
-              "SELECT body FROM probes WHERE (? = 0 OR state = ?) "
-              "ORDER BY seq DESC LIMIT ?;");
+              "SELECT seq, body FROM probes WHERE (?1 = 0 OR state = ?1) "
+              "AND (?2 = 0 OR seq < ?2) ORDER BY seq DESC LIMIT ?3;");
   if (!s.ok()) return SqliteError(db_, "listing probes");
   sqlite3_bind_int(s.get(), 1, state);
-  sqlite3_bind_int(s.get(), 2, state);
-  sqlite3_bind_int(s.get(), 3, limit);
-  std::vector<v1::Probe> probes;
+  sqlite3_bind_int64(s.get(), 2, before);
+  sqlite3_bind_int64(s.get(), 3, int64_t{page.max_entries} + 1);
+  std::vector<std::pair<std::string, v1::Probe>> rows;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     v1::Probe probe;
-    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored probe",
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(1), "stored probe",
                               /*ignore_unknown=*/true, &probe));
-    probes.push_back(std::move(probe));
+    rows.emplace_back(absl::StrCat(sqlite3_column_int64(s.get(), 0)),
+                      std::move(probe));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing probes");
-  return probes;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<std::optional<v1::Probe>> SqliteStore::ClaimProbe(
@@ -952,20 +962,26 @@ absl::Status SqliteStore::PutWorker(const v1::WorkerStatus& worker) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::WorkerStatus>> SqliteStore::ListWorkers() {
+absl::StatusOr<Page<v1::WorkerStatus>> SqliteStore::ListWorkers(
+    const PageSpec& page) {
   absl::MutexLock lock(&mu_);
-  Statement s(db_, "SELECT body FROM workers ORDER BY id;");
+  Statement s(db_,
+              "SELECT id, body FROM workers WHERE (?1 = 0 OR id > ?2) "
+              "ORDER BY id LIMIT ?3;");
   if (!s.ok()) return SqliteError(db_, "listing workers");
-  std::vector<v1::WorkerStatus> workers;
+  sqlite3_bind_int(s.get(), 1, page.after.empty() ? 0 : 1);
+  s.BindText(2, page.after);
+  sqlite3_bind_int64(s.get(), 3, int64_t{page.max_entries} + 1);
+  std::vector<std::pair<std::string, v1::WorkerStatus>> rows;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     v1::WorkerStatus worker;
-    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored worker",
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(1), "stored worker",
                               /*ignore_unknown=*/true, &worker));
-    workers.push_back(std::move(worker));
+    rows.emplace_back(s.ColumnText(0), std::move(worker));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing workers");
-  return workers;
+  return FillPage(std::move(rows), page);
 }
 
 absl::StatusOr<bool> SqliteStore::PutAutotuneRecord(
@@ -1022,14 +1038,25 @@ SqliteStore::FindAutotuneRecord(const std::string& id,
   return std::optional<v1::AutotuneRecord>(std::move(record));
 }
 
-absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
-SqliteStore::ListAutotuneRecords() {
+absl::StatusOr<Page<v1::AutotuneCacheEntry>> SqliteStore::ListAutotuneRecords(
+    const PageSpec& page) {
+  int64_t created = 0;
+  std::string id;
+  if (!page.after.empty()) {
+    RETURN_IF_ERROR(ParseCreatedIdKey(page.after, &created, &id));
+  }
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "SELECT id, created_unix, body FROM autotune_cache "
-              "ORDER BY created_unix, id;");
+              "WHERE (?1 = 0 OR created_unix > ?2 OR "
+              "(created_unix = ?2 AND id > ?3)) "
+              "ORDER BY created_unix, id LIMIT ?4;");
   if (!s.ok()) return SqliteError(db_, "listing autotune cache");
-  std::vector<v1::AutotuneCacheEntry> entries;
+  sqlite3_bind_int(s.get(), 1, page.after.empty() ? 0 : 1);
+  sqlite3_bind_int64(s.get(), 2, created);
+  s.BindText(3, id);
+  sqlite3_bind_int64(s.get(), 4, int64_t{page.max_entries} + 1);
+  std::vector<std::pair<std::string, v1::AutotuneCacheEntry>> rows;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     v1::AutotuneCacheEntry entry;
@@ -1037,10 +1064,11 @@ SqliteStore::ListAutotuneRecords() {
     entry.set_created_unix(sqlite3_column_int64(s.get(), 1));
     RETURN_IF_ERROR(ParseJson(s.ColumnText(2), "stored autotune record",
                               /*ignore_unknown=*/true, entry.mutable_record()));
-    entries.push_back(std::move(entry));
+    std::string key = CreatedIdKey(entry.created_unix(), entry.id());
+    rows.emplace_back(std::move(key), std::move(entry));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "listing autotune cache");
-  return entries;
+  return FillPage(std::move(rows), page);
 }
 
 absl::Status SqliteStore::DropAutotuneRecord(const std::string& id) {

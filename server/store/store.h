@@ -14,6 +14,7 @@
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
 #include "headroom/v1/microbatch.pb.h"
+#include "server/store/page.h"
 
 namespace headroom {
 
@@ -40,8 +41,11 @@ class Store {
   virtual absl::StatusOr<v1::FactorSet> GetFactorSet(
       const std::string& version) = 0;
 
-  // Every stored factor set, oldest first.
-  virtual absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets() = 0;
+  // Stored factor sets, oldest first, one page.
+  virtual absl::StatusOr<Page<v1::FactorSet>> ListFactorSets(
+      const PageSpec& page) = 0;
+  // Every stored factor set, oldest first (follows the pages).
+  absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets();
 
   // Appends measured runs (one transaction: all or none), skipping any run
   // identical to one already stored; returns how many runs the store holds
@@ -103,9 +107,13 @@ class Store {
   // One probe; NOT_FOUND names the id.
   virtual absl::StatusOr<v1::Probe> GetProbe(const std::string& id) = 0;
 
-  // Probes newest first, only those in `state` unless STATE_UNSPECIFIED.
-  virtual absl::StatusOr<std::vector<v1::Probe>> ListProbes(
-      v1::Probe::State state, int limit) = 0;
+  // Probes newest first, only those in `state` unless STATE_UNSPECIFIED,
+  // one page.
+  virtual absl::StatusOr<Page<v1::Probe>> ListProbes(v1::Probe::State state,
+                                                     const PageSpec& page) = 0;
+  // The newest `limit` such probes (every one when negative).
+  absl::StatusOr<std::vector<v1::Probe>> ListProbes(v1::Probe::State state,
+                                                    int limit);
 
   // Atomically hands the oldest queued probe `worker` can run (pinned to
   // it, or asking for one of `gpus`, with an executor among `executors`;
@@ -177,8 +185,11 @@ class Store {
   // The record stored under `id` whose key bytes equal `key_bytes`.
   virtual absl::StatusOr<std::optional<v1::AutotuneRecord>> FindAutotuneRecord(
       const std::string& id, const std::string& key_bytes) = 0;
-  virtual absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
-  ListAutotuneRecords() = 0;
+  // Entries oldest first (created_unix, then id), one page.
+  virtual absl::StatusOr<Page<v1::AutotuneCacheEntry>> ListAutotuneRecords(
+      const PageSpec& page) = 0;
+  // Every entry (follows the pages).
+  absl::StatusOr<std::vector<v1::AutotuneCacheEntry>> ListAutotuneRecords();
   // NOT_FOUND names an unknown id.
   virtual absl::Status DropAutotuneRecord(const std::string& id) = 0;
 
@@ -186,7 +197,11 @@ class Store {
 
   // Stores (or replaces) what is known about one worker.
   virtual absl::Status PutWorker(const v1::WorkerStatus& worker) = 0;
-  virtual absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers() = 0;
+  // Workers by id, one page.
+  virtual absl::StatusOr<Page<v1::WorkerStatus>> ListWorkers(
+      const PageSpec& page) = 0;
+  // Every worker by id (follows the pages).
+  absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers();
 };
 
 }  // namespace headroom

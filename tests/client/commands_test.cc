@@ -1,8 +1,10 @@
 #include "client/commands.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "client/rpc.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -10,7 +12,10 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/common/json_io.h"
+#include "server/service/planner_app.h"
+#include "server/store/sqlite_store.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "tests/support/test_planner.h"
 
 namespace headroom::cli {
 namespace {
@@ -177,6 +182,44 @@ TEST(FitCommandTest, UnreachableServerSaysWhere) {
   std::ostringstream out, err;
   EXPECT_EQ(Fit(options, out, err), 3);
   EXPECT_THAT(err.str(), HasSubstr("127.0.0.1:1"));
+}
+
+// `headroom factors list` follows the pages: with more factor sets than one
+// page holds (500), every one is printed, oldest first, as before paging.
+TEST(FactorsListCommandTest, FollowsEveryPage) {
+  const std::string path = ::testing::TempDir() + "factors_list_pages.db";
+  std::remove(path.c_str());
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 520; ++i) {
+      ASSERT_TRUE((*store)->AddFactorSet(v1::FactorSet(), i == 519).ok());
+    }
+  }
+  PlannerConfig config = headroom::testing::TestPlannerConfig();
+  config.http_listen = "";
+  config.db_path = path;
+  auto app = PlannerApp::Start(config);
+  ASSERT_TRUE(app.ok()) << app.status();
+  Options options;
+  options.server = absl::StrCat("127.0.0.1:", (*app)->grpc_port());
+  std::ostringstream out, err;
+  ASSERT_EQ(FactorsList(options, out, err), 0) << err.str();
+  const std::string text = out.str();
+  size_t lines = 0;
+  for (char c : text) lines += c == '\n' ? 1 : 0;
+  EXPECT_EQ(lines, 1u + 520u);  // the header and one line per set
+  EXPECT_THAT(text, HasSubstr("  fs-1 "));
+  EXPECT_THAT(text, HasSubstr("* fs-520"));
+  EXPECT_LT(text.find("  fs-499 "), text.find("  fs-501 "));
+  options.json = true;
+  std::ostringstream json;
+  ASSERT_EQ(FactorsList(options, json, err), 0) << err.str();
+  v1::ListFactorSetsResponse listed;
+  ASSERT_TRUE(ParseJson(json.str(), "stdout", false, &listed).ok());
+  EXPECT_EQ(listed.factor_sets_size(), 520);
+  EXPECT_EQ(listed.next_page_token(), "");
+  EXPECT_EQ(listed.current_version(), "fs-520");
 }
 
 }  // namespace

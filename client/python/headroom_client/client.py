@@ -353,11 +353,20 @@ class Client:
 
     def list_probes(self, state: str | None = None, limit: int = 0) -> list[dict]:
         """Stored probes, newest first; state: "QUEUED", "RUNNING",
-        "SUCCEEDED", "FAILED" or "CANCELLED" (None: all); limit 0 = 100."""
+        "SUCCEEDED", "FAILED" or "CANCELLED" (None: all); limit 0 = 100.
+        Follows the server's pages (at most 500 probes each) up to limit."""
         try:
             state_value = fleet_pb2.Probe.State.Value(state) if state else 0
         except ValueError:
             raise _invalid(f"probe state {state!r} is unknown") from None
-        request = fleet_pb2.ListProbesRequest(state=state_value, limit=limit)
-        return [_to_dict(p) for p in
-                self._call(self._fleet.ListProbes, request).probes]
+        wanted = limit or 100
+        request = fleet_pb2.ListProbesRequest(
+            state=state_value, page_size=min(wanted, 500))
+        probes = []
+        for _ in range(10000):
+            page = self._call(self._fleet.ListProbes, request)
+            probes.extend(_to_dict(p) for p in page.probes)
+            if not page.next_page_token or len(probes) >= wanted:
+                break
+            request.page_token = page.next_page_token
+        return probes[:wanted]

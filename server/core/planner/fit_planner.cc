@@ -170,6 +170,10 @@ absl::Status CheckBatches(
   return absl::OkStatus();
 }
 
+bool ImportsModel(const v1::ModelRef& model) {
+  return model.source_case() != v1::ModelRef::kTemplate;
+}
+
 absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
                                               const v1::TrainingSetup& setup,
                                               const ModelCatalog& catalog) {

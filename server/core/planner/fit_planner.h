@@ -40,8 +40,15 @@ struct ResolvedModel {
   }
 };
 
+// Whether answering for `model` imports it (a Hugging Face config, an ONNX
+// graph or an inline spec: parsing and conversion, up to seconds for a large
+// graph) rather than finding it in the catalog (microseconds). The service
+// runs imports on their own bounded pool.
+bool ImportsModel(const v1::ModelRef& model);
+
 // Resolves model.template / model.spec / model.hf_config; INVALID_ARGUMENT
 // or NOT_FOUND name the field. `catalog` must outlive the result.
+
 absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
                                               const v1::TrainingSetup& setup,
                                               const ModelCatalog& catalog);

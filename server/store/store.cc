@@ -1,0 +1,56 @@
+#include "server/store/store.h"
+
+#include <algorithm>
+
+#include "server/core/common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+// Every entry `list` pages through, at most `limit` (all when negative).
+template <typename Entry, typename List>
+absl::StatusOr<std::vector<Entry>> FollowPages(const List& list,
+                                               int64_t limit = -1) {
+  std::vector<Entry> all;
+  PageSpec spec;
+  while (true) {
+    spec.max_entries = 500;
+    if (limit >= 0) {
+      const int64_t remaining = limit - static_cast<int64_t>(all.size());
+      if (remaining <= 0) break;
+      spec.max_entries = static_cast<int>(std::min<int64_t>(500, remaining));
+    }
+    ASSIGN_OR_RETURN(Page<Entry> page, list(spec));
+    for (Entry& entry : page.entries) all.push_back(std::move(entry));
+    if (page.next_after.empty()) break;
+    spec.after = std::move(page.next_after);
+  }
+  return all;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::FactorSet>> Store::ListFactorSets() {
+  return FollowPages<v1::FactorSet>(
+      [this](const PageSpec& spec) { return ListFactorSets(spec); });
+}
+
+absl::StatusOr<std::vector<v1::Probe>> Store::ListProbes(v1::Probe::State state,
+                                                         int limit) {
+  return FollowPages<v1::Probe>(
+      [this, state](const PageSpec& spec) { return ListProbes(state, spec); },
+      limit);
+}
+
+absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
+Store::ListAutotuneRecords() {
+  return FollowPages<v1::AutotuneCacheEntry>(
+      [this](const PageSpec& spec) { return ListAutotuneRecords(spec); });
+}
+
+absl::StatusOr<std::vector<v1::WorkerStatus>> Store::ListWorkers() {
+  return FollowPages<v1::WorkerStatus>(
+      [this](const PageSpec& spec) { return ListWorkers(spec); });
+}
+
+}  // namespace headroom

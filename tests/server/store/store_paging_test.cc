@@ -1,0 +1,182 @@
+// Listings page: keyset pages bounded in count and in bytes, in a stable
+// order, so following the pages yields every entry once; against every
+// store.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/server/store/store_fixture.h"
+
+namespace headroom {
+namespace {
+
+class PagingStoreTest : public StoreFixture {};
+HEADROOM_INSTANTIATE_FOR_EVERY_STORE(PagingStoreTest);
+
+v1::Probe QueuedProbe(const std::string& note) {
+  v1::Probe probe;
+  probe.set_gpu("L4");
+  probe.set_template_("gpt2");
+  probe.mutable_request()->add_batches(8);
+  probe.set_error(note);
+  return probe;
+}
+
+v1::WorkerStatus Worker(const std::string& id, size_t note_bytes) {
+  v1::WorkerStatus worker;
+  worker.mutable_hello()->set_worker_id(id);
+  worker.mutable_hello()->add_notes(std::string(note_bytes, 'n'));
+  return worker;
+}
+
+// Every page of `list` from the first, and the ids in order.
+template <typename Entry, typename List, typename Id>
+std::vector<std::vector<std::string>> FollowPages(const List& list,
+                                                  const Id& id, PageSpec spec) {
+  std::vector<std::vector<std::string>> pages;
+  for (int i = 0; i < 1000; ++i) {
+    absl::StatusOr<Page<Entry>> page = list(spec);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) break;
+    pages.emplace_back();
+    for (const Entry& entry : page->entries) pages.back().push_back(id(entry));
+    if (page->next_after.empty()) break;
+    spec.after = page->next_after;
+  }
+  return pages;
+}
+
+TEST_P(PagingStoreTest, ProbesPageNewestFirstWithTheStateFilter) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 1; i <= 25; ++i) {
+    ASSERT_TRUE((*store)->AddProbe(QueuedProbe("")).ok());
+  }
+  for (int i = 1; i <= 25; i += 3) {
+    ASSERT_TRUE((*store)->CancelProbe(absl::StrCat("p-", i)).ok());
+  }
+  PageSpec spec;
+  spec.max_entries = 10;
+  const auto id = [](const v1::Probe& p) { return p.id(); };
+  const auto all = FollowPages<v1::Probe>(
+      [&](const PageSpec& s) {
+        return (*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, s);
+      },
+      id, spec);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].size(), 10u);
+  EXPECT_EQ(all[1].size(), 10u);
+  EXPECT_EQ(all[2].size(), 5u);
+  EXPECT_EQ(all[0].front(), "p-25");
+  EXPECT_EQ(all[1].front(), "p-15");
+  EXPECT_EQ(all[2].back(), "p-1");
+
+  // p-1, p-4, ..., p-25 are cancelled: 9 of them, newest first.
+  spec.max_entries = 4;
+  const auto cancelled = FollowPages<v1::Probe>(
+      [&](const PageSpec& s) {
+        return (*store)->ListProbes(v1::Probe::CANCELLED, s);
+      },
+      id, spec);
+  ASSERT_EQ(cancelled.size(), 3u);
+  EXPECT_EQ(cancelled[0],
+            (std::vector<std::string>{"p-25", "p-22", "p-19", "p-16"}));
+  EXPECT_EQ(cancelled[2], (std::vector<std::string>{"p-1"}));
+
+  // Exactly a page's worth: the last page says so (no empty page after).
+  spec.max_entries = 9;
+  const auto exact = FollowPages<v1::Probe>(
+      [&](const PageSpec& s) {
+        return (*store)->ListProbes(v1::Probe::CANCELLED, s);
+      },
+      id, spec);
+  EXPECT_EQ(exact.size(), 1u);
+  // The unpaged call follows the pages.
+  EXPECT_EQ((*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, -1)->size(),
+            25u);
+  EXPECT_EQ((*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, 7)->size(), 7u);
+}
+
+TEST_P(PagingStoreTest, APageStopsBeforeItsByteBudget) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  // Six workers of about 100 kB each; a 250 kB budget holds two.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(
+        (*store)->PutWorker(Worker(absl::StrCat("w-", i), 100000)).ok());
+  }
+  PageSpec spec;
+  spec.max_entries = 500;
+  spec.max_bytes = 250000;
+  const auto pages = FollowPages<v1::WorkerStatus>(
+      [&](const PageSpec& s) { return (*store)->ListWorkers(s); },
+      [](const v1::WorkerStatus& w) { return w.hello().worker_id(); }, spec);
+  ASSERT_EQ(pages.size(), 3u);
+  EXPECT_EQ(pages[0], (std::vector<std::string>{"w-0", "w-1"}));
+  EXPECT_EQ(pages[1], (std::vector<std::string>{"w-2", "w-3"}));
+  EXPECT_EQ(pages[2], (std::vector<std::string>{"w-4", "w-5"}));
+
+  // An entry over the budget by itself still comes, alone, so paging
+  // goes on past it.
+  spec.max_bytes = 50000;
+  const auto single = FollowPages<v1::WorkerStatus>(
+      [&](const PageSpec& s) { return (*store)->ListWorkers(s); },
+      [](const v1::WorkerStatus& w) { return w.hello().worker_id(); }, spec);
+  ASSERT_EQ(single.size(), 6u);
+  for (const auto& page : single) EXPECT_EQ(page.size(), 1u);
+}
+
+TEST_P(PagingStoreTest, FactorSetsAndTheAutotuneCachePageInTheirOrder) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE((*store)->AddFactorSet(v1::FactorSet(), false).ok());
+  }
+  PageSpec spec;
+  spec.max_entries = 3;
+  const auto sets = FollowPages<v1::FactorSet>(
+      [&](const PageSpec& s) { return (*store)->ListFactorSets(s); },
+      [](const v1::FactorSet& set) { return set.version(); }, spec);
+  ASSERT_EQ(sets.size(), 3u);
+  EXPECT_EQ(sets[0], (std::vector<std::string>{"fs-1", "fs-2", "fs-3"}));
+  EXPECT_EQ(sets[2], (std::vector<std::string>{"fs-7"}));
+
+  for (const char* id : {"c", "a", "d", "b", "e"}) {
+    ASSERT_TRUE(
+        (*store)->PutAutotuneRecord(id, "key", v1::AutotuneRecord()).ok());
+  }
+  spec.max_entries = 2;
+  const auto entries = FollowPages<v1::AutotuneCacheEntry>(
+      [&](const PageSpec& s) { return (*store)->ListAutotuneRecords(s); },
+      [](const v1::AutotuneCacheEntry& e) { return e.id(); }, spec);
+  std::vector<std::string> ids;
+  for (const auto& page : entries) {
+    EXPECT_LE(page.size(), 2u);
+    ids.insert(ids.end(), page.begin(), page.end());
+  }
+  // By creation second, then id: every entry once whatever the seconds.
+  std::vector<std::string> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 5u);
+}
+
+TEST_P(PagingStoreTest, AMalformedKeyIsRefused) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  PageSpec spec;
+  spec.after = "not-a-number";
+  EXPECT_EQ((*store)->ListFactorSets(spec).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      (*store)->ListProbes(v1::Probe::STATE_UNSPECIFIED, spec).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->ListAutotuneRecords(spec).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headroom
