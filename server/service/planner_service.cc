@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -38,6 +39,29 @@ bool CallerIsAdmin(const Access* access,
                    const grpc::CallbackServerContext* context) {
   return access == nullptr ||
          access->Holds(access->Identify(*context), Role::kAdmin);
+}
+
+// Runs stored before the length limits existed may carry longer strings:
+// they are cut rather than the ranking refused, an id keeping a digest of
+// the whole so that ids stay distinct.
+bool CutStoredDensityRun(v1::DensityRawRun* run) {
+  bool cut = false;
+  if (run->id().size() > kMaxNameChars) {
+    cut = true;
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016zx",
+                  std::hash<std::string>()(run->id()));
+    run->set_id(
+        absl::StrCat(run->id().substr(0, kMaxNameChars - 20), "...", digest));
+  }
+  for (std::string* field : {run->mutable_mode(), run->mutable_dtype(),
+                             run->mutable_format(), run->mutable_arch()}) {
+    if (field->size() > kMaxNameChars) {
+      field->resize(kMaxNameChars);
+      cut = true;
+    }
+  }
+  return cut;
 }
 
 }  // namespace
@@ -639,10 +663,20 @@ grpc::ServerUnaryReactor* PlannerService::RankDensity(
                                              request->mode()));
     v1::RankDensityRequest ranked = *request;
     ranked.set_use_stored(false);
-    for (v1::DensityRawRun& run : stored) *ranked.add_runs() = std::move(run);
+    bool cut = false;
+    for (v1::DensityRawRun& run : stored) {
+      cut = CutStoredDensityRun(&run) || cut;
+      *ranked.add_runs() = std::move(run);
+    }
     ASSIGN_OR_RETURN(v1::RankDensityResponse out,
                      headroom::RankDensity(ranked));
     BoundRanking(&out, budget);
+    if (cut) {
+      out.set_truncated(
+          absl::StrCat(out.truncated(), out.truncated().empty() ? "" : "; ",
+                       "stored run strings longer than ", kMaxNameChars,
+                       " characters are cut (ids keep a digest)"));
+    }
     return out;
   }();
   return Reply(reactor, std::move(answer), response);
