@@ -19,8 +19,8 @@ namespace headroom {
 class BackgroundWorker {
  public:
   // `threads` at least 1. `nice` above 0 lowers the threads' scheduling
-  // priority (Linux nice, per thread), so that jobs yield the CPU to the
-  // gRPC threads' short answers.
+  // priority (Linux nice per thread, and SCHED_IDLE), so that jobs yield
+  // the CPU to the gRPC threads' short answers at once.
   explicit BackgroundWorker(int threads = 1, int nice = 0);
   ~BackgroundWorker();
   BackgroundWorker(const BackgroundWorker&) = delete;
