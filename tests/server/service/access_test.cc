@@ -405,6 +405,69 @@ TEST_F(SecurePlannerTest, AuditLogsEveryMutatingCallAndRefusalWithItsCaller) {
       text, ::testing::Not(HasSubstr("method=/headroom.v1.Planner/CheckFit")));
 }
 
+// A worker's identity is its certificate's subject: a hello naming another
+// id is refused, and only the same identity replaces a live connection.
+TEST_F(SecurePlannerTest, AWorkersIdentityIsItsCertificate) {
+  const auto worker_channel = [&](const std::string& name) {
+    ChannelSecurity security;
+    security.tls_ca = *dir_ + "/ca.pem";
+    security.tls_cert = *dir_ + "/" + name + ".pem";
+    security.tls_key = *dir_ + "/" + name + "-key.pem";
+    return *OpenChannel("localhost:" + std::to_string(app_->grpc_port()),
+                        security, grpc::ChannelArguments());
+  };
+  struct Stream {
+    explicit Stream(std::shared_ptr<grpc::Channel> channel)
+        : stub(v1::Fleet::NewStub(channel)) {
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(30));
+      stream = stub->Connect(&context);
+    }
+    // Sends a hello as `id`: true when welcomed.
+    bool Hello(const std::string& id) {
+      v1::WorkerMessage message;
+      message.mutable_hello()->set_worker_id(id);
+      message.mutable_hello()->add_executors("sim");
+      if (!stream->Write(message)) return false;
+      v1::PlannerMessage answer;
+      for (int i = 0; i < 100 && stream->Read(&answer); ++i) {
+        if (answer.has_welcome()) return true;
+      }
+      return false;
+    }
+    grpc::Status End() {
+      stream->WritesDone();
+      v1::PlannerMessage answer;
+      for (int i = 0; i < 1000 && stream->Read(&answer); ++i) {
+      }
+      return stream->Finish();
+    }
+    std::unique_ptr<v1::Fleet::Stub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::WorkerMessage, v1::PlannerMessage>>
+        stream;
+  };
+
+  Stream impostor(worker_channel("worker-w1"));
+  EXPECT_FALSE(impostor.Hello("w2"));
+  const grpc::Status refused = impostor.End();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("w2"));
+
+  Stream first(worker_channel("worker-w1"));
+  ASSERT_TRUE(first.Hello("w1"));
+  // The same certificate may replace its own connection (a reconnect).
+  Stream second(worker_channel("worker-w1"));
+  EXPECT_TRUE(second.Hello("w1"));
+  EXPECT_EQ(first.End().error_code(), grpc::StatusCode::ABORTED);
+  // Another certificate may not take the id, whatever its token.
+  Stream other(worker_channel("operator"));
+  EXPECT_FALSE(other.Hello("w1"));
+  EXPECT_EQ(other.End().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  second.End();
+}
+
 TEST_F(SecurePlannerTest, PlaintextAndCertificatelessClientsAreNotServed) {
   auto plaintext = v1::Planner::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
