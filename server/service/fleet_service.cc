@@ -219,8 +219,8 @@ FleetService::Connect(grpc::CallbackServerContext* context) {
   Caller caller;
   absl::Status allowed = absl::OkStatus();
   if (options_.access != nullptr) {
-    allowed = options_.access->Check(*context, "/headroom.v1.Fleet/Connect",
-                                     &caller);
+    allowed =
+        options_.access->Check(*context, "/headroom.v1.Fleet/Connect", &caller);
   }
   // The identity (certificate subject, token name) decides which hellos
   // the stream may send; empty when the planner runs open.
@@ -370,10 +370,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
                  hello.worker_id(), std::string(stored.message()));
   }
   if (!hello.running_assignment_id().empty() &&
-      !store_
-           ->RenewLease(hello.running_assignment_id(),
-                        NowMs() + options_.lease_ms)
-           .ok()) {
+      !RenewOwnLease(hello.worker_id(), hello.running_assignment_id()).ok()) {
     v1::PlannerMessage cancel;
     cancel.mutable_cancel()->set_assignment_id(hello.running_assignment_id());
     cancel.mutable_cancel()->set_reason(
@@ -390,6 +387,20 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
       hello.worker_id(), stream->peer(), hello.gpus_size(),
       absl::StrJoin(hello.executors(), ","), hello.running_assignment_id());
   Wake();
+}
+
+absl::Status FleetService::RenewOwnLease(const std::string& worker,
+                                         const std::string& assignment_id) {
+  // An assignment id is "<probe id>.<attempt>": the probe says whose it is,
+  // so a connection cannot keep another worker's lease alive.
+  const size_t dot = assignment_id.rfind('.');
+  if (dot == std::string::npos || dot == 0) {
+    return absl::NotFoundError("not an assignment id");
+  }
+  ASSIGN_OR_RETURN(v1::Probe probe,
+                   store_->GetProbe(assignment_id.substr(0, dot)));
+  RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+  return store_->RenewLease(assignment_id, NowMs() + options_.lease_ms);
 }
 
 void FleetService::OnHeartbeat(WorkerStream* stream,
@@ -416,9 +427,12 @@ void FleetService::OnHeartbeat(WorkerStream* stream,
   }
   if (refresh.has_value()) (void)store_->PutWorker(*refresh);
   if (heartbeat.assignment_id().empty()) return;
-  if (!store_
-           ->RenewLease(heartbeat.assignment_id(), NowMs() + options_.lease_ms)
-           .ok()) {
+  std::string worker;
+  {
+    absl::MutexLock lock(&mu_);
+    worker = stream->hello.worker_id();
+  }
+  if (!RenewOwnLease(worker, heartbeat.assignment_id()).ok()) {
     v1::PlannerMessage cancel;
     cancel.mutable_cancel()->set_assignment_id(heartbeat.assignment_id());
     cancel.mutable_cancel()->set_reason(

@@ -111,6 +111,10 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
 
   // Stream callbacks.
   void OnHello(WorkerStream* stream, const v1::WorkerHello& hello);
+  // Renews the lease of `assignment_id` only when it is `worker`'s running
+  // assignment.
+  absl::Status RenewOwnLease(const std::string& worker,
+                             const std::string& assignment_id);
   void OnHeartbeat(WorkerStream* stream, const v1::Heartbeat& heartbeat);
   void OnSamples(WorkerStream* stream, const v1::SampleBatch& samples);
   void OnResult(WorkerStream* stream, const v1::ProbeResult& result);

@@ -310,6 +310,16 @@ TEST_F(WorkerReportsTest, AnotherConnectionCannotReportForAnAssignment) {
   ASSERT_TRUE(answer.has_value() && answer->has_rejected());
   EXPECT_EQ(answer->rejected().reason(), "not_leased");
 
+  // A heartbeat naming the owner's assignment does not keep its lease: the
+  // intruder is told the assignment is not running there.
+  v1::WorkerMessage heartbeat;
+  heartbeat.mutable_heartbeat()->set_assignment_id(assignment->assignment_id());
+  ASSERT_TRUE(intruder.Send(heartbeat));
+  const auto cancel =
+      intruder.Next([](const v1::PlannerMessage& m) { return m.has_cancel(); });
+  ASSERT_TRUE(cancel.has_value());
+  EXPECT_EQ(cancel->cancel().assignment_id(), assignment->assignment_id());
+
   const std::optional<v1::Probe> probe = Probe(probe_id);
   ASSERT_TRUE(probe.has_value());
   EXPECT_EQ(probe->state(), v1::Probe::RUNNING);
