@@ -781,44 +781,6 @@ grpc::ServerUnaryReactor* PlannerService::RefitEnergy(
 
 namespace {
 
-// Page tokens of ListEnergyCurveSets: the last version a page held, opaque
-// to callers.
-constexpr absl::string_view kTokenPrefix = "after:";
-
-std::string PageToken(const std::string& last_version) {
-  std::string token;
-  absl::WebSafeBase64Escape(absl::StrCat(kTokenPrefix, last_version), &token);
-  return token;
-}
-
-absl::StatusOr<std::string> AfterVersion(const std::string& token) {
-  if (token.empty()) return std::string();
-  std::string decoded;
-  absl::string_view version;
-  if (token.size() > 2 * kMaxNameChars ||
-      !absl::WebSafeBase64Unescape(token, &decoded) ||
-      !absl::ConsumePrefix(&(version = decoded), kTokenPrefix) ||
-      version.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "page_token '", Echo(token),
-        "' is not one this planner gave; pass a next_page_token or empty"));
-  }
-  return std::string(version);
-}
-
-// 0 -> the default; otherwise 1..kMaxPageSize.
-absl::StatusOr<int> PageSize(int32_t page_size) {
-  constexpr int kDefaultPageSize = 100;
-  constexpr int kMaxPageSize = 500;
-  if (page_size == 0) return kDefaultPageSize;
-  if (page_size < 0 || page_size > kMaxPageSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_size = ", page_size, " is out of range; allowed 1..",
-                     kMaxPageSize, " (0 means ", kDefaultPageSize, ")"));
-  }
-  return page_size;
-}
-
 v1::EnergyCurveSetSummary SummaryOf(const v1::EnergyCurveSet& set,
                                     const std::string& current) {
   v1::EnergyCurveSetSummary summary;
@@ -852,9 +814,14 @@ grpc::ServerUnaryReactor* PlannerService::ListEnergyCurveSets(
     return refused;
   }
   auto answer = [&]() -> absl::StatusOr<v1::ListEnergyCurveSetsResponse> {
-    ASSIGN_OR_RETURN(const int page_size, PageSize(request->page_size()));
-    ASSIGN_OR_RETURN(const std::string after,
-                     AfterVersion(request->page_token()));
+    // The same page size and token rules as every List RPC (paging.h); a
+    // page of summaries stays far under the byte budget.
+    ASSIGN_OR_RETURN(const PageSpec spec,
+                     PageFromRequest("energy_curve_sets", request->page_size(),
+                                     request->page_token(),
+                                     PageBytes(options_.max_request_bytes)));
+    const std::string& after = spec.after;
+    const int page_size = spec.max_entries;
     // One more than the page: whether another page follows.
     absl::StatusOr<std::vector<v1::EnergyCurveSet>> sets =
         store_->ListEnergyCurveSets(after, page_size + 1);
@@ -876,7 +843,10 @@ grpc::ServerUnaryReactor* PlannerService::ListEnergyCurveSets(
     for (const v1::EnergyCurveSet& set : *sets) {
       *out.add_curve_sets() = SummaryOf(set, current);
     }
-    if (more) out.set_next_page_token(PageToken(sets->back().version()));
+    if (more) {
+      out.set_next_page_token(
+          NextPageToken("energy_curve_sets", sets->back().version()));
+    }
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);
