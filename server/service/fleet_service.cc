@@ -33,6 +33,13 @@ constexpr uint32_t kMaxRepetitions = 10;
 constexpr uint32_t kMaxSteps = 1000;
 constexpr size_t kMaxIdLength = 128;
 constexpr size_t kMaxResultKeyLength = 256;
+// SubmitProbeRequest.expires_s at most 30 days.
+constexpr uint32_t kMaxExpiresS = 30 * 24 * 3600;
+// Queued probes failed for their expiry per dispatcher pass: a burst of
+// expiries is spread over passes instead of stalling one.
+constexpr int kExpiriesPerPass = 100;
+// What SubmitProbeResponse.warning adds to NoWorkerFor's reason.
+constexpr char kStaysQueued[] = "; the probe stays queued until one connects";
 // How often a connected worker's last-seen time is written to the store.
 constexpr int64_t kLastSeenWriteMs = 30000;
 
@@ -799,18 +806,45 @@ std::string FleetService::NoWorkerFor(const v1::Probe& probe) {
       return "";
     }
   }
-  const std::string waits = "; the probe stays queued until one connects";
-  if (connected == 0) return absl::StrCat("no worker is connected", waits);
+  if (connected == 0) return "no worker is connected";
   if (placed) {
     return absl::StrCat("no connected worker that matches runs the \"",
-                        executor.substr(0, 32), "\" executor", waits);
+                        executor.substr(0, 32), "\" executor");
   }
   if (request.has_worker()) {
     return absl::StrCat("worker '", request.worker().substr(0, 64),
-                        "' is not connected", waits);
+                        "' is not connected");
   }
   return absl::StrCat("no connected worker has a ", probe.gpu(),
-                      " (connected: ", absl::StrJoin(kinds, ", "), ")", waits);
+                      " (connected: ", absl::StrJoin(kinds, ", "), ")");
+}
+
+void FleetService::FailExpired(int64_t now_ms) {
+  absl::StatusOr<std::vector<v1::Probe>> expired =
+      store_->ListExpiredProbes(now_ms, kExpiriesPerPass);
+  if (!expired.ok()) {
+    spdlog::error("event=expiry_failed error=\"{}\"",
+                  std::string(expired.status().message()));
+    return;
+  }
+  for (const v1::Probe& queued : *expired) {
+    std::string why = NoWorkerFor(queued);
+    if (why.empty()) why = "every connected worker that matches was busy";
+    const std::string error = absl::StrCat(
+        "expired: queued longer than ", queued.request().expires_s(),
+        " s; no connected worker could take it (", why, ")");
+    absl::StatusOr<v1::Probe> probe =
+        store_->ExpireProbe(queued.id(), now_ms, error);
+    if (!probe.ok()) {
+      spdlog::error("event=expiry_failed probe={} error=\"{}\"", queued.id(),
+                    std::string(probe.status().message()));
+      continue;
+    }
+    if (probe->state() != v1::Probe::FAILED) continue;  // taken meanwhile
+    spdlog::warn("event=probe_expired probe={} expires_s={} reason=\"{}\"",
+                 probe->id(), queued.request().expires_s(), why);
+    PublishProbe(*probe);
+  }
 }
 
 absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
@@ -946,6 +980,11 @@ absl::StatusOr<v1::Probe> FleetService::Submit(
     return absl::InvalidArgumentError(
         "batch_timeout_s is out of range; allowed 0..86400 seconds");
   }
+  if (request.expires_s() > kMaxExpiresS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expires_s = ", request.expires_s(), " is out of range; allowed 0..",
+        kMaxExpiresS, " seconds (30 days; 0 = never)"));
+  }
   *probe.mutable_request() = request;
   probe.set_template_(model.template_name);
   *probe.mutable_spec() = model.spec();
@@ -979,7 +1018,9 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     }
     v1::SubmitProbeResponse out;
     ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
-    out.set_warning(NoWorkerFor(out.probe()));
+    if (std::string why = NoWorkerFor(out.probe()); !why.empty()) {
+      out.set_warning(absl::StrCat(why, kStaysQueued));
+    }
     return out;
   }();
   return Reply(context->DefaultReactor(), std::move(answer), response);
@@ -1393,6 +1434,7 @@ void FleetService::DispatchOnce() {
       if (probe.ok()) PublishProbe(*probe);
     }
   }
+  FailExpired(now);
 
   struct Idle {
     std::string worker;

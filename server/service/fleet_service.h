@@ -130,6 +130,10 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   // Why no worker connected now can take `probe` (its placement and
   // executor); empty when one can.
   std::string NoWorkerFor(const v1::Probe& probe);
+  // Fails queued probes past their expiry (a bounded number per call),
+  // saying why no connected worker could take them; watchers get the final
+  // state.
+  void FailExpired(int64_t now_ms);
   absl::StatusOr<v1::SubmitAutotuneResponse> Autotune(
       const v1::SubmitAutotuneRequest& request);
   // Validates the record of an autotune probe's final result against the
@@ -146,8 +150,9 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
                                         const v1::ProbeResult& result,
                                         const WorkerStream& stream) const;
 
-  // Dispatcher: one pass re-queues expired leases and hands queued probes
-  // to idle workers; Wake() runs a pass soon.
+  // Dispatcher: one pass re-queues expired leases, fails queued probes
+  // past their expiry and hands queued probes to idle workers; Wake() runs a
+  // pass soon.
   void DispatchLoop();
   void DispatchOnce();
   void Wake();

@@ -9,6 +9,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/core/calibration/calibrate.h"
+#include "server/core/calibration/fit_inputs.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
@@ -38,6 +39,7 @@ absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
       CalibrationResult result,
       Calibrate(runs, catalog, FitOptions{},
                 absl::StrCat(runs_path, " (", runs.size(), " runs)")));
+  result.factor_set.set_inputs_sha256(FitInputsSha256(runs));
   ASSIGN_OR_RETURN(int64_t stored, store.AddRuns(runs));
   ASSIGN_OR_RETURN(v1::FactorSet set,
                    store.AddFactorSet(std::move(result.factor_set), true));

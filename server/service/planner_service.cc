@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
+#include "server/core/calibration/fit_inputs.h"
 #include "server/core/calibration/promotion.h"
 #include "server/core/common/deterministic_bytes.h"
 #include "server/core/common/input_limits.h"
@@ -428,6 +429,28 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
                runs.end());
   }
   response.set_runs_used(static_cast<int32_t>(runs.size()));
+  const std::string inputs = FitInputsSha256(runs);
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> current,
+                   store_->CurrentFactorSet());
+  if (current.has_value()) response.set_previous_version(current->version());
+  // Nothing new: fitting the runs the current set was fitted on again would
+  // store a copy of it under a new version. Only force does (a dry run
+  // still fits, to show the page).
+  if (fresh.empty() && !request.force() && !request.dry_run() &&
+      current.has_value() && current->inputs_sha256() == inputs) {
+    const std::string& version = current->version();
+    response.set_reason(absl::StrCat(
+        "nothing new to fit: no run imported (", request.runs_size(),
+        " given, every one stored already) and the stored runs are those ",
+        version, " was fitted on; no factor set stored, ", version,
+        " stays current (force refits anyway)"));
+    response.set_stored(false);
+    response.set_promoted(false);
+    spdlog::info("event=refit_nothing_new current={} runs={} given={}", version,
+                 runs.size(), request.runs_size());
+    *response.mutable_factor_set() = *std::move(current);
+    return response;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CalibrationResult result,
@@ -436,9 +459,7 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
   response.set_fit_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());
-  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> current,
-                   store_->CurrentFactorSet());
-  if (current.has_value()) response.set_previous_version(current->version());
+  result.factor_set.set_inputs_sha256(inputs);
   const PromotionDecision decision = DecidePromotion(
       result.factor_set, current ? &*current : nullptr, request.force());
   response.set_reason(decision.reason);
@@ -464,6 +485,7 @@ absl::StatusOr<v1::RefitResponse> PlannerService::RunRefit(
   ASSIGN_OR_RETURN(
       v1::FactorSet stored,
       store_->AddFactorSet(std::move(result.factor_set), decision.promote));
+  response.set_stored(true);
   response.set_promoted(decision.promote);
   if (decision.promote) Install(stored);
   spdlog::info(

@@ -107,6 +107,12 @@ INSERT INTO energy_current_history (version, changed_unix)
   SELECT version, extract(epoch from now())::bigint
   FROM current_energy_curve_set;
 )sql",
+    // 4: queued probes fail once their expiry (request.expires_s) passes.
+    R"sql(
+ALTER TABLE probes ADD COLUMN expires_at_ms bigint NOT NULL DEFAULT 0;
+CREATE INDEX probes_by_expiry ON probes (expires_at_ms)
+  WHERE expires_at_ms > 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               kPostgresSchemaVersion);
@@ -850,8 +856,8 @@ absl::StatusOr<v1::Probe> PostgresStore::AddProbe(v1::Probe probe) {
     probe.set_state(v1::Probe::QUEUED);
     return QueryLocked("storing probe",
                        "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
-                       "executor, body, background) VALUES ($1, $2, $3, $4, "
-                       "$5, $6, $7, $8)",
+                       "executor, body, background, expires_at_ms) VALUES "
+                       "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                        Params()
                            .Int(seq)
                            .Text(probe.id())
@@ -860,7 +866,8 @@ absl::StatusOr<v1::Probe> PostgresStore::AddProbe(v1::Probe probe) {
                            .Text(probe.request().worker())
                            .Text(probe.request().executor())
                            .Bytes(Serialize(probe))
-                           .Int(probe.request().learn_key().empty() ? 0 : 1))
+                           .Int(probe.request().learn_key().empty() ? 0 : 1)
+                           .Int(ExpiryDeadlineMs(probe)))
         .status();
   }));
   return probe;
@@ -896,7 +903,8 @@ absl::Status PostgresStore::UpdateProbeLocked(const v1::Probe& probe,
                                               int64_t lease_until_ms) {
   return QueryLocked("updating probe",
                      "UPDATE probes SET state = $1, assignment_id = $2, "
-                     "lease_until_ms = $3, body = $4 WHERE id = $5",
+                     "lease_until_ms = $3, body = $4, expires_at_ms = $5 "
+                     "WHERE id = $6",
                      Params()
                          .Int(probe.state())
                          .Text(probe.state() == v1::Probe::RUNNING
@@ -904,6 +912,7 @@ absl::Status PostgresStore::UpdateProbeLocked(const v1::Probe& probe,
                                    : std::string())
                          .Int(lease_until_ms)
                          .Bytes(Serialize(probe))
+                         .Int(ExpiryDeadlineMs(probe))
                          .Text(probe.id()))
       .status();
 }
@@ -1029,6 +1038,44 @@ absl::StatusOr<std::vector<std::string>> PostgresStore::RequeueExpired(
     return absl::OkStatus();
   }));
   return requeued;
+}
+
+absl::StatusOr<std::vector<v1::Probe>> PostgresStore::ListExpiredProbes(
+    int64_t now_ms, int limit) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Probe> expired;
+  RETURN_IF_ERROR(RunLocked([&]() -> absl::Status {
+    expired.clear();
+    ASSIGN_OR_RETURN(
+        Rows rows,
+        QueryLocked("finding expired probes",
+                    "SELECT body FROM probes WHERE expires_at_ms > 0 AND "
+                    "expires_at_ms <= $1 AND state = $2 "
+                    "ORDER BY expires_at_ms, seq LIMIT $3::bigint",
+                    Params().Int(now_ms).Int(v1::Probe::QUEUED).Int(limit)));
+    for (int i = 0; i < rows.size(); ++i) {
+      ASSIGN_OR_RETURN(v1::Probe probe,
+                       Parse<v1::Probe>(rows.Bytes(i, 0), "probe"));
+      expired.push_back(std::move(probe));
+    }
+    return absl::OkStatus();
+  }));
+  return expired;
+}
+
+absl::StatusOr<v1::Probe> PostgresStore::ExpireProbe(const std::string& id,
+                                                     int64_t now_ms,
+                                                     const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    // Locked: a claim by another planner came first (the probe is RUNNING
+    // and stays so) or skips this row and then finds it FAILED.
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(id, /*for_update=*/true));
+    if (!MarkExpired(&probe, now_ms, error)) return absl::OkStatus();
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
 }
 
 absl::StatusOr<bool> PostgresStore::RecordProbeResult(

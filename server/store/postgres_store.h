@@ -24,7 +24,7 @@ class Rows;    // one statement's result rows
 
 // Schema version this build writes and understands (its own numbering,
 // not SQLite's: version 1 holds everything SQLite's version 6 does).
-inline constexpr int kPostgresSchemaVersion = 3;
+inline constexpr int kPostgresSchemaVersion = 4;
 
 class PostgresStore : public Store {
  public:
@@ -87,6 +87,10 @@ class PostgresStore : public Store {
                           int64_t until_ms) override;
   absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) override;
+  absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(int64_t now_ms,
+                                                           int limit) override;
+  absl::StatusOr<v1::Probe> ExpireProbe(const std::string& id, int64_t now_ms,
+                                        const std::string& error) override;
   absl::StatusOr<bool> RecordProbeResult(
       const std::string& probe_id, const std::string& assignment_id,
       const std::string& worker, const std::string& key,

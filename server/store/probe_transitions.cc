@@ -85,6 +85,23 @@ void MarkHandedBack(v1::Probe* probe, uint32_t max_handbacks) {
   probe->set_updated_unix_ms(WallClockMs());
 }
 
+int64_t ExpiryDeadlineMs(const v1::Probe& probe) {
+  if (probe.state() != v1::Probe::QUEUED || probe.attempts() != 0 ||
+      probe.request().expires_s() == 0) {
+    return 0;
+  }
+  return probe.created_unix_ms() + int64_t{probe.request().expires_s()} * 1000;
+}
+
+bool MarkExpired(v1::Probe* probe, int64_t now_ms, const std::string& error) {
+  const int64_t deadline = ExpiryDeadlineMs(*probe);
+  if (deadline == 0 || deadline > now_ms) return false;
+  probe->set_state(v1::Probe::FAILED);
+  probe->set_error(error);
+  probe->set_updated_unix_ms(now_ms);
+  return true;
+}
+
 bool MarkCancelled(v1::Probe* probe) {
   if (probe->state() != v1::Probe::QUEUED &&
       probe->state() != v1::Probe::RUNNING) {

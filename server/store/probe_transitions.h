@@ -42,6 +42,17 @@ bool HasResultFor(const v1::Probe& probe, const v1::BatchResult& result);
 // reaches `max_handbacks`.
 void MarkHandedBack(v1::Probe* probe, uint32_t max_handbacks);
 
+// When a queued probe fails for waiting too long: created_unix_ms plus
+// request.expires_s, for a QUEUED probe that has an expiry and that no
+// worker has taken yet (attempts 0); 0 (never) otherwise. Stores keep it in
+// a column so that the dispatcher finds expired probes without a scan.
+int64_t ExpiryDeadlineMs(const v1::Probe& probe);
+
+// QUEUED probe past its deadline (ExpiryDeadlineMs at or before `now_ms`)
+// -> FAILED with `error`; returns false and changes nothing otherwise (a
+// worker took it, it was cancelled, or it has time left).
+bool MarkExpired(v1::Probe* probe, int64_t now_ms, const std::string& error);
+
 // QUEUED or RUNNING -> CANCELLED; returns false and changes nothing for a
 // probe already in a final state.
 bool MarkCancelled(v1::Probe* probe);

@@ -118,7 +118,15 @@ CREATE TABLE energy_current_history (
 INSERT INTO energy_current_history (version, changed_unix)
   SELECT version, strftime('%s', 'now') FROM current_energy_curve_set;
 )sql",
+    // 9: queued probes fail once their expiry (request.expires_s) passes.
+    R"sql(
+ALTER TABLE probes ADD COLUMN expires_at_ms INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX probes_by_expiry ON probes(expires_at_ms)
+  WHERE expires_at_ms > 0;
+)sql",
 };
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
+              kSqliteSchemaVersion);
 
 // Prepared statement that finalizes itself.
 class Statement {
@@ -662,7 +670,8 @@ absl::StatusOr<v1::Probe> SqliteStore::AddProbe(v1::Probe probe) {
     probe.set_state(v1::Probe::QUEUED);
     Statement s(db_,
                 "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
-                "executor, body, background) VALUES (?, ?, ?, ?, ?, ?, ?, ?);");
+                "executor, body, background, expires_at_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);");
     if (!s.ok()) return SqliteError(db_, "storing probe");
     sqlite3_bind_int64(s.get(), 1, next);
     s.BindText(2, probe.id());
@@ -672,6 +681,7 @@ absl::StatusOr<v1::Probe> SqliteStore::AddProbe(v1::Probe probe) {
     s.BindText(6, probe.request().executor());
     s.BindText(7, ToJson(probe, /*pretty=*/false));
     sqlite3_bind_int(s.get(), 8, probe.request().learn_key().empty() ? 0 : 1);
+    sqlite3_bind_int64(s.get(), 9, ExpiryDeadlineMs(probe));
     if (sqlite3_step(s.get()) != SQLITE_DONE) {
       return SqliteError(db_, "storing probe");
     }
@@ -705,14 +715,15 @@ absl::Status SqliteStore::UpdateProbeLocked(const v1::Probe& probe,
                                             int64_t lease_until_ms) {
   Statement s(db_,
               "UPDATE probes SET state = ?, assignment_id = ?, "
-              "lease_until_ms = ?, body = ? WHERE id = ?;");
+              "lease_until_ms = ?, body = ?, expires_at_ms = ? WHERE id = ?;");
   if (!s.ok()) return SqliteError(db_, "updating probe");
   sqlite3_bind_int(s.get(), 1, probe.state());
   s.BindText(2, probe.state() == v1::Probe::RUNNING ? probe.assignment_id()
                                                     : std::string());
   sqlite3_bind_int64(s.get(), 3, lease_until_ms);
   s.BindText(4, ToJson(probe, /*pretty=*/false));
-  s.BindText(5, probe.id());
+  sqlite3_bind_int64(s.get(), 5, ExpiryDeadlineMs(probe));
+  s.BindText(6, probe.id());
   if (sqlite3_step(s.get()) != SQLITE_DONE) {
     return SqliteError(db_, "updating probe");
   }
@@ -842,6 +853,42 @@ absl::StatusOr<std::vector<std::string>> SqliteStore::RequeueExpired(
     return absl::OkStatus();
   }));
   return requeued;
+}
+
+absl::StatusOr<std::vector<v1::Probe>> SqliteStore::ListExpiredProbes(
+    int64_t now_ms, int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT body FROM probes WHERE expires_at_ms > 0 AND "
+              "expires_at_ms <= ? AND state = ? ORDER BY expires_at_ms, seq "
+              "LIMIT ?;");
+  if (!s.ok()) return SqliteError(db_, "finding expired probes");
+  sqlite3_bind_int64(s.get(), 1, now_ms);
+  sqlite3_bind_int(s.get(), 2, v1::Probe::QUEUED);
+  sqlite3_bind_int(s.get(), 3, limit);
+  std::vector<v1::Probe> expired;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    v1::Probe probe;
+    RETURN_IF_ERROR(ParseJson(s.ColumnText(0), "stored probe",
+                              /*ignore_unknown=*/true, &probe));
+    expired.push_back(std::move(probe));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "finding expired probes");
+  return expired;
+}
+
+absl::StatusOr<v1::Probe> SqliteStore::ExpireProbe(const std::string& id,
+                                                   int64_t now_ms,
+                                                   const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  v1::Probe probe;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(probe, GetProbeLocked(id));
+    if (!MarkExpired(&probe, now_ms, error)) return absl::OkStatus();
+    return UpdateProbeLocked(probe, 0);
+  }));
+  return probe;
 }
 
 absl::StatusOr<bool> SqliteStore::RecordProbeResult(

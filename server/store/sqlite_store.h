@@ -17,7 +17,7 @@ struct sqlite3;
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 8;
+inline constexpr int kSqliteSchemaVersion = 9;
 
 class SqliteStore : public Store {
  public:
@@ -76,6 +76,10 @@ class SqliteStore : public Store {
                           int64_t until_ms) override;
   absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) override;
+  absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(int64_t now_ms,
+                                                           int limit) override;
+  absl::StatusOr<v1::Probe> ExpireProbe(const std::string& id, int64_t now_ms,
+                                        const std::string& error) override;
   absl::StatusOr<bool> RecordProbeResult(
       const std::string& probe_id, const std::string& assignment_id,
       const std::string& worker, const std::string& key,

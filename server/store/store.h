@@ -135,6 +135,19 @@ class Store {
   virtual absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) = 0;
 
+  // QUEUED probes past their expiry (request.expires_s after submission,
+  // never taken by a worker: ExpiryDeadlineMs at or before `now_ms`),
+  // soonest deadline first, at most `limit`. A read: nothing changes.
+  virtual absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(
+      int64_t now_ms, int limit) = 0;
+
+  // Fails the probe `id` with `error` when it is still QUEUED past its
+  // expiry (MarkExpired); otherwise (a worker took it, it was cancelled
+  // meanwhile) returns it unchanged.
+  virtual absl::StatusOr<v1::Probe> ExpireProbe(const std::string& id,
+                                                int64_t now_ms,
+                                                const std::string& error) = 0;
+
   // Stores one batch result of the probe's running assignment
   // `assignment_id`, leased to `worker`, under `key` (the planner derives it
   // from the probe, assignment, batch, repetition and mode), once. A key

@@ -1,5 +1,7 @@
 #include "worker/daemon/daemon.h"
 
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -131,21 +133,58 @@ void WorkerDaemon::Run() {
   auto stub = v1::Fleet::NewStub(*channel);
   std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id));
   std::chrono::milliseconds backoff = options_.backoff_min;
+  // The planner being away is said once (and again when the kind of
+  // failure changes: unreachable, or refused with another code), then
+  // retries are logged at debug until it welcomes us.
+  std::optional<grpc::StatusCode> waiting_said;
+  const auto failure_kind = [](grpc::StatusCode code) {
+    return code == grpc::StatusCode::CANCELLED ||
+                   code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                   code == grpc::StatusCode::OK
+               ? grpc::StatusCode::UNAVAILABLE
+               : code;
+  };
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (Finished()) break;
     }
-    const bool welcomed = Serve(stub.get());
+    grpc::Status ended;
+    const bool welcomed = Serve(stub.get(), &ended);
     connected_ = false;
     std::unique_lock<std::mutex> lock(mu_);
-    if (Finished()) break;
-    if (welcomed) backoff = options_.backoff_min;
+    std::string reason = ended.error_message();
+    std::replace(reason.begin(), reason.end(), '"', '\'');
+    if (reason.empty()) reason = "the stream ended";
+    if (Finished()) {
+      spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
+                    options_.worker_id, static_cast<int>(ended.error_code()),
+                    reason);
+      break;
+    }
+    if (welcomed) {
+      backoff = options_.backoff_min;
+      waiting_said.reset();
+    }
+    if (waiting_said != failure_kind(ended.error_code())) {
+      spdlog::log(welcomed ? spdlog::level::warn : spdlog::level::info,
+                  "event=waiting_for_planner worker={} planner={} code={} "
+                  "message=\"{}waiting for the planner at {} ({}); retrying "
+                  "quietly until connected\"",
+                  options_.worker_id, options_.planner,
+                  static_cast<int>(ended.error_code()),
+                  welcomed ? "disconnected; " : "", options_.planner, reason);
+      waiting_said = failure_kind(ended.error_code());
+    } else {
+      spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
+                    options_.worker_id, static_cast<int>(ended.error_code()),
+                    reason);
+    }
     std::uniform_real_distribution<double> jitter(0.8, 1.2);
     const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
         static_cast<double>(backoff.count()) * jitter(rng)));
-    spdlog::info("event=reconnect_wait worker={} ms={}", options_.worker_id,
-                 wait.count());
+    spdlog::debug("event=reconnect_wait worker={} ms={}", options_.worker_id,
+                  wait.count());
     // A stopping daemon still retries (to deliver results) until its
     // deadline, but no sooner than the backoff says.
     cv_.wait_for(lock, wait, [this] { return Finished(); });
@@ -163,7 +202,7 @@ void WorkerDaemon::Run() {
                unacked_.size());
 }
 
-bool WorkerDaemon::Serve(v1::Fleet::Stub* stub) {
+bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
   grpc::ClientContext context;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -208,14 +247,11 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub) {
     cv_.notify_all();
     writer.join();
   }
-  const grpc::Status status = stream->Finish();
+  *ended = stream->Finish();
   {
     std::lock_guard<std::mutex> lock(mu_);
     context_ = nullptr;
   }
-  spdlog::info("event=stream_ended worker={} code={} message=\"{}\"",
-               options_.worker_id, static_cast<int>(status.error_code()),
-               status.error_message());
   return welcomed;
 }
 

@@ -91,8 +91,9 @@ class WorkerDaemon {
   using Stream =
       grpc::ClientReaderWriter<v1::WorkerMessage, v1::PlannerMessage>;
 
-  // One connection; true when the planner welcomed the worker.
-  bool Serve(v1::Fleet::Stub* stub);
+  // One connection; true when the planner welcomed the worker. `ended` is
+  // how the stream ended.
+  bool Serve(v1::Fleet::Stub* stub, grpc::Status* ended);
   // Stopping and nothing left to deliver (or out of time). Needs mu_.
   bool Finished() const;
   void Handle(const v1::PlannerMessage& message);

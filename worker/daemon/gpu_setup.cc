@@ -1,5 +1,6 @@
 #include "worker/daemon/gpu_setup.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -182,6 +183,28 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
     setup.executors.push_back(std::move(executor));
   }
   return setup;
+}
+
+std::string DefaultWorkerId(const std::string& hostname,
+                            const std::vector<v1::GpuDevice>& gpus) {
+  if (gpus.empty()) return hostname;
+  const v1::GpuDevice& first = gpus.front();
+  std::string kind = CatalogGpuForDriverName(first.name());
+  if (kind.empty()) kind = first.name();
+  std::string id = absl::StrCat(hostname, first.simulated() ? "-sim-" : "-");
+  bool dash = true;  // after the dash just added: no second one
+  for (char c : kind) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '.' || c == '_') {
+      id.push_back(static_cast<char>(std::tolower(u)));
+      dash = false;
+    } else if (!dash) {
+      id.push_back('-');
+      dash = true;
+    }
+  }
+  while (!id.empty() && id.back() == '-') id.pop_back();
+  return id;
 }
 
 }  // namespace headroom::worker

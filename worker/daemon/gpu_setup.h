@@ -40,6 +40,14 @@ struct GpuSetup {
 // FAILED_PRECONDITION with the reason.
 absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options);
 
+// The worker id when --worker_id is not given: the host name, a dash, and
+// the first GPU's catalog kind in lower case ("node7-h100"), "sim-" before it
+// for a simulated card ("node7-sim-l4"); a card the catalog does not know
+// gives its driver name, lower case with runs of other characters than
+// letters, digits, '.' and '_' as one '-'. The host name alone without GPUs.
+std::string DefaultWorkerId(const std::string& hostname,
+                            const std::vector<v1::GpuDevice>& gpus);
+
 }  // namespace headroom::worker
 
 #endif  // HEADROOM_WORKER_DAEMON_GPU_SETUP_H_

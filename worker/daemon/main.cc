@@ -42,7 +42,10 @@ ABSL_FLAG(std::string, node_name, "",
           "the Kubernetes node the GPUs are on (default: the host name); the "
           "planner's scheduler extender finds a node's GPUs by it");
 ABSL_FLAG(std::string, worker_id, "",
-          "stable id of this worker (default: the host name)");
+          "stable id of this worker (default: the host name, a dash and the "
+          "first GPU's catalog kind in lower case, e.g. node7-h100, or "
+          "node7-sim-l4 for a simulated L4; with --tls_cert give the "
+          "certificate's CN)");
 ABSL_FLAG(std::string, executors, "auto",
           "comma list of torch, cuda, sim; auto = torch and cuda where a GPU "
           "and the tools exist, else sim");
@@ -122,9 +125,6 @@ int main(int argc, char** argv) {
   options.planner = absl::GetFlag(FLAGS_planner);
   options.hostname = HostName();
   options.node_name = absl::GetFlag(FLAGS_node_name);
-  options.worker_id = absl::GetFlag(FLAGS_worker_id).empty()
-                          ? options.hostname
-                          : absl::GetFlag(FLAGS_worker_id);
   options.security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   options.security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -151,7 +151,6 @@ int main(int argc, char** argv) {
       std::max(100, absl::GetFlag(FLAGS_backoff_max_ms)));
   options.shutdown_grace = std::chrono::milliseconds(
       std::max(0, absl::GetFlag(FLAGS_shutdown_grace_ms)));
-  options.journal_dir = JournalDir(options.worker_id);
 
   headroom::worker::GpuSetupOptions setup;
   setup.executors =
@@ -173,6 +172,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.gpus = gpus->gpus;
+  options.worker_id =
+      absl::GetFlag(FLAGS_worker_id).empty()
+          ? headroom::worker::DefaultWorkerId(options.hostname, options.gpus)
+          : absl::GetFlag(FLAGS_worker_id);
+  options.journal_dir = JournalDir(options.worker_id);
   options.notes = gpus->notes;
   options.framework_versions = gpus->framework_versions;
   for (const std::string& note : options.notes) {

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "server/core/common/json_io.h"
 #include "server/service/planner_app.h"
 #include "tests/support/loopback.h"
 #include "tests/support/test_planner.h"
@@ -487,11 +489,41 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   ASSERT_TRUE(refit(dry, &response).ok());
   EXPECT_EQ(response.runs_used(), 187);
 
-  // A forced refit on the stored runs becomes current and answers name it.
+  // A refit with nothing new (no run given, or only runs stored already)
+  // stores no factor set: fs-1 stays current.
+  auto shipped = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  for (int given : {0, 1}) {
+    v1::RefitRequest nothing_new;
+    if (given == 1) *nothing_new.add_runs() = shipped->front();
+    ASSERT_TRUE(refit(nothing_new, &response).ok());
+    EXPECT_FALSE(response.stored());
+    EXPECT_FALSE(response.promoted());
+    EXPECT_EQ(response.runs_imported(), 0);
+    EXPECT_EQ(response.factor_set().version(), "fs-1");
+    EXPECT_EQ(response.previous_version(), "fs-1");
+    EXPECT_THAT(response.reason(),
+                HasSubstr(absl::StrCat(
+                    "nothing new to fit: no run imported (", given,
+                    " given, every one stored already) and the stored runs "
+                    "are those fs-1 was fitted on; no factor set stored, fs-1 "
+                    "stays current")));
+  }
+  EXPECT_EQ(version_answering(), "fs-1");
+
+  // A forced refit importing a run not stored yet (our harness's H200
+  // measurement, data/harness-runs.jsonl's first row) becomes current and
+  // answers name it.
+  auto harness = LoadRunsJsonl(kRoot + "/data/harness-runs.jsonl");
+  ASSERT_TRUE(harness.ok()) << harness.status();
   v1::RefitRequest forced;
   forced.set_force(true);
+  *forced.add_runs() = harness->front();
   ASSERT_TRUE(refit(forced, &response).ok());
+  EXPECT_TRUE(response.stored());
   EXPECT_TRUE(response.promoted());
+  EXPECT_EQ(response.runs_imported(), 1);
+  EXPECT_EQ(response.runs_used(), 188);
   EXPECT_EQ(response.factor_set().version(), "fs-2");
   EXPECT_EQ(response.previous_version(), "fs-1");
   EXPECT_EQ(version_answering(), "fs-2");
@@ -548,6 +580,38 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
                                  "\"ours_heldout\",factor_set=\"fs-1\"}"));
 }
 
+// A forced refit with nothing new still fits and stores a set (RefitRequest
+// .force); the same refit without force then stores nothing.
+TEST(PlannerRefitTest, ForcedRefitWithNothingNewStillStoresASet) {
+  auto app = PlannerApp::Start(TestPlannerConfig());
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto stub = v1::Planner::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  auto refit = [&](bool force, v1::RefitResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::RefitRequest request;
+    request.set_force(force);
+    return stub->Refit(&context, request, out);
+  };
+  v1::RefitResponse response;
+  ASSERT_TRUE(refit(/*force=*/true, &response).ok());
+  EXPECT_TRUE(response.stored());
+  EXPECT_TRUE(response.promoted());
+  EXPECT_EQ(response.runs_imported(), 0);
+  EXPECT_EQ(response.factor_set().version(), "fs-2");
+  ASSERT_TRUE(refit(/*force=*/false, &response).ok());
+  EXPECT_FALSE(response.stored());
+  EXPECT_EQ(response.factor_set().version(), "fs-2");
+  EXPECT_THAT(response.reason(), HasSubstr("fs-2 stays current"));
+  grpc::ClientContext context;
+  v1::ListFactorSetsResponse list;
+  ASSERT_TRUE(stub->ListFactorSets(&context, {}, &list).ok());
+  EXPECT_EQ(list.factor_sets_size(), 2);
+}
+
 // A probe no connected worker can take is queued, and the answer says why.
 TEST(PlannerFleetTest, SubmitProbeSaysWhenNoWorkerCanTakeIt) {
   auto app = PlannerApp::Start(TestPlannerConfig());
@@ -573,6 +637,89 @@ TEST(PlannerFleetTest, SubmitProbeSaysWhenNoWorkerCanTakeIt) {
   v1::SubmitProbeRequest pinned;
   pinned.set_worker("nosuch");
   EXPECT_THAT(submit(pinned), HasSubstr("no worker is connected"));
+}
+
+// A queued probe no connected worker can take fails once its expiry
+// passes, saying why, and its watcher gets that final state; an expiry past
+// 30 days is refused.
+TEST(PlannerFleetTest, QueuedProbeFailsWhenItsExpiryPasses) {
+  auto app = PlannerApp::Start(TestPlannerConfig());
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials());
+  auto fleet = v1::Fleet::NewStub(channel);
+  const auto deadline = [] {
+    return std::chrono::system_clock::now() + std::chrono::seconds(20);
+  };
+
+  // A worker with an L4 only.
+  grpc::ClientContext connect_context;
+  connect_context.set_deadline(deadline());
+  auto worker = fleet->Connect(&connect_context);
+  v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id("w-l4");
+  hello.mutable_hello()->set_hostname("w-l4");
+  v1::GpuDevice* gpu = hello.mutable_hello()->add_gpus();
+  gpu->set_name("L4");
+  gpu->set_memory_bytes(24ull << 30);
+  gpu->set_simulated(true);
+  hello.mutable_hello()->add_executors("sim");
+  ASSERT_TRUE(worker->Write(hello));
+  v1::PlannerMessage welcome;
+  ASSERT_TRUE(worker->Read(&welcome));
+  ASSERT_TRUE(welcome.has_welcome());
+
+  v1::SubmitProbeRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.add_batches(8);
+  request.set_gpu("H100");
+  request.set_expires_s(2592001);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    v1::SubmitProbeResponse response;
+    const grpc::Status refused =
+        fleet->SubmitProbe(&context, request, &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("expires_s = 2592001 is out of range; allowed "
+                          "0..2592000"));
+  }
+  request.set_expires_s(1);
+  v1::SubmitProbeResponse submitted;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    ASSERT_TRUE(fleet->SubmitProbe(&context, request, &submitted).ok());
+  }
+  EXPECT_EQ(submitted.probe().state(), v1::Probe::QUEUED);
+  const std::string why = "no connected worker has a H100 (connected: L4)";
+  EXPECT_EQ(submitted.warning(),
+            why + "; the probe stays queued until one connects");
+
+  // Watched until the stream ends (bounded by the call's deadline).
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(deadline());
+  v1::WatchProbeRequest watch;
+  watch.set_id(submitted.probe().id());
+  watch.set_follow(true);
+  auto events = fleet->WatchProbe(&watch_context, watch);
+  v1::Probe last;
+  for (v1::ProbeEvent event; events->Read(&event);) {
+    if (event.has_probe()) last = event.probe();
+  }
+  EXPECT_TRUE(events->Finish().ok());
+  EXPECT_EQ(last.state(), v1::Probe::FAILED);
+  EXPECT_EQ(last.error(),
+            "expired: queued longer than 1 s; no connected worker could take "
+            "it (" +
+                why + ")");
+  EXPECT_EQ(last.attempts(), 0u);
+
+  worker->WritesDone();
+  connect_context.TryCancel();
+  (void)worker->Finish();
 }
 
 // The real binary: starts on port 0 and exits cleanly on SIGTERM.

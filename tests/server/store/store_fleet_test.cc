@@ -158,6 +158,78 @@ TEST_P(FleetStoreTest, ExpiredLeaseRequeuesAndOldAssignmentIsIgnored) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_P(FleetStoreTest, QueuedProbesPastTheirExpiryFailOnlyUntilTaken) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  // p-1 and p-2 expire 10 s after submission at 1000, p-3 never; p-4
+  // expires at 21000.
+  for (uint32_t expires_s : {10u, 10u, 0u, 20u}) {
+    v1::Probe probe = QueuedProbe("H100", "");
+    probe.set_created_unix_ms(1000);
+    probe.mutable_request()->set_expires_s(expires_s);
+    ASSERT_TRUE((*store)->AddProbe(probe).ok());
+  }
+  auto none = (*store)->ListExpiredProbes(10999, 100);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+
+  // A worker takes p-1 before its expiry: a running probe does not expire,
+  // nor does it once its lease re-queues it (the lease rules apply).
+  auto claimed = (*store)->ClaimProbe("w1", {"H100"}, {"sim"}, 5000, 500);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_EQ((*claimed)->id(), "p-1");
+  ASSERT_EQ((*store)->RequeueExpired(6000)->size(), 1u);
+  EXPECT_EQ((*store)->GetProbe("p-1")->state(), v1::Probe::QUEUED);
+
+  // At 11000 only p-2 is past its expiry; the listing changes nothing.
+  auto expired = (*store)->ListExpiredProbes(11000, 100);
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  ASSERT_EQ(expired->size(), 1u);
+  EXPECT_EQ((*expired)[0].id(), "p-2");
+  EXPECT_EQ((*expired)[0].state(), v1::Probe::QUEUED);
+  // The work per pass is bounded by the limit.
+  EXPECT_EQ((*store)->ListExpiredProbes(30000, 1)->size(), 1u);
+  EXPECT_EQ((*store)->ListExpiredProbes(30000, 100)->size(), 2u);
+
+  auto failed = (*store)->ExpireProbe("p-2", 11000, "expired: test reason");
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), v1::Probe::FAILED);
+  EXPECT_EQ(failed->error(), "expired: test reason");
+  EXPECT_EQ(failed->updated_unix_ms(), 11000);
+  // Stored so: read back, and no longer listed nor claimable.
+  EXPECT_EQ((*store)->GetProbe("p-2")->state(), v1::Probe::FAILED);
+  EXPECT_TRUE((*store)->ListExpiredProbes(11000, 100)->empty());
+
+  // Not yet past its expiry (p-4), taken by a worker (p-1), never expiring
+  // (p-3) or cancelled: ExpireProbe changes nothing.
+  EXPECT_EQ((*store)->ExpireProbe("p-4", 11000, "x")->state(),
+            v1::Probe::QUEUED);
+  EXPECT_EQ((*store)->ExpireProbe("p-1", 11000, "x")->state(),
+            v1::Probe::QUEUED);
+  EXPECT_EQ((*store)->ExpireProbe("p-3", 99000, "x")->state(),
+            v1::Probe::QUEUED);
+  ASSERT_EQ((*store)->CancelProbe("p-4")->state(), v1::Probe::CANCELLED);
+  auto cancelled = (*store)->ExpireProbe("p-4", 99000, "x");
+  EXPECT_EQ(cancelled->state(), v1::Probe::CANCELLED);
+  EXPECT_EQ(cancelled->error(), "");
+  EXPECT_TRUE((*store)->ListExpiredProbes(99000, 100)->empty());
+  EXPECT_EQ((*store)->ExpireProbe("p-9", 99000, "x").status().code(),
+            absl::StatusCode::kNotFound);
+
+  // The expiry survives a reopen.
+  v1::Probe late = QueuedProbe("H100", "");
+  late.set_created_unix_ms(1000);
+  late.mutable_request()->set_expires_s(100);
+  ASSERT_TRUE((*store)->AddProbe(late).ok());
+  store->reset();
+  auto reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  auto after = (*reopened)->ListExpiredProbes(101000, 100);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].id(), "p-5");
+}
+
 TEST_P(FleetStoreTest, ResultsAreStoredOnceWithTheirRun) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
