@@ -20,6 +20,8 @@ packages=(
   python3-jsonschema python3-yaml
   # client/python: the headroom_client package's runtime and its test (tests/python).
   python3-grpcio python3-protobuf
+  # tests/pages: /calibration rendered in headless Chromium.
+  chromium
 )
 
 missing=()

@@ -27,15 +27,15 @@ bool SplitListen(const std::string& listen, std::string* host, int* port) {
 
 }  // namespace
 
-HttpServer::HttpServer(std::shared_ptr<prometheus::Registry> registry,
+HttpServer::HttpServer(std::shared_ptr<const prometheus::Collectable> metrics,
                        HealthCheck health, PageRenderer calibration_page)
-    : registry_(std::move(registry)),
+    : metrics_(std::move(metrics)),
       health_(std::move(health)),
       calibration_page_(std::move(calibration_page)) {}
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& listen, Tls tls,
-    std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
+    std::shared_ptr<const prometheus::Collectable> metrics, HealthCheck health,
     PageRenderer calibration_page) {
   std::string host;
   int port = 0;
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                      " is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464)"));
   }
   std::unique_ptr<HttpServer> server(new HttpServer(
-      std::move(registry), std::move(health), std::move(calibration_page)));
+      std::move(metrics), std::move(health), std::move(calibration_page)));
   const bool https = !tls.cert.empty();
   if (https) {
     auto ssl =
@@ -95,9 +95,11 @@ void HttpServer::Route() {
                  response.set_content(healthy ? "ok\n" : "not serving\n",
                                       "text/plain; charset=utf-8");
                });
-  server_->Get("/calibration", [this](const httplib::Request&,
+  server_->Get("/calibration", [this](const httplib::Request& request,
                                       httplib::Response& response) {
-    response.set_content(calibration_page_(), "text/html; charset=utf-8");
+    Query query;
+    for (const auto& [key, value] : request.params) query.emplace(key, value);
+    response.set_content(calibration_page_(query), "text/html; charset=utf-8");
   });
   server_->Post(".*", [this](const httplib::Request& request,
                              httplib::Response& response) {
@@ -177,7 +179,7 @@ HttpServer::~HttpServer() {
 
 std::string HttpServer::MetricsText() const {
   prometheus::TextSerializer serializer;
-  return serializer.Serialize(registry_->Collect());
+  return serializer.Serialize(metrics_->Collect());
 }
 
 }  // namespace headroom

@@ -2,8 +2,8 @@
 #define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 
 // One small HTTP(S) server (cpp-httplib) for /metrics (Prometheus text
-// format over the registry), /healthz, /calibration (HTML) and the POST
-// routes of the scheduler extender.
+// format over the metrics' families), /healthz, /calibration (HTML) and the
+// POST routes of the scheduler extender.
 
 #include <functional>
 #include <map>
@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "prometheus/registry.h"
+#include "prometheus/collectable.h"
 
 namespace httplib {
 class Server;
@@ -26,8 +26,10 @@ class HttpServer {
  public:
   // Returns true while the planner should be reported healthy.
   using HealthCheck = std::function<bool()>;
-  // Renders an HTML page on request.
-  using PageRenderer = std::function<std::string()>;
+  // A request's query parameters (the first value of each).
+  using Query = std::map<std::string, std::string>;
+  // Renders an HTML page on request, given its query.
+  using PageRenderer = std::function<std::string(const Query& query)>;
 
   // HTTPS: the certificate (chain) and key PEM files; both empty serves
   // plain HTTP.
@@ -39,8 +41,8 @@ class HttpServer {
   // Starts listening on `host:port` ("127.0.0.1:0" picks a free port).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, Tls tls,
-      std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
-      PageRenderer calibration_page);
+      std::shared_ptr<const prometheus::Collectable> metrics,
+      HealthCheck health, PageRenderer calibration_page);
 
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -64,19 +66,19 @@ class HttpServer {
   // characters dropped): the body of a refused POST.
   static std::string ErrorBody(const std::string& message);
 
-  // The Prometheus text of the registry.
+  // The Prometheus text of the metrics' families.
   std::string MetricsText() const;
 
  private:
-  HttpServer(std::shared_ptr<prometheus::Registry> registry, HealthCheck health,
-             PageRenderer calibration_page);
+  HttpServer(std::shared_ptr<const prometheus::Collectable> metrics,
+             HealthCheck health, PageRenderer calibration_page);
 
   // The POST handler of `path`, or null.
   std::shared_ptr<const PostHandler> PostHandlerFor(
       const std::string& path) const;
   void Route();
 
-  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<const prometheus::Collectable> metrics_;
   HealthCheck health_;
   PageRenderer calibration_page_;
   std::unique_ptr<httplib::Server> server_;

@@ -160,88 +160,80 @@ const char* WorkerRejectionName(WorkerRejection reason) {
   return "malformed";
 }
 
+// The registry's families, then each declared family that has no series
+// as its HELP and TYPE lines alone: prometheus-cpp leaves a family without
+// series out of Collect(), so without this a family would be missing from
+// /metrics until its first series.
+class EveryFamily : public prometheus::Collectable {
+ public:
+  EveryFamily(std::shared_ptr<prometheus::Registry> registry,
+              std::vector<prometheus::MetricFamily> declared)
+      : registry_(std::move(registry)), declared_(std::move(declared)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    std::set<std::string> present;
+    for (const prometheus::MetricFamily& family : families) {
+      present.insert(family.name);
+    }
+    for (const prometheus::MetricFamily& family : declared_) {
+      if (present.count(family.name) == 0) families.push_back(family);
+    }
+    return families;
+  }
+
+ private:
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::vector<prometheus::MetricFamily> declared_;
+};
+
 PlannerMetrics::PlannerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      started_(prometheus::BuildCounter()
-                   .Name("grpc_server_started_total")
-                   .Help("Total number of RPCs started on the server.")
-                   .Register(*registry_)),
-      handled_(prometheus::BuildCounter()
-                   .Name("grpc_server_handled_total")
-                   .Help("Total number of RPCs completed on the server, "
-                         "regardless of success or failure.")
-                   .Register(*registry_)),
+      started_(NewCounter("grpc_server_started_total",
+                          "Total number of RPCs started on the server.")),
+      handled_(NewCounter("grpc_server_handled_total",
+                          "Total number of RPCs completed on the server, "
+                          "regardless of success or failure.")),
       handling_seconds_(
-          prometheus::BuildHistogram()
-              .Name("grpc_server_handling_seconds")
-              .Help("Histogram of response latency (seconds) of gRPC that "
-                    "had been application-level handled by the server.")
-              .Register(*registry_)),
-      verdicts_(prometheus::BuildCounter()
-                    .Name("headroom_fit_verdicts_total")
-                    .Help("Fit verdicts given, by outcome.")
-                    .Register(*registry_)),
+          NewHistogram("grpc_server_handling_seconds",
+                       "Histogram of response latency (seconds) of gRPC that "
+                       "had been application-level handled by the server.")),
+      verdicts_(NewCounter("headroom_fit_verdicts_total",
+                           "Fit verdicts given, by outcome.")),
       calibration_error_(
-          prometheus::BuildGauge()
-              .Name("headroom_calibration_median_abs_error")
-              .Help("Median absolute relative error of a factor set's "
-                    "calibration page, per prediction column.")
-              .Register(*registry_)),
+          NewGauge("headroom_calibration_median_abs_error",
+                   "Median absolute relative error of a factor set's "
+                   "calibration page, per prediction column.")),
       said_fits_but_oom_(
-          prometheus::BuildGauge()
-              .Name("headroom_calibration_said_fits_but_oom")
-              .Help("Held-out checks a factor set called fitting that went "
-                    "OOM (run x card).")
-              .Register(*registry_)),
-      factor_set_info_(prometheus::BuildGauge()
-                           .Name("headroom_factor_set_info")
-                           .Help("1 for the factor set answers use now.")
-                           .Register(*registry_)),
-      workers_connected_(prometheus::BuildGauge()
-                             .Name("headroom_workers_connected")
-                             .Help("Worker daemons connected to this planner.")
-                             .Register(*registry_)),
-      probes_(prometheus::BuildGauge()
-                  .Name("headroom_probes")
-                  .Help("Probes in the store, by state.")
-                  .Register(*registry_)),
-      samples_(prometheus::BuildCounter()
-                   .Name("headroom_fleet_samples_total")
-                   .Help("GPU samples received from workers.")
-                   .Register(*registry_)),
-      probe_results_(prometheus::BuildCounter()
-                         .Name("headroom_probe_results_total")
-                         .Help("Batch results received from workers, by "
-                               "outcome.")
-                         .Register(*registry_)),
+          NewGauge("headroom_calibration_said_fits_but_oom",
+                   "Held-out checks a factor set called fitting that went "
+                   "OOM (run x card).")),
+      factor_set_info_(NewGauge("headroom_factor_set_info",
+                                "1 for the factor set answers use now.")),
+      workers_connected_(NewGauge("headroom_workers_connected",
+                                  "Worker daemons connected to this planner.")),
+      probes_(NewGauge("headroom_probes", "Probes in the store, by state.")),
+      samples_(NewCounter("headroom_fleet_samples_total",
+                          "GPU samples received from workers.")),
+      probe_results_(NewCounter("headroom_probe_results_total",
+                                "Batch results received from workers, by "
+                                "outcome.")),
       worker_rejections_(
-          prometheus::BuildCounter()
-              .Name("headroom_worker_messages_rejected_total")
-              .Help("Worker messages the planner refused (nothing of them "
-                    "stored), by reason.")
-              .Register(*registry_)),
-      dcgm_fb_used_(prometheus::BuildGauge()
-                        .Name("DCGM_FI_DEV_FB_USED")
-                        .Help("Framebuffer memory used (in MiB).")
-                        .Register(*registry_)),
-      dcgm_power_(prometheus::BuildGauge()
-                      .Name("DCGM_FI_DEV_POWER_USAGE")
-                      .Help("Power draw (in W).")
-                      .Register(*registry_)),
-      dcgm_energy_(prometheus::BuildGauge()
-                       .Name("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-                       .Help("Total energy consumption since boot (in mJ).")
-                       .Register(*registry_)),
-      extender_calls_(prometheus::BuildCounter()
-                          .Name("headroom_extender_calls_total")
-                          .Help("Kubernetes scheduler extender calls, by verb "
-                                "and outcome (fail_open: answered without "
-                                "deciding, the budget ran out).")
-                          .Register(*registry_)),
-      extender_filtered_out_(prometheus::BuildCounter()
-                                 .Name("headroom_extender_nodes_filtered_total")
-                                 .Help("Nodes the extender's filter dropped.")
-                                 .Register(*registry_)),
+          NewCounter("headroom_worker_messages_rejected_total",
+                     "Worker messages the planner refused (nothing of them "
+                     "stored), by reason.")),
+      dcgm_fb_used_(
+          NewGauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).")),
+      dcgm_power_(NewGauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")),
+      dcgm_energy_(NewGauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                            "Total energy consumption since boot (in mJ).")),
+      extender_calls_(NewCounter("headroom_extender_calls_total",
+                                 "Kubernetes scheduler extender calls, by verb "
+                                 "and outcome (fail_open: answered without "
+                                 "deciding, the budget ran out).")),
+      extender_filtered_out_(
+          NewCounter("headroom_extender_nodes_filtered_total",
+                     "Nodes the extender's filter dropped.")),
       known_methods_(KnownMethods()) {
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* outcome : {"answered", "untouched", "bad_request",
@@ -260,12 +252,39 @@ PlannerMetrics::PlannerMetrics()
         .Set(0);
   }
   samples_.Add({});
+  for (const char* outcome : kProbeOutcomes) {
+    probe_results_.Add({{"outcome", outcome}});
+  }
   for (WorkerRejection reason : kAllWorkerRejections) {
     worker_rejections_.Add({{"reason", WorkerRejectionName(reason)}});
   }
   for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
     verdicts_.Add({{"verdict", verdict}});
   }
+}
+
+prometheus::Family<prometheus::Counter>& PlannerMetrics::NewCounter(
+    const std::string& name, const std::string& help) {
+  declared_.push_back({name, help, prometheus::MetricType::Counter, {}});
+  return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+}
+
+prometheus::Family<prometheus::Gauge>& PlannerMetrics::NewGauge(
+    const std::string& name, const std::string& help) {
+  declared_.push_back({name, help, prometheus::MetricType::Gauge, {}});
+  return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+}
+
+prometheus::Family<prometheus::Histogram>& PlannerMetrics::NewHistogram(
+    const std::string& name, const std::string& help) {
+  declared_.push_back({name, help, prometheus::MetricType::Histogram, {}});
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(
+      *registry_);
+}
+
+std::shared_ptr<const prometheus::Collectable> PlannerMetrics::exported()
+    const {
+  return std::make_shared<EveryFamily>(registry_, declared_);
 }
 
 void PlannerMetrics::RpcStarted(const std::string& type,

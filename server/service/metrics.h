@@ -15,10 +15,12 @@
 
 #include "grpcpp/support/server_interceptor.h"
 #include "headroom/v1/calibration.pb.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 namespace headroom {
@@ -46,14 +48,27 @@ inline constexpr WorkerRejection kAllWorkerRejections[] = {
 // The label value ("not_leased", ...), also sent in v1::Rejected.reason.
 const char* WorkerRejectionName(WorkerRejection reason);
 
+// The outcomes of headroom_probe_results_total{outcome}.
+inline constexpr const char* kProbeOutcomes[] = {"measured", "oom", "error",
+                                                 "duplicate"};
+
+// Every family is on /metrics from the first scrape: those whose labels are
+// a fixed set (verdicts, probe states and outcomes, rejection reasons,
+// extender verbs and outcomes) and the unlabelled ones with each series at
+// 0; those whose labels are open (per RPC method, factor set, GPU) as their
+// HELP and TYPE lines until their first series.
 class PlannerMetrics {
  public:
   PlannerMetrics();
   PlannerMetrics(const PlannerMetrics&) = delete;
   PlannerMetrics& operator=(const PlannerMetrics&) = delete;
 
-  // The registry /metrics serializes.
+  // The registry the families live in (only families with series).
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // What /metrics serializes: the registry, plus each family without series
+  // as its HELP and TYPE lines alone. Holds the registry: it may outlive
+  // this object.
+  std::shared_ptr<const prometheus::Collectable> exported() const;
 
   // Counts one RPC start / finish; `method` is "/pkg.Service/Method". A
   // method no registered service has (headroom.v1.Planner, headroom.v1.Fleet,
@@ -72,8 +87,7 @@ class PlannerMetrics {
   void FactorSetInstalled(const v1::FactorSet& set);
 
   // The fleet: workers connected to this planner, probes per state (from
-  // the store), samples received, results by outcome ("measured", "oom",
-  // "error", "duplicate").
+  // the store), samples received, results by outcome (kProbeOutcomes).
   void WorkersConnected(int64_t count);
   void ProbeStates(const std::vector<std::pair<std::string, int64_t>>& counts);
   void SamplesReceived(uint64_t count);
@@ -116,7 +130,18 @@ class PlannerMetrics {
   InterceptorFactory();
 
  private:
+  // Register a family in registry_ and declare it in declared_.
+  prometheus::Family<prometheus::Counter>& NewCounter(const std::string& name,
+                                                      const std::string& help);
+  prometheus::Family<prometheus::Gauge>& NewGauge(const std::string& name,
+                                                  const std::string& help);
+  prometheus::Family<prometheus::Histogram>& NewHistogram(
+      const std::string& name, const std::string& help);
+
   std::shared_ptr<prometheus::Registry> registry_;
+  // Every family's name, help and type, without series (set in the
+  // constructor, read-only after).
+  std::vector<prometheus::MetricFamily> declared_;
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>& handling_seconds_;

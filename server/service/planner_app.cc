@@ -288,22 +288,28 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       app->metrics_.get(), extender);
 
   PlannerApp* raw = app.get();
+  // /calibration; ?include_simulated=1 draws simulated runs in the figures.
+  const HttpServer::PageRenderer calibration_page =
+      [raw](const HttpServer::Query& query) {
+        auto it = query.find("include_simulated");
+        const bool include_simulated =
+            it != query.end() && (it->second == "1" || it->second == "true");
+        return raw->service_->CalibrationHtml(include_simulated);
+      };
   if (!config.http_listen.empty()) {
     ASSIGN_OR_RETURN(
         app->http_,
         HttpServer::Start(
-            config.http_listen, HttpTls(config), app->metrics_->registry(),
-            [raw] { return raw->serving_.load(); },
-            [raw] { return raw->service_->CalibrationHtml(); }));
+            config.http_listen, HttpTls(config), app->metrics_->exported(),
+            [raw] { return raw->serving_.load(); }, calibration_page));
     app->extender_->Register(app->http_.get());
   }
   if (!config.extender_listen.empty()) {
     ASSIGN_OR_RETURN(
         app->extender_http_,
         HttpServer::Start(
-            config.extender_listen, HttpTls(config), app->metrics_->registry(),
-            [raw] { return raw->serving_.load(); },
-            [raw] { return raw->service_->CalibrationHtml(); }));
+            config.extender_listen, HttpTls(config), app->metrics_->exported(),
+            [raw] { return raw->serving_.load(); }, calibration_page));
     app->extender_->Register(app->extender_http_.get());
   }
   return app;

@@ -918,7 +918,7 @@ grpc::ServerUnaryReactor* PlannerService::PromoteEnergyCurveSet(
   return Reply(context->DefaultReactor(), std::move(answer), response);
 }
 
-std::string PlannerService::CalibrationHtml() const {
+std::string PlannerService::CalibrationHtml(bool include_simulated) const {
   const std::shared_ptr<const FitPlanner> current = planner();
   const v1::FactorSet& set = current->factor_set();
   absl::StatusOr<std::vector<v1::MeasuredRun>> runs = store_->ListRuns();
@@ -927,11 +927,7 @@ std::string PlannerService::CalibrationHtml() const {
                         "</p>");
   }
   const Predictions predictions = PredictRuns(*runs, *catalog_, set.factors());
-  const std::string svg = CalibrationSvg(
-      *runs, predictions,
-      absl::StrCat("Factor set ", set.version(), ": predicted vs measured, ",
-                   runs->size(), " stored runs"));
-  return headroom::CalibrationHtml(set, svg);
+  return headroom::CalibrationHtml(set, *runs, predictions, include_simulated);
 }
 
 grpc::ServerUnaryReactor* PlannerService::PlanMicrobatch(

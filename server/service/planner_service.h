@@ -141,9 +141,11 @@ class PlannerService final : public v1::Planner::CallbackService {
       const v1::PlanMicrobatchRequest* request,
       v1::PlanMicrobatchResponse* response) override;
 
-  // The calibration page of the current factor set as HTML, with its
-  // predictions of every stored run plotted against the measurements.
-  std::string CalibrationHtml() const;
+  // The calibration page of the current factor set as HTML, with the global
+  // factors' predictions of the stored runs plotted against the
+  // measurements; simulated runs are listed apart unless
+  // `include_simulated` (then they are drawn too).
+  std::string CalibrationHtml(bool include_simulated) const;
 
   // Replaces the energy curves answers come from.
   void SetEnergyCurves(std::shared_ptr<const v1::EnergyCurveSet> curves);

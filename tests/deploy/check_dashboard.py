@@ -6,14 +6,13 @@
 Structure: schemaVersion, a DS_PROMETHEUS input and datasource variable,
 every non-row panel on ${DS_PROMETHEUS} with at least one target whose expr
 is set. Metrics: starts headroom-planner on loopback (free ports, a
-throwaway SQLite file), makes a few calls with the headroom CLI so labelled
-families get series, scrapes /metrics, and requires every metric name in
-every expr to be a family the planner exported (a histogram's _bucket, _sum
-and _count included) and registered in server/service/metrics.cc. The
-families that get series only from a connected worker (WORKER_ONLY: probe
-results and the DCGM_* gauges; prometheus-cpp omits a family without series)
-are checked against metrics.cc's names alone, and the output says so. Exit 0
-when all hold.
+throwaway SQLite file), makes a few calls with the headroom CLI, scrapes
+/metrics, and requires every metric name in every expr to be a family the
+planner exported with its # HELP and # TYPE lines (a histogram's _bucket,
+_sum and _count included) and registered in server/service/metrics.cc. A
+family without series yet (the DCGM_* gauges before a worker reports) is
+exported as those two lines alone, so every family is checked the same
+way. Exit 0 when all hold.
 """
 
 import argparse
@@ -26,11 +25,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-
-WORKER_ONLY = {
-    "headroom_probe_results_total", "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-}
 
 PROMQL_WORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right", "offset",
@@ -141,25 +135,32 @@ def scrape_planner(args, errors):
         finally:
             planner.terminate()
             planner.wait(timeout=30)
-    families = {}
-    for line in text.splitlines():
-        m = re.match(r"# TYPE (\S+) (\S+)", line)
-        if m:
-            families[m.group(1)] = m.group(2)
-    names = set()
-    for name, kind in families.items():
-        names.add(name)
-        if kind in ("histogram", "summary"):
-            names.update({name + "_bucket", name + "_sum", name + "_count"})
+    names = exported_names(text)
     for required in ("grpc_server_handled_total", "headroom_fit_verdicts_total"):
         if not re.search(rf"^{required}\{{.*\}} [1-9]", text, flags=re.M):
             errors.append(f"/metrics has no nonzero {required} series after the calls")
     return names
 
 
+def exported_names(text):
+    """Names of the families in a /metrics text that have both a # HELP and
+    a # TYPE line (with a histogram's _bucket, _sum and _count)."""
+    helped = set(re.findall(r"^# HELP (\S+) ", text, flags=re.M))
+    names = set()
+    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)", text, flags=re.M):
+        if name not in helped:
+            continue
+        names.add(name)
+        if kind in ("histogram", "summary"):
+            names.update({name + "_bucket", name + "_sum", name + "_count"})
+    return names
+
+
 def registered_names(root):
+    """Family names server/service/metrics.cc registers."""
     with open(os.path.join(root, "server/service/metrics.cc")) as f:
-        return set(re.findall(r'\.Name\("([^"]+)"\)', f.read()))
+        return set(re.findall(r'New(?:Counter|Gauge|Histogram)\(\s*"([^"]+)"',
+                              f.read()))
 
 
 def main():
@@ -175,7 +176,7 @@ def main():
     exprs = check_structure(dashboard, errors)
     exported = scrape_planner(args, errors)
     registered = registered_names(args.root)
-    used, registry_only = set(), set()
+    used = set()
     for title, expr in exprs:
         names = metric_names(expr)
         if not names:
@@ -185,17 +186,15 @@ def main():
             base = re.sub(r"_(bucket|sum|count)$", "", name)
             if base not in registered and name not in registered:
                 errors.append(f"panel {title}: {name} is not registered in metrics.cc")
-            elif name in WORKER_ONLY and name not in exported:
-                registry_only.add(name)
             elif name not in exported:
-                errors.append(f"panel {title}: {name} is not in the planner's /metrics")
+                errors.append(f"panel {title}: {name} is not in the planner's /metrics "
+                              "with # HELP and # TYPE lines")
     for error in errors:
         print(error)
     if errors:
         return 1
-    print(f"check_dashboard: {len(exprs)} queries over {len(used)} metrics; in the "
-          f"planner's /metrics: {', '.join(sorted(used - registry_only))}; registered "
-          f"in metrics.cc, series only with a worker: {', '.join(sorted(registry_only))}")
+    print(f"check_dashboard: {len(exprs)} queries over {len(used)} metrics, all in the "
+          f"planner's /metrics and metrics.cc: {', '.join(sorted(used))}")
     return 0
 
 
