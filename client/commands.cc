@@ -301,7 +301,13 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   }
   out << "\n";
   for (const auto& t : r.targets()) {
-    out << t.name() << " (" << t.memory_gb() << " GB):";
+    // The card the --gpu value was understood as ("RTX 4090 (24.00 GB)"); a
+    // bare size names itself.
+    if (absl::EndsWith(t.name(), " GB")) {
+      out << t.name() << ":";
+    } else {
+      out << t.name() << " (" << t.memory_gb() << " GB):";
+    }
     for (int i = 0; i < t.verdicts_size(); ++i) {
       out << " batch " << r.estimates(i).batch() << " "
           << v1::Verdict_Name(t.verdicts(i))

@@ -205,7 +205,27 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   }
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return FailRpc(err, options, status);
-  return last.state() == v1::Probe::SUCCEEDED ? 0 : 1;
+  switch (last.state()) {
+    case v1::Probe::SUCCEEDED:
+      return kExitAnswer;
+    case v1::Probe::CANCELLED:
+      return Fail(err,
+                  absl::StrCat("probe ", id, " was cancelled",
+                               last.error().empty() ? "" : ": ", last.error(),
+                               "; nothing was measured after that"),
+                  kExitRefused);
+    case v1::Probe::FAILED:
+      return Fail(err,
+                  absl::StrCat("probe ", id, " failed",
+                               last.error().empty() ? "" : ": ", last.error()),
+                  kExitRefused);
+    default:
+      return Fail(
+          err,
+          absl::StrCat("probe ", id, " is still ", StateName(last.state()),
+                       "; the watch ended first (--watch_timeout_s)"),
+          kExitRefused);
+  }
 }
 
 int ProbeCancel(const Options& options, const std::string& id,
