@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/cli_json.h"
 #include "client/rpc.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -94,7 +95,7 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
       stub->PlanMicrobatch(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   out << std::fixed << std::setprecision(2);
@@ -168,7 +169,7 @@ int MicrobatchAutotune(const Options& options,
     if (!status.ok()) return FailRpc(err, options, status);
   }
   if (options.json && (!probe.watch || response.cache_reused())) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   const auto print_selected = [&](const v1::AutotuneRecord& record) {
@@ -241,7 +242,7 @@ int MicrobatchCacheList(const Options& options, std::ostream& out,
       &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   if (response.entries().empty()) out << "the autotune cache is empty\n";
@@ -277,7 +278,7 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
       stub->PutAutotuneRecord(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
   } else {
     out << (response.replaced() ? "replaced " : "stored ") << response.id()
         << "\n";

@@ -6,21 +6,26 @@
 #include <iomanip>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/catalog_commands.h"
+#include "client/cli_json.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/evaluate.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "server/core/catalog/model_catalog.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/evidence/evidence.h"
@@ -36,6 +41,13 @@ namespace {
 // A Hugging Face config.json names its model_type; a spec file never does.
 bool IsHfConfig(const std::string& json) {
   return json.find("\"model_type\"") != std::string::npos;
+}
+
+// A --model value that names a file, not a template: template names have
+// no path separator and no file extension.
+bool LooksLikeFile(const std::string& model) {
+  return model.find('/') != std::string::npos ||
+         absl::EndsWith(model, ".json") || absl::EndsWith(model, ".onnx");
 }
 
 }  // namespace
@@ -80,9 +92,15 @@ int FailRpc(std::ostream& err, const Options& options,
              "--tls_key)";
     }
     err << "\n";
-    return 3;
+    return kExitUnreachable;
   }
-  return Fail(err, status.error_message(), 1);
+  // What the flags named is wrong or does not exist: a usage error, as when
+  // the CLI finds it out itself.
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    return Fail(err, status.error_message(), kExitUsage);
+  }
+  return Fail(err, status.error_message(), kExitRefused);
 }
 
 // Builds the request from flags; an error message on bad input.
@@ -112,18 +130,38 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
     if (IsHfConfig(*text)) {
       // A Hugging Face config.json: the planner converts it.
       request.mutable_model()->set_hf_config(std::move(*text));
+    } else if (text->find("\"layers\"") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", options.model,
+          " is neither a model spec (it has no \"layers\") nor a Hugging "
+          "Face config.json (it has no \"model_type\"); add model_type to a "
+          "config.json, or convert the model with headroom model convert"));
     } else {
       absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(*text, options.model);
-      if (!spec.ok()) return spec.status();
+      if (!spec.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--model ", options.model, ": ", spec.status().message()));
+      }
       *request.mutable_model()->mutable_spec() = std::move(*spec);
     }
+  } else if (LooksLikeFile(options.model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", options.model,
+        ": no such file (a catalog template is a bare name: see headroom "
+        "models)"));
   } else {
     request.mutable_model()->set_template_(options.model);
   }
   for (absl::string_view part :
        absl::StrSplit(options.batch, ',', absl::SkipEmpty())) {
     uint64_t batch = 0;
-    if (!absl::SimpleAtoi(part, &batch) || batch == 0 || batch > (1u << 20)) {
+    if (!absl::SimpleAtoi(part, &batch)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--batch '", part,
+          "' is not a number; give batch sizes 1..1048576, comma-separated, "
+          "e.g. --batch 8,16"));
+    }
+    if (batch == 0 || batch > (1u << 20)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--batch '", part, "' is out of range; allowed 1..1048576"));
     }
@@ -142,12 +180,23 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
       size = absl::StripAsciiWhitespace(size.substr(0, size.size() - 2));
     }
     double gb = 0;
-    if (FindGpu(part).ok()) {
+    absl::StatusOr<GpuInfo> gpu = FindGpu(part);
+    if (gpu.ok()) {
       request.add_targets()->set_gpu(std::string(part));
+    } else if (absl::IsInvalidArgument(gpu.status())) {
+      // "A100": several cards; the user must say which.
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu: ", gpu.status().message()));
     } else if (absl::SimpleAtod(size, &gb)) {
+      if (!CheckCardGb(gb, "--gpu").ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--gpu ", part, ": a card size in GB must be in (0, ", kMaxCardGb,
+            "]; or give a catalog name (see headroom gpus)"));
+      }
       request.add_targets()->set_memory_gb(gb);
     } else {
-      request.add_targets()->set_gpu(std::string(part));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu: ", gpu.status().message(), "; see headroom gpus"));
     }
   }
   if (request.targets().empty() && require_targets) {
@@ -205,6 +254,23 @@ std::string BasisLine(const v1::Basis& basis) {
       ")");
 }
 
+// The largest batches in words: "none fits" and the cap said as such.
+std::string MaxBatchWords(const v1::TargetResult& t) {
+  constexpr uint64_t kCap = 1u << 20;
+  auto words = [&](uint64_t batch, const char* what) {
+    if (batch == 0) return absl::StrCat("no batch is ", what);
+    if (batch >= kCap) {
+      return absl::StrCat("every batch up to ", kCap, " is ", what,
+                          " (1048576 is the largest batch the planner "
+                          "considers)");
+    }
+    return absl::StrCat("largest batch ", what, ": ", batch);
+  };
+  return absl::StrCat(
+      words(t.max_batch_fits(), "FITS"), "; ",
+      words(t.max_batch_not_does_not_fit(), "FITS or BORDERLINE"));
+}
+
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   out << std::fixed << std::setprecision(2);
   for (const std::string& assumption : r.assumptions()) {
@@ -235,7 +301,13 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
   }
   out << "\n";
   for (const auto& t : r.targets()) {
-    out << t.name() << " (" << t.memory_gb() << " GB):";
+    // The card the --gpu value was understood as ("RTX 4090 (24.00 GB)"); a
+    // bare size names itself.
+    if (absl::EndsWith(t.name(), " GB")) {
+      out << t.name() << ":";
+    } else {
+      out << t.name() << " (" << t.memory_gb() << " GB):";
+    }
     for (int i = 0; i < t.verdicts_size(); ++i) {
       out << " batch " << r.estimates(i).batch() << " "
           << v1::Verdict_Name(t.verdicts(i))
@@ -247,9 +319,43 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
     } else if (t.regime() != "global") {
       out << "\n  regime " << t.regime() << ", k " << t.k();
     }
-    out << "\n  largest batch FITS: " << t.max_batch_fits()
-        << ", largest not DOES_NOT_FIT: " << t.max_batch_not_does_not_fit()
-        << "\n";
+    out << "\n  " << MaxBatchWords(t) << "\n";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// What the answer rests on that the user did not say: the positions a
+// template or spec was taken at, and that a cut-down template is not the
+// full model it is named after.
+void AddClientAssumptions(const Options& options,
+                          const v1::CheckFitRequest& request,
+                          v1::CheckFitResponse& response) {
+  const v1::ModelSpec* spec = nullptr;
+  absl::StatusOr<ModelCatalog> catalog;
+  if (request.model().has_spec()) {
+    spec = &request.model().spec();
+  } else if (request.model().has_template_()) {
+    catalog = ModelCatalog::LoadDirectory(options.models_dir);
+    if (catalog.ok()) {
+      absl::StatusOr<const v1::ModelSpec*> found =
+          catalog->Find(request.model().template_());
+      if (found.ok()) spec = *found;
+    }
+  }
+  if (spec == nullptr) return;
+  if (options.positions == 0 && spec->positions() > 0) {
+    response.add_assumptions(absl::StrCat(
+        "positions ", spec->positions(),
+        " (the model's standard sequence length; set --positions)"));
+  }
+  const std::string cut = CutDownRemark(*spec);
+  if (!cut.empty()) {
+    response.add_assumptions(
+        absl::StrCat("a cut-down template: ", spec->name(), " is ", cut,
+                     "; the answer is for this template, not the full model"));
   }
 }
 
@@ -263,9 +369,17 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   SetDeadline(context, options);
   v1::CheckFitResponse response;
   const grpc::Status status = stub->CheckFit(&context, *request, &response);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND &&
+      request->model().has_template_()) {
+    return Fail(err,
+                absl::StrCat("--model: ", status.error_message(),
+                             "; see headroom models"),
+                kExitUsage);
+  }
   if (!status.ok()) return FailRpc(err, options, status);
+  AddClientAssumptions(options, *request, response);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
   } else {
     PrintFit(response, out);
   }
@@ -352,7 +466,7 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
     if (!file) return Fail(err, "cannot write " + options.svg, 1);
   }
   if (options.json) {
-    out << ToJson(set.page(), /*pretty=*/true) << "\n";
+    out << CliJson(set.page()) << "\n";
     return 0;
   }
   out << "factors: " << ToJson(set.factors(), false) << "\n";
@@ -395,6 +509,39 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   if (!offline.ok()) return Fail(err, offline.status().ToString());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
+  if (options.json) {
+    // One object per usable run; a measurement the run lacks is null.
+    nlohmann::json rows = nlohmann::json::array();
+    size_t next = 0;
+    for (size_t i = 0; i < runs->size(); ++i) {
+      const v1::MeasuredRun& run = (*runs)[i];
+      if (!IsUsable(run)) continue;
+      const FitSample& sample = result->samples[next++];
+      auto or_null = [](bool has, double value) {
+        return has ? nlohmann::json(value) : nlohmann::json(nullptr);
+      };
+      nlohmann::json components;
+      for (int c = 0; c < kNumComponents; ++c) {
+        components[ComponentNames()[c]] = sample.component_gb[c];
+      }
+      rows.push_back(
+          {{"template", run.template_()},
+           {"gpu", run.gpu()},
+           {"batch", run.batch()},
+           {"measuredPeakGb",
+            or_null(run.has_measured_peak_gb(), run.measured_peak_gb())},
+           {"oomOnGb", or_null(run.has_oom_on_gb(), run.oom_on_gb())},
+           {"oursGb", *result->ours[i]},
+           {"heldoutGb", *result->ours_heldout[i]},
+           {"anchoredGb", or_null(result->ours_anchored[i].has_value(),
+                                  result->ours_anchored[i].value_or(0))},
+           {"componentsGb", components},
+           {"updateOptimizerGb", sample.update_gb[kOptimizer]},
+           {"inFit", sample.fit}});
+    }
+    out << rows.dump(2) << "\n";
+    return 0;
+  }
   out << "template gpu batch measured_gb oom_on_gb ours_gb heldout_gb "
          "anchored_gb "
          "optimizer outputs attention internal recurrent transient "
@@ -429,7 +576,7 @@ int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
   const grpc::Status status =
       stub->GetCalibration(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
-  out << ToJson(response.factor_set(), /*pretty=*/true) << "\n";
+  out << CliJson(response.factor_set()) << "\n";
   return 0;
 }
 
@@ -475,7 +622,7 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
                  evidence.get());
   if (!report.ok()) return Fail(err, report.status().ToString());
   if (options.json) {
-    out << ToJson(*report, /*pretty=*/true) << "\n";
+    out << CliJson(*report) << "\n";
     return 0;
   }
   out << std::setprecision(4);
@@ -527,7 +674,7 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
   }
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   if (options.dry_run) {
@@ -559,7 +706,7 @@ int FactorsList(const Options& options, std::ostream& out, std::ostream& err) {
       &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   out << "  version  heldout_medianAbsErr  saidFitsButOom  k95   trained_on\n";
@@ -682,7 +829,7 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
       "attention as the spec declares (the calibration runs' setup)");
   for (std::string& a : assumptions) report.add_assumptions(std::move(a));
   if (options.json) {
-    out << ToJson(report, /*pretty=*/true) << "\n";
+    out << CliJson(report) << "\n";
     return 0;
   }
   out << std::fixed << std::setprecision(3);

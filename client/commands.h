@@ -15,6 +15,15 @@
 
 namespace headroom::cli {
 
+// The exit codes of every command, documented in `headroom --help` and the
+// README: an answer; the planner refused the request (or a probe failed or
+// was cancelled); bad usage (an unknown command or flag, a bad value, a
+// name or file that does not exist); the planner could not be reached.
+inline constexpr int kExitAnswer = 0;
+inline constexpr int kExitRefused = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUnreachable = 3;
+
 // Writes "headroom: <message>" to `err` and returns `code` (2: bad usage or
 // input), the exit code every command fails with.
 int Fail(std::ostream& err, const std::string& message, int code = 2);

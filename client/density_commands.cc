@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/cli_json.h"
 #include "client/commands.h"
 #include "server/core/common/json_io.h"
 #include "server/core/density/density_rank.h"
@@ -144,7 +145,7 @@ int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
     err << "headroom: empty ranking: " << response->empty_reason() << "\n";
   }
   if (json) {
-    out << ToJson(response->leaderboard(), /*pretty=*/true) << "\n";
+    out << CliJson(response->leaderboard()) << "\n";
   } else {
     PrintTable(response->leaderboard(), out);
   }

@@ -6,7 +6,9 @@
 #include <iomanip>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli_json.h"
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -52,29 +54,17 @@ std::string Optional(bool has, double value, int decimals) {
 }  // namespace
 
 std::string EnergyAnswerJson(const v1::EstimateEnergyResponse& answer) {
-  std::string json = ToJson(answer, /*pretty=*/true);
+  nlohmann::json json = CliJsonValue(answer);
   // The JSON mapping omits unset optional fields; the issue wants null.
-  // Same indent as the printer's first field.
-  const size_t first = json.find('\n');
-  const size_t quote = json.find('"', first);
-  const std::string indent =
-      first == std::string::npos || quote == std::string::npos
-          ? " "
-          : json.substr(first + 1, quote - first - 1);
-  std::string nulls;
+  // Named as the mapping names them (the proto's json_name).
+  const google::protobuf::Descriptor* d = answer.GetDescriptor();
   if (!answer.has_crossover_b()) {
-    nulls += ",\n" + indent + "\"crossover_b\": null";
+    json[d->FindFieldByName("crossover_b")->json_name()] = nullptr;
   }
   if (!answer.has_borrowed_from()) {
-    nulls += ",\n" + indent + "\"borrowed_from\": null";
+    json[d->FindFieldByName("borrowed_from")->json_name()] = nullptr;
   }
-  const size_t close = json.rfind('}');
-  if (!nulls.empty() && close != std::string::npos) {
-    size_t end = close;
-    while (end > 0 && (json[end - 1] == '\n' || json[end - 1] == ' ')) --end;
-    json = json.substr(0, end) + nulls + "\n}";
-  }
-  return json;
+  return json.dump(2);
 }
 
 void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
@@ -159,6 +149,18 @@ int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
   if (options.quant.empty()) {
     return Fail(err, "--quant is required: fp16, nf4 or int8");
   }
+  if (options.params_b == 0) {
+    return Fail(err,
+                "--params_b is required: the model's parameters in billions, "
+                "e.g. --params_b 7");
+  }
+  double gb = 0;
+  if (!options.gpu.empty() && absl::SimpleAtod(options.gpu, &gb)) {
+    return Fail(err, absl::StrCat("--gpu ", options.gpu,
+                                  ": energy needs a catalog GPU name (e.g. "
+                                  "--gpu H100; see headroom gpus), not a size "
+                                  "in GB; or give --arch"));
+  }
   absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
   if (!set.ok()) return Fail(err, std::string(set.status().message()));
   v1::EstimateEnergyRequest request;
@@ -216,7 +218,7 @@ int EnergyRefit(const EnergyOptions& options, std::ostream& out,
     if (!written.ok()) return Fail(err, std::string(written.message()), 1);
   }
   if (options.json) {
-    out << ToJson(*refit, /*pretty=*/true) << "\n";
+    out << CliJson(*refit) << "\n";
   } else {
     PrintRefit(*refit, out);
     if (!options.out.empty()) out << "wrote " << options.out << "\n";
@@ -262,7 +264,7 @@ int EnergyCurvesList(const Options& options, std::ostream& out,
     request.set_page_token(response.next_page_token());
   }
   if (options.json) {
-    out << ToJson(all, /*pretty=*/true) << "\n";
+    out << CliJson(all) << "\n";
     return 0;
   }
   out << "  version  curves  max fp16 J/1k  trained_on\n";

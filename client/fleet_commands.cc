@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/cli_json.h"
 #include "client/rpc.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "server/core/common/json_io.h"
@@ -70,7 +71,7 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
       &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   if (response.workers().empty()) {
@@ -129,6 +130,7 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   request.set_executor(probe.executor);
   request.set_steps(probe.steps);
   request.set_warmup_steps(probe.warmup);
+  request.set_expires_s(probe.expires_s);
   auto stub = v1::Fleet::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
@@ -139,7 +141,7 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
     err << "warning: " << response.warning() << "\n";
   }
   if (options.json && !probe.watch) {
-    out << ToJson(response.probe(), /*pretty=*/true) << "\n";
+    out << CliJson(response.probe()) << "\n";
     return 0;
   }
   if (!options.json) out << "submitted " << response.probe().id() << "\n";
@@ -167,7 +169,7 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   v1::ProbeEvent event;
   while (reader->Read(&event)) {
     if (options.json) {
-      out << ToJson(event, /*pretty=*/false) << "\n";
+      out << CliJson(event, /*pretty=*/false) << "\n";
       out.flush();
     }
     switch (event.kind_case()) {
@@ -203,7 +205,27 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   }
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return FailRpc(err, options, status);
-  return last.state() == v1::Probe::SUCCEEDED ? 0 : 1;
+  switch (last.state()) {
+    case v1::Probe::SUCCEEDED:
+      return kExitAnswer;
+    case v1::Probe::CANCELLED:
+      return Fail(err,
+                  absl::StrCat("probe ", id, " was cancelled",
+                               last.error().empty() ? "" : ": ", last.error(),
+                               "; nothing was measured after that"),
+                  kExitRefused);
+    case v1::Probe::FAILED:
+      return Fail(err,
+                  absl::StrCat("probe ", id, " failed",
+                               last.error().empty() ? "" : ": ", last.error()),
+                  kExitRefused);
+    default:
+      return Fail(
+          err,
+          absl::StrCat("probe ", id, " is still ", StateName(last.state()),
+                       "; the watch ended first (--watch_timeout_s)"),
+          kExitRefused);
+  }
 }
 
 int ProbeCancel(const Options& options, const std::string& id,
@@ -217,7 +239,7 @@ int ProbeCancel(const Options& options, const std::string& id,
   const grpc::Status status = stub->CancelProbe(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response.probe(), /*pretty=*/true) << "\n";
+    out << CliJson(response.probe()) << "\n";
   } else {
     PrintProbe(response.probe(), out);
   }
@@ -249,7 +271,7 @@ int ProbeList(const Options& options, const ProbeOptions& probe,
       &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << ToJson(response, /*pretty=*/true) << "\n";
+    out << CliJson(response) << "\n";
     return 0;
   }
   if (response.probes().empty()) out << "no probes\n";

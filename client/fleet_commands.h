@@ -22,6 +22,9 @@ struct ProbeOptions {
   bool watch = false;
   // Longest a watch waits for the probe to end.
   int watch_timeout_s = 3600;
+  // probe submit: seconds after submission when a probe still queued fails
+  // (SubmitProbeRequest.expires_s; 0: never).
+  uint32_t expires_s = 0;
   // probe list: only this state (queued, running, succeeded, failed,
   // cancelled; empty = all).
   std::string state;

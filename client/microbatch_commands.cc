@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli_json.h"
 #include "client/commands.h"
 #include "headroom/v1/microbatch.pb.h"
 #include "server/core/common/json_io.h"
@@ -55,7 +56,7 @@ int MicrobatchSelect(const std::string& record_path, const std::string& policy,
         << "\n";
   }
   if (json) {
-    out << ToJson(*selection, /*pretty=*/true) << "\n";
+    out << CliJson(*selection) << "\n";
   } else {
     PrintTable(*selection, out);
   }

@@ -8,6 +8,8 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev openssl libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang-format
   libonnx-dev
+  # The CLI's subcommands, flags and --help (client/cli.cc).
+  libcli11-dev
   # SHA-256 of model keys (server/core/evidence/model_key.cc).
   libssl-dev
   # The scheduler extender's request bodies (server/core/scheduling/extender.cc).

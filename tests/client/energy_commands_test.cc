@@ -72,7 +72,11 @@ TEST(EnergyCommandTest, BadInputExitsTwoWithTheReason) {
   options.quant = "nf4";
   std::ostringstream out, err;
   EXPECT_EQ(EnergyEstimate(options, out, err), 2);
-  EXPECT_THAT(err.str(), HasSubstr("params_b must be in (0, 10000]"));
+  EXPECT_THAT(err.str(), HasSubstr("--params_b is required"));
+  options.params_b = -1;
+  std::ostringstream out1, err1;
+  EXPECT_EQ(EnergyEstimate(options, out1, err1), 2);
+  EXPECT_THAT(err1.str(), HasSubstr("params_b must be in (0, 10000]"));
 
   options.params_b = 7;
   options.gpu = "T4";

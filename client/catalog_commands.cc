@@ -1,0 +1,118 @@
+#include "client/catalog_commands.h"
+
+#include <iomanip>
+#include <regex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli_json.h"
+#include "nlohmann/json.hpp"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/catalog/model_catalog.h"
+#include "server/core/memory/model_spec.h"
+
+namespace headroom::cli {
+namespace {
+
+// The clause of `text` that starts with "reduced" or "scaled down", up to
+// its end (".", ";", a parenthesis) and at most about 100 characters.
+std::string CutClause(const std::string& text) {
+  static const std::regex kCut("(reduced|scaled down)", std::regex::icase);
+  std::smatch match;
+  if (!std::regex_search(text, match, kCut)) return "";
+  const size_t start = static_cast<size_t>(match.position(0));
+  const size_t keyword_end = start + match.length(0);
+  size_t end = start;
+  while (end < text.size()) {
+    const char c = text[end];
+    if (c == ';' || c == '(' ||
+        (c == '.' && end + 1 < text.size() && text[end + 1] == ' ')) {
+      break;
+    }
+    if (c == ':' && end > keyword_end + 1) break;
+    ++end;
+  }
+  std::string clause = text.substr(start, end - start);
+  if (clause.size() > 100) {
+    clause = clause.substr(0, clause.rfind(' ', 100)) + " ...";
+  }
+  clause = std::string(absl::StripAsciiWhitespace(clause));
+  if (!clause.empty()) clause[0] = absl::ascii_tolower(clause[0]);
+  return clause;
+}
+
+}  // namespace
+
+std::string CutDownRemark(const v1::ModelSpec& spec) {
+  std::string clause = CutClause(spec.source());
+  if (clause.empty()) clause = CutClause(spec.notes());
+  return clause;
+}
+
+std::string CardUnderstood(const std::string& gpu_flag_value) {
+  absl::StatusOr<GpuInfo> gpu = FindGpu(gpu_flag_value);
+  if (gpu.ok()) return absl::StrCat(gpu->name, " (", gpu->memory_gb, " GB)");
+  return absl::StrCat(gpu_flag_value, " GB");
+}
+
+int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<ModelCatalog> catalog =
+      ModelCatalog::LoadDirectory(options.models_dir);
+  if (!catalog.ok()) {
+    return Fail(err, absl::StrCat("--models_dir ", options.models_dir, ": ",
+                                  catalog.status().message()));
+  }
+  nlohmann::json json = nlohmann::json::array();
+  if (!options.json) {
+    out << std::left << std::setw(22) << "template" << std::right
+        << std::setw(14) << "params" << std::setw(10) << "positions"
+        << "  family; cut-down\n";
+  }
+  for (const std::string& name : catalog->Names()) {
+    const v1::ModelSpec* spec = *catalog->Find(name);
+    const uint64_t params = CountParams(*spec);
+    const std::string cut = CutDownRemark(*spec);
+    if (options.json) {
+      json.push_back({{"name", name},
+                      {"family", spec->family()},
+                      {"params", params},
+                      {"positions", spec->positions()},
+                      {"cutDown", cut}});
+      continue;
+    }
+    out << std::left << std::setw(22) << name << std::right << std::setw(14)
+        << params << std::setw(10) << spec->positions() << "  "
+        << spec->family() << (cut.empty() ? "" : "; cut-down: " + cut) << "\n";
+  }
+  if (options.json) out << json.dump(2) << "\n";
+  return kExitAnswer;
+}
+
+int ListGpus(const Options& options, std::ostream& out, std::ostream& /*err*/) {
+  nlohmann::json json = nlohmann::json::array();
+  if (!options.json) {
+    out << std::left << std::setw(16) << "gpu" << std::right << std::setw(8)
+        << "GB"
+        << "  " << std::left << std::setw(10) << "arch" << std::right
+        << std::setw(10) << "GB/s" << std::setw(12) << "fp16 TFLOPS\n";
+  }
+  for (const GpuInfo& gpu : GpuCatalog()) {
+    if (options.json) {
+      json.push_back({{"name", gpu.name},
+                      {"memoryGb", gpu.memory_gb},
+                      {"arch", gpu.arch},
+                      {"memoryBandwidthGbS", gpu.memory_bandwidth_gb_s},
+                      {"fp16DenseTflops", gpu.fp16_dense_tflops}});
+      continue;
+    }
+    out << std::left << std::setw(16) << gpu.name << std::right << std::setw(8)
+        << gpu.memory_gb << "  " << std::left << std::setw(10) << gpu.arch
+        << std::right << std::setw(10) << gpu.memory_bandwidth_gb_s
+        << std::setw(11) << gpu.fp16_dense_tflops << "\n";
+  }
+  if (options.json) out << json.dump(2) << "\n";
+  return kExitAnswer;
+}
+
+}  // namespace headroom::cli
