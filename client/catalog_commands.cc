@@ -1,7 +1,6 @@
 #include "client/catalog_commands.h"
 
 #include <iomanip>
-#include <regex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -13,43 +12,6 @@
 #include "server/core/memory/model_spec.h"
 
 namespace headroom::cli {
-namespace {
-
-// The clause of `text` that starts with "reduced" or "scaled down", up to
-// its end (".", ";", a parenthesis) and at most about 100 characters.
-std::string CutClause(const std::string& text) {
-  static const std::regex kCut("(reduced|scaled down)", std::regex::icase);
-  std::smatch match;
-  if (!std::regex_search(text, match, kCut)) return "";
-  const size_t start = static_cast<size_t>(match.position(0));
-  const size_t keyword_end = start + match.length(0);
-  size_t end = start;
-  while (end < text.size()) {
-    const char c = text[end];
-    if (c == ';' || c == '(' ||
-        (c == '.' && end + 1 < text.size() && text[end + 1] == ' ')) {
-      break;
-    }
-    if (c == ':' && end > keyword_end + 1) break;
-    ++end;
-  }
-  std::string clause = text.substr(start, end - start);
-  if (clause.size() > 100) {
-    clause = clause.substr(0, clause.rfind(' ', 100)) + " ...";
-  }
-  clause = std::string(absl::StripAsciiWhitespace(clause));
-  if (!clause.empty()) clause[0] = absl::ascii_tolower(clause[0]);
-  return clause;
-}
-
-}  // namespace
-
-std::string CutDownRemark(const v1::ModelSpec& spec) {
-  std::string clause = CutClause(spec.source());
-  if (clause.empty()) clause = CutClause(spec.notes());
-  return clause;
-}
-
 std::string CardUnderstood(const std::string& gpu_flag_value) {
   absl::StatusOr<GpuInfo> gpu = FindGpu(gpu_flag_value);
   if (gpu.ok()) return absl::StrCat(gpu->name, " (", gpu->memory_gb, " GB)");

@@ -18,11 +18,6 @@ int ListModels(const Options& options, std::ostream& out, std::ostream& err);
 // headroom gpus [--json]: every catalog GPU with its memory in GB.
 int ListGpus(const Options& options, std::ostream& out, std::ostream& err);
 
-// What a cut-down (scaled-down) template keeps of the model it is named
-// after, from its spec's source ("scaled down: hidden 2048, ..."), or empty
-// when the template is the full model.
-std::string CutDownRemark(const v1::ModelSpec& spec);
-
 // "RTX 4090 (24 GB)": the card a --gpu value was understood as, or the
 // bare size ("48 GB") when it names none.
 std::string CardUnderstood(const std::string& gpu_flag_value);

@@ -328,8 +328,7 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
 namespace {
 
 // What the answer rests on that the user did not say: the positions a
-// template or spec was taken at, and that a cut-down template is not the
-// full model it is named after.
+// template or spec was taken at.
 void AddClientAssumptions(const Options& options,
                           const v1::CheckFitRequest& request,
                           v1::CheckFitResponse& response) {
@@ -351,12 +350,7 @@ void AddClientAssumptions(const Options& options,
         "positions ", spec->positions(),
         " (the model's standard sequence length; set --positions)"));
   }
-  const std::string cut = CutDownRemark(*spec);
-  if (!cut.empty()) {
-    response.add_assumptions(
-        absl::StrCat("a cut-down template: ", spec->name(), " is ", cut,
-                     "; the answer is for this template, not the full model"));
-  }
+  // That a template is cut down the planner says itself (FitPlanner).
 }
 
 }  // namespace
@@ -824,6 +818,11 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
     report.add_assumptions("input shapes: " + spec->input_source());
   }
   if (!spec->notes().empty()) report.add_assumptions("notes: " + spec->notes());
+  if (const std::string cut = CutDownRemark(*spec); !cut.empty()) {
+    report.add_assumptions(absl::StrCat(
+        "a cut-down template: ", spec->name(), " is ", cut,
+        "; these figures are for this template, not the full model"));
+  }
   report.add_assumptions(
       "setup: fp32 weights and activations, AdamW, no checkpointing, "
       "attention as the spec declares (the calibration runs' setup)");

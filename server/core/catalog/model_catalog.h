@@ -37,6 +37,10 @@ class ModelCatalog {
   std::map<std::string, v1::ModelSpec> specs_;
 };
 
+// What a cut-down template cut, as its source or notes say ("reduced to 1
+// of its 12 encoder layers"), or "" for a template of the whole model.
+std::string CutDownRemark(const v1::ModelSpec& spec);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_
