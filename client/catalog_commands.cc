@@ -54,10 +54,11 @@ int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
 int ListGpus(const Options& options, std::ostream& out, std::ostream& /*err*/) {
   nlohmann::json json = nlohmann::json::array();
   if (!options.json) {
-    out << std::left << std::setw(16) << "gpu" << std::right << std::setw(8)
+    out << std::left << std::setw(24) << "gpu" << std::right << std::setw(6)
         << "GB"
         << "  " << std::left << std::setw(10) << "arch" << std::right
-        << std::setw(10) << "GB/s" << std::setw(12) << "fp16 TFLOPS\n";
+        << std::setw(8) << "GB/s" << std::setw(13) << "fp16 TFLOPS"
+        << "\n";
   }
   for (const GpuInfo& gpu : GpuCatalog()) {
     if (options.json) {
@@ -68,10 +69,10 @@ int ListGpus(const Options& options, std::ostream& out, std::ostream& /*err*/) {
                       {"fp16DenseTflops", gpu.fp16_dense_tflops}});
       continue;
     }
-    out << std::left << std::setw(16) << gpu.name << std::right << std::setw(8)
+    out << std::left << std::setw(24) << gpu.name << std::right << std::setw(6)
         << gpu.memory_gb << "  " << std::left << std::setw(10) << gpu.arch
-        << std::right << std::setw(10) << gpu.memory_bandwidth_gb_s
-        << std::setw(11) << gpu.fp16_dense_tflops << "\n";
+        << std::right << std::setw(8) << gpu.memory_bandwidth_gb_s
+        << std::setw(13) << gpu.fp16_dense_tflops << "\n";
   }
   if (options.json) out << json.dump(2) << "\n";
   return kExitAnswer;
