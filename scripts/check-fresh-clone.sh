@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The test PostgreSQL runs as its own user and starts in the working
+# directory: it must be able to enter the clone (mktemp -d makes it 700).
+chmod 755 "$tmp"
 git clone -q --no-hardlinks . "$tmp/headroom"
 cd "$tmp/headroom"
 for run in 1 2; do
