@@ -47,11 +47,18 @@ absl::StatusOr<ModelCatalog> ModelCatalog::LoadDirectory(
 absl::Status ModelCatalog::Add(v1::ModelSpec spec) {
   RETURN_IF_ERROR(ValidateSpec(spec));
   const std::string name = spec.name();
+  std::string cut = CutDownRemark(spec);
   if (!specs_.emplace(name, std::move(spec)).second) {
     return absl::InvalidArgumentError(
         absl::StrCat("template '", name, "' is defined twice"));
   }
+  if (!cut.empty()) cut_down_.emplace(name, std::move(cut));
   return absl::OkStatus();
+}
+
+std::string ModelCatalog::CutDownRemarkOf(absl::string_view name) const {
+  auto it = cut_down_.find(std::string(name));
+  return it == cut_down_.end() ? "" : it->second;
 }
 
 absl::StatusOr<const v1::ModelSpec*> ModelCatalog::Find(

@@ -31,10 +31,16 @@ class ModelCatalog {
   // Template names in sorted order.
   std::vector<std::string> Names() const;
 
+  // CutDownRemark of the template `name`, found once when it was added
+  // ("" for a whole model or an unknown name): answers on the hot path
+  // need not search its text again.
+  std::string CutDownRemarkOf(absl::string_view name) const;
+
   size_t size() const { return specs_.size(); }
 
  private:
   std::map<std::string, v1::ModelSpec> specs_;
+  std::map<std::string, std::string> cut_down_;
 };
 
 // What a cut-down template cut, as its source or notes say ("reduced to 1

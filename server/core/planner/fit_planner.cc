@@ -186,7 +186,8 @@ absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
       resolved.template_name = spec->name();
       // A template named after a model may be a part of it, as measured:
       // every answer says so.
-      if (const std::string cut = CutDownRemark(*spec); !cut.empty()) {
+      if (const std::string cut = catalog.CutDownRemarkOf(spec->name());
+          !cut.empty()) {
         resolved.assumptions.push_back(
             absl::StrCat("a cut-down template: ", spec->name(), " is ", cut,
                          "; the answer is for this template, not the full "
