@@ -9,11 +9,8 @@
 #include <tuple>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/program_name.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/synchronization/mutex.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
@@ -93,27 +90,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Headroom planner: will a training job fit on this GPU?\n"
       "Every flag can also be set as HEADROOM_<FLAG> (e.g. HEADROOM_DB).");
-  // --help and -h list every flag with its default and exit 0: absl's own
-  // --help shows only the flags of a file named like the program ("No flags
-  // matched") and exits 1.
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view) { return true; };
-  usage_config.contains_helpshort_flags = [](absl::string_view) {
-    return true;
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::flags_internal::SetProgramInvocationName(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "-h" || arg == "--help" || arg == "-help" ||
-        arg == "--helpfull" || arg == "--helpshort") {
-      absl::flags_internal::FlagsHelp(
-          std::cout, "", absl::flags_internal::HelpFormat::kHumanReadable,
-          absl::ProgramUsageMessage());
-      return 0;
-    }
-  }
+  if (headroom::PrintHelpIfAsked(argc, argv, std::cout)) return 0;
   headroom::ApplyEnvironmentToFlags("HEADROOM_");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every mutex for lock-order cycles, inside gRPC's

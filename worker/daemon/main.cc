@@ -15,11 +15,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/program_name.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/str_split.h"
 #include "common/client_channel.h"
 #include "common/env_flags.h"
@@ -115,27 +112,7 @@ int main(int argc, char** argv) {
       "headroom-worker --planner HOST:PORT [--executors sim --sim_gpu L4]\n"
       "Runs probe runs the planner assigns and streams measurements back.\n"
       "Every flag can also be set as HEADROOM_WORKER_<FLAG>.");
-  // --help and -h list every flag with its default and exit 0: absl's own
-  // --help shows only the flags of a file named like the program ("No flags
-  // matched") and exits 1.
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view) { return true; };
-  usage_config.contains_helpshort_flags = [](absl::string_view) {
-    return true;
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::flags_internal::SetProgramInvocationName(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "-h" || arg == "--help" || arg == "-help" ||
-        arg == "--helpfull" || arg == "--helpshort") {
-      absl::flags_internal::FlagsHelp(
-          std::cout, "", absl::flags_internal::HelpFormat::kHumanReadable,
-          absl::ProgramUsageMessage());
-      return 0;
-    }
-  }
+  if (headroom::PrintHelpIfAsked(argc, argv, std::cout)) return 0;
   headroom::ApplyEnvironmentToFlags("HEADROOM_WORKER_");
   absl::ParseCommandLine(argc, argv);
   headroom::SetUpLogging(absl::GetFlag(FLAGS_log_level));
