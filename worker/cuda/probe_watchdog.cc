@@ -15,7 +15,7 @@ ProbeWatchdog::ProbeWatchdog(std::chrono::milliseconds deadline) {
 
 ProbeWatchdog::~ProbeWatchdog() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    gpu::MutexLock lock(mu_);
     cancelled_ = true;
   }
   cancel_.notify_all();
@@ -23,12 +23,12 @@ ProbeWatchdog::~ProbeWatchdog() {
 }
 
 void ProbeWatchdog::SetStage(const std::string& stage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  gpu::MutexLock lock(mu_);
   stage_ = stage;
 }
 
 std::string ProbeWatchdog::stage() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  gpu::MutexLock lock(mu_);
   return stage_;
 }
 
@@ -38,10 +38,10 @@ void ProbeWatchdog::Watch(std::chrono::steady_clock::time_point deadline,
                           std::chrono::milliseconds limit) {
   std::string stage;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cancel_.wait_until(lock, deadline, [this] { return cancelled_; })) {
-      return;
+    gpu::MutexLock lock(mu_);
+    while (!cancelled_ && !mu_.WaitUntil(cancel_, deadline)) {
     }
+    if (cancelled_) return;
     stage = stage_;
   }
   if (!ClaimOutput()) return;  // the probe is printing its own document

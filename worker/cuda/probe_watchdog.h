@@ -9,9 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "worker/gpu/mutex.h"
 
 namespace headroom {
 namespace cuda {
@@ -43,10 +44,10 @@ class ProbeWatchdog {
   void Watch(std::chrono::steady_clock::time_point deadline,
              std::chrono::milliseconds limit);
 
-  mutable std::mutex mu_;
+  mutable gpu::Mutex mu_;
   std::condition_variable cancel_;
-  bool cancelled_ = false;       // guarded by mu_
-  std::string stage_ = "start";  // guarded by mu_
+  bool cancelled_ HEADROOM_GUARDED_BY(mu_) = false;
+  std::string stage_ HEADROOM_GUARDED_BY(mu_) = "start";
   std::atomic<bool> output_claimed_{false};
   std::thread thread_;
 };

@@ -91,16 +91,16 @@ WorkerDaemon::~WorkerDaemon() {
 }
 
 void WorkerDaemon::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;
   stop_deadline_ = std::chrono::steady_clock::now() + options_.shutdown_grace;
   if (stop_.load() == StopReason::kNone) stop_ = StopReason::kShutdown;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 DaemonCounters WorkerDaemon::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return counters_;
 }
 
@@ -146,13 +146,13 @@ void WorkerDaemon::Run() {
   };
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (Finished()) break;
     }
     grpc::Status ended;
     const bool welcomed = Serve(stub.get(), &ended);
     connected_ = false;
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::string reason = ended.error_message();
     std::replace(reason.begin(), reason.end(), '"', '\'');
     if (reason.empty()) reason = "the stream ended";
@@ -187,17 +187,19 @@ void WorkerDaemon::Run() {
                   wait.count());
     // A stopping daemon still retries (to deliver results) until its
     // deadline, but no sooner than the backoff says.
-    cv_.wait_for(lock, wait, [this] { return Finished(); });
+    const absl::Time wake = absl::Now() + absl::FromChrono(wait);
+    while (!Finished() && !cv_.WaitWithDeadline(&mu_, wake)) {
+    }
     backoff = std::min(backoff * 2, options_.backoff_max);
   }
   std::thread runner;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = StopReason::kShutdown;
     runner = std::move(runner_);
   }
   if (runner.joinable()) runner.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   spdlog::info("event=worker_stopped worker={} unacked={}", options_.worker_id,
                unacked_.size());
 }
@@ -205,13 +207,13 @@ void WorkerDaemon::Run() {
 bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
   grpc::ClientContext context;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     context_ = &context;
   }
   std::unique_ptr<Stream> stream = stub->Connect(&context);
   v1::WorkerMessage hello;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     v1::WorkerHello& h = *hello.mutable_hello();
     h.set_worker_id(options_.worker_id);
     h.set_hostname(options_.hostname);
@@ -231,7 +233,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
     {
       // What was queued for the last stream goes again once this one is
       // welcomed (Handle).
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++counters_.connects;
       outbox_.clear();
     }
@@ -244,12 +246,12 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
       Handle(message);
     }
     stream_ok = false;
-    cv_.notify_all();
+    cv_.SignalAll();
     writer.join();
   }
   *ended = stream->Finish();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     context_ = nullptr;
   }
   return welcomed;
@@ -258,7 +260,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
 void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
   switch (message.kind_case()) {
     case v1::PlannerMessage::kWelcome: {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (message.welcome().heartbeat_ms() > 0) {
         heartbeat_ =
             std::chrono::milliseconds(message.welcome().heartbeat_ms());
@@ -279,36 +281,36 @@ void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
         *resend.mutable_result() = it->second;
         outbox_.push_back(std::move(resend));
       }
-      cv_.notify_all();
+      cv_.SignalAll();
       break;
     }
     case v1::PlannerMessage::kAssignment:
       StartAssignment(message.assignment());
       break;
     case v1::PlannerMessage::kAck: {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const std::string& key : message.ack().keys()) {
         if (unacked_.count(key) > 0) ++counters_.results_acked;
         ForgetResultLocked(key);
       }
-      cv_.notify_all();
+      cv_.SignalAll();
       break;
     }
     case v1::PlannerMessage::kRejected: {
       // Refused for good: sending it again would be refused again.
       const v1::Rejected& rejected = message.rejected();
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       spdlog::warn(
           "event=result_rejected worker={} key={} reason={} detail=\"{}\"",
           options_.worker_id, rejected.key().substr(0, 200),
           rejected.reason().substr(0, 64), rejected.detail().substr(0, 400));
       if (unacked_.count(rejected.key()) > 0) ++counters_.results_rejected;
       ForgetResultLocked(rejected.key());
-      cv_.notify_all();
+      cv_.SignalAll();
       break;
     }
     case v1::PlannerMessage::kCancel: {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (message.cancel().assignment_id() == running_assignment_) {
         spdlog::info("event=cancel worker={} assignment={} reason=\"{}\"",
                      options_.worker_id, running_assignment_,
@@ -323,8 +325,9 @@ void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
 }
 
 void WorkerDaemon::StartAssignment(const v1::Assignment& assignment) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto refuse = [&](const std::string& why, bool hand_back) {
+  absl::MutexLock lock(&mu_);
+  const auto refuse = [&](const std::string& why,
+                          bool hand_back) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     v1::ProbeResult result;
     result.set_key(absl::StrCat(assignment.assignment_id(),
                                 hand_back ? "/handback" : "/final"));
@@ -400,16 +403,16 @@ void WorkerDaemon::RunAssignment(const v1::Assignment& assignment,
       options_.worker_id, assignment.assignment_id(), outcome.handed_back,
       outcome.error);
   PrepareResult(&result, assignment.gpu_index());
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   QueueResultLocked(std::move(result));
   running_assignment_.clear();
   running_probe_.clear();
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void WorkerDaemon::SendResult(v1::ProbeResult result, uint32_t gpu_index) {
   PrepareResult(&result, gpu_index);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   QueueResultLocked(std::move(result));
 }
 
@@ -447,18 +450,18 @@ void WorkerDaemon::QueueResultLocked(v1::ProbeResult result) {
   unacked_[key] = std::move(result);
   outbox_.push_back(std::move(message));
   ++counters_.results_sent;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void WorkerDaemon::QueueSample(v1::Sample sample, const std::string& probe_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sample.set_seq(sample_seq_++);
   if (samples_.size() >= options_.max_buffered_samples) {
     samples_.pop_front();
     ++counters_.samples_dropped;
   }
   samples_.emplace_back(probe_id, std::move(sample));
-  if (samples_.size() >= options_.sample_flush_count) cv_.notify_all();
+  if (samples_.size() >= options_.sample_flush_count) cv_.SignalAll();
 }
 
 void WorkerDaemon::WriteLoop(Stream* stream, std::atomic<bool>* stream_ok) {
@@ -469,11 +472,12 @@ void WorkerDaemon::WriteLoop(Stream* stream, std::atomic<bool>* stream_ok) {
     std::vector<v1::WorkerMessage> out;
     bool close = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] {
-        return !stream_ok->load() || !outbox_.empty() ||
-               samples_.size() >= options_.sample_flush_count;
-      });
+      absl::MutexLock lock(&mu_);
+      const absl::Time wake = absl::Now() + absl::Milliseconds(20);
+      while (stream_ok->load() && outbox_.empty() &&
+             samples_.size() < options_.sample_flush_count &&
+             !cv_.WaitWithDeadline(&mu_, wake)) {
+      }
       if (!stream_ok->load()) break;
       const auto now = std::chrono::steady_clock::now();
       // Samples first: a batch's samples go out before its result.

@@ -9,15 +9,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/client_channel.h"
 #include "grpcpp/client_context.h"
 #include "headroom/v1/fleet.grpc.pb.h"
@@ -95,7 +95,7 @@ class WorkerDaemon {
   // how the stream ended.
   bool Serve(v1::Fleet::Stub* stub, grpc::Status* ended);
   // Stopping and nothing left to deliver (or out of time). Needs mu_.
-  bool Finished() const;
+  bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Handle(const v1::PlannerMessage& message);
   void StartAssignment(const v1::Assignment& assignment);
   void RunAssignment(const v1::Assignment& assignment, Executor* executor);
@@ -103,9 +103,11 @@ class WorkerDaemon {
   void PrepareResult(v1::ProbeResult* result, uint32_t gpu_index);
   // Keeps a prepared result until acknowledged and queues it for the
   // writer. Needs mu_.
-  void QueueResultLocked(v1::ProbeResult result);
+  void QueueResultLocked(v1::ProbeResult result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets an acknowledged or rejected result. Needs mu_.
-  void ForgetResultLocked(const std::string& key);
+  void ForgetResultLocked(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues a result until acknowledged and sends it when connected.
   void SendResult(v1::ProbeResult result, uint32_t gpu_index);
   void QueueSample(v1::Sample sample, const std::string& probe_id);
@@ -119,23 +121,25 @@ class WorkerDaemon {
   std::unique_ptr<ResultJournal> journal_;
   std::string default_executor_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::chrono::steady_clock::time_point stop_deadline_;
-  grpc::ClientContext* context_ = nullptr;  // the live stream's, to cancel
-  std::chrono::milliseconds heartbeat_{5000};
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled when anything below changes
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point stop_deadline_ ABSL_GUARDED_BY(mu_);
+  // The live stream's, to cancel.
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::chrono::milliseconds heartbeat_ ABSL_GUARDED_BY(mu_){5000};
   // Results not yet acknowledged, by key, in the order made.
-  std::map<std::string, v1::ProbeResult> unacked_;
-  std::deque<std::string> unacked_order_;
-  std::deque<v1::WorkerMessage> outbox_;  // results to write now
-  std::deque<std::pair<std::string, v1::Sample>> samples_;
-  std::string running_assignment_;
-  std::string running_probe_;
-  std::thread runner_;
+  std::map<std::string, v1::ProbeResult> unacked_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> unacked_order_ ABSL_GUARDED_BY(mu_);
+  // Results to write now.
+  std::deque<v1::WorkerMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, v1::Sample>> samples_ ABSL_GUARDED_BY(mu_);
+  std::string running_assignment_ ABSL_GUARDED_BY(mu_);
+  std::string running_probe_ ABSL_GUARDED_BY(mu_);
+  std::thread runner_ ABSL_GUARDED_BY(mu_);
   std::atomic<StopReason> stop_{StopReason::kNone};
-  DaemonCounters counters_;
-  std::uint64_t sample_seq_ = 0;
+  DaemonCounters counters_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t sample_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> connected_{false};
 };
 

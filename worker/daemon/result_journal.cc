@@ -95,7 +95,7 @@ void ResultJournal::MoveAsideLocked(const std::string& name,
 }
 
 std::vector<v1::ProbeResult> ResultJournal::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::pair<uint64_t, std::string>> names;
   std::error_code error;
   // Bounded: the directory is the worker's own, but count what is listed.
@@ -164,7 +164,7 @@ absl::Status ResultJournal::Add(const v1::ProbeResult& result) {
         "result ", result.key().substr(0, 200), " is ", bytes.size(),
         " bytes; the journal keeps up to ", limits_.max_entry_bytes));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto existing = files_.find(result.key());
   if (existing == files_.end() && files_.size() >= limits_.max_entries) {
     return absl::ResourceExhaustedError(
@@ -196,7 +196,7 @@ absl::Status ResultJournal::Add(const v1::ProbeResult& result) {
 }
 
 void ResultJournal::Remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = files_.find(key);
   if (it == files_.end()) return;
   unlink(absl::StrCat(dir_, "/", it->second).c_str());
@@ -204,7 +204,7 @@ void ResultJournal::Remove(const std::string& key) {
 }
 
 size_t ResultJournal::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return files_.size();
 }
 

@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "headroom/v1/fleet.pb.h"
 
 namespace headroom::worker {
@@ -58,15 +59,15 @@ class ResultJournal {
  private:
   ResultJournal(std::string dir, Limits limits)
       : dir_(std::move(dir)), limits_(limits) {}
-  void MoveAsideLocked(const std::string& name, const std::string& why);
+  void MoveAsideLocked(const std::string& name, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const Limits limits_;
-  mutable std::mutex mu_;
-  // Key -> file name ("r-<seq>.pb", seq increasing: oldest first). Guarded
-  // by mu_.
-  std::map<std::string, std::string> files_;
-  uint64_t next_seq_ = 1;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  // Key -> file name ("r-<seq>.pb", seq increasing: oldest first).
+  std::map<std::string, std::string> files_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace headroom::worker

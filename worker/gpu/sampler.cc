@@ -47,10 +47,10 @@ Sampler::Sampler(SampleSource* source, SamplerOptions options)
 Sampler::~Sampler() { Stop(); }
 
 bool Sampler::Start() {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(lifecycle_mu_);
   if (started_) return false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_requested_) return false;  // stopped before it started
   }
   started_ = true;
@@ -60,24 +60,24 @@ bool Sampler::Start() {
 
 void Sampler::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_requested_ = true;
   }
   wake_.notify_all();
   // The callback runs on the sampler's thread: joining it from there would
   // deadlock, and the request above is enough.
   if (std::this_thread::get_id() == thread_id_.load()) return;
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(lifecycle_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
 SamplerSummary Sampler::Summary() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return summary_;
 }
 
 std::vector<Sample> Sampler::Recent() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (ring_.size() < options_.ring_capacity) return ring_;
   // Full ring: ring_next_ is the oldest.
   std::vector<Sample> recent;
@@ -94,7 +94,7 @@ std::optional<Sample> Sampler::ReadOnce(Clock::time_point start) {
       std::chrono::duration_cast<std::chrono::milliseconds>(now - start)
           .count();
   const bool ok = source_->Read(&sample);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!ok) {
     ++summary_.failed_reads;
     summary_.last_error = source_->LastError();
@@ -150,9 +150,14 @@ void Sampler::Run() {
     if (next <= now) {
       next += ((now - next) / options_.period + 1) * options_.period;
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (wake_.wait_until(lock, next, [this] { return stop_requested_; })) {
-      lock.unlock();
+    bool stop = false;
+    {
+      MutexLock lock(mu_);
+      while (!stop_requested_ && !mu_.WaitUntil(wake_, next)) {
+      }
+      stop = stop_requested_;
+    }
+    if (stop) {
       // The final read, so that the run's figures reach the moment of Stop.
       if (reads + 1 < options_.max_reads) {
         sample = ReadOnce(start);
@@ -163,7 +168,7 @@ void Sampler::Run() {
       return;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   summary_.hit_read_limit = true;
 }
 

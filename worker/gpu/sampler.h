@@ -10,11 +10,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "worker/gpu/mutex.h"
 
 namespace headroom {
 namespace gpu {
@@ -141,23 +142,23 @@ class Sampler {
   SampleSource* const source_;
   const SamplerOptions options_;
 
-  std::mutex lifecycle_mu_;  // serializes Start and Stop
-  std::thread thread_;       // guarded by lifecycle_mu_
-  bool started_ = false;     // guarded by lifecycle_mu_
+  Mutex lifecycle_mu_;  // serializes Start and Stop
+  std::thread thread_ HEADROOM_GUARDED_BY(lifecycle_mu_);
+  bool started_ HEADROOM_GUARDED_BY(lifecycle_mu_) = false;
   // The sampler thread's id once it runs, so that Stop from the callback
   // does not join its own thread.
   std::atomic<std::thread::id> thread_id_{};
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable wake_;
-  bool stop_requested_ = false;              // guarded by mu_
-  SamplerSummary summary_;                   // guarded by mu_
-  double power_sum_mw_ = 0;                  // guarded by mu_
-  int64_t power_count_ = 0;                  // guarded by mu_
-  std::optional<uint64_t> first_energy_mj_;  // guarded by mu_
-  std::optional<uint64_t> last_energy_mj_;   // guarded by mu_
-  std::vector<Sample> ring_;                 // guarded by mu_
-  size_t ring_next_ = 0;                     // guarded by mu_
+  bool stop_requested_ HEADROOM_GUARDED_BY(mu_) = false;
+  SamplerSummary summary_ HEADROOM_GUARDED_BY(mu_);
+  double power_sum_mw_ HEADROOM_GUARDED_BY(mu_) = 0;
+  int64_t power_count_ HEADROOM_GUARDED_BY(mu_) = 0;
+  std::optional<uint64_t> first_energy_mj_ HEADROOM_GUARDED_BY(mu_);
+  std::optional<uint64_t> last_energy_mj_ HEADROOM_GUARDED_BY(mu_);
+  std::vector<Sample> ring_ HEADROOM_GUARDED_BY(mu_);
+  size_t ring_next_ HEADROOM_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpu
