@@ -24,6 +24,8 @@ packages=(
   python3-grpcio python3-protobuf
   # tests/pages: /calibration rendered in headless Chromium.
   chromium
+  # scripts/check-thread-safety.py: clang's -Wthread-safety over our sources.
+  clang-14
 )
 
 missing=()
