@@ -331,7 +331,7 @@ void PlannerMetrics::FactorSetInstalled(const v1::FactorSet& set) {
     said_fits_but_oom_.Add({{"factor_set", set.version()}})
         .Set(heldout->second.said_fits_but_oom());
   }
-  std::lock_guard<std::mutex> lock(info_mu_);
+  absl::MutexLock lock(&info_mu_);
   if (!current_version_.empty()) {
     factor_set_info_.Add({{"factor_set", current_version_}}).Set(0);
   }
@@ -404,7 +404,7 @@ PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(
       {"modelName", Bounded(model_name)},
       {"Hostname", Bounded(hostname)}};
   GpuGauges gauges;
-  std::lock_guard<std::mutex> lock(gpu_mu_);
+  absl::MutexLock lock(&gpu_mu_);
   auto it = gpu_users_.find(labels);
   if (it != gpu_users_.end()) {
     ++it->second;
@@ -427,7 +427,7 @@ PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(
 void PlannerMetrics::ReleaseGpuSeries(const GpuGauges& gauges) {
   // The "other" bucket stays: GPUs past the cap share it.
   if (gauges.labels.empty()) return;
-  std::lock_guard<std::mutex> lock(gpu_mu_);
+  absl::MutexLock lock(&gpu_mu_);
   auto it = gpu_users_.find(gauges.labels);
   if (it == gpu_users_.end() || --it->second > 0) return;
   gpu_users_.erase(it);

@@ -7,12 +7,13 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "headroom/v1/calibration.pb.h"
 #include "prometheus/collectable.h"
@@ -161,16 +162,17 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& extender_filtered_out_;
   // "/pkg.Service/Method" of every registered service's methods.
   const std::set<std::string> known_methods_;
-  std::mutex info_mu_;
-  std::string current_version_;  // guarded by info_mu_
+  absl::Mutex info_mu_;
+  std::string current_version_ ABSL_GUARDED_BY(info_mu_);
   // Versions with factor-set series and their page's columns, oldest
   // first; at most kKeptFactorSets (refits come from the network too).
   static constexpr size_t kKeptFactorSets = 16;
   std::deque<std::pair<std::string, std::vector<std::string>>>
-      installed_versions_;  // guarded by info_mu_
-  std::mutex gpu_mu_;
+      installed_versions_ ABSL_GUARDED_BY(info_mu_);
+  absl::Mutex gpu_mu_;
   // Workers using each GPU label set.
-  std::map<std::map<std::string, std::string>, int> gpu_users_;  // gpu_mu_
+  std::map<std::map<std::string, std::string>, int> gpu_users_
+      ABSL_GUARDED_BY(gpu_mu_);
 };
 
 }  // namespace headroom
