@@ -39,15 +39,17 @@ grpc::ServerUnaryReactor* CalibrationService::GetCalibration(
                                  "factor-set versions look like fs-1"));
     return reactor;
   }
-  absl::StatusOr<v1::FactorSet> set =
-      state_.store()->GetFactorSet(request->version());
-  if (!set.ok()) {
-    reactor->Finish(ToGrpcStatus(set.status()));
-    return reactor;
-  }
-  *response->mutable_factor_set() = std::move(*set);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  // A stored set is read on the store executor.
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    absl::StatusOr<v1::FactorSet> set =
+        state_.store()->GetFactorSet(request->version());
+    if (!set.ok()) {
+      reactor->Finish(ToGrpcStatus(set.status()));
+      return;
+    }
+    *response->mutable_factor_set() = std::move(*set);
+    reactor->Finish(grpc::Status::OK);
+  });
 }
 
 absl::StatusOr<v1::RefitResponse> CalibrationService::RunRefit(
@@ -184,37 +186,41 @@ grpc::ServerUnaryReactor* CalibrationService::ListFactorSets(
                                   "/headroom.v1.Calibration/ListFactorSets")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::ListFactorSetsResponse> {
-    // The budget counts whole stored sets; their summaries are smaller.
-    ASSIGN_OR_RETURN(
-        const PageSpec spec,
-        PageFromRequest("factor_sets", request->page_size(),
-                        request->page_token(),
-                        PageBytes(state_.options().max_request_bytes)));
-    ASSIGN_OR_RETURN(Page<v1::FactorSet> sets,
-                     state_.store()->ListFactorSets(spec));
-    v1::ListFactorSetsResponse out;
-    const std::string current = state_.planner()->factor_set().version();
-    out.set_current_version(current);
-    out.set_next_page_token(NextPageToken("factor_sets", sets.next_after));
-    for (const v1::FactorSet& set : sets.entries) {
-      v1::FactorSetSummary* summary = out.add_factor_sets();
-      summary->set_version(set.version());
-      summary->set_created_unix(set.created_unix());
-      summary->set_current(set.version() == current);
-      summary->set_trained_on(set.trained_on());
-      *summary->mutable_factors() = set.factors();
-      summary->set_k95(set.k95());
-      auto it = set.page().summary().find("ours_heldout");
-      if (it != set.page().summary().end()) {
-        summary->set_heldout_median_abs_err(it->second.median_abs_err());
-        summary->set_heldout_said_fits_but_oom(it->second.said_fits_but_oom());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::ListFactorSetsResponse> {
+      // The budget counts whole stored sets; their summaries are smaller.
+      ASSIGN_OR_RETURN(
+          const PageSpec spec,
+          PageFromRequest("factor_sets", request->page_size(),
+                          request->page_token(),
+                          PageBytes(state_.options().max_request_bytes)));
+      ASSIGN_OR_RETURN(Page<v1::FactorSet> sets,
+                       state_.store()->ListFactorSets(spec));
+      v1::ListFactorSetsResponse out;
+      const std::string current = state_.planner()->factor_set().version();
+      out.set_current_version(current);
+      out.set_next_page_token(NextPageToken("factor_sets", sets.next_after));
+      for (const v1::FactorSet& set : sets.entries) {
+        v1::FactorSetSummary* summary = out.add_factor_sets();
+        summary->set_version(set.version());
+        summary->set_created_unix(set.created_unix());
+        summary->set_current(set.version() == current);
+        summary->set_trained_on(set.trained_on());
+        *summary->mutable_factors() = set.factors();
+        summary->set_k95(set.k95());
+        auto it = set.page().summary().find("ours_heldout");
+        if (it != set.page().summary().end()) {
+          summary->set_heldout_median_abs_err(it->second.median_abs_err());
+          summary->set_heldout_said_fits_but_oom(
+              it->second.said_fits_but_oom());
+        }
+        BoundEntry(summary, PageBytes(state_.options().max_request_bytes));
       }
-      BoundEntry(summary, PageBytes(state_.options().max_request_bytes));
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* CalibrationService::PromoteFactorSet(
@@ -227,34 +233,37 @@ grpc::ServerUnaryReactor* CalibrationService::PromoteFactorSet(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto answer = [&]() -> absl::StatusOr<v1::PromoteFactorSetResponse> {
-    absl::MutexLock lock(state_.refit_mu());
-    if (request->rollback() == !request->version().empty()) {
-      return absl::InvalidArgumentError(
-          "set exactly one of version (e.g. fs-2) and rollback");
-    }
-    if (request->version().size() > 64) {
-      return absl::InvalidArgumentError(
-          "version is longer than 64 characters; versions look like fs-1");
-    }
-    const std::string previous = state_.planner()->factor_set().version();
-    std::string target = request->version();
-    if (request->rollback()) {
-      ASSIGN_OR_RETURN(std::vector<std::string> history,
-                       state_.store()->CurrentHistory());
-      ASSIGN_OR_RETURN(target, RollbackTarget(history, previous));
-    }
-    ASSIGN_OR_RETURN(v1::FactorSet set, state_.store()->GetFactorSet(target));
-    RETURN_IF_ERROR(state_.store()->SetCurrentFactorSet(target));
-    state_.Install(set);
-    spdlog::info("event=factor_set_promoted version={} previous={} rollback={}",
-                 target, previous, request->rollback());
-    v1::PromoteFactorSetResponse out;
-    out.set_current_version(target);
-    out.set_previous_version(previous);
-    return out;
-  }();
-  return Reply(reactor, std::move(answer), response);
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::PromoteFactorSetResponse> {
+      absl::MutexLock lock(state_.refit_mu());
+      if (request->rollback() == !request->version().empty()) {
+        return absl::InvalidArgumentError(
+            "set exactly one of version (e.g. fs-2) and rollback");
+      }
+      if (request->version().size() > 64) {
+        return absl::InvalidArgumentError(
+            "version is longer than 64 characters; versions look like fs-1");
+      }
+      const std::string previous = state_.planner()->factor_set().version();
+      std::string target = request->version();
+      if (request->rollback()) {
+        ASSIGN_OR_RETURN(std::vector<std::string> history,
+                         state_.store()->CurrentHistory());
+        ASSIGN_OR_RETURN(target, RollbackTarget(history, previous));
+      }
+      ASSIGN_OR_RETURN(v1::FactorSet set, state_.store()->GetFactorSet(target));
+      RETURN_IF_ERROR(state_.store()->SetCurrentFactorSet(target));
+      state_.Install(set);
+      spdlog::info(
+          "event=factor_set_promoted version={} previous={} rollback={}",
+          target, previous, request->rollback());
+      v1::PromoteFactorSetResponse out;
+      out.set_current_version(target);
+      out.set_previous_version(previous);
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 std::string CalibrationService::CalibrationHtml(bool include_simulated) const {

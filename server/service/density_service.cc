@@ -108,34 +108,37 @@ grpc::ServerUnaryReactor* DensityService::RankDensity(
     if (answer.ok()) BoundRanking(&*answer, budget);
     return Reply(reactor, std::move(answer), response);
   }
-  auto answer = [&]() -> absl::StatusOr<v1::RankDensityResponse> {
-    if (!request->runs().empty()) {
-      return absl::InvalidArgumentError(
-          "runs must be empty with use_stored; rank either the request's "
-          "runs or the stored ones");
-    }
-    ASSIGN_OR_RETURN(std::vector<v1::DensityRawRun> stored,
-                     state_.store()->ListDensityRuns(
-                         request->arch(), request->dtype(), request->mode()));
-    v1::RankDensityRequest ranked = *request;
-    ranked.set_use_stored(false);
-    bool cut = false;
-    for (v1::DensityRawRun& run : stored) {
-      cut = CutStoredDensityRun(&run) || cut;
-      *ranked.add_runs() = std::move(run);
-    }
-    ASSIGN_OR_RETURN(v1::RankDensityResponse out,
-                     headroom::RankDensity(ranked));
-    BoundRanking(&out, budget);
-    if (cut) {
-      out.set_truncated(
-          absl::StrCat(out.truncated(), out.truncated().empty() ? "" : "; ",
-                       "stored run strings longer than ", kMaxNameChars,
-                       " characters are cut (ids keep a digest)"));
-    }
-    return out;
-  }();
-  return Reply(reactor, std::move(answer), response);
+  // The stored runs are read (and ranked) on the store executor.
+  return state_.DeferStore(reactor, [this, request, response, reactor, budget] {
+    auto answer = [&]() -> absl::StatusOr<v1::RankDensityResponse> {
+      if (!request->runs().empty()) {
+        return absl::InvalidArgumentError(
+            "runs must be empty with use_stored; rank either the request's "
+            "runs or the stored ones");
+      }
+      ASSIGN_OR_RETURN(std::vector<v1::DensityRawRun> stored,
+                       state_.store()->ListDensityRuns(
+                           request->arch(), request->dtype(), request->mode()));
+      v1::RankDensityRequest ranked = *request;
+      ranked.set_use_stored(false);
+      bool cut = false;
+      for (v1::DensityRawRun& run : stored) {
+        cut = CutStoredDensityRun(&run) || cut;
+        *ranked.add_runs() = std::move(run);
+      }
+      ASSIGN_OR_RETURN(v1::RankDensityResponse out,
+                       headroom::RankDensity(ranked));
+      BoundRanking(&out, budget);
+      if (cut) {
+        out.set_truncated(
+            absl::StrCat(out.truncated(), out.truncated().empty() ? "" : "; ",
+                         "stored run strings longer than ", kMaxNameChars,
+                         " characters are cut (ids keep a digest)"));
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* DensityService::SubmitDensityRuns(
@@ -147,23 +150,25 @@ grpc::ServerUnaryReactor* DensityService::SubmitDensityRuns(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
-    RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
-    if (request->runs_size() > kMaxDensityRunsPerRequest) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "runs has ", request->runs_size(), " entries; allowed up to ",
-          kMaxDensityRunsPerRequest, " per request"));
-    }
-    const std::vector<v1::DensityRawRun> runs(request->runs().begin(),
-                                              request->runs().end());
-    // Nothing is stored unless every run is valid.
-    RETURN_IF_ERROR(ValidateDensityRuns(runs));
-    ASSIGN_OR_RETURN(int64_t stored, state_.store()->AddDensityRuns(runs));
-    v1::SubmitDensityRunsResponse out;
-    out.set_stored(static_cast<int32_t>(stored));
-    return out;
-  }();
-  return Reply(reactor, std::move(answer), response);
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
+      RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
+      if (request->runs_size() > kMaxDensityRunsPerRequest) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "runs has ", request->runs_size(), " entries; allowed up to ",
+            kMaxDensityRunsPerRequest, " per request"));
+      }
+      const std::vector<v1::DensityRawRun> runs(request->runs().begin(),
+                                                request->runs().end());
+      // Nothing is stored unless every run is valid.
+      RETURN_IF_ERROR(ValidateDensityRuns(runs));
+      ASSIGN_OR_RETURN(int64_t stored, state_.store()->AddDensityRuns(runs));
+      v1::SubmitDensityRunsResponse out;
+      out.set_stored(static_cast<int32_t>(stored));
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 }  // namespace headroom

@@ -107,43 +107,46 @@ grpc::ServerUnaryReactor* EnergyService::ListEnergyCurveSets(
                                   "/headroom.v1.Energy/ListEnergyCurveSets")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::ListEnergyCurveSetsResponse> {
-    // The same page size and token rules as every List RPC (paging.h); a
-    // page of summaries stays far under the byte budget.
-    ASSIGN_OR_RETURN(
-        const PageSpec spec,
-        PageFromRequest("energy_curve_sets", request->page_size(),
-                        request->page_token(),
-                        PageBytes(state_.options().max_request_bytes)));
-    const std::string& after = spec.after;
-    const int page_size = spec.max_entries;
-    // One more than the page: whether another page follows.
-    absl::StatusOr<std::vector<v1::EnergyCurveSet>> sets =
-        state_.store()->ListEnergyCurveSets(after, page_size + 1);
-    if (absl::IsNotFound(sets.status())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "page_token names energy curve set '", Echo(after),
-          "', which is not stored; start again with an empty page_token"));
-    }
-    RETURN_IF_ERROR(sets.status());
-    std::string current;
-    if (const auto energy = state_.energy(); energy != nullptr) {
-      current = energy->version();
-    }
-    v1::ListEnergyCurveSetsResponse out;
-    out.set_current_version(current);
-    const bool more = static_cast<int>(sets->size()) > page_size;
-    if (more) sets->resize(page_size);
-    for (const v1::EnergyCurveSet& set : *sets) {
-      *out.add_curve_sets() = SummaryOf(set, current);
-    }
-    if (more) {
-      out.set_next_page_token(
-          NextPageToken("energy_curve_sets", sets->back().version()));
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::ListEnergyCurveSetsResponse> {
+      // The same page size and token rules as every List RPC (paging.h); a
+      // page of summaries stays far under the byte budget.
+      ASSIGN_OR_RETURN(
+          const PageSpec spec,
+          PageFromRequest("energy_curve_sets", request->page_size(),
+                          request->page_token(),
+                          PageBytes(state_.options().max_request_bytes)));
+      const std::string& after = spec.after;
+      const int page_size = spec.max_entries;
+      // One more than the page: whether another page follows.
+      absl::StatusOr<std::vector<v1::EnergyCurveSet>> sets =
+          state_.store()->ListEnergyCurveSets(after, page_size + 1);
+      if (absl::IsNotFound(sets.status())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "page_token names energy curve set '", Echo(after),
+            "', which is not stored; start again with an empty page_token"));
+      }
+      RETURN_IF_ERROR(sets.status());
+      std::string current;
+      if (const auto energy = state_.energy(); energy != nullptr) {
+        current = energy->version();
+      }
+      v1::ListEnergyCurveSetsResponse out;
+      out.set_current_version(current);
+      const bool more = static_cast<int>(sets->size()) > page_size;
+      if (more) sets->resize(page_size);
+      for (const v1::EnergyCurveSet& set : *sets) {
+        *out.add_curve_sets() = SummaryOf(set, current);
+      }
+      if (more) {
+        out.set_next_page_token(
+            NextPageToken("energy_curve_sets", sets->back().version()));
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* EnergyService::PromoteEnergyCurveSet(
@@ -155,40 +158,43 @@ grpc::ServerUnaryReactor* EnergyService::PromoteEnergyCurveSet(
                       "/headroom.v1.Energy/PromoteEnergyCurveSet")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::PromoteEnergyCurveSetResponse> {
-    if (request->rollback() == !request->version().empty()) {
-      return absl::InvalidArgumentError(
-          "set exactly one of version (e.g. ec-2) and rollback");
-    }
-    RETURN_IF_ERROR(CheckLength(request->version(), "version", 64));
-    // Under refit_mu_ like an energy refit, so SyncWithStore never
-    // reinstalls the curves this replaces.
-    absl::MutexLock lock(state_.refit_mu());
-    std::string previous;
-    if (const auto energy = state_.energy(); energy != nullptr) {
-      previous = energy->version();
-    }
-    std::string target = request->version();
-    if (request->rollback()) {
-      ASSIGN_OR_RETURN(std::vector<std::string> history,
-                       state_.store()->EnergyCurveHistory());
-      ASSIGN_OR_RETURN(target,
-                       RollbackTarget(history, previous, "energy curve set"));
-    }
-    ASSIGN_OR_RETURN(v1::EnergyCurveSet set,
-                     state_.store()->GetEnergyCurveSet(target));
-    RETURN_IF_ERROR(state_.store()->SetCurrentEnergyCurveSet(target));
-    state_.SetEnergyCurves(
-        std::make_shared<const v1::EnergyCurveSet>(std::move(set)));
-    spdlog::info(
-        "event=energy_curves_promoted version={} previous={} rollback={}",
-        target, previous, request->rollback());
-    v1::PromoteEnergyCurveSetResponse out;
-    out.set_current_version(target);
-    out.set_previous_version(previous);
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::PromoteEnergyCurveSetResponse> {
+      if (request->rollback() == !request->version().empty()) {
+        return absl::InvalidArgumentError(
+            "set exactly one of version (e.g. ec-2) and rollback");
+      }
+      RETURN_IF_ERROR(CheckLength(request->version(), "version", 64));
+      // Under refit_mu_ like an energy refit, so SyncWithStore never
+      // reinstalls the curves this replaces.
+      absl::MutexLock lock(state_.refit_mu());
+      std::string previous;
+      if (const auto energy = state_.energy(); energy != nullptr) {
+        previous = energy->version();
+      }
+      std::string target = request->version();
+      if (request->rollback()) {
+        ASSIGN_OR_RETURN(std::vector<std::string> history,
+                         state_.store()->EnergyCurveHistory());
+        ASSIGN_OR_RETURN(target,
+                         RollbackTarget(history, previous, "energy curve set"));
+      }
+      ASSIGN_OR_RETURN(v1::EnergyCurveSet set,
+                       state_.store()->GetEnergyCurveSet(target));
+      RETURN_IF_ERROR(state_.store()->SetCurrentEnergyCurveSet(target));
+      state_.SetEnergyCurves(
+          std::make_shared<const v1::EnergyCurveSet>(std::move(set)));
+      spdlog::info(
+          "event=energy_curves_promoted version={} previous={} rollback={}",
+          target, previous, request->rollback());
+      v1::PromoteEnergyCurveSetResponse out;
+      out.set_current_version(target);
+      out.set_previous_version(previous);
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 }  // namespace headroom

@@ -47,6 +47,12 @@ grpc::ServerUnaryReactor* MicrobatchService::PlanMicrobatch(
       AnswerPlanMicrobatch(reactor, request, response);
     });
   }
+  // A cache key is looked up in the store: on the store executor.
+  if (request->has_cache_key()) {
+    return state_.DeferStore(reactor, [this, reactor, request, response] {
+      AnswerPlanMicrobatch(reactor, request, response);
+    });
+  }
   AnswerPlanMicrobatch(reactor, request, response);
   return reactor;
 }
@@ -90,46 +96,51 @@ grpc::ServerUnaryReactor* MicrobatchService::PutAutotuneRecord(
                       "/headroom.v1.Microbatch/PutAutotuneRecord")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
-    RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
-    if (request->force() && !CallerIsAdmin(state_.access(), context)) {
-      return absl::PermissionDeniedError(
-          "force replaces a worker-measured record; only an admin may set it");
-    }
-    if (!request->record().has_cache_key()) {
-      return absl::InvalidArgumentError(
-          "record.cache_key is missing; a cached selection needs the key it "
-          "was measured under");
-    }
-    v1::AutotuneRecord record = request->record();
-    // Only the planner says a worker measured a record.
-    record.clear_measured_by_probe();
-    if (!record.has_selected() || record.selected().microbatch() == 0) {
-      return absl::InvalidArgumentError(
-          "record.selected is missing; only a record with a selection can be "
-          "reused");
-    }
-    RETURN_IF_ERROR(CheckCacheableRecord(record));
-    v1::PutAutotuneRecordResponse out;
-    out.set_id(CacheKeyId(record.cache_key()));
-    const std::string key_bytes = CacheKeyBytes(record.cache_key());
-    ASSIGN_OR_RETURN(std::optional<v1::AutotuneRecord> stored,
-                     state_.store()->FindAutotuneRecord(out.id(), key_bytes));
-    if (stored.has_value() && !stored->measured_by_probe().empty() &&
-        !request->force()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the record stored under ", out.id(), " was measured by probe ",
-          stored->measured_by_probe(),
-          " on a worker; it is replaced only with force (admins only)"));
-    }
-    ASSIGN_OR_RETURN(bool replaced, state_.store()->PutAutotuneRecord(
-                                        out.id(), key_bytes, record));
-    out.set_replaced(replaced);
-    spdlog::info("event=autotune_record_stored id={} replaced={} forced={}",
-                 out.id(), replaced, request->force());
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, context, request, response,
+                                     reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
+      RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
+      if (request->force() && !CallerIsAdmin(state_.access(), context)) {
+        return absl::PermissionDeniedError(
+            "force replaces a worker-measured record; only an admin may set "
+            "it");
+      }
+      if (!request->record().has_cache_key()) {
+        return absl::InvalidArgumentError(
+            "record.cache_key is missing; a cached selection needs the key it "
+            "was measured under");
+      }
+      v1::AutotuneRecord record = request->record();
+      // Only the planner says a worker measured a record.
+      record.clear_measured_by_probe();
+      if (!record.has_selected() || record.selected().microbatch() == 0) {
+        return absl::InvalidArgumentError(
+            "record.selected is missing; only a record with a selection can be "
+            "reused");
+      }
+      RETURN_IF_ERROR(CheckCacheableRecord(record));
+      v1::PutAutotuneRecordResponse out;
+      out.set_id(CacheKeyId(record.cache_key()));
+      const std::string key_bytes = CacheKeyBytes(record.cache_key());
+      ASSIGN_OR_RETURN(std::optional<v1::AutotuneRecord> stored,
+                       state_.store()->FindAutotuneRecord(out.id(), key_bytes));
+      if (stored.has_value() && !stored->measured_by_probe().empty() &&
+          !request->force()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the record stored under ", out.id(), " was measured by probe ",
+            stored->measured_by_probe(),
+            " on a worker; it is replaced only with force (admins only)"));
+      }
+      ASSIGN_OR_RETURN(bool replaced, state_.store()->PutAutotuneRecord(
+                                          out.id(), key_bytes, record));
+      out.set_replaced(replaced);
+      spdlog::info("event=autotune_record_stored id={} replaced={} forced={}",
+                   out.id(), replaced, request->force());
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* MicrobatchService::ListAutotuneRecords(
@@ -141,23 +152,26 @@ grpc::ServerUnaryReactor* MicrobatchService::ListAutotuneRecords(
                       "/headroom.v1.Microbatch/ListAutotuneRecords")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
-    const size_t budget = PageBytes(state_.options().max_request_bytes);
-    ASSIGN_OR_RETURN(const PageSpec spec,
-                     PageFromRequest("autotune_records", request->page_size(),
-                                     request->page_token(), budget));
-    ASSIGN_OR_RETURN(Page<v1::AutotuneCacheEntry> entries,
-                     state_.store()->ListAutotuneRecords(spec));
-    v1::ListAutotuneRecordsResponse out;
-    out.set_next_page_token(
-        NextPageToken("autotune_records", entries.next_after));
-    for (v1::AutotuneCacheEntry& e : entries.entries) {
-      BoundEntry(&e, budget);
-      *out.add_entries() = std::move(e);
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
+      const size_t budget = PageBytes(state_.options().max_request_bytes);
+      ASSIGN_OR_RETURN(const PageSpec spec,
+                       PageFromRequest("autotune_records", request->page_size(),
+                                       request->page_token(), budget));
+      ASSIGN_OR_RETURN(Page<v1::AutotuneCacheEntry> entries,
+                       state_.store()->ListAutotuneRecords(spec));
+      v1::ListAutotuneRecordsResponse out;
+      out.set_next_page_token(
+          NextPageToken("autotune_records", entries.next_after));
+      for (v1::AutotuneCacheEntry& e : entries.entries) {
+        BoundEntry(&e, budget);
+        *out.add_entries() = std::move(e);
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* MicrobatchService::DropAutotuneRecord(
@@ -169,16 +183,19 @@ grpc::ServerUnaryReactor* MicrobatchService::DropAutotuneRecord(
                       "/headroom.v1.Microbatch/DropAutotuneRecord")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::DropAutotuneRecordResponse> {
-    if (request->id().empty() || request->id().size() > 64) {
-      return absl::InvalidArgumentError(
-          "id must be 1..64 characters (an id from ListAutotuneRecords)");
-    }
-    RETURN_IF_ERROR(state_.store()->DropAutotuneRecord(request->id()));
-    spdlog::info("event=autotune_record_dropped id={}", request->id());
-    return v1::DropAutotuneRecordResponse();
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::DropAutotuneRecordResponse> {
+      if (request->id().empty() || request->id().size() > 64) {
+        return absl::InvalidArgumentError(
+            "id must be 1..64 characters (an id from ListAutotuneRecords)");
+      }
+      RETURN_IF_ERROR(state_.store()->DropAutotuneRecord(request->id()));
+      spdlog::info("event=autotune_record_dropped id={}", request->id());
+      return v1::DropAutotuneRecordResponse();
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 }  // namespace headroom

@@ -182,6 +182,16 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         absl::StrCat("import_queue = ", config.import_queue,
                      " is out of range; allowed 1..100000"));
   }
+  if (config.store_threads < 1 || config.store_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_threads = ", config.store_threads,
+                     " is out of range; allowed 1..64"));
+  }
+  if (config.store_queue < 1 || config.store_queue > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_queue = ", config.store_queue,
+                     " is out of range; allowed 1..100000"));
+  }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -204,9 +214,12 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.before_refit_commit = config.before_refit_commit;
   options.import_threads = config.import_threads;
   options.import_queue = static_cast<size_t>(config.import_queue);
+  options.store_queue = static_cast<size_t>(config.store_queue);
+  app->store_executor_ =
+      std::make_unique<BackgroundWorker>(config.store_threads);
   app->state_ = std::make_unique<PlannerState>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
-      options);
+      app->store_executor_.get(), options);
   PlannerState* state = app->state_.get();
   app->fit_ = std::make_unique<FitService>(state);
   app->calibration_ = std::make_unique<CalibrationService>(state);
@@ -225,8 +238,10 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   fleet.store_poll_ms = config.store_poll_ms;
   fleet.access = access;
-  app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
-                                               app->metrics_.get(), fleet);
+  fleet.store_queue = static_cast<size_t>(config.store_queue);
+  app->fleet_ = std::make_unique<FleetService>(
+      app->catalog_, app->store_.get(), app->metrics_.get(),
+      app->store_executor_.get(), fleet);
   // Answers rest on the stored runs from the first request on; a probe's
   // stored result refreshes them, and learning probes go to the fleet.
   RETURN_IF_ERROR(app->state_->RefreshEvidence());

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/server.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/service/background_worker.h"
 #include "server/service/calibration_service.h"
 #include "server/service/density_service.h"
 #include "server/service/energy_service.h"
@@ -68,6 +69,11 @@ struct PlannerConfig {
   // own, import_queue waiting at most (PlannerState::Options).
   int import_threads = 2;
   int import_queue = 64;
+  // Store reads and writes of the RPCs and worker streams run on
+  // store_threads threads, store_queue jobs waiting at most (more:
+  // RESOURCE_EXHAUSTED).
+  int store_threads = 4;
+  int store_queue = 256;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
   // Memory gRPC may hold for this server's connections (a resource quota).
@@ -136,6 +142,10 @@ class PlannerApp {
   std::unique_ptr<MicrobatchService> microbatch_;
   std::unique_ptr<PlannerState> state_;
   std::unique_ptr<FleetService> fleet_;
+  // Runs the services' store work. After them and before the server: it
+  // is joined (running what still waits, such as a closed worker stream's
+  // last messages) once the server has stopped and before the services go.
+  std::unique_ptr<BackgroundWorker> store_executor_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<SchedulerExtender> extender_;

@@ -3,11 +3,11 @@
 #include <chrono>
 #include <limits>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "server/core/common/status_macros.h"
+#include "server/service/store_executor.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
@@ -30,11 +30,12 @@ bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why) {
 PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
                            std::shared_ptr<const FitPlanner> planner,
                            Store* store, PlannerMetrics* metrics,
-                           Options options)
+                           BackgroundWorker* executor, Options options)
     : catalog_(std::move(catalog)),
       planner_(std::move(planner)),
       store_(store),
       metrics_(metrics),
+      executor_(executor),
       options_(options),
       import_pool_(options.import_threads, /*nice=*/10) {}
 
@@ -184,9 +185,12 @@ absl::StatusOr<bool> PlannerState::SyncWithStore() {
   // its result under refit_mu_; reading around it could reinstall what it
   // just replaced. The next sync catches up.
   if (!refit_mu_.TryLock()) return false;
-  absl::Cleanup unlock = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    refit_mu_.Unlock();
-  };
+  absl::StatusOr<bool> changed = SyncWithStoreLocked();
+  refit_mu_.Unlock();
+  return changed;
+}
+
+absl::StatusOr<bool> PlannerState::SyncWithStoreLocked() {
   bool changed = false;
   ASSIGN_OR_RETURN(std::optional<v1::FactorSet> set,
                    store_->CurrentFactorSet());
@@ -241,6 +245,12 @@ void PlannerState::SetEnergyCurves(
 std::shared_ptr<const v1::EnergyCurveSet> PlannerState::energy() const {
   absl::MutexLock lock(&mu_);
   return energy_;
+}
+
+grpc::ServerUnaryReactor* PlannerState::DeferStore(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  return headroom::DeferStore(executor_, options_.store_queue, reactor,
+                              std::move(job));
 }
 
 bool PlannerState::PostLearning(std::function<void()> job) {

@@ -57,12 +57,17 @@ class PlannerState {
     // while imports queue (--import_threads, --import_queue).
     int import_threads = 2;
     size_t import_queue = 64;
+    // Store jobs that may wait on the store executor (--store_queue); more
+    // are answered RESOURCE_EXHAUSTED.
+    size_t store_queue = 256;
   };
 
-  // `store` and `metrics` must outlive the state.
+  // `store`, `metrics` and `executor` must outlive the state. Handlers'
+  // store I/O runs on `executor` (DeferStore), never on a gRPC thread.
   PlannerState(std::shared_ptr<const ModelCatalog> catalog,
                std::shared_ptr<const FitPlanner> planner, Store* store,
-               PlannerMetrics* metrics, Options options);
+               PlannerMetrics* metrics, BackgroundWorker* executor,
+               Options options);
   PlannerState(const PlannerState&) = delete;
   PlannerState& operator=(const PlannerState&) = delete;
 
@@ -124,6 +129,11 @@ class PlannerState {
   grpc::ServerUnaryReactor* DeferRefit(grpc::ServerUnaryReactor* reactor,
                                        std::function<void()> job);
 
+  // Runs `job` on the store executor, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when store_queue jobs wait.
+  grpc::ServerUnaryReactor* DeferStore(grpc::ServerUnaryReactor* reactor,
+                                       std::function<void()> job);
+
   // Runs `job` on the import pool, which finishes the call; answers
   // RESOURCE_EXHAUSTED at once when import_queue imports wait.
   grpc::ServerUnaryReactor* DeferImport(grpc::ServerUnaryReactor* reactor,
@@ -134,6 +144,9 @@ class PlannerState {
   bool PostLearning(std::function<void()> job);
 
  private:
+  absl::StatusOr<bool> SyncWithStoreLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(refit_mu_);
+
   std::shared_ptr<const ModelCatalog> catalog_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
@@ -148,6 +161,7 @@ class PlannerState {
   absl::Mutex learn_mu_;
   Store* store_;
   PlannerMetrics* metrics_;
+  BackgroundWorker* executor_;
   Options options_;
   absl::Mutex refit_mu_;
   // Refits; declared after what its jobs use so it is joined first.
