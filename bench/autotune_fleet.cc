@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   }
   auto channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  auto planner_stub = v1::Planner::NewStub(channel);
+  auto planner_stub = v1::Fit::NewStub(channel);
   Fleet fleet(channel);
   bool up = false;
   for (int i = 0; i < 300 && !up; ++i) {

@@ -113,7 +113,7 @@ class ClosedLoop {
   // A CheckFit answer whose params differ from `expected_params` counts as
   // an error (0: any answer is right).
   ClosedLoop(Rpc rpc, const v1::CheckFitRequest* fit_request,
-             std::vector<v1::Planner::Stub*> stubs, int in_flight,
+             std::vector<v1::Fit::Stub*> stubs, int in_flight,
              uint64_t expected_params)
       : rpc_(rpc),
         fit_request_(fit_request),
@@ -162,8 +162,7 @@ class ClosedLoop {
   // One outstanding call at a time; touched only by its own completion chain.
   class Slot {
    public:
-    Slot(ClosedLoop* loop, v1::Planner::Stub* stub)
-        : loop_(loop), stub_(stub) {}
+    Slot(ClosedLoop* loop, v1::Fit::Stub* stub) : loop_(loop), stub_(stub) {}
 
     void IssueOrStop() {
       if (Clock::now() >= loop_->end_ || loop_->budget_.fetch_sub(1) <= 0) {
@@ -199,7 +198,7 @@ class ClosedLoop {
     }
 
     ClosedLoop* loop_;
-    v1::Planner::Stub* stub_;
+    v1::Fit::Stub* stub_;
     std::unique_ptr<grpc::ClientContext> context_;
     v1::PingRequest ping_request_;
     v1::PingResponse ping_response_;
@@ -209,7 +208,7 @@ class ClosedLoop {
 
   const Rpc rpc_;
   const v1::CheckFitRequest* fit_request_;
-  const std::vector<v1::Planner::Stub*> stubs_;
+  const std::vector<v1::Fit::Stub*> stubs_;
   const int in_flight_;
   const uint64_t expected_params_;
   Clock::time_point end_;

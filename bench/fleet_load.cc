@@ -89,7 +89,7 @@ struct Latency {
 };
 
 // Closed loop, one call in flight: what one scheduler query waits.
-Latency MeasureCheckFit(headroom::v1::Planner::Stub* stub, double seconds) {
+Latency MeasureCheckFit(headroom::v1::Fit::Stub* stub, double seconds) {
   headroom::v1::CheckFitRequest request;
   request.mutable_model()->set_template_("gpt2");
   request.add_batches(8);
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   auto channel = grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), args);
-  auto stub = headroom::v1::Planner::NewStub(channel);
+  auto stub = headroom::v1::Fit::NewStub(channel);
   auto fleet = headroom::v1::Fleet::NewStub(channel);
   bool up = false;
   for (int i = 0; i < 600 && !up; ++i) {

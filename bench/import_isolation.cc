@@ -73,7 +73,7 @@ v1::CheckFitRequest OnnxRequest(int layers) {
 }
 
 // Sequential catalog CheckFits for `seconds` (at most 1,000,000 calls).
-Latency MeasureCatalog(v1::Planner::Stub* stub, double seconds) {
+Latency MeasureCatalog(v1::Fit::Stub* stub, double seconds) {
   const v1::CheckFitRequest request = CatalogRequest();
   std::vector<double> ms;
   Latency out;
@@ -119,7 +119,7 @@ int Run() {
   const std::string target = absl::StrCat("127.0.0.1:", (*app)->grpc_port());
   auto channel =
       grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  auto stub = v1::Planner::NewStub(channel);
+  auto stub = v1::Fit::NewStub(channel);
 
   const v1::CheckFitRequest onnx = OnnxRequest(layers);
   // One import alone, to say what one costs.
@@ -154,7 +154,7 @@ int Run() {
       // Their own connections, as separate clients would have.
       grpc::ChannelArguments args;
       args.SetInt("headroom.importer", i);
-      auto own = v1::Planner::NewStub(grpc::CreateCustomChannel(
+      auto own = v1::Fit::NewStub(grpc::CreateCustomChannel(
           target, grpc::InsecureChannelCredentials(), args));
       for (int n = 0; n < 100000 && !stop.load(); ++n) {
         grpc::ClientContext context;

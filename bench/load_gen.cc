@@ -88,7 +88,7 @@ struct ModeResult {
 // Warms both RPCs, then runs `rounds` rounds of each, alternating which goes
 // first so neither always follows the other.
 ModeResult RunMode(const std::string& mode,
-                   const std::vector<v1::Planner::Stub*>& stubs, int in_flight,
+                   const std::vector<v1::Fit::Stub*>& stubs, int in_flight,
                    const v1::CheckFitRequest& fit_request, bool run_ping,
                    bool run_check_fit, int rounds, double seconds_per_round,
                    int64_t max_calls) {
@@ -231,15 +231,15 @@ int Main() {
   }
 
   // Distinct channel args give each channel its own TCP connection.
-  std::vector<std::unique_ptr<v1::Planner::Stub>> owned;
+  std::vector<std::unique_ptr<v1::Fit::Stub>> owned;
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
     args.SetInt("headroom.loadgen.channel", i);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    owned.push_back(v1::Planner::NewStub(grpc::CreateCustomChannel(
+    owned.push_back(v1::Fit::NewStub(grpc::CreateCustomChannel(
         target, grpc::InsecureChannelCredentials(), args)));
   }
-  std::vector<v1::Planner::Stub*> stubs;
+  std::vector<v1::Fit::Stub*> stubs;
   for (auto& stub : owned) stubs.push_back(stub.get());
 
   // One checked call first: a wrong answer or a dead server ends the run.

@@ -67,9 +67,10 @@ std::chrono::system_clock::time_point In(double seconds) {
 struct Replica {
   std::string address;
   std::unique_ptr<Child> process;
-  std::vector<std::unique_ptr<v1::Planner::Stub>> stubs;  // one per channel
+  std::vector<std::unique_ptr<v1::Fit::Stub>> stubs;   // one per channel
+  std::unique_ptr<v1::Calibration::Stub> calibration;  // on the first channel
 
-  v1::Planner::Stub* stub() { return stubs.front().get(); }
+  v1::Fit::Stub* stub() { return stubs.front().get(); }
   bool Answers() {
     grpc::ClientContext context;
     context.set_deadline(In(1));
@@ -92,8 +93,10 @@ std::unique_ptr<Replica> StartReplica(const std::string& db) {
     grpc::ChannelArguments args;
     args.SetInt("headroom.replicas.channel", i);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    replica->stubs.push_back(v1::Planner::NewStub(grpc::CreateCustomChannel(
-        replica->address, grpc::InsecureChannelCredentials(), args)));
+    auto channel = grpc::CreateCustomChannel(
+        replica->address, grpc::InsecureChannelCredentials(), args);
+    if (i == 0) replica->calibration = v1::Calibration::NewStub(channel);
+    replica->stubs.push_back(v1::Fit::NewStub(channel));
   }
   for (int i = 0; i < 600 && !replica->Answers(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -137,9 +140,9 @@ int Main() {
   }
 
   const v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
-  std::vector<v1::Planner::Stub*> one = {a->stubs[0].get(), a->stubs[1].get()};
-  std::vector<v1::Planner::Stub*> two = {a->stubs[0].get(), b->stubs[0].get(),
-                                         a->stubs[1].get(), b->stubs[1].get()};
+  std::vector<v1::Fit::Stub*> one = {a->stubs[0].get(), a->stubs[1].get()};
+  std::vector<v1::Fit::Stub*> two = {a->stubs[0].get(), b->stubs[0].get(),
+                                     a->stubs[1].get(), b->stubs[1].get()};
   ClosedLoop on_one(Rpc::kCheckFit, &request, one, in_flight,
                     bench::kLlama2SevenBParams);
   ClosedLoop on_two(Rpc::kCheckFit, &request, two, in_flight,
@@ -176,7 +179,8 @@ int Main() {
         refit_request.set_force(true);
         v1::RefitResponse response;
         const auto start = std::chrono::steady_clock::now();
-        if (!a->stub()->Refit(&context, refit_request, &response).ok()) break;
+        if (!a->calibration->Refit(&context, refit_request, &response).ok())
+          break;
         refit_seconds.push_back(std::chrono::duration<double>(
                                     std::chrono::steady_clock::now() - start)
                                     .count());
@@ -191,7 +195,7 @@ int Main() {
   grpc::ClientContext list_context;
   list_context.set_deadline(In(10));
   v1::ListFactorSetsResponse sets;
-  if (!a->stub()->ListFactorSets(&list_context, {}, &sets).ok() ||
+  if (!a->calibration->ListFactorSets(&list_context, {}, &sets).ok() ||
       sets.factor_sets_size() < 2) {
     std::fprintf(stderr, "headroom-replicas: fewer than 2 factor sets\n");
     return 1;
@@ -209,7 +213,7 @@ int Main() {
     v1::PromoteFactorSetRequest promote;
     promote.set_version(target);
     v1::PromoteFactorSetResponse promoted;
-    if (!a->stub()->PromoteFactorSet(&context, promote, &promoted).ok()) {
+    if (!a->calibration->PromoteFactorSet(&context, promote, &promoted).ok()) {
       continue;
     }
     const auto start = std::chrono::steady_clock::now();

@@ -157,7 +157,7 @@ BENCHMARK(BM_MetricsVerdict);
 void BM_MetricsRpcHandled(benchmark::State& state) {
   PlannerMetrics metrics;
   const std::string type = "unary";
-  const std::string method = "/headroom.v1.Planner/CheckFit";
+  const std::string method = "/headroom.v1.Fit/CheckFit";
   const std::string code = "OK";
   for (auto _ : state) metrics.RpcHandled(type, method, code, 1e-4);
 }

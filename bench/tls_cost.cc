@@ -65,7 +65,7 @@ std::shared_ptr<grpc::Channel> Open(const Side& side, int salt) {
   return *OpenChannel(side.target, side.security, args);
 }
 
-bool Call(v1::Planner::Stub& stub, const v1::CheckFitRequest& request) {
+bool Call(v1::Fit::Stub& stub, const v1::CheckFitRequest& request) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(5));
@@ -143,7 +143,7 @@ int Main() {
     std::vector<Side*> order = {&plain, &tls};
     if (round % 2 == 1) std::swap(order[0], order[1]);
     for (Side* side : order) {
-      auto stub = v1::Planner::NewStub(Open(*side, ++salt));
+      auto stub = v1::Fit::NewStub(Open(*side, ++salt));
       if (!Call(*stub, request)) ++side->errors;  // connect, warm
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0;
@@ -160,7 +160,7 @@ int Main() {
            i < calls / 4 && std::chrono::steady_clock::now() - start < limit;
            ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        auto stub = v1::Planner::NewStub(Open(*side, ++salt));
+        auto stub = v1::Fit::NewStub(Open(*side, ++salt));
         if (!Call(*stub, request)) ++side->errors;
         side->handshake_us.push_back(
             Micros(std::chrono::steady_clock::now() - t0));

@@ -87,7 +87,7 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
     if (!key.ok()) return Fail(err, std::string(key.status().message()));
     *request.mutable_cache_key() = *key;
   }
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Microbatch::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::PlanMicrobatchResponse response;
@@ -228,7 +228,7 @@ int MicrobatchAutotune(const Options& options,
 
 int MicrobatchCacheList(const Options& options, std::ostream& out,
                         std::ostream& err) {
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Microbatch::NewStub(Connect(options));
   v1::ListAutotuneRecordsRequest request;
   request.set_page_size(500);
   v1::ListAutotuneRecordsResponse response;
@@ -270,7 +270,7 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
   absl::Status parsed = ParseJson(*text, record_path, /*ignore_unknown=*/false,
                                   request.mutable_record());
   if (!parsed.ok()) return Fail(err, std::string(parsed.message()));
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Microbatch::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::PutAutotuneRecordResponse response;
@@ -288,7 +288,7 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
 
 int MicrobatchCacheDrop(const Options& options, const std::string& id,
                         std::ostream& out, std::ostream& err) {
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Microbatch::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::DropAutotuneRecordRequest request;

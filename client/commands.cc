@@ -358,7 +358,7 @@ void AddClientAssumptions(const Options& options,
 int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);
   if (!request.ok()) return Fail(err, std::string(request.status().message()));
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Fit::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::CheckFitResponse response;
@@ -561,7 +561,7 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Calibration::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::GetCalibrationRequest request;
@@ -651,7 +651,7 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
   }
   request.set_force(options.force);
   request.set_dry_run(options.dry_run);
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Calibration::NewStub(Connect(options));
   grpc::ClientContext context;
   // A refit of many runs takes seconds; allow ten times the usual deadline.
   context.set_deadline(std::chrono::system_clock::now() +
@@ -687,7 +687,7 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int FactorsList(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Calibration::NewStub(Connect(options));
   v1::ListFactorSetsRequest request;
   request.set_page_size(500);
   v1::ListFactorSetsResponse response;
@@ -719,7 +719,7 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
   if (!rollback && options.version.empty()) {
     return Fail(err, "--version is required, e.g. --version fs-2");
   }
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Calibration::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::PromoteFactorSetRequest request;

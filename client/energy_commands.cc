@@ -245,7 +245,7 @@ int EnergyPlot(const EnergyOptions& options, std::ostream& out,
 
 int EnergyCurvesList(const Options& options, std::ostream& out,
                      std::ostream& err) {
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Energy::NewStub(Connect(options));
   v1::ListEnergyCurveSetsResponse all;
   v1::ListEnergyCurveSetsRequest request;
   // Bounded: 10,000 pages of 500 sets.
@@ -282,7 +282,7 @@ int EnergyCurvesPromote(const Options& options, bool rollback,
   if (!rollback && options.version.empty()) {
     return Fail(err, "--version is required, e.g. --version ec-2");
   }
-  auto stub = v1::Planner::NewStub(Connect(options));
+  auto stub = v1::Energy::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::PromoteEnergyCurveSetRequest request;

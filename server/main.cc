@@ -40,6 +40,12 @@ ABSL_FLAG(int32_t, import_threads, 2,
 ABSL_FLAG(int32_t, import_queue, 64,
           "imports that may wait for those threads; more are refused with "
           "RESOURCE_EXHAUSTED; 1..100000");
+ABSL_FLAG(int32_t, store_threads, 4,
+          "threads that run the RPCs' store reads and writes (and the worker "
+          "streams' heartbeats and results), off the gRPC threads; 1..64");
+ABSL_FLAG(int32_t, store_queue, 256,
+          "store jobs that may wait for those threads; more are refused with "
+          "RESOURCE_EXHAUSTED; 1..100000");
 ABSL_FLAG(bool, extender_allow_borderline, false,
           "extender filter: let BORDERLINE nodes through (default FITS only)");
 ABSL_FLAG(std::string, extender_prefer, "tightest",
@@ -162,6 +168,8 @@ int main(int argc, char** argv) {
   config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);
   config.import_threads = absl::GetFlag(FLAGS_import_threads);
   config.import_queue = absl::GetFlag(FLAGS_import_queue);
+  config.store_threads = absl::GetFlag(FLAGS_store_threads);
+  config.store_queue = absl::GetFlag(FLAGS_store_queue);
   // Planner start refuses a budget below 4 x the message limit.
   config.grpc_memory_bytes =
       std::min<int64_t>(absl::GetFlag(FLAGS_grpc_memory_mb), int64_t{1} << 20) *

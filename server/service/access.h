@@ -37,7 +37,7 @@ absl::string_view RoleName(Role role);
 // What a method needs. kWorker is Fleet.Connect: a verified client
 // certificate, or a token of role operator or above.
 enum class Need { kAnyone, kRead, kOperator, kAdmin, kWorker };
-// The need of a full method name ("/headroom.v1.Planner/Refit"); a method
+// The need of a full method name ("/headroom.v1.Calibration/Refit"); a method
 // this table does not know needs admin (fail closed).
 Need NeedOf(absl::string_view method);
 // Whether calls to `method` change stored state (they are audited).

@@ -20,7 +20,7 @@ namespace headroom {
 inline constexpr int kMaxAutotuneCandidates = 64;
 
 // Plans `request.plan` on the catalog GPU `gpu` with `factor_set`, exactly
-// as Planner/PlanMicrobatch does (its target replaced by `gpu`, its cache
+// as Microbatch/PlanMicrobatch does (its target replaced by `gpu`, its cache
 // key dropped); the policy "" becomes max_batch. INVALID_ARGUMENT names the
 // field for an unknown policy, a context of 0 (throughput and the record
 // need tokens per sample), more than kMaxAutotuneCandidates candidates, the

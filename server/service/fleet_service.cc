@@ -21,6 +21,8 @@
 #include "server/service/paging.h"
 #include "server/service/queued_writer.h"
 #include "server/service/reply.h"
+#include "server/service/serial_queue.h"
+#include "server/service/store_executor.h"
 #include "server/service/worker_reports.h"
 #include "server/store/probe_transitions.h"
 #include "spdlog/spdlog.h"
@@ -85,46 +87,50 @@ class FleetService::WorkerStream
       : identity(std::move(identity)),
         service_(service),
         peer_(std::move(peer)),
-        last_heard_ms_(NowMs()) {
+        last_heard_ms_(NowMs()),
+        handled_(std::make_shared<SerialQueue>(service->executor_)) {
     StartRead(&incoming_);
   }
 
+  // Never touches the store: the message is handled on the store executor,
+  // after the ones before it on this stream, and the next read starts at
+  // once. A worker that sends faster than its messages are handled (more
+  // than kMaxUnhandled waiting) is told to reconnect; what it had not had
+  // acknowledged it sends again.
   void OnReadDone(bool ok) override {
     if (!ok) {
-      End(grpc::Status::OK);
+      // After the messages read before the end are handled.
+      handled_->Add([this] { End(grpc::Status::OK); });
       return;
     }
     last_heard_ms_ = NowMs();
-    switch (incoming_.kind_case()) {
-      case v1::WorkerMessage::kHello:
-        service_->OnHello(this, incoming_.hello());
-        break;
-      case v1::WorkerMessage::kHeartbeat:
-        service_->OnHeartbeat(this, incoming_.heartbeat());
-        break;
-      case v1::WorkerMessage::kSamples:
-        service_->OnSamples(this, incoming_.samples());
-        break;
-      case v1::WorkerMessage::kResult:
-        service_->OnResult(this, incoming_.result());
-        break;
-      case v1::WorkerMessage::KIND_NOT_SET:
-        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                         "empty WorkerMessage; send hello, heartbeat, "
-                         "samples or result"));
-        return;
+    if (handled_->pending() >= kMaxUnhandled) {
+      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat("more than ", kMaxUnhandled,
+                                    " messages of this stream wait to be "
+                                    "handled; reconnect and send again")));
+      return;
     }
-    // A handler may have ended the stream (a refused hello, a bad result).
-    if (!ending()) StartRead(&incoming_);
+    handled_->Add([this, message = std::move(incoming_)] {
+      // A message before this one may have ended the stream (a refused
+      // hello, a bad result): the rest are not handled.
+      if (!ending()) Handle(message);
+    });
+    incoming_.Clear();
+    StartRead(&incoming_);
   }
 
   void OnCancel() override {
     End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
   }
 
+  // The stream is freed after its last message is handled (its queue
+  // outlives it until then).
   void OnDone() override {
-    service_->OnStreamDone(this);
-    delete this;
+    handled_->Add([this] {
+      service_->OnStreamDone(this);
+      delete this;
+    });
   }
 
   const std::string& peer() const { return peer_; }
@@ -148,10 +154,38 @@ class FleetService::WorkerStream
   std::vector<PlannerMetrics::GpuGauges> gauges;
 
  private:
+  // Messages read and not yet handled, at most.
+  static constexpr size_t kMaxUnhandled = 4096;
+
+  // Runs on the store executor, in read order.
+  void Handle(const v1::WorkerMessage& message) {
+    switch (message.kind_case()) {
+      case v1::WorkerMessage::kHello:
+        service_->OnHello(this, message.hello());
+        break;
+      case v1::WorkerMessage::kHeartbeat:
+        service_->OnHeartbeat(this, message.heartbeat());
+        break;
+      case v1::WorkerMessage::kSamples:
+        service_->OnSamples(this, message.samples());
+        break;
+      case v1::WorkerMessage::kResult:
+        service_->OnResult(this, message.result());
+        break;
+      case v1::WorkerMessage::KIND_NOT_SET:
+        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         "empty WorkerMessage; send hello, heartbeat, "
+                         "samples or result"));
+        break;
+    }
+  }
+
   FleetService* service_;
   std::string peer_;
   std::atomic<int64_t> last_heard_ms_;
+  // Read by gRPC; moved into a job once read.
   v1::WorkerMessage incoming_;
+  std::shared_ptr<SerialQueue> handled_;
 };
 
 // One WatchProbe call.
@@ -176,6 +210,11 @@ class FleetService::ProbeWatch
           break;
         }
       }
+      // SendSnapshot frees it once the snapshot is read.
+      if (snapshot_pending) {
+        done = true;
+        return;
+      }
     }
     delete this;
   }
@@ -186,6 +225,10 @@ class FleetService::ProbeWatch
   v1::Probe::State state = v1::Probe::STATE_UNSPECIFIED;
   std::string assignment_id;
   int results = 0;
+  // The first snapshot is being read on the store executor; the call ended
+  // meanwhile (done), so SendSnapshot frees it.
+  bool snapshot_pending = false;
+  bool done = false;
 
  private:
   FleetService* service_;
@@ -194,10 +237,11 @@ class FleetService::ProbeWatch
 
 FleetService::FleetService(std::shared_ptr<const ModelCatalog> catalog,
                            Store* store, PlannerMetrics* metrics,
-                           Options options)
+                           BackgroundWorker* executor, Options options)
     : catalog_(std::move(catalog)),
       store_(store),
       metrics_(metrics),
+      executor_(executor),
       options_(std::move(options)) {
   dispatcher_ = std::thread([this] { DispatchLoop(); });
 }
@@ -716,39 +760,43 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
                                   "/headroom.v1.Fleet/ListWorkers")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::ListWorkersResponse> {
-    const size_t budget = PageBytes(options_.max_request_bytes);
-    ASSIGN_OR_RETURN(const PageSpec spec,
-                     PageFromRequest("workers", request->page_size(),
-                                     request->page_token(), budget));
-    ASSIGN_OR_RETURN(Page<v1::WorkerStatus> stored, store_->ListWorkers(spec));
-    v1::ListWorkersResponse out;
-    out.set_next_page_token(NextPageToken("workers", stored.next_after));
-    absl::MutexLock lock(&mu_);
-    const int64_t now = NowMs();
-    for (v1::WorkerStatus& worker : stored.entries) {
-      auto it = workers_.find(worker.hello().worker_id());
-      // Connected elsewhere (another replica) counts only while its
-      // last-seen time is fresh: a planner that died cannot say goodbye.
-      if (worker.connected() &&
-          now - worker.last_seen_unix_ms() > 2 * kLastSeenWriteMs) {
-        worker.set_connected(false);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::ListWorkersResponse> {
+      const size_t budget = PageBytes(options_.max_request_bytes);
+      ASSIGN_OR_RETURN(const PageSpec spec,
+                       PageFromRequest("workers", request->page_size(),
+                                       request->page_token(), budget));
+      ASSIGN_OR_RETURN(Page<v1::WorkerStatus> stored,
+                       store_->ListWorkers(spec));
+      v1::ListWorkersResponse out;
+      out.set_next_page_token(NextPageToken("workers", stored.next_after));
+      absl::MutexLock lock(&mu_);
+      const int64_t now = NowMs();
+      for (v1::WorkerStatus& worker : stored.entries) {
+        auto it = workers_.find(worker.hello().worker_id());
+        // Connected elsewhere (another replica) counts only while its
+        // last-seen time is fresh: a planner that died cannot say goodbye.
+        if (worker.connected() &&
+            now - worker.last_seen_unix_ms() > 2 * kLastSeenWriteMs) {
+          worker.set_connected(false);
+        }
+        if (it != workers_.end()) {
+          worker.set_connected(true);
+          worker.set_samples_received(it->second->samples_received);
+          worker.set_running_probe(it->second->running_probe);
+          worker.set_last_seen_unix_ms(now);
+        }
+        if (BoundEntry(&worker, budget)) {
+          spdlog::warn("event=list_entry_cut listing=workers worker={}",
+                       worker.hello().worker_id().substr(0, 64));
+        }
+        *out.add_workers() = std::move(worker);
       }
-      if (it != workers_.end()) {
-        worker.set_connected(true);
-        worker.set_samples_received(it->second->samples_received);
-        worker.set_running_probe(it->second->running_probe);
-        worker.set_last_seen_unix_ms(now);
-      }
-      if (BoundEntry(&worker, budget)) {
-        spdlog::warn("event=list_entry_cut listing=workers worker={}",
-                     worker.hello().worker_id().substr(0, 64));
-      }
-      *out.add_workers() = std::move(worker);
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 std::map<std::string, v1::Target> FleetService::NodeInventory() {
@@ -1007,23 +1055,26 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
                                   "/headroom.v1.Fleet/SubmitProbe")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
-    if (request->has_autotune()) {
-      return absl::InvalidArgumentError(
-          "autotune is set by SubmitAutotune only; send the autotune there");
-    }
-    if (!request->learn_key().empty()) {
-      return absl::InvalidArgumentError(
-          "learn_key is set by the planner only (CheckFitRequest.learn)");
-    }
-    v1::SubmitProbeResponse out;
-    ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
-    if (std::string why = NoWorkerFor(out.probe()); !why.empty()) {
-      out.set_warning(absl::StrCat(why, kStaysQueued));
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
+      if (request->has_autotune()) {
+        return absl::InvalidArgumentError(
+            "autotune is set by SubmitAutotune only; send the autotune there");
+      }
+      if (!request->learn_key().empty()) {
+        return absl::InvalidArgumentError(
+            "learn_key is set by the planner only (CheckFitRequest.learn)");
+      }
+      v1::SubmitProbeResponse out;
+      ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
+      if (std::string why = NoWorkerFor(out.probe()); !why.empty()) {
+        out.set_warning(absl::StrCat(why, kStaysQueued));
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 absl::StatusOr<v1::SubmitAutotuneResponse> FleetService::Autotune(
@@ -1119,7 +1170,10 @@ grpc::ServerUnaryReactor* FleetService::SubmitAutotune(
                                   "/headroom.v1.Fleet/SubmitAutotune")) {
     return refused;
   }
-  return Reply(context->DefaultReactor(), Autotune(*request), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    Reply(reactor, Autotune(*request), response);
+  });
 }
 
 absl::StatusOr<std::string> FleetService::AcceptAutotuneRecord(
@@ -1190,13 +1244,39 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
       return watch;
     }
     if (request->follow()) watches_.emplace(request->id(), watch);
+    // The snapshot is read on the store executor, which sends it; the
+    // watch is not freed before.
+    watch->snapshot_pending = true;
   }
-  absl::StatusOr<v1::Probe> probe = store_->GetProbe(request->id());
+  const std::string id = request->id();
+  const bool follow = request->follow();
+  if (!executor_->Post(
+          [this, watch, id, follow] {
+            SendSnapshot(watch, store_->GetProbe(id), follow);
+          },
+          options_.store_queue)) {
+    SendSnapshot(watch,
+                 absl::ResourceExhaustedError(
+                     "the store queue is full (--store_queue); watch again "
+                     "later"),
+                 follow);
+  }
+  return watch;
+}
+
+void FleetService::SendSnapshot(ProbeWatch* watch,
+                                absl::StatusOr<v1::Probe> probe, bool follow) {
+  absl::MutexLock lock(&mu_);
+  watch->snapshot_pending = false;
+  if (watch->done) {
+    // The call ended before its snapshot was read (cancelled, shutdown).
+    delete watch;
+    return;
+  }
   if (!probe.ok()) {
     watch->End(ToGrpcStatus(probe.status()));
-    return watch;
+    return;
   }
-  absl::MutexLock lock(&mu_);
   watch->synced = true;
   watch->state = probe->state();
   watch->assignment_id = probe->assignment_id();
@@ -1204,10 +1284,14 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
   v1::ProbeEvent snapshot;
   *snapshot.mutable_probe() = *probe;
   watch->Enqueue(std::move(snapshot));
-  if (!request->follow() || Terminal(probe->state())) {
+  if (!follow || Terminal(probe->state())) {
     watch->End(grpc::Status::OK);
   }
-  return watch;
+}
+
+grpc::ServerUnaryReactor* FleetService::DeferToStore(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  return DeferStore(executor_, options_.store_queue, reactor, std::move(job));
 }
 
 grpc::ServerUnaryReactor* FleetService::CancelProbe(
@@ -1217,32 +1301,35 @@ grpc::ServerUnaryReactor* FleetService::CancelProbe(
                                   "/headroom.v1.Fleet/CancelProbe")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::CancelProbeResponse> {
-    RETURN_IF_ERROR(CheckId(request->id(), "id"));
-    ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
-    ASSIGN_OR_RETURN(v1::Probe probe, store_->CancelProbe(request->id()));
-    if (before.state() == v1::Probe::RUNNING &&
-        probe.state() == v1::Probe::CANCELLED) {
-      absl::MutexLock lock(&mu_);
-      auto it = workers_.find(before.worker());
-      if (it != workers_.end()) {
-        v1::PlannerMessage cancel;
-        cancel.mutable_cancel()->set_assignment_id(before.assignment_id());
-        cancel.mutable_cancel()->set_reason("probe cancelled by an operator");
-        it->second->Enqueue(std::move(cancel));
-        it->second->running_assignment.clear();
-        it->second->running_probe.clear();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::CancelProbeResponse> {
+      RETURN_IF_ERROR(CheckId(request->id(), "id"));
+      ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
+      ASSIGN_OR_RETURN(v1::Probe probe, store_->CancelProbe(request->id()));
+      if (before.state() == v1::Probe::RUNNING &&
+          probe.state() == v1::Probe::CANCELLED) {
+        absl::MutexLock lock(&mu_);
+        auto it = workers_.find(before.worker());
+        if (it != workers_.end()) {
+          v1::PlannerMessage cancel;
+          cancel.mutable_cancel()->set_assignment_id(before.assignment_id());
+          cancel.mutable_cancel()->set_reason("probe cancelled by an operator");
+          it->second->Enqueue(std::move(cancel));
+          it->second->running_assignment.clear();
+          it->second->running_probe.clear();
+        }
       }
-    }
-    spdlog::info("event=probe_cancel probe={} state={}", probe.id(),
-                 v1::Probe::State_Name(probe.state()));
-    PublishProbe(probe);
-    Wake();
-    v1::CancelProbeResponse out;
-    *out.mutable_probe() = std::move(probe);
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+      spdlog::info("event=probe_cancel probe={} state={}", probe.id(),
+                   v1::Probe::State_Name(probe.state()));
+      PublishProbe(probe);
+      Wake();
+      v1::CancelProbeResponse out;
+      *out.mutable_probe() = std::move(probe);
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 grpc::ServerUnaryReactor* FleetService::ListProbes(
@@ -1252,38 +1339,42 @@ grpc::ServerUnaryReactor* FleetService::ListProbes(
                                   "/headroom.v1.Fleet/ListProbes")) {
     return refused;
   }
-  auto answer = [&]() -> absl::StatusOr<v1::ListProbesResponse> {
-    if (request->limit() > 10000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("limit = ", request->limit(),
-                       " is out of range; allowed 0..10000 (0 = 100)"));
-    }
-    // A client from before paging sends limit alone: it is the page size,
-    // at most kMaxPageSize.
-    int32_t page_size = request->page_size();
-    if (page_size == 0 && request->limit() > 0) {
-      page_size = static_cast<int32_t>(
-          std::min<uint32_t>(request->limit(), kMaxPageSize));
-    }
-    const size_t budget = PageBytes(options_.max_request_bytes);
-    ASSIGN_OR_RETURN(const PageSpec spec,
-                     PageFromRequest(absl::StrCat("probes/", request->state()),
-                                     page_size, request->page_token(), budget));
-    ASSIGN_OR_RETURN(Page<v1::Probe> probes,
-                     store_->ListProbes(request->state(), spec));
-    v1::ListProbesResponse out;
-    out.set_next_page_token(NextPageToken(
-        absl::StrCat("probes/", request->state()), probes.next_after));
-    for (v1::Probe& probe : probes.entries) {
-      if (BoundEntry(&probe, budget)) {
-        spdlog::warn("event=list_entry_cut listing=probes probe={}",
-                     probe.id().substr(0, 64));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::ListProbesResponse> {
+      if (request->limit() > 10000) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("limit = ", request->limit(),
+                         " is out of range; allowed 0..10000 (0 = 100)"));
       }
-      *out.add_probes() = std::move(probe);
-    }
-    return out;
-  }();
-  return Reply(context->DefaultReactor(), std::move(answer), response);
+      // A client from before paging sends limit alone: it is the page size,
+      // at most kMaxPageSize.
+      int32_t page_size = request->page_size();
+      if (page_size == 0 && request->limit() > 0) {
+        page_size = static_cast<int32_t>(
+            std::min<uint32_t>(request->limit(), kMaxPageSize));
+      }
+      const size_t budget = PageBytes(options_.max_request_bytes);
+      ASSIGN_OR_RETURN(
+          const PageSpec spec,
+          PageFromRequest(absl::StrCat("probes/", request->state()), page_size,
+                          request->page_token(), budget));
+      ASSIGN_OR_RETURN(Page<v1::Probe> probes,
+                       store_->ListProbes(request->state(), spec));
+      v1::ListProbesResponse out;
+      out.set_next_page_token(NextPageToken(
+          absl::StrCat("probes/", request->state()), probes.next_after));
+      for (v1::Probe& probe : probes.entries) {
+        if (BoundEntry(&probe, budget)) {
+          spdlog::warn("event=list_entry_cut listing=probes probe={}",
+                       probe.id().substr(0, 64));
+        }
+        *out.add_probes() = std::move(probe);
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
 }
 
 void FleetService::PublishSamples(const v1::SampleBatch& samples) {

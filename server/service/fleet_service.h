@@ -18,6 +18,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/service/access.h"
+#include "server/service/background_worker.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
@@ -49,11 +50,16 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
     // A probe handed back by workers this many times fails instead of
     // going back to the queue again.
     uint32_t max_handbacks = 3;
+    // Store jobs that may wait on the executor; more: RESOURCE_EXHAUSTED.
+    size_t store_queue = 256;
   };
 
-  // `store` and `metrics` must outlive the service.
+  // `store`, `metrics` and `executor` must outlive the service. Store work
+  // of the RPCs and of the worker streams runs on `executor`, never on a
+  // gRPC callback thread.
   FleetService(std::shared_ptr<const ModelCatalog> catalog, Store* store,
-               PlannerMetrics* metrics, Options options);
+               PlannerMetrics* metrics, BackgroundWorker* executor,
+               Options options);
   ~FleetService() override;
   FleetService(const FleetService&) = delete;
   FleetService& operator=(const FleetService&) = delete;
@@ -126,6 +132,15 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
               WorkerRejection reason, const std::string& key,
               const std::string& detail, std::optional<grpc::StatusCode> end);
 
+  // Runs `job` on the store executor, which finishes the call;
+  // RESOURCE_EXHAUSTED at once when store_queue jobs wait.
+  grpc::ServerUnaryReactor* DeferToStore(grpc::ServerUnaryReactor* reactor,
+                                         std::function<void()> job);
+  // WatchProbe's first event: the probe as stored now; ends the watch
+  // unless it follows a probe not yet final. On the store executor.
+  void SendSnapshot(ProbeWatch* watch, absl::StatusOr<v1::Probe> probe,
+                    bool follow);
+
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
   // Why no worker connected now can take `probe` (its placement and
   // executor); empty when one can.
@@ -175,6 +190,7 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   std::shared_ptr<const ModelCatalog> catalog_;
   Store* store_;
   PlannerMetrics* metrics_;
+  BackgroundWorker* executor_;
   const Options options_;
 
   absl::Mutex mu_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
@@ -15,8 +17,8 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// go-grpc-prometheus splits "/headroom.v1.Planner/CheckFit" into service
-// "headroom.v1.Planner" and method "CheckFit".
+// go-grpc-prometheus splits "/headroom.v1.Fit/CheckFit" into service
+// "headroom.v1.Fit" and method "CheckFit".
 void SplitMethod(const std::string& full, std::string* service,
                  std::string* method) {
   const size_t slash = full.rfind('/');
@@ -41,12 +43,18 @@ std::set<std::string> KnownMethods() {
   };
   const google::protobuf::DescriptorPool* pool =
       google::protobuf::DescriptorPool::generated_pool();
-  // The request types' files hold the services (and link them in).
-  const google::protobuf::ServiceDescriptor* services[] = {
-      v1::CheckFitRequest::descriptor()->file()->FindServiceByName("Planner"),
-      v1::WorkerMessage::descriptor()->file()->FindServiceByName("Fleet"),
+  // The request types' files hold headroom.v1's services (and link them
+  // in): Fit, Calibration, Energy, Density, Microbatch, Fleet.
+  std::vector<const google::protobuf::ServiceDescriptor*> services = {
       pool->FindServiceByName("grpc.health.v1.Health"),
       pool->FindServiceByName("grpc.reflection.v1alpha.ServerReflection")};
+  for (const google::protobuf::FileDescriptor* file :
+       {v1::CheckFitRequest::descriptor()->file(),
+        v1::WorkerMessage::descriptor()->file()}) {
+    for (int i = 0; i < file->service_count(); ++i) {
+      services.push_back(file->service(i));
+    }
+  }
   for (const google::protobuf::ServiceDescriptor* service : services) {
     if (service == nullptr) continue;
     for (int i = 0; i < service->method_count(); ++i) {

@@ -72,9 +72,9 @@ class PlannerMetrics {
   std::shared_ptr<const prometheus::Collectable> exported() const;
 
   // Counts one RPC start / finish; `method` is "/pkg.Service/Method". A
-  // method no registered service has (headroom.v1.Planner, headroom.v1.Fleet,
-  // health, reflection) counts as service and method "unknown", so made-up
-  // method names add no series.
+  // method no registered service has (headroom.v1's Fit, Calibration,
+  // Energy, Density, Microbatch and Fleet, health, reflection) counts as
+  // service and method "unknown", so made-up method names add no series.
   void RpcStarted(const std::string& type, const std::string& method);
   void RpcHandled(const std::string& type, const std::string& method,
                   const std::string& code, double seconds);

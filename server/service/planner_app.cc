@@ -182,6 +182,16 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         absl::StrCat("import_queue = ", config.import_queue,
                      " is out of range; allowed 1..100000"));
   }
+  if (config.store_threads < 1 || config.store_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_threads = ", config.store_threads,
+                     " is out of range; allowed 1..64"));
+  }
+  if (config.store_queue < 1 || config.store_queue > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_queue = ", config.store_queue,
+                     " is out of range; allowed 1..100000"));
+  }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog,
                    ModelCatalog::LoadDirectory(config.models_dir));
@@ -196,7 +206,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->metrics_->FactorSetInstalled(set);
   auto planner = std::make_shared<const FitPlanner>(
       app->catalog_, std::move(set), config.coverage);
-  PlannerService::Options options;
+  PlannerState::Options options;
   options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   options.coverage = config.coverage;
   options.auto_probe = config.auto_probe;
@@ -204,12 +214,21 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.before_refit_commit = config.before_refit_commit;
   options.import_threads = config.import_threads;
   options.import_queue = static_cast<size_t>(config.import_queue);
-  app->service_ = std::make_unique<PlannerService>(
+  options.store_queue = static_cast<size_t>(config.store_queue);
+  app->store_executor_ =
+      std::make_unique<BackgroundWorker>(config.store_threads);
+  app->state_ = std::make_unique<PlannerState>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
-      options);
+      app->store_executor_.get(), options);
+  PlannerState* state = app->state_.get();
+  app->fit_ = std::make_unique<FitService>(state);
+  app->calibration_ = std::make_unique<CalibrationService>(state);
+  app->energy_ = std::make_unique<EnergyService>(state);
+  app->density_ = std::make_unique<DensityService>(state);
+  app->microbatch_ = std::make_unique<MicrobatchService>(state);
   ASSIGN_OR_RETURN(v1::EnergyCurveSet curves,
                    EnsureEnergyCurves(*app->store_, config.energy_curves_path));
-  app->service_->SetEnergyCurves(
+  app->state_->SetEnergyCurves(
       std::make_shared<const v1::EnergyCurveSet>(std::move(curves)));
 
   FleetService::Options fleet;
@@ -219,20 +238,25 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   fleet.store_poll_ms = config.store_poll_ms;
   fleet.access = access;
-  app->fleet_ = std::make_unique<FleetService>(app->catalog_, app->store_.get(),
-                                               app->metrics_.get(), fleet);
+  fleet.store_queue = static_cast<size_t>(config.store_queue);
+  app->fleet_ = std::make_unique<FleetService>(
+      app->catalog_, app->store_.get(), app->metrics_.get(),
+      app->store_executor_.get(), fleet);
   // Answers rest on the stored runs from the first request on; a probe's
   // stored result refreshes them, and learning probes go to the fleet.
-  RETURN_IF_ERROR(app->service_->RefreshEvidence());
-  app->service_->SetLearner(app->fleet_.get());
-  app->fleet_->OnRunStored(
-      [service = app->service_.get()] { service->EvidenceStale(); });
+  RETURN_IF_ERROR(app->state_->RefreshEvidence());
+  app->state_->SetLearner(app->fleet_.get());
+  app->fleet_->OnRunStored([state] { state->EvidenceStale(); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &app->grpc_port_);
-  builder.RegisterService(app->service_.get());
+  builder.RegisterService(app->fit_.get());
+  builder.RegisterService(app->calibration_.get());
+  builder.RegisterService(app->energy_.get());
+  builder.RegisterService(app->density_.get());
+  builder.RegisterService(app->microbatch_.get());
   builder.RegisterService(app->fleet_.get());
   builder.SetMaxReceiveMessageSize(2 * config.max_message_bytes);
   grpc::ResourceQuota quota("headroom-planner");
@@ -262,7 +286,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->sync_ = std::thread([raw = app.get(), poll = config.store_poll_ms] {
     while (!raw->stop_sync_.WaitForNotificationWithTimeout(
         absl::Milliseconds(poll))) {
-      absl::StatusOr<bool> synced = raw->service_->SyncWithStore();
+      absl::StatusOr<bool> synced = raw->state_->SyncWithStore();
       if (!synced.ok()) {
         spdlog::warn("event=store_sync_failed error=\"{}\"",
                      std::string(synced.status().message()));
@@ -280,9 +304,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   SchedulerExtender::Options extender = config.extender;
   extender.budget = absl::Milliseconds(config.extender_budget_ms);
   app->extender_ = std::make_unique<SchedulerExtender>(
-      [service = app->service_.get()](const v1::CheckFitRequest& request) {
-        const std::shared_ptr<const Evidence> evidence = service->evidence();
-        return service->planner()->CheckFit(request, evidence.get());
+      [state](const v1::CheckFitRequest& request) {
+        const std::shared_ptr<const Evidence> evidence = state->evidence();
+        return state->planner()->CheckFit(request, evidence.get());
       },
       [fleet = app->fleet_.get()] { return fleet->NodeInventory(); },
       app->metrics_.get(), extender);
@@ -294,7 +318,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         auto it = query.find("include_simulated");
         const bool include_simulated =
             it != query.end() && (it->second == "1" || it->second == "true");
-        return raw->service_->CalibrationHtml(include_simulated);
+        return raw->calibration_->CalibrationHtml(include_simulated);
       };
   if (!config.http_listen.empty()) {
     ASSIGN_OR_RETURN(
@@ -318,7 +342,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
 void PlannerApp::Shutdown(std::chrono::milliseconds grace) {
   if (!stop_sync_.HasBeenNotified()) stop_sync_.Notify();
   if (sync_.joinable()) sync_.join();
-  if (service_ != nullptr) service_->Quiesce();
+  if (state_ != nullptr) state_->Quiesce();
   if (fleet_ != nullptr) fleet_->OnRunStored(nullptr);
   if (serving_.exchange(false) && server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);

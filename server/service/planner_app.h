@@ -2,8 +2,8 @@
 #define HEADROOM_SERVER_SERVICE_PLANNER_APP_H_
 
 // The whole planner process minus main(): catalog, store, first fit, gRPC
-// server (planner, health, reflection), HTTP metrics. Tests start it on
-// port 0 exactly as the binary does.
+// server (the domain services, health, reflection), HTTP metrics. Tests start
+// it on port 0 exactly as the binary does.
 
 #include <atomic>
 #include <chrono>
@@ -16,10 +16,16 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/server.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/service/background_worker.h"
+#include "server/service/calibration_service.h"
+#include "server/service/density_service.h"
+#include "server/service/energy_service.h"
+#include "server/service/fit_service.h"
 #include "server/service/fleet_service.h"
 #include "server/service/http_server.h"
 #include "server/service/metrics.h"
-#include "server/service/planner_service.h"
+#include "server/service/microbatch_service.h"
+#include "server/service/planner_state.h"
 #include "server/service/scheduler_extender.h"
 #include "server/store/store.h"
 
@@ -60,9 +66,14 @@ struct PlannerConfig {
   // (results, cancels, re-queues) made through another replica. 10..60000.
   int64_t store_poll_ms = 1000;
   // Answers that import a model run on import_threads threads of their
-  // own, import_queue waiting at most (PlannerService::Options).
+  // own, import_queue waiting at most (PlannerState::Options).
   int import_threads = 2;
   int import_queue = 64;
+  // Store reads and writes of the RPCs and worker streams run on
+  // store_threads threads, store_queue jobs waiting at most (more:
+  // RESOURCE_EXHAUSTED).
+  int store_threads = 4;
+  int store_queue = 256;
   // Largest request message accepted, in bytes.
   int max_message_bytes = 4 << 20;
   // Memory gRPC may hold for this server's connections (a resource quota).
@@ -85,7 +96,7 @@ struct PlannerConfig {
   // Without TLS the planner listens on loopback addresses only, unless
   // this is set (logged as a warning at start).
   bool allow_insecure = false;
-  // Tests only: PlannerService::Options::before_refit_commit.
+  // Tests only: PlannerState::Options::before_refit_commit.
   std::function<void(const std::function<bool()>& live)> before_refit_commit;
 };
 
@@ -121,8 +132,20 @@ class PlannerApp {
   std::unique_ptr<Store> store_;
   std::shared_ptr<const ModelCatalog> catalog_;
   std::unique_ptr<PlannerMetrics> metrics_;
-  std::unique_ptr<PlannerService> service_;
+  // One service per domain, around the state they share; the state is
+  // declared after them so its threads (whose jobs call into the services)
+  // are joined first.
+  std::unique_ptr<FitService> fit_;
+  std::unique_ptr<CalibrationService> calibration_;
+  std::unique_ptr<EnergyService> energy_;
+  std::unique_ptr<DensityService> density_;
+  std::unique_ptr<MicrobatchService> microbatch_;
+  std::unique_ptr<PlannerState> state_;
   std::unique_ptr<FleetService> fleet_;
+  // Runs the services' store work. After them and before the server: it
+  // is joined (running what still waits, such as a closed worker stream's
+  // last messages) once the server has stopped and before the services go.
+  std::unique_ptr<BackgroundWorker> store_executor_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<SchedulerExtender> extender_;

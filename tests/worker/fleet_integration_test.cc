@@ -24,6 +24,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/planner_stubs.h"
 
 namespace headroom {
 namespace {
@@ -47,7 +48,7 @@ class FleetIntegrationTest : public ::testing::Test {
     auto channel =
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     fleet_ = v1::Fleet::NewStub(channel);
-    planner_stub_ = v1::Planner::NewStub(channel);
+    planner_stub_ = std::make_unique<testing::PlannerStubs>(channel);
   }
   void TearDown() override {
     workers_.clear();
@@ -121,7 +122,7 @@ class FleetIntegrationTest : public ::testing::Test {
   std::unique_ptr<Child> planner_;
   std::map<std::string, std::unique_ptr<Child>> workers_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
-  std::unique_ptr<v1::Planner::Stub> planner_stub_;
+  std::unique_ptr<testing::PlannerStubs> planner_stub_;
 };
 
 TEST_F(FleetIntegrationTest, ProbesSurviveAWorkerKillAndAPlannerRestart) {
@@ -220,7 +221,8 @@ TEST_F(FleetIntegrationTest, ProbesSurviveAWorkerKillAndAPlannerRestart) {
     request.set_dry_run(true);
     request.set_include_simulated(include_simulated);
     v1::RefitResponse response;
-    EXPECT_TRUE(planner_stub_->Refit(&context, request, &response).ok());
+    EXPECT_TRUE(
+        planner_stub_->calibration->Refit(&context, request, &response).ok());
     return response.runs_used();
   };
   const int base = refit(false);
@@ -331,7 +333,7 @@ TEST_F(FleetIntegrationTest, BadWorkerMessagesEndTheStreamNotThePlanner) {
   EXPECT_TRUE(connected.empty());
   grpc::ClientContext context;
   v1::PingResponse pong;
-  EXPECT_TRUE(planner_stub_->Ping(&context, {}, &pong).ok());
+  EXPECT_TRUE(planner_stub_->fit->Ping(&context, {}, &pong).ok());
 }
 
 }  // namespace
@@ -423,7 +425,9 @@ TEST_F(FleetIntegrationTest, AutotuneRunsOnTheWorkerAndIsCached) {
   {
     grpc::ClientContext context;
     v1::ListAutotuneRecordsResponse listed;
-    ASSERT_TRUE(planner_stub_->ListAutotuneRecords(&context, {}, &listed).ok());
+    ASSERT_TRUE(
+        planner_stub_->microbatch->ListAutotuneRecords(&context, {}, &listed)
+            .ok());
     ASSERT_EQ(listed.entries_size(), 1);
     EXPECT_EQ(listed.entries(0).record().selected().microbatch(),
               record.selected().microbatch());
@@ -438,7 +442,9 @@ TEST_F(FleetIntegrationTest, AutotuneRunsOnTheWorkerAndIsCached) {
     *plan.mutable_cache_key() = record.cache_key();
     grpc::ClientContext context;
     v1::PlanMicrobatchResponse planned;
-    ASSERT_TRUE(planner_stub_->PlanMicrobatch(&context, plan, &planned).ok());
+    ASSERT_TRUE(
+        planner_stub_->microbatch->PlanMicrobatch(&context, plan, &planned)
+            .ok());
     ASSERT_TRUE(planned.has_cached());
     EXPECT_TRUE(planned.cached().cache_reused());
     EXPECT_EQ(planned.measure_count(), 0);

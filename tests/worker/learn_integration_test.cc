@@ -76,7 +76,7 @@ class LearnIntegrationTest : public ::testing::Test {
     auto channel =
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     fleet_ = v1::Fleet::NewStub(channel);
-    planner_stub_ = v1::Planner::NewStub(channel);
+    planner_stub_ = v1::Fit::NewStub(channel);
     planner_ = std::make_unique<Child>(std::vector<std::string>{
         HEADROOM_PLANNER_BIN, "--listen=" + address_,
         "--http_listen=127.0.0.1:" + std::to_string(http_port_),
@@ -133,7 +133,7 @@ class LearnIntegrationTest : public ::testing::Test {
   std::unique_ptr<Child> planner_;
   std::unique_ptr<Child> worker_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
-  std::unique_ptr<v1::Planner::Stub> planner_stub_;
+  std::unique_ptr<v1::Fit::Stub> planner_stub_;
 };
 
 TEST_F(LearnIntegrationTest, APriorAnswerLearnsFromOneProbe) {

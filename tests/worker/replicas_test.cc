@@ -29,6 +29,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/postgres.h"
 
 namespace headroom {
@@ -48,20 +49,21 @@ std::chrono::system_clock::time_point In(int seconds) {
 struct Replica {
   std::string address;
   std::unique_ptr<Child> process;
-  std::unique_ptr<v1::Planner::Stub> planner;
+  std::unique_ptr<testing::PlannerStubs> planner;
   std::unique_ptr<v1::Fleet::Stub> fleet;
 
   bool Answers() {
     grpc::ClientContext context;
     context.set_deadline(In(1));
     v1::PingResponse pong;
-    return planner->Ping(&context, {}, &pong).ok();
+    return planner->fit->Ping(&context, {}, &pong).ok();
   }
   std::string CurrentVersion() {
     grpc::ClientContext context;
     context.set_deadline(In(5));
     v1::ListFactorSetsResponse response;
-    if (!planner->ListFactorSets(&context, {}, &response).ok()) return "";
+    if (!planner->calibration->ListFactorSets(&context, {}, &response).ok())
+      return "";
     return response.current_version();
   }
   std::optional<v1::Probe> Get(const std::string& id) {
@@ -111,7 +113,7 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
         "--store_poll_ms=" + std::to_string(kPollMs), "--log_level=warn"});
     auto channel = grpc::CreateChannel(replica.address,
                                        grpc::InsecureChannelCredentials());
-    replica.planner = v1::Planner::NewStub(channel);
+    replica.planner = std::make_unique<testing::PlannerStubs>(channel);
     replica.fleet = v1::Fleet::NewStub(channel);
     return replica;
   }
@@ -241,8 +243,8 @@ TEST_P(ReplicasTest, ProbesFactorSetsAndAnswersAreSharedAcrossReplicas) {
     request.set_include_simulated(true);
     request.set_force(true);
     v1::RefitResponse response;
-    const grpc::Status status =
-        replicas_["a"].planner->Refit(&context, request, &response);
+    const grpc::Status status = replicas_["a"].planner->calibration->Refit(
+        &context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     ASSERT_TRUE(response.promoted());
     promoted = response.factor_set().version();
@@ -266,7 +268,7 @@ TEST_P(ReplicasTest, ProbesFactorSetsAndAnswersAreSharedAcrossReplicas) {
   const auto ask = [&](const char* name, v1::CheckFitResponse* out) {
     grpc::ClientContext context;
     context.set_deadline(In(10));
-    return replicas_[name].planner->CheckFit(&context, check, out).ok();
+    return replicas_[name].planner->fit->CheckFit(&context, check, out).ok();
   };
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -286,7 +288,8 @@ TEST_P(ReplicasTest, ProbesFactorSetsAndAnswersAreSharedAcrossReplicas) {
     request.set_rollback(true);
     v1::PromoteFactorSetResponse response;
     ASSERT_TRUE(replicas_["c"]
-                    .planner->PromoteFactorSet(&context, request, &response)
+                    .planner->calibration
+                    ->PromoteFactorSet(&context, request, &response)
                     .ok());
     EXPECT_EQ(response.current_version(), first);
   }

@@ -250,7 +250,8 @@ class Client:
             self._channel = grpc.insecure_channel(address)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout_s = timeout_s
-        self._planner = planner_pb2_grpc.PlannerStub(self._channel)
+        self._fit = planner_pb2_grpc.FitStub(self._channel)
+        self._calibration = planner_pb2_grpc.CalibrationStub(self._channel)
         self._fleet = fleet_pb2_grpc.FleetStub(self._channel)
 
     def close(self) -> None:
@@ -271,7 +272,7 @@ class Client:
 
     def ping(self) -> None:
         """Returns when the planner answers; HeadroomError otherwise."""
-        self._call(self._planner.Ping, planner_pb2.PingRequest())
+        self._call(self._fit.Ping, planner_pb2.PingRequest())
 
     def check_fit(self, model: Model, batch: int | Iterable[int],
                   gpus: Gpu | Sequence[Gpu], precision: str = "fp32",
@@ -299,7 +300,7 @@ class Client:
             batches=batches, targets=[_target(g) for g in gpus],
             coverage=coverage, learn=learn,
             include_simulated=include_simulated)
-        return _answer(self._call(self._planner.CheckFit, request), batches)
+        return _answer(self._call(self._fit.CheckFit, request), batches)
 
     def fits(self, model: Model, batch: int, gpu: Gpu, **setup) -> bool:
         """True iff the verdict is FITS (BORDERLINE is False: it may OOM).
@@ -311,7 +312,7 @@ class Client:
         """The factor set `version` ("fs-3"; empty: the current one) with its
         calibration page, as FactorSet in calibration.proto."""
         request = planner_pb2.GetCalibrationRequest(version=version)
-        return _to_dict(self._call(self._planner.GetCalibration,
+        return _to_dict(self._call(self._calibration.GetCalibration,
                                    request).factor_set)
 
     def submit_probe(self, model: Model, batches: Iterable[int],

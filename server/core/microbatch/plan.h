@@ -1,7 +1,7 @@
 #ifndef HEADROOM_SERVER_CORE_MICROBATCH_PLAN_H_
 #define HEADROOM_SERVER_CORE_MICROBATCH_PLAN_H_
 
-// Planner/PlanMicrobatch (DESIGN.md, "Microbatch autotuning"): the predicted
+// Microbatch/PlanMicrobatch (DESIGN.md, "Microbatch autotuning"): the predicted
 // peak of every microbatch candidate before anything runs, and which
 // candidates a worker must measure because the prediction cannot decide
 // them. Plain C++ over the API messages, no gRPC, no I/O.

@@ -27,6 +27,7 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/support/child_process.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -73,22 +74,22 @@ TEST(AccessTest, TokensFileLinesAreParsedAndBadOnesNamed) {
 // method added to a proto fails here until its need is decided.
 TEST(AccessTest, EveryMethodOfTheApiHasTheNeedItsDomainSays) {
   const std::map<std::string, Need> expected = {
-      {"/headroom.v1.Planner/CheckFit", Need::kRead},
-      {"/headroom.v1.Planner/GetCalibration", Need::kRead},
-      {"/headroom.v1.Planner/Ping", Need::kAnyone},
-      {"/headroom.v1.Planner/Refit", Need::kAdmin},
-      {"/headroom.v1.Planner/ListFactorSets", Need::kRead},
-      {"/headroom.v1.Planner/PromoteFactorSet", Need::kAdmin},
-      {"/headroom.v1.Planner/RankDensity", Need::kRead},
-      {"/headroom.v1.Planner/SubmitDensityRuns", Need::kOperator},
-      {"/headroom.v1.Planner/EstimateEnergy", Need::kRead},
-      {"/headroom.v1.Planner/RefitEnergy", Need::kAdmin},
-      {"/headroom.v1.Planner/ListEnergyCurveSets", Need::kRead},
-      {"/headroom.v1.Planner/PromoteEnergyCurveSet", Need::kAdmin},
-      {"/headroom.v1.Planner/PlanMicrobatch", Need::kRead},
-      {"/headroom.v1.Planner/PutAutotuneRecord", Need::kOperator},
-      {"/headroom.v1.Planner/ListAutotuneRecords", Need::kRead},
-      {"/headroom.v1.Planner/DropAutotuneRecord", Need::kOperator},
+      {"/headroom.v1.Fit/CheckFit", Need::kRead},
+      {"/headroom.v1.Calibration/GetCalibration", Need::kRead},
+      {"/headroom.v1.Fit/Ping", Need::kAnyone},
+      {"/headroom.v1.Calibration/Refit", Need::kAdmin},
+      {"/headroom.v1.Calibration/ListFactorSets", Need::kRead},
+      {"/headroom.v1.Calibration/PromoteFactorSet", Need::kAdmin},
+      {"/headroom.v1.Density/RankDensity", Need::kRead},
+      {"/headroom.v1.Density/SubmitDensityRuns", Need::kOperator},
+      {"/headroom.v1.Energy/EstimateEnergy", Need::kRead},
+      {"/headroom.v1.Energy/RefitEnergy", Need::kAdmin},
+      {"/headroom.v1.Energy/ListEnergyCurveSets", Need::kRead},
+      {"/headroom.v1.Energy/PromoteEnergyCurveSet", Need::kAdmin},
+      {"/headroom.v1.Microbatch/PlanMicrobatch", Need::kRead},
+      {"/headroom.v1.Microbatch/PutAutotuneRecord", Need::kOperator},
+      {"/headroom.v1.Microbatch/ListAutotuneRecords", Need::kRead},
+      {"/headroom.v1.Microbatch/DropAutotuneRecord", Need::kOperator},
       {"/headroom.v1.Fleet/Connect", Need::kWorker},
       {"/headroom.v1.Fleet/ListWorkers", Need::kRead},
       {"/headroom.v1.Fleet/SubmitProbe", Need::kOperator},
@@ -99,7 +100,9 @@ TEST(AccessTest, EveryMethodOfTheApiHasTheNeedItsDomainSays) {
   };
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
   int methods = 0;
-  for (const char* service : {"headroom.v1.Planner", "headroom.v1.Fleet"}) {
+  for (const char* service :
+       {"headroom.v1.Fit", "headroom.v1.Calibration", "headroom.v1.Energy",
+        "headroom.v1.Density", "headroom.v1.Microbatch", "headroom.v1.Fleet"}) {
     const google::protobuf::ServiceDescriptor* descriptor =
         pool->FindServiceByName(service);
     ASSERT_NE(descriptor, nullptr) << service;
@@ -113,9 +116,9 @@ TEST(AccessTest, EveryMethodOfTheApiHasTheNeedItsDomainSays) {
     }
   }
   EXPECT_GE(methods, 21);
-  EXPECT_EQ(NeedOf("/headroom.v1.Planner/MadeUp"), Need::kAdmin);
-  EXPECT_TRUE(Mutates("/headroom.v1.Planner/Refit"));
-  EXPECT_FALSE(Mutates("/headroom.v1.Planner/CheckFit"));
+  EXPECT_EQ(NeedOf("/headroom.v1.Fit/MadeUp"), Need::kAdmin);
+  EXPECT_TRUE(Mutates("/headroom.v1.Calibration/Refit"));
+  EXPECT_FALSE(Mutates("/headroom.v1.Fit/CheckFit"));
 }
 
 Caller TokenCaller(Role role) {
@@ -127,9 +130,9 @@ Caller TokenCaller(Role role) {
 }
 
 TEST(AccessTest, DecisionsFollowTheRoles) {
-  const std::string refit = "/headroom.v1.Planner/Refit";
+  const std::string refit = "/headroom.v1.Calibration/Refit";
   const std::string probe = "/headroom.v1.Fleet/SubmitProbe";
-  const std::string fit = "/headroom.v1.Planner/CheckFit";
+  const std::string fit = "/headroom.v1.Fit/CheckFit";
   const std::string connect = "/headroom.v1.Fleet/Connect";
   std::map<std::string, TokenEntry> tokens = {
       {std::string(kAdminHash), {"alice", Role::kAdmin}}};
@@ -141,7 +144,7 @@ TEST(AccessTest, DecisionsFollowTheRoles) {
 
   Access with_tokens({"tokens", false, true, false}, tokens);
   EXPECT_TRUE(with_tokens.Allow(Caller{}, fit).ok());  // reads open
-  EXPECT_TRUE(with_tokens.Allow(Caller{}, "/headroom.v1.Planner/Ping").ok());
+  EXPECT_TRUE(with_tokens.Allow(Caller{}, "/headroom.v1.Fit/Ping").ok());
   absl::Status anonymous = with_tokens.Allow(Caller{}, refit);
   EXPECT_EQ(anonymous.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(anonymous.message(), HasSubstr("role admin"));
@@ -285,7 +288,9 @@ TEST_F(SecurePlannerTest, EveryMutatingCallNeedsItsRoleAndNothingIsStored) {
   const auto operator_ = Channel("operator");
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
   int mutating = 0;
-  for (const char* service : {"headroom.v1.Planner", "headroom.v1.Fleet"}) {
+  for (const char* service :
+       {"headroom.v1.Fit", "headroom.v1.Calibration", "headroom.v1.Energy",
+        "headroom.v1.Density", "headroom.v1.Microbatch", "headroom.v1.Fleet"}) {
     const auto* descriptor = pool->FindServiceByName(service);
     for (int i = 0; i < descriptor->method_count(); ++i) {
       const std::string method =
@@ -319,15 +324,16 @@ TEST_F(SecurePlannerTest, EveryMutatingCallNeedsItsRoleAndNothingIsStored) {
   EXPECT_GE(mutating, 9);
 
   // Real requests, refused alike; nothing of them is stored.
-  auto planner = v1::Planner::NewStub(reader);
+  auto planner = std::make_unique<testing::PlannerStubs>(reader);
   auto fleet = v1::Fleet::NewStub(anonymous);
   {
     grpc::ClientContext context;
     v1::RefitRequest request;
     request.set_force(true);
     v1::RefitResponse response;
-    EXPECT_EQ(planner->Refit(&context, request, &response).error_code(),
-              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(
+        planner->calibration->Refit(&context, request, &response).error_code(),
+        grpc::StatusCode::PERMISSION_DENIED);
   }
   {
     grpc::ClientContext context;
@@ -340,11 +346,12 @@ TEST_F(SecurePlannerTest, EveryMutatingCallNeedsItsRoleAndNothingIsStored) {
     EXPECT_EQ(fleet->SubmitProbe(&context, request, &response).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
   }
-  auto admin = v1::Planner::NewStub(Channel("admin"));
+  auto admin = std::make_unique<testing::PlannerStubs>(Channel("admin"));
   grpc::ClientContext sets_context;
   v1::ListFactorSetsResponse sets;
   ASSERT_TRUE(
-      admin->ListFactorSets(&sets_context, v1::ListFactorSetsRequest(), &sets)
+      admin->calibration
+          ->ListFactorSets(&sets_context, v1::ListFactorSetsRequest(), &sets)
           .ok());
   EXPECT_EQ(sets.factor_sets_size(), 1);
   grpc::ClientContext probes_context;
@@ -361,7 +368,8 @@ TEST_F(SecurePlannerTest, EveryMutatingCallNeedsItsRoleAndNothingIsStored) {
   promote.set_version(sets.factor_sets(0).version());
   v1::PromoteFactorSetResponse promoted;
   EXPECT_TRUE(
-      admin->PromoteFactorSet(&promote_context, promote, &promoted).ok());
+      admin->calibration->PromoteFactorSet(&promote_context, promote, &promoted)
+          .ok());
 }
 
 TEST_F(SecurePlannerTest, AuditLogsEveryMutatingCallAndRefusalWithItsCaller) {
@@ -373,7 +381,7 @@ TEST_F(SecurePlannerTest, AuditLogsEveryMutatingCallAndRefusalWithItsCaller) {
     v1::DropAutotuneRecordRequest request;
     request.set_id("nosuch");
     v1::DropAutotuneRecordResponse response;
-    v1::Planner::NewStub(Channel("reader"))
+    v1::Microbatch::NewStub(Channel("reader"))
         ->DropAutotuneRecord(&context, request, &response);
   }
   {
@@ -381,28 +389,29 @@ TEST_F(SecurePlannerTest, AuditLogsEveryMutatingCallAndRefusalWithItsCaller) {
     v1::DropAutotuneRecordRequest request;
     request.set_id("nosuch");
     v1::DropAutotuneRecordResponse response;
-    v1::Planner::NewStub(Channel("operator"))
+    v1::Microbatch::NewStub(Channel("operator"))
         ->DropAutotuneRecord(&context, request, &response);
   }
   {
     grpc::ClientContext context;
     v1::CheckFitResponse response;
-    v1::Planner::NewStub(Channel("reader"))
+    v1::Fit::NewStub(Channel("reader"))
         ->CheckFit(&context, v1::CheckFitRequest(), &response);
   }
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
   const std::string text = log.str();
-  EXPECT_THAT(text, HasSubstr("event=audit "
-                              "method=/headroom.v1.Planner/DropAutotuneRecord "
-                              "identity=cert:operator token:dev-reader "
-                              "peer=ipv4:127.0.0.1:"));
+  EXPECT_THAT(text,
+              HasSubstr("event=audit "
+                        "method=/headroom.v1.Microbatch/DropAutotuneRecord "
+                        "identity=cert:operator token:dev-reader "
+                        "peer=ipv4:127.0.0.1:"));
   EXPECT_THAT(text, HasSubstr("outcome=PermissionDenied"));
   EXPECT_THAT(text, HasSubstr("identity=cert:operator token:dev-operator"));
   EXPECT_THAT(text, HasSubstr("outcome=NotFound"));
   // A read that is served is not audited.
-  EXPECT_THAT(
-      text, ::testing::Not(HasSubstr("method=/headroom.v1.Planner/CheckFit")));
+  EXPECT_THAT(text,
+              ::testing::Not(HasSubstr("method=/headroom.v1.Fit/CheckFit")));
 }
 
 // A worker's identity is its certificate's subject: a hello naming another
@@ -469,27 +478,29 @@ TEST_F(SecurePlannerTest, AWorkersIdentityIsItsCertificate) {
 }
 
 TEST_F(SecurePlannerTest, PlaintextAndCertificatelessClientsAreNotServed) {
-  auto plaintext = v1::Planner::NewStub(
+  auto plaintext = std::make_unique<testing::PlannerStubs>(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
                           grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(5));
   v1::PingResponse pong;
-  EXPECT_EQ(plaintext->Ping(&context, v1::PingRequest(), &pong).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(
+      plaintext->fit->Ping(&context, v1::PingRequest(), &pong).error_code(),
+      grpc::StatusCode::UNAVAILABLE);
 
-  auto no_certificate = v1::Planner::NewStub(Channel("admin", false));
+  auto no_certificate =
+      std::make_unique<testing::PlannerStubs>(Channel("admin", false));
   grpc::ClientContext context2;
   context2.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(5));
-  EXPECT_EQ(
-      no_certificate->Ping(&context2, v1::PingRequest(), &pong).error_code(),
-      grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(no_certificate->fit->Ping(&context2, v1::PingRequest(), &pong)
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 
-  auto with = v1::Planner::NewStub(Channel(""));
+  auto with = std::make_unique<testing::PlannerStubs>(Channel(""));
   grpc::ClientContext context3;
-  EXPECT_TRUE(with->Ping(&context3, v1::PingRequest(), &pong).ok());
+  EXPECT_TRUE(with->fit->Ping(&context3, v1::PingRequest(), &pong).ok());
 }
 
 TEST_F(SecurePlannerTest, TheHttpPortServesHttpsOnly) {

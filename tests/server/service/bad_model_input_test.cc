@@ -68,7 +68,7 @@ class BadModelInputTest : public ::testing::Test {
     ASSERT_NE(app_, nullptr);
     channel_ =
         grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials());
-    stub_ = v1::Planner::NewStub(channel_);
+    stub_ = v1::Fit::NewStub(channel_);
   }
 
   static std::string Address() {
@@ -106,7 +106,7 @@ class BadModelInputTest : public ::testing::Test {
 
   static PlannerApp* app_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Planner::Stub> stub_;
+  std::unique_ptr<v1::Fit::Stub> stub_;
 };
 
 PlannerApp* BadModelInputTest::app_ = nullptr;
@@ -259,9 +259,8 @@ TEST_F(BadModelInputTest, OversizedMessagesAreRefusedWithBoundedMemory) {
     std::condition_variable done_cv;
     bool done = false;
     grpc::Status status;
-    stub.UnaryCall(&context, "/headroom.v1.Planner/CheckFit",
-                   grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
+    stub.UnaryCall(&context, "/headroom.v1.Fit/CheckFit", grpc::StubOptions(),
+                   &request, &response, [&](grpc::Status s) {
                      std::lock_guard<std::mutex> lock(mu);
                      status = std::move(s);
                      done = true;

@@ -19,6 +19,7 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -103,7 +104,7 @@ class ListBoundsTest : public ::testing::Test {
     auto channel =
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", app_->grpc_port()),
                             grpc::InsecureChannelCredentials());
-    planner_ = v1::Planner::NewStub(channel);
+    planner_ = std::make_unique<testing::PlannerStubs>(channel);
     fleet_ = v1::Fleet::NewStub(channel);
   }
 
@@ -114,7 +115,7 @@ class ListBoundsTest : public ::testing::Test {
 
   static PlannerApp* app_;
   static std::string* db_path_;
-  std::unique_ptr<v1::Planner::Stub> planner_;
+  std::unique_ptr<testing::PlannerStubs> planner_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
 };
 
@@ -173,7 +174,7 @@ TEST_F(ListBoundsTest, RankingTheStoredRunsAnswersUnderTheLimit) {
   Deadline(&context);
   v1::RankDensityResponse response;
   const grpc::Status status =
-      planner_->RankDensity(&context, request, &response);
+      planner_->density->RankDensity(&context, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.leaderboard().n(), kDensityRuns);
   EXPECT_LT(response.ByteSizeLong(), kMessageLimit / 2);
@@ -190,7 +191,7 @@ TEST_F(ListBoundsTest, PageSizeAndTokenAreChecked) {
     grpc::ClientContext context;
     Deadline(&context);
     v1::ListFactorSetsResponse response;
-    return planner_->ListFactorSets(&context, request, &response);
+    return planner_->calibration->ListFactorSets(&context, request, &response);
   };
   for (int32_t size : {501, -1}) {
     const grpc::Status status = list(size, "");

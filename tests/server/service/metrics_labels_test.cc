@@ -71,15 +71,15 @@ TEST(MetricsLabelsTest, MadeUpMethodsAddNoSeriesBeyondUnknown) {
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*app)->grpc_port()),
                           grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
-  ASSERT_TRUE(CallGeneric(&stub, "/headroom.v1.Planner/Ping").ok());
-  EXPECT_EQ(CallGeneric(&stub, "/headroom.v1.Planner/MadeUp0").error_code(),
+  ASSERT_TRUE(CallGeneric(&stub, "/headroom.v1.Fit/Ping").ok());
+  EXPECT_EQ(CallGeneric(&stub, "/headroom.v1.Fit/MadeUp0").error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
   const std::string before =
       ::headroom::testing::HttpGet((*app)->http_port(), "/metrics");
   const int series_before = CountLines(before, "grpc_server_");
   for (const char* method :
-       {"/headroom.v1.Planner/MadeUp1", "/headroom.v1.Fleet/MadeUp2",
-        "/made.up.Service/Method3", "/x", "/headroom.v1.Planner/MadeUp4"}) {
+       {"/headroom.v1.Fit/MadeUp1", "/headroom.v1.Fleet/MadeUp2",
+        "/made.up.Service/Method3", "/x", "/headroom.v1.Fit/MadeUp4"}) {
     EXPECT_EQ(CallGeneric(&stub, method).error_code(),
               grpc::StatusCode::UNIMPLEMENTED)
         << method;

@@ -22,6 +22,7 @@
 #include "server/core/common/json_io.h"
 #include "server/service/planner_app.h"
 #include "tests/support/loopback.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -51,7 +52,7 @@ class PlannerIntegrationTest : public ::testing::Test {
     channel_ =
         grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
                             grpc::InsecureChannelCredentials());
-    stub_ = v1::Planner::NewStub(channel_);
+    stub_ = std::make_unique<testing::PlannerStubs>(channel_);
   }
 
   grpc::Status Call(const v1::CheckFitRequest& request,
@@ -59,7 +60,7 @@ class PlannerIntegrationTest : public ::testing::Test {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(10));
-    return stub_->CheckFit(&context, request, response);
+    return stub_->fit->CheckFit(&context, request, response);
   }
 
   static v1::CheckFitRequest Request(const std::string& model) {
@@ -75,7 +76,7 @@ class PlannerIntegrationTest : public ::testing::Test {
 
   static PlannerApp* app_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Planner::Stub> stub_;
+  std::unique_ptr<testing::PlannerStubs> stub_;
 };
 
 PlannerApp* PlannerIntegrationTest::app_ = nullptr;
@@ -204,7 +205,7 @@ TEST_F(PlannerIntegrationTest, PlansMicrobatchesWithTheCurrentFactors) {
   {
     grpc::ClientContext context;
     const grpc::Status status =
-        stub_->PlanMicrobatch(&context, request, &response);
+        stub_->microbatch->PlanMicrobatch(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_EQ(response.factor_set_version(), "fs-1");
@@ -214,7 +215,8 @@ TEST_F(PlannerIntegrationTest, PlansMicrobatchesWithTheCurrentFactors) {
   EXPECT_GT(response.skip_count(), 0);
   request.set_vram_fraction(1.5);
   grpc::ClientContext context;
-  const grpc::Status bad = stub_->PlanMicrobatch(&context, request, &response);
+  const grpc::Status bad =
+      stub_->microbatch->PlanMicrobatch(&context, request, &response);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("vram_fraction"));
 }
@@ -234,7 +236,8 @@ TEST_F(PlannerIntegrationTest, AutotuneCacheReusesOnlyAnExactKey) {
   v1::PutAutotuneRecordResponse stored;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->PutAutotuneRecord(&context, put, &stored).ok());
+    ASSERT_TRUE(
+        stub_->microbatch->PutAutotuneRecord(&context, put, &stored).ok());
   }
   EXPECT_EQ(stored.id().size(), 16u);
 
@@ -252,7 +255,8 @@ TEST_F(PlannerIntegrationTest, AutotuneCacheReusesOnlyAnExactKey) {
   v1::PlanMicrobatchResponse hit;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->PlanMicrobatch(&context, request, &hit).ok());
+    ASSERT_TRUE(
+        stub_->microbatch->PlanMicrobatch(&context, request, &hit).ok());
   }
   ASSERT_TRUE(hit.has_cached());
   EXPECT_TRUE(hit.cached().cache_reused());
@@ -272,14 +276,16 @@ TEST_F(PlannerIntegrationTest, AutotuneCacheReusesOnlyAnExactKey) {
   v1::PlanMicrobatchResponse miss;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->PlanMicrobatch(&context, request, &miss).ok());
+    ASSERT_TRUE(
+        stub_->microbatch->PlanMicrobatch(&context, request, &miss).ok());
   }
   EXPECT_FALSE(miss.has_cached());
 
   v1::ListAutotuneRecordsResponse listed;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->ListAutotuneRecords(&context, {}, &listed).ok());
+    ASSERT_TRUE(
+        stub_->microbatch->ListAutotuneRecords(&context, {}, &listed).ok());
   }
   ASSERT_EQ(listed.entries_size(), 1);
   EXPECT_EQ(listed.entries(0).id(), stored.id());
@@ -288,11 +294,12 @@ TEST_F(PlannerIntegrationTest, AutotuneCacheReusesOnlyAnExactKey) {
   v1::DropAutotuneRecordResponse dropped;
   {
     grpc::ClientContext context;
-    EXPECT_TRUE(stub_->DropAutotuneRecord(&context, drop, &dropped).ok());
+    EXPECT_TRUE(
+        stub_->microbatch->DropAutotuneRecord(&context, drop, &dropped).ok());
   }
   grpc::ClientContext context;
   const grpc::Status again =
-      stub_->DropAutotuneRecord(&context, drop, &dropped);
+      stub_->microbatch->DropAutotuneRecord(&context, drop, &dropped);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(again.error_message(), HasSubstr(stored.id()));
 }
@@ -320,7 +327,8 @@ TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {
   v1::SubmitDensityRunsResponse submitted;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->SubmitDensityRuns(&context, submit, &submitted).ok());
+    ASSERT_TRUE(
+        stub_->density->SubmitDensityRuns(&context, submit, &submitted).ok());
   }
   EXPECT_EQ(submitted.stored(), 3);
   // A bad run is refused whole: nothing more is stored.
@@ -330,7 +338,7 @@ TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {
   {
     grpc::ClientContext context;
     const grpc::Status status =
-        stub_->SubmitDensityRuns(&context, bad, &submitted);
+        stub_->density->SubmitDensityRuns(&context, bad, &submitted);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), HasSubstr("ram_kib"));
   }
@@ -339,7 +347,8 @@ TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {
   v1::RankDensityResponse ranked;
   {
     grpc::ClientContext context;
-    const grpc::Status status = stub_->RankDensity(&context, rank, &ranked);
+    const grpc::Status status =
+        stub_->density->RankDensity(&context, rank, &ranked);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_EQ(ranked.leaderboard().n(), 3);
@@ -349,7 +358,7 @@ TEST_F(PlannerIntegrationTest, RanksStoredDensityRunsAndRefusesBadOnes) {
   rank.set_arch("mlp");
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->RankDensity(&context, rank, &ranked).ok());
+    ASSERT_TRUE(stub_->density->RankDensity(&context, rank, &ranked).ok());
   }
   EXPECT_EQ(ranked.leaderboard().n(), 1);
 }
@@ -358,7 +367,8 @@ TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {
   grpc::ClientContext context;
   v1::GetCalibrationRequest request;
   v1::GetCalibrationResponse response;
-  ASSERT_TRUE(stub_->GetCalibration(&context, request, &response).ok());
+  ASSERT_TRUE(
+      stub_->calibration->GetCalibration(&context, request, &response).ok());
   const auto& summary = response.factor_set().page().summary();
   ASSERT_TRUE(summary.count("ours") && summary.count("ours_heldout"));
   EXPECT_EQ(summary.at("ours").runs(), 91);
@@ -368,7 +378,8 @@ TEST_F(PlannerIntegrationTest, ServesCalibrationAndHealth) {
   grpc::ClientContext missing_context;
   request.set_version("fs-404");
   EXPECT_EQ(
-      stub_->GetCalibration(&missing_context, request, &response).error_code(),
+      stub_->calibration->GetCalibration(&missing_context, request, &response)
+          .error_code(),
       grpc::StatusCode::NOT_FOUND);
 
   auto health = grpc::health::v1::Health::NewStub(channel_);
@@ -388,7 +399,7 @@ TEST_F(PlannerIntegrationTest, EstimatesEnergyAndRejectsBadInput) {
   {
     grpc::ClientContext context;
     const grpc::Status status =
-        stub_->EstimateEnergy(&context, request, &response);
+        stub_->energy->EstimateEnergy(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_EQ(response.arch(), "ada");
@@ -396,7 +407,7 @@ TEST_F(PlannerIntegrationTest, EstimatesEnergyAndRejectsBadInput) {
   request.set_params_b(-1);
   grpc::ClientContext context;
   const grpc::Status status =
-      stub_->EstimateEnergy(&context, request, &response);
+      stub_->energy->EstimateEnergy(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("params_b"));
 }
@@ -412,7 +423,7 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(
       metrics,
       HasSubstr("grpc_server_started_total{grpc_method=\"CheckFit\","
-                "grpc_service=\"headroom.v1.Planner\",grpc_type=\"unary\"}"));
+                "grpc_service=\"headroom.v1.Fit\",grpc_type=\"unary\"}"));
   EXPECT_THAT(metrics, HasSubstr("grpc_code=\"InvalidArgument\""));
   EXPECT_THAT(metrics, HasSubstr("grpc_server_handling_seconds_bucket"));
   EXPECT_THAT(metrics,
@@ -435,14 +446,14 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   auto channel =
       grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
                           grpc::InsecureChannelCredentials());
-  auto stub = v1::Planner::NewStub(channel);
+  auto stub = std::make_unique<testing::PlannerStubs>(channel);
   auto deadline = [] {
     return std::chrono::system_clock::now() + std::chrono::seconds(30);
   };
   auto refit = [&](const v1::RefitRequest& request, v1::RefitResponse* out) {
     grpc::ClientContext context;
     context.set_deadline(deadline());
-    return stub->Refit(&context, request, out);
+    return stub->calibration->Refit(&context, request, out);
   };
   auto version_answering = [&] {
     grpc::ClientContext context;
@@ -452,7 +463,7 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
     request.add_batches(8);
     request.add_targets()->set_gpu("L4");
     v1::CheckFitResponse response;
-    EXPECT_TRUE(stub->CheckFit(&context, request, &response).ok());
+    EXPECT_TRUE(stub->fit->CheckFit(&context, request, &response).ok());
     return response.factor_set_version();
   };
 
@@ -531,7 +542,7 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   {
     grpc::ClientContext context;
     v1::ListFactorSetsResponse list;
-    ASSERT_TRUE(stub->ListFactorSets(&context, {}, &list).ok());
+    ASSERT_TRUE(stub->calibration->ListFactorSets(&context, {}, &list).ok());
     ASSERT_EQ(list.factor_sets_size(), 2);
     EXPECT_EQ(list.current_version(), "fs-2");
     EXPECT_TRUE(list.factor_sets(1).current());
@@ -542,7 +553,9 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
     v1::PromoteFactorSetRequest rollback;
     rollback.set_rollback(true);
     v1::PromoteFactorSetResponse promoted;
-    ASSERT_TRUE(stub->PromoteFactorSet(&context, rollback, &promoted).ok());
+    ASSERT_TRUE(
+        stub->calibration->PromoteFactorSet(&context, rollback, &promoted)
+            .ok());
     EXPECT_EQ(promoted.current_version(), "fs-1");
     EXPECT_EQ(promoted.previous_version(), "fs-2");
   }
@@ -555,7 +568,7 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
     rollback.set_rollback(true);
     v1::PromoteFactorSetResponse promoted;
     const grpc::Status again =
-        stub->PromoteFactorSet(&context, rollback, &promoted);
+        stub->calibration->PromoteFactorSet(&context, rollback, &promoted);
     EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_THAT(again.error_message(), HasSubstr("nothing to roll back to"));
   }
@@ -565,7 +578,8 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
     v1::PromoteFactorSetRequest promote;
     promote.set_version("fs-9");
     v1::PromoteFactorSetResponse promoted;
-    EXPECT_EQ(stub->PromoteFactorSet(&context, promote, &promoted).error_code(),
+    EXPECT_EQ(stub->calibration->PromoteFactorSet(&context, promote, &promoted)
+                  .error_code(),
               grpc::StatusCode::NOT_FOUND);
   }
   const std::string metrics = HttpGet((*app)->http_port(), "/metrics");
@@ -585,7 +599,7 @@ TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
 TEST(PlannerRefitTest, ForcedRefitWithNothingNewStillStoresASet) {
   auto app = PlannerApp::Start(TestPlannerConfig());
   ASSERT_TRUE(app.ok()) << app.status();
-  auto stub = v1::Planner::NewStub(
+  auto stub = std::make_unique<testing::PlannerStubs>(
       grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
                           grpc::InsecureChannelCredentials()));
   auto refit = [&](bool force, v1::RefitResponse* out) {
@@ -594,7 +608,7 @@ TEST(PlannerRefitTest, ForcedRefitWithNothingNewStillStoresASet) {
                          std::chrono::seconds(30));
     v1::RefitRequest request;
     request.set_force(force);
-    return stub->Refit(&context, request, out);
+    return stub->calibration->Refit(&context, request, out);
   };
   v1::RefitResponse response;
   ASSERT_TRUE(refit(/*force=*/true, &response).ok());
@@ -608,7 +622,7 @@ TEST(PlannerRefitTest, ForcedRefitWithNothingNewStillStoresASet) {
   EXPECT_THAT(response.reason(), HasSubstr("fs-2 stays current"));
   grpc::ClientContext context;
   v1::ListFactorSetsResponse list;
-  ASSERT_TRUE(stub->ListFactorSets(&context, {}, &list).ok());
+  ASSERT_TRUE(stub->calibration->ListFactorSets(&context, {}, &list).ok());
   EXPECT_EQ(list.factor_sets_size(), 2);
 }
 

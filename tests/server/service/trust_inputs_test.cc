@@ -22,6 +22,7 @@
 #include "server/core/microbatch/cache_key.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -53,7 +54,7 @@ class TrustInputsTest : public ::testing::Test {
     auto channel =
         grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
                             grpc::InsecureChannelCredentials());
-    planner_ = v1::Planner::NewStub(channel);
+    planner_ = std::make_unique<testing::PlannerStubs>(channel);
     fleet_ = v1::Fleet::NewStub(channel);
   }
 
@@ -69,7 +70,7 @@ class TrustInputsTest : public ::testing::Test {
     grpc::ClientContext ping_context;
     ping_context.set_deadline(In(10));
     v1::PingResponse pong;
-    EXPECT_TRUE(planner_->Ping(&ping_context, {}, &pong).ok());
+    EXPECT_TRUE(planner_->fit->Ping(&ping_context, {}, &pong).ok());
     grpc::ClientContext context;
     context.set_deadline(In(30));
     v1::CheckFitRequest request;
@@ -77,7 +78,7 @@ class TrustInputsTest : public ::testing::Test {
     request.add_batches(8);
     request.add_targets()->set_gpu("L4");
     v1::CheckFitResponse response;
-    EXPECT_TRUE(planner_->CheckFit(&context, request, &response).ok());
+    EXPECT_TRUE(planner_->fit->CheckFit(&context, request, &response).ok());
     return response.factor_set_version();
   }
 
@@ -89,7 +90,8 @@ class TrustInputsTest : public ::testing::Test {
     request.set_gpu("RTX 5090");
     request.set_quant("nf4");
     v1::EstimateEnergyResponse response;
-    EXPECT_TRUE(planner_->EstimateEnergy(&context, request, &response).ok());
+    EXPECT_TRUE(
+        planner_->energy->EstimateEnergy(&context, request, &response).ok());
     return response;
   }
 
@@ -103,7 +105,7 @@ class TrustInputsTest : public ::testing::Test {
     request.set_page_token(token);
     v1::ListEnergyCurveSetsResponse response;
     const grpc::Status got =
-        planner_->ListEnergyCurveSets(&context, request, &response);
+        planner_->energy->ListEnergyCurveSets(&context, request, &response);
     if (status != nullptr) {
       *status = got;
     } else {
@@ -116,12 +118,12 @@ class TrustInputsTest : public ::testing::Test {
                              v1::PromoteEnergyCurveSetResponse* response) {
     grpc::ClientContext context;
     context.set_deadline(In(10));
-    return planner_->PromoteEnergyCurveSet(&context, request, response);
+    return planner_->energy->PromoteEnergyCurveSet(&context, request, response);
   }
 
   std::string db_;
   std::unique_ptr<PlannerApp> app_;
-  std::unique_ptr<v1::Planner::Stub> planner_;
+  std::unique_ptr<testing::PlannerStubs> planner_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
 };
 
@@ -162,7 +164,8 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
   {
     grpc::ClientContext context;
     context.set_deadline(In(30));
-    const grpc::Status status = planner_->RefitEnergy(&context, huge, &refit);
+    const grpc::Status status =
+        planner_->energy->RefitEnergy(&context, huge, &refit);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(),
                 AllOf(HasSubstr("runs[1] (TinyLlama-1.1B)"),
@@ -175,7 +178,7 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
     grpc::ClientContext context;
     context.set_deadline(In(30));
     const grpc::Status status =
-        planner_->RefitEnergy(&context, PlausibleEnergyRuns(), &refit);
+        planner_->energy->RefitEnergy(&context, PlausibleEnergyRuns(), &refit);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_EQ(refit.curve_set().version(), "ec-2");
@@ -250,13 +253,15 @@ TEST_F(TrustInputsTest, AutotuneRecordsMustRecomputeAndWorkerRecordsStand) {
     v1::PutAutotuneRecordRequest request;
     *request.mutable_record() = record;
     request.set_force(force);
-    return planner_->PutAutotuneRecord(&context, request, response);
+    return planner_->microbatch->PutAutotuneRecord(&context, request, response);
   };
   const auto stored = [&] {
     grpc::ClientContext context;
     context.set_deadline(In(10));
     v1::ListAutotuneRecordsResponse response;
-    EXPECT_TRUE(planner_->ListAutotuneRecords(&context, {}, &response).ok());
+    EXPECT_TRUE(
+        planner_->microbatch->ListAutotuneRecords(&context, {}, &response)
+            .ok());
     return response;
   };
   v1::PutAutotuneRecordResponse response;
@@ -350,7 +355,7 @@ TEST_F(TrustInputsTest, DensityRunsAndProbesAreBoundedAndListingsWork) {
     v1::SubmitDensityRunsRequest request;
     *request.add_runs() = r;
     v1::SubmitDensityRunsResponse response;
-    return planner_->SubmitDensityRuns(&context, request, &response);
+    return planner_->density->SubmitDensityRuns(&context, request, &response);
   };
   v1::DensityRawRun huge = run;
   huge.set_id(std::string(1 << 20, 'i'));
@@ -371,7 +376,7 @@ TEST_F(TrustInputsTest, DensityRunsAndProbesAreBoundedAndListingsWork) {
     v1::RankDensityRequest rank;
     rank.set_use_stored(true);
     v1::RankDensityResponse ranked;
-    status = planner_->RankDensity(&context, rank, &ranked);
+    status = planner_->density->RankDensity(&context, rank, &ranked);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(ranked.empty_reason(), "no runs to rank");
   }
@@ -434,7 +439,7 @@ TEST_F(TrustInputsTest, RefitWhoseCallerGaveUpCommitsNothing) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::milliseconds(deadline_ms));
-    return planner_->Refit(&context, request, response);
+    return planner_->calibration->Refit(&context, request, response);
   };
   v1::RefitRequest forced;
   forced.set_force(true);
@@ -459,7 +464,8 @@ TEST_F(TrustInputsTest, RefitWhoseCallerGaveUpCommitsNothing) {
     grpc::ClientContext context;
     context.set_deadline(In(10));
     v1::ListFactorSetsResponse list;
-    ASSERT_TRUE(planner_->ListFactorSets(&context, {}, &list).ok());
+    ASSERT_TRUE(
+        planner_->calibration->ListFactorSets(&context, {}, &list).ok());
     EXPECT_EQ(list.factor_sets_size(), 1);
     EXPECT_EQ(list.current_version(), "fs-1");
   }

@@ -21,6 +21,7 @@
 #include "server/service/planner_app.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/planner_stubs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -125,7 +126,7 @@ class WorkerReportsTest : public ::testing::Test {
         grpc::CreateChannel("127.0.0.1:" + std::to_string(app_->grpc_port()),
                             grpc::InsecureChannelCredentials());
     fleet_ = v1::Fleet::NewStub(channel);
-    planner_ = v1::Planner::NewStub(channel);
+    planner_ = std::make_unique<testing::PlannerStubs>(channel);
   }
   void TearDown() override {
     if (app_ != nullptr) app_->Shutdown(std::chrono::milliseconds(500));
@@ -159,7 +160,8 @@ class WorkerReportsTest : public ::testing::Test {
     v1::RefitRequest request;
     request.set_dry_run(true);
     v1::RefitResponse response;
-    EXPECT_TRUE(planner_->Refit(&context, request, &response).ok());
+    EXPECT_TRUE(
+        planner_->calibration->Refit(&context, request, &response).ok());
     return response.runs_used();
   }
 
@@ -180,7 +182,7 @@ class WorkerReportsTest : public ::testing::Test {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
     v1::PingResponse pong;
-    return planner_->Ping(&context, {}, &pong).ok();
+    return planner_->fit->Ping(&context, {}, &pong).ok();
   }
 
   static v1::ProbeResult Batch(const v1::Assignment& assignment,
@@ -199,7 +201,7 @@ class WorkerReportsTest : public ::testing::Test {
 
   std::unique_ptr<PlannerApp> app_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
-  std::unique_ptr<v1::Planner::Stub> planner_;
+  std::unique_ptr<testing::PlannerStubs> planner_;
 };
 
 std::optional<v1::Assignment> AssignmentOf(FakeWorker& worker) {

@@ -1,0 +1,97 @@
+#include "server/service/fit_service.h"
+
+#include "server/core/common/input_limits.h"
+#include "server/core/common/status_macros.h"
+#include "server/service/grpc_status.h"
+#include "server/service/reply.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom {
+
+grpc::ServerUnaryReactor* FitService::CheckFit(
+    grpc::CallbackServerContext* context, const v1::CheckFitRequest* request,
+    v1::CheckFitResponse* response) {
+  if (auto* refused =
+          RefuseUnary(state_.access(), context, "/headroom.v1.Fit/CheckFit")) {
+    return refused;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status size =
+          CheckSize(*request, state_.options().max_request_bytes);
+      !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
+  // A catalog answer runs inline (it blocks on nothing); an import runs on
+  // its own pool, so a queue of large graphs never delays catalog answers.
+  if (ImportsModel(request->model())) {
+    return state_.DeferImport(reactor, [this, reactor, request, response] {
+      AnswerCheckFit(reactor, request, response);
+    });
+  }
+  AnswerCheckFit(reactor, request, response);
+  return reactor;
+}
+
+void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
+                                const v1::CheckFitRequest* request,
+                                v1::CheckFitResponse* response) {
+  // Pure computation on an immutable planner and evidence: microseconds for
+  // a catalog template, up to seconds for an imported model.
+  const std::shared_ptr<const Evidence> evidence = state_.evidence();
+  absl::StatusOr<v1::CheckFitResponse> answer =
+      state_.planner()->CheckFit(*request, evidence.get());
+  if (!answer.ok()) {
+    spdlog::debug("event=check_fit_rejected code={} message=\"{}\"",
+                  absl::StatusCodeToString(answer.status().code()),
+                  std::string(answer.status().message()));
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return;
+  }
+  for (const v1::TargetResult& target : answer->targets()) {
+    for (int verdict : target.verdicts()) {
+      state_.metrics()->Verdict(v1::Verdict_Name(verdict));
+    }
+  }
+  std::string why;
+  const bool learn = request->learn() || state_.options().auto_probe;
+  if (learn && NeedsLearning(*answer, &why)) {
+    // Deciding reads and writes the probe queue: off this thread. With
+    // learn the answer waits for it and says what happened; with
+    // --auto_probe alone it does not wait.
+    if (request->learn()) {
+      *response = std::move(*answer);
+      const bool posted =
+          state_.PostLearning([this, reactor, request, response] {
+            response->set_learning(state_.Learn(*request, *response));
+            reactor->Finish(grpc::Status::OK);
+          });
+      if (!posted) {
+        response->set_learning("no probe queued: the planner is busy");
+        reactor->Finish(grpc::Status::OK);
+      }
+      return;
+    }
+    auto copy = std::make_shared<v1::CheckFitRequest>(*request);
+    auto seen = std::make_shared<v1::CheckFitResponse>(*answer);
+    state_.PostLearning([this, copy, seen] { state_.Learn(*copy, *seen); });
+  } else if (request->learn()) {
+    answer->set_learning(why);
+  }
+  *response = std::move(*answer);
+  reactor->Finish(grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* FitService::Ping(grpc::CallbackServerContext* context,
+                                           const v1::PingRequest* /*request*/,
+                                           v1::PingResponse* /*response*/) {
+  if (auto* refused =
+          RefuseUnary(state_.access(), context, "/headroom.v1.Fit/Ping")) {
+    return refused;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace headroom

@@ -1,0 +1,260 @@
+#include "server/service/planner_state.h"
+
+#include <chrono>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "server/core/common/status_macros.h"
+#include "server/service/store_executor.h"
+#include "spdlog/spdlog.h"
+
+namespace headroom {
+
+bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why) {
+  if (answer.estimates_size() > 0 &&
+      answer.estimates(0).basis().kind() == v1::Basis::ANCHORED) {
+    *why = "nothing to learn: the answer is anchored on measured runs";
+    return false;
+  }
+  for (const v1::TargetResult& target : answer.targets()) {
+    for (int verdict : target.verdicts()) {
+      if (verdict == v1::BORDERLINE) return true;
+    }
+  }
+  *why = "nothing to learn: no target is BORDERLINE";
+  return false;
+}
+
+PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
+                           std::shared_ptr<const FitPlanner> planner,
+                           Store* store, PlannerMetrics* metrics,
+                           BackgroundWorker* executor, Options options)
+    : catalog_(std::move(catalog)),
+      planner_(std::move(planner)),
+      store_(store),
+      metrics_(metrics),
+      executor_(executor),
+      options_(options),
+      import_pool_(options.import_threads, /*nice=*/10) {}
+
+void PlannerState::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
+  absl::MutexLock lock(&mu_);
+  planner_ = std::move(planner);
+}
+
+std::shared_ptr<const FitPlanner> PlannerState::planner() const {
+  absl::MutexLock lock(&mu_);
+  return planner_;
+}
+
+std::shared_ptr<const Evidence> PlannerState::evidence() const {
+  absl::MutexLock lock(&mu_);
+  return evidence_;
+}
+
+void PlannerState::SetLearner(Learner* learner) {
+  absl::MutexLock lock(&mu_);
+  learner_ = learner;
+}
+
+void PlannerState::Quiesce() {
+  SetLearner(nullptr);
+  auto done = std::make_shared<absl::Notification>();
+  // Jobs run in order: once this one runs, none before it still holds the
+  // learner. Unbounded queue for this one job, so it is always accepted.
+  if (evidence_worker_.Post([done] { done->Notify(); },
+                            std::numeric_limits<size_t>::max())) {
+    done->WaitForNotification();
+  }
+}
+
+absl::Status PlannerState::RefreshEvidence() {
+  const std::shared_ptr<const FitPlanner> current = planner();
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t count = static_cast<int64_t>(runs.size());
+  std::shared_ptr<const Evidence> built =
+      Evidence::Build(runs, *catalog_, current->priors());
+  spdlog::info(
+      "event=evidence_built runs={} keys={} seconds={:.3f} factor_set={}",
+      count, built->groups(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      current->factor_set().version());
+  absl::MutexLock lock(&mu_);
+  // A planner installed meanwhile rebuilds again; keep the newer priors.
+  if (planner_ == current) {
+    evidence_ = std::move(built);
+    evidence_runs_ = count;
+  }
+  return absl::OkStatus();
+}
+
+void PlannerState::EvidenceStale() {
+  if (evidence_refresh_queued_.exchange(true)) return;
+  const bool posted = evidence_worker_.Post([this] {
+    evidence_refresh_queued_ = false;
+    if (absl::Status refreshed = RefreshEvidence(); !refreshed.ok()) {
+      spdlog::warn("event=evidence_refresh_failed error=\"{}\"",
+                   std::string(refreshed.message()));
+    }
+  });
+  if (!posted) evidence_refresh_queued_ = false;
+}
+
+std::string PlannerState::Learn(const v1::CheckFitRequest& request,
+                                const v1::CheckFitResponse& answer) {
+  std::string why;
+  if (!NeedsLearning(answer, &why)) return why;
+  Learner* learner;
+  {
+    absl::MutexLock lock(&mu_);
+    learner = learner_;
+  }
+  if (learner == nullptr) return "no probe queued: this planner has no fleet";
+  const std::shared_ptr<const FitPlanner> current = planner();
+  absl::StatusOr<ModelKey> key = current->KeyOf(request);
+  if (!key.ok()) return std::string(key.status().message());
+  absl::MutexLock lock(&learn_mu_);
+  absl::StatusOr<std::optional<std::string>> outstanding =
+      learner->Outstanding(key->id);
+  if (!outstanding.ok()) {
+    return absl::StrCat("no probe queued: ", outstanding.status().message());
+  }
+  if (outstanding->has_value()) {
+    return absl::StrCat("probe ", **outstanding,
+                        " for this model is already queued or running");
+  }
+  absl::StatusOr<Learner::Worker> worker =
+      learner->WorkerFor(request.include_simulated());
+  if (!worker.ok()) {
+    return absl::StrCat("no probe queued: ", worker.status().message());
+  }
+  // Batches the prior calls FITS on that worker's card, so the probe
+  // measures without going OOM: the largest such and a half and a quarter.
+  v1::CheckFitRequest sizing = request;
+  sizing.clear_targets();
+  sizing.add_targets()->set_gpu(worker->gpu);
+  absl::StatusOr<v1::CheckFitResponse> sized = current->CheckFit(sizing);
+  if (!sized.ok()) {
+    return absl::StrCat("no probe queued: ", sized.status().message());
+  }
+  const uint32_t largest = sized->targets(0).max_batch_fits();
+  if (largest == 0) {
+    return absl::StrCat(
+        "no probe queued: even batch 1 is not FITS by the upper bound on ",
+        worker->gpu, " (worker ", worker->id, ")");
+  }
+  std::vector<uint32_t> batches;
+  for (uint32_t batch :
+       {std::max(1u, largest / 4), std::max(1u, largest / 2), largest}) {
+    if (batches.empty() || batches.back() != batch) batches.push_back(batch);
+  }
+  absl::StatusOr<std::string> id =
+      learner->QueueLearning(request, batches, *worker, key->id);
+  if (!id.ok()) return absl::StrCat("no probe queued: ", id.status().message());
+  return absl::StrCat("probe ", *id, " queued on worker ", worker->id, " (",
+                      worker->gpu, ", batches ", absl::StrJoin(batches, ","),
+                      ")");
+}
+
+grpc::ServerUnaryReactor* PlannerState::DeferImport(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!import_pool_.Post(std::move(job), options_.import_queue)) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the model import queue is full (", options_.import_queue,
+                     " imports wait, --import_queue); retry later, or ask "
+                     "about a catalog template")));
+  }
+  return reactor;
+}
+
+void PlannerState::Install(v1::FactorSet set) {
+  metrics_->FactorSetInstalled(set);
+  SetPlanner(std::make_shared<const FitPlanner>(catalog_, std::move(set),
+                                                options_.coverage));
+  // The evidence's shapes are taken under the planner's priors.
+  EvidenceStale();
+}
+
+absl::StatusOr<bool> PlannerState::SyncWithStore() {
+  // A refit or promotion in progress here writes the store and installs
+  // its result under refit_mu_; reading around it could reinstall what it
+  // just replaced. The next sync catches up.
+  if (!refit_mu_.TryLock()) return false;
+  absl::StatusOr<bool> changed = SyncWithStoreLocked();
+  refit_mu_.Unlock();
+  return changed;
+}
+
+absl::StatusOr<bool> PlannerState::SyncWithStoreLocked() {
+  bool changed = false;
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> set,
+                   store_->CurrentFactorSet());
+  const std::string installed = planner()->factor_set().version();
+  if (set.has_value() && set->version() != installed) {
+    spdlog::info("event=factor_set_synced version={} previous={}",
+                 set->version(), installed);
+    Install(*std::move(set));
+    changed = true;
+  }
+  ASSIGN_OR_RETURN(std::optional<v1::EnergyCurveSet> curves,
+                   store_->CurrentEnergyCurveSet());
+  std::shared_ptr<const v1::EnergyCurveSet> current;
+  {
+    absl::MutexLock energy_lock(&mu_);
+    current = energy_;
+  }
+  if (curves.has_value() &&
+      (current == nullptr || current->version() != curves->version())) {
+    spdlog::info("event=energy_curves_synced version={}", curves->version());
+    SetEnergyCurves(
+        std::make_shared<const v1::EnergyCurveSet>(*std::move(curves)));
+    changed = true;
+  }
+  // Runs stored through another replica (or a refit's import) change the
+  // evidence answers are anchored on.
+  ASSIGN_OR_RETURN(int64_t runs, store_->CountRuns());
+  bool stale;
+  {
+    absl::MutexLock lock(&mu_);
+    stale = runs != evidence_runs_;
+  }
+  if (stale) EvidenceStale();
+  return changed;
+}
+
+grpc::ServerUnaryReactor* PlannerState::DeferRefit(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!worker_.Post(std::move(job))) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many refits queued; retry later"));
+  }
+  return reactor;
+}
+
+void PlannerState::SetEnergyCurves(
+    std::shared_ptr<const v1::EnergyCurveSet> curves) {
+  absl::MutexLock lock(&mu_);
+  energy_ = std::move(curves);
+}
+
+std::shared_ptr<const v1::EnergyCurveSet> PlannerState::energy() const {
+  absl::MutexLock lock(&mu_);
+  return energy_;
+}
+
+grpc::ServerUnaryReactor* PlannerState::DeferStore(
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  return headroom::DeferStore(executor_, options_.store_queue, reactor,
+                              std::move(job));
+}
+
+bool PlannerState::PostLearning(std::function<void()> job) {
+  return evidence_worker_.Post(std::move(job));
+}
+
+}  // namespace headroom

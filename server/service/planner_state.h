@@ -1,0 +1,177 @@
+#ifndef HEADROOM_SERVER_SERVICE_PLANNER_STATE_H_
+#define HEADROOM_SERVER_SERVICE_PLANNER_STATE_H_
+
+// What the domain services (Fit, Calibration, Energy, Density, Microbatch)
+// share: the planner and energy curves answers come from, the evidence
+// answers are anchored on, the store, and the threads that keep long or
+// blocking work off the gRPC callback threads. It holds no gRPC service
+// itself; each domain's service is a small class around it.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/server_callback.h"
+#include "headroom/v1/energy.pb.h"
+#include "headroom/v1/planner.pb.h"
+#include "server/core/evidence/evidence.h"
+#include "server/core/planner/fit_planner.h"
+#include "server/service/access.h"
+#include "server/service/background_worker.h"
+#include "server/service/learner.h"
+#include "server/service/metrics.h"
+#include "server/store/store.h"
+
+namespace headroom {
+
+// Whether probing would help `answer`: it rests on the prior alone and
+// leaves some target undecided. Otherwise `why` says why not.
+bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why);
+
+class PlannerState {
+ public:
+  struct Options {
+    // Requests larger than this get INVALID_ARGUMENT (the transport allows
+    // twice that, so the caller hears why, not a bare RESOURCE_EXHAUSTED).
+    // Also the response limit: list pages and rankings of stored runs stay
+    // well under it (PageBytes).
+    size_t max_request_bytes = 4 << 20;
+    // Coverage of the upper bound for planners built after a refit.
+    double coverage = 0.95;
+    // Learn by probing for every prior-only answer with a BORDERLINE target,
+    // as CheckFitRequest.learn asks for one (--auto_probe=on).
+    bool auto_probe = false;
+    // Who may call what; null allows everything.
+    std::shared_ptr<const Access> access;
+    // Tests only: runs on the refit worker when a refit is ready to commit,
+    // just before the call's liveness is checked; `live` says whether the
+    // call still is (not cancelled, deadline not passed).
+    std::function<void(const std::function<bool()>& live)> before_refit_commit;
+    // Answers that import a model (HF config, ONNX graph, inline spec) run
+    // on this many threads of their own, at most import_queue waiting
+    // (more: RESOURCE_EXHAUSTED), so catalog answers keep their latency
+    // while imports queue (--import_threads, --import_queue).
+    int import_threads = 2;
+    size_t import_queue = 64;
+    // Store jobs that may wait on the store executor (--store_queue); more
+    // are answered RESOURCE_EXHAUSTED.
+    size_t store_queue = 256;
+  };
+
+  // `store`, `metrics` and `executor` must outlive the state. Handlers'
+  // store I/O runs on `executor` (DeferStore), never on a gRPC thread.
+  PlannerState(std::shared_ptr<const ModelCatalog> catalog,
+               std::shared_ptr<const FitPlanner> planner, Store* store,
+               PlannerMetrics* metrics, BackgroundWorker* executor,
+               Options options);
+  PlannerState(const PlannerState&) = delete;
+  PlannerState& operator=(const PlannerState&) = delete;
+
+  const Options& options() const { return options_; }
+  const Access* access() const { return options_.access.get(); }
+  const std::shared_ptr<const ModelCatalog>& catalog() const {
+    return catalog_;
+  }
+  Store* store() const { return store_; }
+  PlannerMetrics* metrics() const { return metrics_; }
+
+  // Replaces the planner answers come from (after a refit or promotion).
+  void SetPlanner(std::shared_ptr<const FitPlanner> planner);
+  std::shared_ptr<const FitPlanner> planner() const;
+
+  // Replaces the energy curves answers come from; energy() is null until
+  // some are set.
+  void SetEnergyCurves(std::shared_ptr<const v1::EnergyCurveSet> curves);
+  std::shared_ptr<const v1::EnergyCurveSet> energy() const;
+
+  // The measured runs answers are anchored on, as of the last refresh.
+  std::shared_ptr<const Evidence> evidence() const;
+  // Rebuilds the evidence from every stored run under the current planner's
+  // priors.
+  absl::Status RefreshEvidence();
+  // Queues a RefreshEvidence on the evidence thread (at most one waits):
+  // never blocks, so a gRPC thread may call it after storing a run.
+  void EvidenceStale();
+
+  // Builds a planner for `set` and makes it the one answers come from.
+  void Install(v1::FactorSet set);
+
+  // Installs the store's current factor set and energy curves when they
+  // differ from the ones answers come from: another replica promoted or
+  // refitted. Returns whether anything changed; false also when a refit or
+  // promotion here is in progress (the next call catches up).
+  absl::StatusOr<bool> SyncWithStore();
+
+  // Serializes refits and promotions (factor sets and energy curves), so
+  // that SyncWithStore never reinstalls what one of them just replaced.
+  absl::Mutex* refit_mu() ABSL_LOCK_RETURNED(refit_mu_) { return &refit_mu_; }
+
+  // Where learning probes go (the fleet); null: learn answers say no
+  // probe can be queued. `learner` must outlive the state.
+  void SetLearner(Learner* learner);
+
+  // Queues a learning probe for the request's model when its answer is
+  // prior-only with a BORDERLINE target; returns what the answer says
+  // about it. Store I/O: call off the gRPC threads.
+  std::string Learn(const v1::CheckFitRequest& request,
+                    const v1::CheckFitResponse& answer);
+
+  // Drops the learner and waits for the learning and evidence jobs already
+  // queued: call before the learner (the fleet) goes away.
+  void Quiesce();
+
+  // Runs `job` on the refit worker, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when too many jobs wait.
+  grpc::ServerUnaryReactor* DeferRefit(grpc::ServerUnaryReactor* reactor,
+                                       std::function<void()> job);
+
+  // Runs `job` on the store executor, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when store_queue jobs wait.
+  grpc::ServerUnaryReactor* DeferStore(grpc::ServerUnaryReactor* reactor,
+                                       std::function<void()> job);
+
+  // Runs `job` on the import pool, which finishes the call; answers
+  // RESOURCE_EXHAUSTED at once when import_queue imports wait.
+  grpc::ServerUnaryReactor* DeferImport(grpc::ServerUnaryReactor* reactor,
+                                        std::function<void()> job);
+
+  // Queues `job` on the evidence thread (learning decisions); false when
+  // too many wait.
+  bool PostLearning(std::function<void()> job);
+
+ private:
+  absl::StatusOr<bool> SyncWithStoreLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(refit_mu_);
+
+  std::shared_ptr<const ModelCatalog> catalog_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::EnergyCurveSet> energy_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Evidence> evidence_ ABSL_GUARDED_BY(mu_);
+  // Stored runs the evidence was built from.
+  int64_t evidence_runs_ ABSL_GUARDED_BY(mu_) = -1;
+  Learner* learner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<bool> evidence_refresh_queued_{false};
+  // One learning decision at a time, so two requests never queue two
+  // probes for one key.
+  absl::Mutex learn_mu_;
+  Store* store_;
+  PlannerMetrics* metrics_;
+  BackgroundWorker* executor_;
+  Options options_;
+  absl::Mutex refit_mu_;
+  // Refits; declared after what its jobs use so it is joined first.
+  BackgroundWorker worker_;
+  // Evidence rebuilds and learning decisions, apart from refits.
+  BackgroundWorker evidence_worker_;
+  // Answers that import a model; declared last so it is joined first.
+  BackgroundWorker import_pool_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_PLANNER_STATE_H_
