@@ -833,6 +833,57 @@ absl::Status ConvertGptNeox(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+// ---- Phi (1, 1.5, 2) -------------------------------------------------------
+
+absl::Status ConvertPhi(const Json& config, Conversion& c) {
+  c.config_class = "PhiConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // PhiConfig: vocab_size=51200, hidden_size=2048, intermediate_size=8192,
+  // num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=None,
+  // max_position_embeddings=2048, tie_word_embeddings=False,
+  // qk_layernorm=False. PhiConfig has no head_dim key.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {51200, 2048, 8192, 24, 32, std::nullopt,
+                             std::nullopt, 2048, false}));
+  ASSIGN_OR_RETURN(const bool qk_layernorm, keys.Flag("qk_layernorm", false));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      FreePositions(c, s.max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
+  parts.push_back(AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
+                                 s.head_dim, true, true, /*fused=*/true));
+  if (qk_layernorm) {
+    // q_layernorm and k_layernorm: LayerNorms over head_dim, shared by the
+    // heads.
+    parts.push_back(
+        NormLayer("self_attn.q_layernorm", v1::Norm::LAYER, s.head_dim));
+    parts.push_back(
+        NormLayer("self_attn.k_layernorm", v1::Norm::LAYER, s.head_dim));
+  }
+  parts.push_back(MlpLayer("mlp", s.hidden, s.ffn, false, true));
+  *spec.add_layers() = BlockLayer(
+      "model.layers", static_cast<uint32_t>(s.layers), std::move(parts));
+  *spec.add_layers() =
+      NormLayer("model.final_layernorm", v1::Norm::LAYER, s.hidden);
+  Layer head = LmHeadLayer("lm_head", s.hidden, s.vocab, s.tied);
+  head.mutable_linear()->set_bias(true);
+  *spec.add_layers() = std::move(head);
+  c.Note(absl::StrCat(
+      "PhiForCausalLM: one LayerNorm per layer feeding attention and MLP in "
+      "parallel, biased projections (q, k, v, dense, fc1, fc2), ",
+      s.tied ? "LM head tied to the token embedding with its own bias"
+             : "untied LM head with a bias",
+      ". Partial rotary embeddings have no parameters. Attention is marked "
+      "fused (transformers' default scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
 // ---- BERT and RoBERTa ------------------------------------------------------
 
 absl::Status ConvertBertLike(const Json& config, Conversion& c, bool roberta) {
@@ -935,6 +986,57 @@ absl::Status ConvertBert(const Json& config, Conversion& c) {
 
 absl::Status ConvertRoberta(const Json& config, Conversion& c) {
   return ConvertBertLike(config, c, /*roberta=*/true);
+}
+
+// ---- DistilBERT ------------------------------------------------------------
+
+absl::Status ConvertDistilBert(const Json& config, Conversion& c) {
+  c.config_class = "DistilBertConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // DistilBertConfig: vocab_size=30522, max_position_embeddings=512,
+  // n_layers=6, n_heads=12, dim=768, hidden_dim=3072. The position table is
+  // a parameter even when sinusoidal_pos_embds fills it; there are no
+  // token-type embeddings and no pooler.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 30522, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("n_layers", 6, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("n_heads", 12, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(const uint64_t dim, keys.Size("dim", 768, 1, kMaxHidden));
+  RETURN_IF_ERROR(CheckHeadsDivide(dim, heads, "dim", "n_heads"));
+  ASSIGN_OR_RETURN(const uint64_t ffn,
+                   keys.Size("hidden_dim", 4 * 768, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer("distilbert.embeddings.word_embeddings", vocab, dim);
+  *spec.add_layers() = ParametersLayer(
+      "distilbert.embeddings.position_embeddings", max_positions * dim);
+  *spec.add_layers() =
+      NormLayer("distilbert.embeddings.LayerNorm", v1::Norm::LAYER, dim);
+  std::vector<Layer> parts;
+  parts.push_back(AttentionLayer("attention", dim, heads, heads, dim / heads,
+                                 true, true, /*fused=*/true));
+  parts.push_back(NormLayer("sa_layer_norm", v1::Norm::LAYER, dim));
+  parts.push_back(MlpLayer("ffn", dim, ffn, false, true));
+  parts.push_back(NormLayer("output_layer_norm", v1::Norm::LAYER, dim));
+  *spec.add_layers() =
+      BlockLayer("distilbert.transformer.layer", static_cast<uint32_t>(layers),
+                 std::move(parts));
+  c.Note(
+      "DistilBertModel (a masked-LM or classifier head named in "
+      "architectures is not modelled): post-LayerNorm encoder layers with "
+      "biased attention and MLP, a learned position table as parameters. "
+      "Attention is marked fused (transformers' default "
+      "scaled_dot_product_attention).");
+  return absl::OkStatus();
 }
 
 // ---- T5 --------------------------------------------------------------------
@@ -1289,12 +1391,14 @@ struct Family {
 constexpr Family kFamilies[] = {
     {"bert", ConvertBert},
     {"clip", ConvertClip},
+    {"distilbert", ConvertDistilBert},
     {"gemma", ConvertGemma},
     {"gpt2", ConvertGpt2},
     {"gpt_neox", ConvertGptNeox},
     {"llama", ConvertLlama},
     {"mistral", ConvertMistral},
     {"mixtral", ConvertMixtral},
+    {"phi", ConvertPhi},
     {"phi3", ConvertPhi3},
     {"qwen2", ConvertQwen2},
     {"qwen2_moe", ConvertQwen2Moe},

@@ -61,6 +61,16 @@ TEST(HfConfigTest, PublishedParameterCounts) {
       {"qwen2-0.5b.json", 494032768},
       {"mixtral-8x7b-v0.1.json", 46702792704},
       {"meta-llama-3-8b.json", 8030261248},
+      // DistilBertModel: KerasHub's distil_bert_base_en_uncased preset,
+      // "params": 66362880 (keras-team/keras-hub,
+      // keras_nlp/models/distil_bert/distil_bert_presets.py); the model
+      // card and paper round it to 66M. By hand: embeddings 30522*768 +
+      // 512*768 + LN 1536 = 23835648; each of 6 layers 4*(768*768+768) +
+      // 2*1536 + (768*3072+3072 + 3072*768+768) = 7087872.
+      {"distilbert-base-uncased.json", 66362880},
+      // PhiForCausalLM: the Hub's safetensors count for microsoft/phi-2,
+      // F16 2779683840 (the model card's "2.7 billion parameters").
+      {"phi-2.json", 2779683840},
   };
   for (const Published& model : kModels) {
     const HfConversion got = ConvertFile(model.file);
@@ -245,9 +255,9 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-                    HasSubstr("bert, clip, gemma, gpt2, gpt_neox, llama, "
-                              "mistral, mixtral, phi3, qwen2, qwen2_moe, "
-                              "qwen3, roberta, t5, vit")));
+                    HasSubstr("bert, clip, distilbert, gemma, gpt2, "
+                              "gpt_neox, llama, mistral, mixtral, phi, phi3, "
+                              "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
