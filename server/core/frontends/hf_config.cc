@@ -353,6 +353,10 @@ struct DecoderShape {
   bool out_bias = false;
   bool qk_norm = false;
   bool mlp_bias = false;
+  // RMS norms after attention and around the MLP as well as before
+  // attention (Gemma 2 and 3): pre_feedforward_layernorm and
+  // post_feedforward_layernorm join post_attention_layernorm.
+  bool sandwich_norms = false;
   // Sliding window per layer; 0 for full attention. Empty: all full.
   std::vector<uint64_t> window;
   // Mixture of experts: per layer whether the MLP is sparse. Empty: dense.
@@ -471,6 +475,38 @@ absl::Status ReadQwenWindows(ConfigKeys& keys, DecoderShape& s) {
   return absl::OkStatus();
 }
 
+// Gemma's interleaved sliding window: layers listed "sliding_attention" in
+// layer_types, or without it every layer but each period-th (Gemma 2: the
+// even layers, period 2; Gemma 3: five of every six, period 6).
+absl::Status ReadPatternWindows(ConfigKeys& keys, DecoderShape& s,
+                                uint64_t window, uint64_t period) {
+  s.window.assign(s.layers, 0);
+  if (keys.Has("layer_types") && !keys.Raw("layer_types").is_null()) {
+    const Json& types = keys.Raw("layer_types");
+    if (!types.is_array() || types.size() != s.layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", keys.Path("layer_types"),
+          " must be a list of num_hidden_layers = ", s.layers,
+          " entries, each \"full_attention\" or \"sliding_attention\""));
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool sliding = types[i] == "sliding_attention";
+      if (!sliding && types[i] != "full_attention") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", keys.Path("layer_types"), "[", i,
+            "] = ", Abbreviated(types[i]),
+            "; allowed \"full_attention\", \"sliding_attention\""));
+      }
+      s.window[i] = sliding ? window : 0;
+    }
+    return absl::OkStatus();
+  }
+  for (uint64_t i = 0; i < s.layers; ++i) {
+    if ((i + 1) % period != 0) s.window[i] = window;
+  }
+  return absl::OkStatus();
+}
+
 // Embedding, the decoder layers, a final RMS norm and the LM head, named as
 // in the transformers *ForCausalLM modules.
 absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
@@ -496,6 +532,10 @@ absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
     parts.push_back(std::move(attn));
     parts.push_back(
         NormLayer("post_attention_layernorm", v1::Norm::RMS, s.hidden));
+    if (s.sandwich_norms) {
+      parts.push_back(
+          NormLayer("pre_feedforward_layernorm", v1::Norm::RMS, s.hidden));
+    }
     if (!s.sparse.empty() && s.sparse[i]) {
       Layer moe = Named("mlp");
       v1::Moe* m = moe.mutable_moe();
@@ -522,6 +562,10 @@ absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
     } else {
       parts.push_back(
           MlpLayer("mlp", s.hidden, s.ffn, /*gated=*/true, s.mlp_bias));
+    }
+    if (s.sandwich_norms) {
+      parts.push_back(
+          NormLayer("post_feedforward_layernorm", v1::Norm::RMS, s.hidden));
     }
     per_layer.push_back(BlockLayer("", 1, std::move(parts)));
   }
@@ -695,6 +739,30 @@ absl::Status ConvertGemma(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(const bool attention_bias,
                    keys.Flag("attention_bias", false));
   s.qkv_bias = s.out_bias = attention_bias;
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertGemma2(const Json& config, Conversion& c) {
+  c.config_class = "Gemma2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Gemma2Config: vocab_size=256000, hidden_size=2304,
+  // intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+  // num_key_value_heads=4, head_dim=256, max_position_embeddings=8192,
+  // tie_word_embeddings=True, attention_bias=False, sliding_window=4096
+  // on the even layers (layer_types=None). Four RMS norms per layer.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {256000, 2304, 9216, 26, 8, 4, 256, 8192, true}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  s.sandwich_norms = true;
+  ASSIGN_OR_RETURN(const uint64_t window,
+                   keys.Size("sliding_window", 4096, 1, kMaxSpecDimension));
+  RETURN_IF_ERROR(ReadPatternWindows(keys, s, window, 2));
+  c.Note(
+      "Gemma 2: logit soft-capping and query_pre_attn_scalar change no "
+      "parameter count.");
   return BuildDecoder(c, s);
 }
 
@@ -1393,6 +1461,7 @@ constexpr Family kFamilies[] = {
     {"clip", ConvertClip},
     {"distilbert", ConvertDistilBert},
     {"gemma", ConvertGemma},
+    {"gemma2", ConvertGemma2},
     {"gpt2", ConvertGpt2},
     {"gpt_neox", ConvertGptNeox},
     {"llama", ConvertLlama},

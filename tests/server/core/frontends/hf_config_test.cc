@@ -71,6 +71,10 @@ TEST(HfConfigTest, PublishedParameterCounts) {
       // PhiForCausalLM: the Hub's safetensors count for microsoft/phi-2,
       // F16 2779683840 (the model card's "2.7 billion parameters").
       {"phi-2.json", 2779683840},
+      // Gemma2ForCausalLM: the Hub's safetensors count for google/gemma-2-2b
+      // (and -it), BF16 2614341888, which public scripts check against
+      // sum(p.numel()); the card's "2B". Tied LM head.
+      {"gemma-2-2b.json", 2614341888},
   };
   for (const Published& model : kModels) {
     const HfConversion got = ConvertFile(model.file);
@@ -255,7 +259,7 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-                    HasSubstr("bert, clip, distilbert, gemma, gpt2, "
+                    HasSubstr("bert, clip, distilbert, gemma, gemma2, gpt2, "
                               "gpt_neox, llama, mistral, mixtral, phi, phi3, "
                               "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
