@@ -901,6 +901,92 @@ absl::Status ConvertGptNeox(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+// ---- OPT -------------------------------------------------------------------
+
+absl::Status ConvertOpt(const Json& config, Conversion& c) {
+  c.config_class = "OPTConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // OPTConfig: vocab_size=50272, hidden_size=768, num_hidden_layers=12,
+  // ffn_dim=3072, max_position_embeddings=2048, do_layer_norm_before=True,
+  // _remove_final_layer_norm=False, word_embed_proj_dim=None (hidden_size),
+  // num_attention_heads=12, enable_bias=True,
+  // layer_norm_elementwise_affine=True; tie_word_embeddings keeps
+  // PretrainedConfig's True.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50272, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("hidden_size", 768, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t ffn, keys.Size("ffn_dim", 3072, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 2048, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const bool norm_before,
+                   keys.Flag("do_layer_norm_before", true));
+  ASSIGN_OR_RETURN(const bool remove_final,
+                   keys.Flag("_remove_final_layer_norm", false));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> proj_key,
+      keys.OptionalSize("word_embed_proj_dim", std::nullopt, 1, kMaxHidden));
+  const uint64_t proj = proj_key.value_or(hidden);
+  if (!proj_key.has_value()) {
+    keys.AssumeDerived("word_embed_proj_dim", proj, "hidden_size");
+  }
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("num_attention_heads", 12, 1, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const bool bias, keys.Flag("enable_bias", true));
+  ASSIGN_OR_RETURN(const bool affine,
+                   keys.Flag("layer_norm_elementwise_affine", true));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, max_positions, "max_position_embeddings"));
+  auto norm = [&](absl::string_view name) {
+    Layer layer = NormLayer(name, v1::Norm::LAYER, hidden);
+    layer.mutable_norm()->set_no_affine(!affine);
+    return layer;
+  };
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer("model.decoder.embed_tokens", vocab, proj);
+  // OPTLearnedPositionalEmbedding keeps 2 rows before the first position.
+  *spec.add_layers() = ParametersLayer("model.decoder.embed_positions",
+                                       (max_positions + 2) * hidden);
+  if (proj != hidden) {
+    *spec.add_layers() =
+        LinearLayer("model.decoder.project_in", proj, hidden, false);
+  }
+  std::vector<Layer> parts;
+  parts.push_back(AttentionLayer("self_attn", hidden, heads, heads,
+                                 hidden / heads, bias, bias, /*fused=*/true));
+  parts.push_back(norm("self_attn_layer_norm"));
+  parts.push_back(MlpLayer("fc1+fc2", hidden, ffn, false, bias));
+  parts.push_back(norm("final_layer_norm"));
+  *spec.add_layers() = BlockLayer(
+      "model.decoder.layers", static_cast<uint32_t>(layers), std::move(parts));
+  if (norm_before && !remove_final) {
+    *spec.add_layers() = norm("model.decoder.final_layer_norm");
+  }
+  if (proj != hidden) {
+    *spec.add_layers() =
+        LinearLayer("model.decoder.project_out", hidden, proj, false);
+  }
+  *spec.add_layers() = LmHeadLayer("lm_head", proj, vocab, tied);
+  c.Note(absl::StrCat(
+      "OPTForCausalLM: learned position table of max_position_embeddings + 2 "
+      "rows, biased projections, ",
+      norm_before ? "pre-LayerNorm layers" : "post-LayerNorm layers",
+      proj != hidden ? ", project_in/project_out around the stack" : "",
+      tied ? ", LM head tied to embed_tokens" : ", untied LM head",
+      ". Attention is marked fused (transformers' default "
+      "scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
 // ---- Phi (1, 1.5, 2) -------------------------------------------------------
 
 absl::Status ConvertPhi(const Json& config, Conversion& c) {
@@ -1467,6 +1553,7 @@ constexpr Family kFamilies[] = {
     {"llama", ConvertLlama},
     {"mistral", ConvertMistral},
     {"mixtral", ConvertMixtral},
+    {"opt", ConvertOpt},
     {"phi", ConvertPhi},
     {"phi3", ConvertPhi3},
     {"qwen2", ConvertQwen2},

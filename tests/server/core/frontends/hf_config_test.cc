@@ -75,6 +75,12 @@ TEST(HfConfigTest, PublishedParameterCounts) {
       // (and -it), BF16 2614341888, which public scripts check against
       // sum(p.numel()); the card's "2B". Tied LM head.
       {"gemma-2-2b.json", 2614341888},
+      // OPTForCausalLM: "The original model has 125239296 parameters" (an
+      // Intel pruning tutorial on facebook/opt-125m printing
+      // sum(p.numel())); the paper's "125M". By hand: 50272*768 tokens +
+      // 2050*768 positions + 12 layers of 7087872 + final LN 1536, head
+      // tied.
+      {"opt-125m.json", 125239296},
   };
   for (const Published& model : kModels) {
     const HfConversion got = ConvertFile(model.file);
@@ -257,11 +263,12 @@ TEST(HfConfigTest, Qwen3HasQkNorm) {
 TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   const absl::Status status = ErrorOf(R"({"model_type": "mamba"})");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-                    HasSubstr("bert, clip, distilbert, gemma, gemma2, gpt2, "
-                              "gpt_neox, llama, mistral, mixtral, phi, phi3, "
-                              "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
+  EXPECT_THAT(
+      status.message(),
+      AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
+            HasSubstr("bert, clip, distilbert, gemma, gemma2, gpt2, "
+                      "gpt_neox, llama, mistral, mixtral, opt, phi, phi3, "
+                      "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
