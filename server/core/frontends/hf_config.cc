@@ -353,10 +353,20 @@ struct DecoderShape {
   bool out_bias = false;
   bool qk_norm = false;
   bool mlp_bias = false;
-  // RMS norms after attention and around the MLP as well as before
-  // attention (Gemma 2 and 3): pre_feedforward_layernorm and
-  // post_feedforward_layernorm join post_attention_layernorm.
-  bool sandwich_norms = false;
+  // Where each layer's norms sit. Every layer has post_attention_layernorm
+  // (before the MLP in Llama, after attention in Gemma 2 and OLMo 2);
+  // input_layernorm comes before attention unless OLMo 2 drops it; Gemma 2
+  // adds pre_feedforward_layernorm and post_feedforward_layernorm, OLMo 2
+  // the latter.
+  bool input_norm = true;
+  bool pre_feedforward_norm = false;
+  bool post_feedforward_norm = false;
+  // The norms' kind: RMS, or LayerNorm without affine parameters (OLMo).
+  v1::Norm::Kind norm_kind = v1::Norm::RMS;
+  bool norm_no_affine = false;
+  // OLMo 2: RMS q_norm and k_norm over the whole query and key projections
+  // (heads * head_dim and kv_heads * head_dim weights).
+  bool projection_qk_norm = false;
   // Sliding window per layer; 0 for full attention. Empty: all full.
   std::vector<uint64_t> window;
   // Mixture of experts: per layer whether the MLP is sparse. Empty: dense.
@@ -516,12 +526,17 @@ absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
   v1::ModelSpec& spec = c.spec();
   spec.set_family("transformer");
   spec.set_positions(positions);
+  auto norm = [&s](absl::string_view name, uint64_t dim) {
+    Layer layer = NormLayer(name, s.norm_kind, dim);
+    layer.mutable_norm()->set_no_affine(s.norm_no_affine);
+    return layer;
+  };
   *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
   std::vector<Layer> per_layer;
   per_layer.reserve(s.layers);
   for (uint64_t i = 0; i < s.layers; ++i) {
     std::vector<Layer> parts;
-    parts.push_back(NormLayer("input_layernorm", v1::Norm::RMS, s.hidden));
+    if (s.input_norm) parts.push_back(norm("input_layernorm", s.hidden));
     Layer attn = AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
                                 s.head_dim, s.qkv_bias, s.out_bias,
                                 /*fused=*/true);
@@ -530,11 +545,13 @@ absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
       attn.mutable_attention()->set_window(s.window[i]);
     }
     parts.push_back(std::move(attn));
-    parts.push_back(
-        NormLayer("post_attention_layernorm", v1::Norm::RMS, s.hidden));
-    if (s.sandwich_norms) {
-      parts.push_back(
-          NormLayer("pre_feedforward_layernorm", v1::Norm::RMS, s.hidden));
+    if (s.projection_qk_norm) {
+      parts.push_back(norm("self_attn.q_norm", s.heads * s.head_dim));
+      parts.push_back(norm("self_attn.k_norm", s.kv_heads * s.head_dim));
+    }
+    parts.push_back(norm("post_attention_layernorm", s.hidden));
+    if (s.pre_feedforward_norm) {
+      parts.push_back(norm("pre_feedforward_layernorm", s.hidden));
     }
     if (!s.sparse.empty() && s.sparse[i]) {
       Layer moe = Named("mlp");
@@ -563,18 +580,20 @@ absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
       parts.push_back(
           MlpLayer("mlp", s.hidden, s.ffn, /*gated=*/true, s.mlp_bias));
     }
-    if (s.sandwich_norms) {
-      parts.push_back(
-          NormLayer("post_feedforward_layernorm", v1::Norm::RMS, s.hidden));
+    if (s.post_feedforward_norm) {
+      parts.push_back(norm("post_feedforward_layernorm", s.hidden));
     }
     per_layer.push_back(BlockLayer("", 1, std::move(parts)));
   }
   AppendStack("model.layers", std::move(per_layer), &spec);
-  *spec.add_layers() = NormLayer("model.norm", v1::Norm::RMS, s.hidden);
+  *spec.add_layers() = norm("model.norm", s.hidden);
   *spec.add_layers() = LmHeadLayer("lm_head", s.hidden, s.vocab, s.tied);
   c.Note(absl::StrCat(
-      "The *ForCausalLM model: ", s.layers,
-      " decoder layers, RMSNorm, gated (SwiGLU/GeGLU) MLPs, ",
+      "The *ForCausalLM model: ", s.layers, " decoder layers, ",
+      s.norm_kind == v1::Norm::RMS ? "RMSNorm"
+      : s.norm_no_affine           ? "LayerNorm without parameters"
+                                   : "LayerNorm",
+      ", gated (SwiGLU/GeGLU) MLPs, ",
       s.tied ? "LM head tied to the token embedding (no parameters of its own)"
              : "untied LM head",
       ". Rotary position embeddings and embedding scaling have no "
@@ -756,13 +775,103 @@ absl::Status ConvertGemma2(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(const bool attention_bias,
                    keys.Flag("attention_bias", false));
   s.qkv_bias = s.out_bias = attention_bias;
-  s.sandwich_norms = true;
+  s.pre_feedforward_norm = s.post_feedforward_norm = true;
   ASSIGN_OR_RETURN(const uint64_t window,
                    keys.Size("sliding_window", 4096, 1, kMaxSpecDimension));
   RETURN_IF_ERROR(ReadPatternWindows(keys, s, window, 2));
   c.Note(
       "Gemma 2: logit soft-capping and query_pre_attn_scalar change no "
       "parameter count.");
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertGemma3Text(const Json& config, Conversion& c) {
+  c.config_class = "Gemma3TextConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Gemma3TextConfig: vocab_size=262208, hidden_size=2304,
+  // intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+  // num_key_value_heads=4, head_dim=256, max_position_embeddings=131072,
+  // tie_word_embeddings=True, attention_bias=False, sliding_window=4096,
+  // sliding_window_pattern=6 (five sliding layers, then a full one) unless
+  // layer_types lists them. Gemma 2's four norms plus RMS q_norm and k_norm
+  // of head_dim weights.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {262208, 2304, 9216, 26, 8, 4, 256, 131072, true}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  s.qk_norm = true;
+  s.pre_feedforward_norm = s.post_feedforward_norm = true;
+  ASSIGN_OR_RETURN(const uint64_t window,
+                   keys.Size("sliding_window", 4096, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t period,
+                   keys.Size("sliding_window_pattern", 6, 1, kMaxLayers));
+  RETURN_IF_ERROR(ReadPatternWindows(keys, s, window, period));
+  c.Note(
+      "Gemma 3 text model: the local and global rotary bases and "
+      "query_pre_attn_scalar change no parameter count.");
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertGranite(const Json& config, Conversion& c) {
+  c.config_class = "GraniteConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // GraniteConfig: LlamaConfig's defaults (vocab_size=32000,
+  // hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+  // num_attention_heads=32, num_key_value_heads=None,
+  // max_position_embeddings=2048, tie_word_embeddings=False,
+  // attention_bias=False, mlp_bias=False) and no head_dim key. Its
+  // embedding, residual, attention and logits multipliers are scalars.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {32000, 4096, 11008, 32, 32, std::nullopt,
+                             std::nullopt, 2048, false}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  ASSIGN_OR_RETURN(s.mlp_bias, keys.Flag("mlp_bias", false));
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertOlmo(const Json& config, Conversion& c) {
+  c.config_class = "OlmoConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // OlmoConfig: vocab_size=50304, hidden_size=4096, intermediate_size=11008,
+  // num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
+  // max_position_embeddings=2048, tie_word_embeddings=False,
+  // attention_bias=False. OlmoLayerNorm has no weight or bias.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {50304, 4096, 11008, 32, 32, std::nullopt,
+                             std::nullopt, 2048, false}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  s.norm_kind = v1::Norm::LAYER;
+  s.norm_no_affine = true;
+  return BuildDecoder(c, s);
+}
+
+absl::Status ConvertOlmo2(const Json& config, Conversion& c) {
+  c.config_class = "Olmo2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Olmo2Config: OlmoConfig's sizes (vocab_size=50304, hidden_size=4096,
+  // intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=None, max_position_embeddings=2048,
+  // tie_word_embeddings=False, attention_bias=False). RMS norms after
+  // attention and after the MLP (none before), and RMS q_norm and k_norm
+  // over the whole projections.
+  ASSIGN_OR_RETURN(
+      DecoderShape s,
+      ReadDecoderCore(keys, {50304, 4096, 11008, 32, 32, std::nullopt,
+                             std::nullopt, 2048, false}));
+  ASSIGN_OR_RETURN(const bool attention_bias,
+                   keys.Flag("attention_bias", false));
+  s.qkv_bias = s.out_bias = attention_bias;
+  s.input_norm = false;
+  s.post_feedforward_norm = true;
+  s.projection_qk_norm = true;
   return BuildDecoder(c, s);
 }
 
@@ -1548,11 +1657,15 @@ constexpr Family kFamilies[] = {
     {"distilbert", ConvertDistilBert},
     {"gemma", ConvertGemma},
     {"gemma2", ConvertGemma2},
+    {"gemma3_text", ConvertGemma3Text},
     {"gpt2", ConvertGpt2},
     {"gpt_neox", ConvertGptNeox},
+    {"granite", ConvertGranite},
     {"llama", ConvertLlama},
     {"mistral", ConvertMistral},
     {"mixtral", ConvertMixtral},
+    {"olmo", ConvertOlmo},
+    {"olmo2", ConvertOlmo2},
     {"opt", ConvertOpt},
     {"phi", ConvertPhi},
     {"phi3", ConvertPhi3},

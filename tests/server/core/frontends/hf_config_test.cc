@@ -171,6 +171,43 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
                              "num_hidden_layers": 12, "image_size": 224,
                              "patch_size": 32}})",
        151277313},
+      // The Hub's safetensors total for google/gemma-3-1b-it, 999885952
+      // (KerasHub's gemma3_1b preset lists the same); the card's "1B".
+      {"gemma-3-1b",
+       R"({"model_type": "gemma3_text", "hidden_size": 1152, "head_dim": 256,
+           "intermediate_size": 6912, "num_attention_heads": 4,
+           "num_hidden_layers": 26, "num_key_value_heads": 1,
+           "vocab_size": 262144, "max_position_embeddings": 32768,
+           "sliding_window": 512, "sliding_window_pattern": 6})",
+       999885952},
+      // ibm-granite/granite-3.1-2b-instruct, 2533531648 as listed by the
+      // Hub; the card's "2B". Tied head.
+      {"granite-3.1-2b",
+       R"({"model_type": "granite", "hidden_size": 2048,
+           "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_hidden_layers": 40, "num_key_value_heads": 8,
+           "vocab_size": 49155, "max_position_embeddings": 131072,
+           "attention_bias": false, "mlp_bias": false,
+           "tie_word_embeddings": true})",
+       2533531648},
+      // allenai/OLMo-1B-hf: sum(p.numel()) == 1176764416 in public code
+      // loading the reference; the card's "1B". Its LayerNorms have no
+      // parameters; tied head.
+      {"olmo-1b",
+       R"({"model_type": "olmo", "hidden_size": 2048,
+           "intermediate_size": 8192, "num_attention_heads": 16,
+           "num_hidden_layers": 16, "num_key_value_heads": 16,
+           "vocab_size": 50304, "max_position_embeddings": 2048,
+           "tie_word_embeddings": true})",
+       1176764416},
+      // allenai/OLMo-2-1124-7B: the Hub's safetensors total, 7298617344.
+      {"olmo-2-1124-7b",
+       R"({"model_type": "olmo2", "hidden_size": 4096,
+           "intermediate_size": 11008, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 32,
+           "vocab_size": 100352, "max_position_embeddings": 4096,
+           "tie_word_embeddings": false})",
+       7298617344},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
@@ -266,8 +303,9 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_THAT(
       status.message(),
       AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-            HasSubstr("bert, clip, distilbert, gemma, gemma2, gpt2, "
-                      "gpt_neox, llama, mistral, mixtral, opt, phi, phi3, "
+            HasSubstr("bert, clip, distilbert, gemma, gemma2, gemma3_text, "
+                      "gpt2, gpt_neox, granite, llama, mistral, mixtral, olmo, "
+                      "olmo2, opt, phi, phi3, "
                       "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
