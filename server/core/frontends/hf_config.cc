@@ -1149,27 +1149,56 @@ absl::Status ConvertPhi(const Json& config, Conversion& c) {
 
 // ---- BERT and RoBERTa ------------------------------------------------------
 
-absl::Status ConvertBertLike(const Json& config, Conversion& c, bool roberta) {
-  c.config_class = roberta ? "RobertaConfig" : "BertConfig";
+// The BERT-shaped encoders: their config class and its defaults, and what
+// the base model holds besides the encoder.
+struct BertFlavor {
+  const char* config_class;
+  const char* model_class;
+  const char* prefix;
+  // Positions numbered from pad_token_id + 1 (RoBERTa, XLM-RoBERTa).
+  bool roberta_positions;
+  // ELECTRA: embeddings of embedding_size, projected to hidden_size when
+  // they differ; no pooler.
+  bool electra;
+  uint64_t vocab_size;
+  uint64_t hidden_size;
+  uint64_t num_attention_heads;
+  uint64_t intermediate_size;
+};
+
+absl::Status ConvertBertLike(const Json& config, Conversion& c,
+                             const BertFlavor& f) {
+  const bool roberta = f.roberta_positions;
+  c.config_class = f.config_class;
   ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
   // BertConfig: vocab_size=30522, hidden_size=768, num_hidden_layers=12,
   // num_attention_heads=12, intermediate_size=3072,
   // max_position_embeddings=512, type_vocab_size=2,
   // position_embedding_type="absolute". RobertaConfig: the same but
   // vocab_size=50265 and pad_token_id=1 (positions start after it).
-  ASSIGN_OR_RETURN(
-      const uint64_t vocab,
-      keys.Size("vocab_size", roberta ? 50265 : 30522, 1, kMaxVocab));
+  // XLMRobertaConfig: BertConfig's sizes (vocab_size=30522) with
+  // RoBERTa's positions. ElectraConfig: vocab_size=30522,
+  // embedding_size=128, hidden_size=256, num_attention_heads=4,
+  // intermediate_size=1024, the rest as BertConfig.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", f.vocab_size, 1, kMaxVocab));
   ASSIGN_OR_RETURN(const uint64_t hidden,
-                   keys.Size("hidden_size", 768, 1, kMaxHidden));
+                   keys.Size("hidden_size", f.hidden_size, 1, kMaxHidden));
+  uint64_t embedding = hidden;
+  if (f.electra) {
+    ASSIGN_OR_RETURN(embedding,
+                     keys.Size("embedding_size", 128, 1, kMaxHidden));
+  }
   ASSIGN_OR_RETURN(const uint64_t layers,
                    keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
-  ASSIGN_OR_RETURN(const uint64_t heads,
-                   keys.Size("num_attention_heads", 12, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(
+      const uint64_t heads,
+      keys.Size("num_attention_heads", f.num_attention_heads, 1, kMaxHeads));
   RETURN_IF_ERROR(
       CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
-  ASSIGN_OR_RETURN(const uint64_t ffn,
-                   keys.Size("intermediate_size", 3072, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(
+      const uint64_t ffn,
+      keys.Size("intermediate_size", f.intermediate_size, 1, kMaxFfn));
   ASSIGN_OR_RETURN(
       const uint64_t max_positions,
       keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
@@ -1201,18 +1230,22 @@ absl::Status ConvertBertLike(const Json& config, Conversion& c, bool roberta) {
       TablePositions(c, usable,
                      roberta ? "max_position_embeddings - pad_token_id - 1"
                              : "max_position_embeddings"));
-  const std::string prefix = roberta ? "roberta." : "bert.";
+  const std::string prefix = f.prefix;
   v1::ModelSpec& spec = c.spec();
   spec.set_family("transformer");
   spec.set_positions(positions);
   *spec.add_layers() =
-      EmbeddingLayer(prefix + "embeddings.word_embeddings", vocab, hidden);
+      EmbeddingLayer(prefix + "embeddings.word_embeddings", vocab, embedding);
   *spec.add_layers() = ParametersLayer(
-      prefix + "embeddings.position_embeddings", max_positions * hidden);
+      prefix + "embeddings.position_embeddings", max_positions * embedding);
   *spec.add_layers() = ParametersLayer(
-      prefix + "embeddings.token_type_embeddings", type_vocab * hidden);
+      prefix + "embeddings.token_type_embeddings", type_vocab * embedding);
   *spec.add_layers() =
-      NormLayer(prefix + "embeddings.LayerNorm", v1::Norm::LAYER, hidden);
+      NormLayer(prefix + "embeddings.LayerNorm", v1::Norm::LAYER, embedding);
+  if (embedding != hidden) {
+    *spec.add_layers() =
+        LinearLayer(prefix + "embeddings_project", embedding, hidden, true);
+  }
   std::vector<Layer> parts;
   if (position_type != "absolute") {
     // distance_embedding: (2 * max_position_embeddings - 1) x head size.
@@ -1230,25 +1263,44 @@ absl::Status ConvertBertLike(const Json& config, Conversion& c, bool roberta) {
   *spec.add_layers() =
       BlockLayer(prefix + "encoder.layer", static_cast<uint32_t>(layers),
                  std::move(parts));
-  Layer pooler = LinearLayer(prefix + "pooler.dense", hidden, hidden, true);
-  pooler.set_positions(1);
-  *spec.add_layers() = std::move(pooler);
+  if (!f.electra) {
+    Layer pooler = LinearLayer(prefix + "pooler.dense", hidden, hidden, true);
+    pooler.set_positions(1);
+    *spec.add_layers() = std::move(pooler);
+  }
   c.Note(absl::StrCat(
-      roberta ? "RobertaModel" : "BertModel",
-      " (the encoder with its pooler, as published parameter counts are; a "
-      "masked-LM or classifier head named in architectures is not "
-      "modelled). Learned position and token-type tables are parameters. "
-      "Absolute-position attention is marked fused (transformers' default "
-      "scaled_dot_product_attention)."));
+      f.model_class,
+      f.electra ? " (the discriminator's encoder, which has no pooler"
+                : " (the encoder with its pooler",
+      ", as published parameter counts are; a masked-LM or classifier head "
+      "named in architectures is not modelled). Learned position and "
+      "token-type tables are parameters. Absolute-position attention is "
+      "marked fused (transformers' default scaled_dot_product_attention)."));
   return absl::OkStatus();
 }
 
 absl::Status ConvertBert(const Json& config, Conversion& c) {
-  return ConvertBertLike(config, c, /*roberta=*/false);
+  return ConvertBertLike(
+      config, c,
+      {"BertConfig", "BertModel", "bert.", false, false, 30522, 768, 12, 3072});
 }
 
 absl::Status ConvertRoberta(const Json& config, Conversion& c) {
-  return ConvertBertLike(config, c, /*roberta=*/true);
+  return ConvertBertLike(config, c,
+                         {"RobertaConfig", "RobertaModel", "roberta.", true,
+                          false, 50265, 768, 12, 3072});
+}
+
+absl::Status ConvertXlmRoberta(const Json& config, Conversion& c) {
+  return ConvertBertLike(config, c,
+                         {"XLMRobertaConfig", "XLMRobertaModel", "roberta.",
+                          true, false, 30522, 768, 12, 3072});
+}
+
+absl::Status ConvertElectra(const Json& config, Conversion& c) {
+  return ConvertBertLike(config, c,
+                         {"ElectraConfig", "ElectraModel", "electra.", false,
+                          true, 30522, 256, 4, 1024});
 }
 
 // ---- DistilBERT ------------------------------------------------------------
@@ -1655,6 +1707,7 @@ constexpr Family kFamilies[] = {
     {"bert", ConvertBert},
     {"clip", ConvertClip},
     {"distilbert", ConvertDistilBert},
+    {"electra", ConvertElectra},
     {"gemma", ConvertGemma},
     {"gemma2", ConvertGemma2},
     {"gemma3_text", ConvertGemma3Text},
@@ -1675,6 +1728,7 @@ constexpr Family kFamilies[] = {
     {"roberta", ConvertRoberta},
     {"t5", ConvertT5},
     {"vit", ConvertVit},
+    {"xlm-roberta", ConvertXlmRoberta},
 };
 
 // Lowercase letters, digits and single dashes, as catalog names are.

@@ -208,6 +208,27 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "vocab_size": 100352, "max_position_embeddings": 4096,
            "tie_word_embeddings": false})",
        7298617344},
+      // XLMRobertaModel with its pooler: 278043648 for xlm-roberta-base in
+      // a public table of model.num_parameters(); the paper's "270M".
+      {"xlm-roberta-base",
+       R"({"model_type": "xlm-roberta", "hidden_size": 768,
+           "intermediate_size": 3072, "num_attention_heads": 12,
+           "num_hidden_layers": 12, "vocab_size": 250002,
+           "max_position_embeddings": 514, "type_vocab_size": 1,
+           "pad_token_id": 1})",
+       278043648},
+      // ElectraModel, google/electra-small-discriminator. No exact
+      // published figure found; by hand: embeddings 30522*128 + 512*128 +
+      // 2*128 + LN 256 = 3998976, embeddings_project 128*256+256 = 33024,
+      // 12 layers of 4*(256*256+256) + 2*512 + (256*1024+1024 +
+      // 1024*256+256) = 787584; total 13483008, the paper's "14M".
+      {"electra-small-discriminator",
+       R"({"model_type": "electra", "embedding_size": 128,
+           "hidden_size": 256, "intermediate_size": 1024,
+           "num_attention_heads": 4, "num_hidden_layers": 12,
+           "vocab_size": 30522, "max_position_embeddings": 512,
+           "type_vocab_size": 2})",
+       13483008},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
@@ -302,11 +323,13 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       status.message(),
-      AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-            HasSubstr("bert, clip, distilbert, gemma, gemma2, gemma3_text, "
-                      "gpt2, gpt_neox, granite, llama, mistral, mixtral, olmo, "
-                      "olmo2, opt, phi, phi3, "
-                      "qwen2, qwen2_moe, qwen3, roberta, t5, vit")));
+      AllOf(
+          HasSubstr("model_type = \"mamba\" is not supported"),
+          HasSubstr("bert, clip, distilbert, electra, gemma, gemma2, "
+                    "gemma3_text, "
+                    "gpt2, gpt_neox, granite, llama, mistral, mixtral, olmo, "
+                    "olmo2, opt, phi, phi3, "
+                    "qwen2, qwen2_moe, qwen3, roberta, t5, vit, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
