@@ -1147,6 +1147,320 @@ absl::Status ConvertPhi(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+// ---- BLOOM, Falcon, StableLM, StarCoder2, GPT-BigCode ---------------------
+
+// The layer and head counts under their transformers names or the older
+// n_layer / n_head ones the attribute maps accept.
+absl::StatusOr<uint64_t> SizeEither(ConfigKeys& keys, const char* key,
+                                    const char* alias, uint64_t default_value,
+                                    uint64_t max_value) {
+  return keys.Has(alias) && !keys.Has(key)
+             ? keys.Size(alias, default_value, 1, max_value)
+             : keys.Size(key, default_value, 1, max_value);
+}
+
+absl::Status ConvertBloom(const Json& config, Conversion& c) {
+  c.config_class = "BloomConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // BloomConfig: vocab_size=250880, hidden_size=64 (n_embed in older
+  // configs), n_layer=2, n_head=8; tie_word_embeddings keeps
+  // PretrainedConfig's True. The MLP is always 4 * hidden_size wide and
+  // every linear has a bias; ALiBi has no parameters.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 250880, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   SizeEither(keys, "hidden_size", "n_embed", 64, kMaxHidden));
+  ASSIGN_OR_RETURN(
+      const uint64_t layers,
+      SizeEither(keys, "n_layer", "num_hidden_layers", 2, kMaxLayers));
+  ASSIGN_OR_RETURN(
+      const uint64_t heads,
+      SizeEither(keys, "n_head", "num_attention_heads", 8, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, "hidden_size", "n_head"));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  // ALiBi sets no maximum; BLOOM was trained on 2048-token sequences
+  // (seq_length in the configs that carry it).
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> seq_length,
+      keys.OptionalSize("seq_length", std::nullopt, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      FreePositions(
+          c, seq_length.value_or(2048),
+          seq_length.has_value() ? "seq_length" : "BLOOM's training length"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer("transformer.word_embeddings", vocab, hidden);
+  *spec.add_layers() = NormLayer("transformer.word_embeddings_layernorm",
+                                 v1::Norm::LAYER, hidden);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, hidden));
+  // ALiBi is added to an explicit score matrix (baddbmm), not fused.
+  parts.push_back(AttentionLayer("self_attention", hidden, heads, heads,
+                                 hidden / heads, true, true,
+                                 /*fused=*/false));
+  parts.push_back(
+      NormLayer("post_attention_layernorm", v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("mlp", hidden, 4 * hidden, false, true));
+  *spec.add_layers() = BlockLayer(
+      "transformer.h", static_cast<uint32_t>(layers), std::move(parts));
+  *spec.add_layers() = NormLayer("transformer.ln_f", v1::Norm::LAYER, hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", hidden, vocab, tied);
+  c.Note(absl::StrCat(
+      "BloomForCausalLM: LayerNorm after the embedding, biased fused "
+      "query_key_value and MLP, ",
+      tied ? "LM head tied to word_embeddings" : "untied LM head",
+      ". ALiBi has no parameters; its bias goes into an explicit score "
+      "matrix, so attention is not marked fused."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertFalcon(const Json& config, Conversion& c) {
+  c.config_class = "FalconConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // FalconConfig: vocab_size=65024, hidden_size=4544,
+  // num_hidden_layers=32 (n_layer), num_attention_heads=71 (n_head),
+  // new_decoder_architecture=False, multi_query=True, parallel_attn=True,
+  // num_kv_heads=None (num_attention_heads), num_ln_in_parallel_attn=None
+  // (2 in the new architecture), bias=False, alibi=False,
+  // ffn_hidden_size=None (4 * hidden_size), max_position_embeddings=2048,
+  // tie_word_embeddings=True.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 65024, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("hidden_size", 4544, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(
+      const uint64_t layers,
+      SizeEither(keys, "num_hidden_layers", "n_layer", 32, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads, SizeEither(keys, "num_attention_heads",
+                                                    "n_head", 71, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const bool new_arch,
+                   keys.Flag("new_decoder_architecture", false));
+  ASSIGN_OR_RETURN(const bool multi_query, keys.Flag("multi_query", true));
+  ASSIGN_OR_RETURN(const bool parallel, keys.Flag("parallel_attn", true));
+  ASSIGN_OR_RETURN(const bool bias, keys.Flag("bias", false));
+  ASSIGN_OR_RETURN(const bool alibi, keys.Flag("alibi", false));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> kv_key,
+      keys.OptionalSize("num_kv_heads", std::nullopt, 1, kMaxHeads));
+  // The new architecture groups keys and values in num_kv_heads; the old
+  // one shares one of each (multi_query) or keeps one per head.
+  const uint64_t kv_heads = new_arch      ? kv_key.value_or(heads)
+                            : multi_query ? 1
+                                          : heads;
+  if (kv_heads > heads || heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: num_kv_heads = ", kv_heads,
+                     " must divide num_attention_heads = ", heads));
+  }
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> ln_key,
+      keys.OptionalSize("num_ln_in_parallel_attn", std::nullopt, 1, 2));
+  const uint64_t parallel_norms = ln_key.value_or(2);
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> ffn_key,
+      keys.OptionalSize("ffn_hidden_size", std::nullopt, 1, kMaxFfn));
+  const uint64_t ffn = ffn_key.value_or(4 * hidden);
+  if (!ffn_key.has_value()) {
+    keys.AssumeDerived("ffn_hidden_size", ffn, "4 * hidden_size");
+  }
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 2048, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   FreePositions(c, max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer("transformer.word_embeddings", vocab, hidden);
+  std::vector<Layer> parts;
+  if (new_arch && parallel_norms == 2) {
+    parts.push_back(NormLayer("ln_attn", v1::Norm::LAYER, hidden));
+    parts.push_back(NormLayer("ln_mlp", v1::Norm::LAYER, hidden));
+  } else {
+    parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, hidden));
+  }
+  parts.push_back(AttentionLayer("self_attention", hidden, heads, kv_heads,
+                                 hidden / heads, bias, bias,
+                                 /*fused=*/!alibi));
+  if (!new_arch && !parallel) {
+    parts.push_back(
+        NormLayer("post_attention_layernorm", v1::Norm::LAYER, hidden));
+  }
+  parts.push_back(MlpLayer("mlp", hidden, ffn, false, bias));
+  *spec.add_layers() = BlockLayer(
+      "transformer.h", static_cast<uint32_t>(layers), std::move(parts));
+  *spec.add_layers() = NormLayer("transformer.ln_f", v1::Norm::LAYER, hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", hidden, vocab, tied);
+  c.Note(absl::StrCat(
+      "FalconForCausalLM: ", kv_heads, " key/value head(s) for ", heads,
+      " query heads, ",
+      parallel || new_arch ? "attention and MLP in parallel"
+                           : "attention then MLP",
+      ", ", bias ? "biased" : "bias-free", " projections, ",
+      tied ? "LM head tied to word_embeddings" : "untied LM head", ". ",
+      alibi ? "ALiBi attention is not marked fused."
+            : "Attention is marked fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertStableLm(const Json& config, Conversion& c) {
+  c.config_class = "StableLmConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // StableLmConfig: vocab_size=50304, hidden_size=2560,
+  // intermediate_size=6912, num_hidden_layers=32, num_attention_heads=32,
+  // num_key_value_heads=32, max_position_embeddings=4096,
+  // tie_word_embeddings=False, use_qkv_bias=False, qk_layernorm=False,
+  // use_parallel_residual=False. LayerNorms with bias, o_proj and the gated
+  // MLP without.
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {50304, 2560, 6912, 32, 32, 32,
+                                          std::nullopt, 4096, false}));
+  ASSIGN_OR_RETURN(const bool qkv_bias, keys.Flag("use_qkv_bias", false));
+  ASSIGN_OR_RETURN(const bool qk_layernorm, keys.Flag("qk_layernorm", false));
+  ASSIGN_OR_RETURN(const bool parallel,
+                   keys.Flag("use_parallel_residual", false));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      FreePositions(c, s.max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
+  parts.push_back(AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
+                                 s.head_dim, qkv_bias, false,
+                                 /*fused=*/true));
+  if (qk_layernorm) {
+    // One bias-free LayerNorm over head_dim per query head and per key head.
+    Layer q = NormLayer("self_attn.q_layernorm", v1::Norm::LAYER,
+                        s.heads * s.head_dim);
+    q.mutable_norm()->set_no_bias(true);
+    parts.push_back(std::move(q));
+    Layer k = NormLayer("self_attn.k_layernorm", v1::Norm::LAYER,
+                        s.kv_heads * s.head_dim);
+    k.mutable_norm()->set_no_bias(true);
+    parts.push_back(std::move(k));
+  }
+  if (!parallel) {
+    parts.push_back(
+        NormLayer("post_attention_layernorm", v1::Norm::LAYER, s.hidden));
+  }
+  parts.push_back(MlpLayer("mlp", s.hidden, s.ffn, true, false));
+  *spec.add_layers() = BlockLayer(
+      "model.layers", static_cast<uint32_t>(s.layers), std::move(parts));
+  *spec.add_layers() = NormLayer("model.norm", v1::Norm::LAYER, s.hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", s.hidden, s.vocab, s.tied);
+  c.Note(absl::StrCat(
+      "StableLmForCausalLM: LayerNorms with bias, gated MLP, ",
+      qkv_bias ? "biased q, k and v, " : "",
+      parallel ? "attention and MLP in parallel, " : "",
+      s.tied ? "LM head tied to embed_tokens" : "untied LM head",
+      ". Partial rotary embeddings have no parameters. Attention is marked "
+      "fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertStarcoder2(const Json& config, Conversion& c) {
+  c.config_class = "Starcoder2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // Starcoder2Config: vocab_size=49152, hidden_size=3072,
+  // intermediate_size=12288, num_hidden_layers=30, num_attention_heads=24,
+  // num_key_value_heads=2, max_position_embeddings=4096,
+  // tie_word_embeddings=True, sliding_window=None, use_bias=True.
+  // LayerNorms with bias, a 2-matrix MLP (c_fc, c_proj).
+  ASSIGN_OR_RETURN(DecoderShape s,
+                   ReadDecoderCore(keys, {49152, 3072, 12288, 30, 24, 2,
+                                          std::nullopt, 4096, true}));
+  ASSIGN_OR_RETURN(const bool bias, keys.Flag("use_bias", true));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> window,
+      keys.OptionalSize("sliding_window", std::nullopt, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      FreePositions(c, s.max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
+  Layer attn = AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
+                              s.head_dim, bias, bias, /*fused=*/true);
+  if (window.has_value()) attn.mutable_attention()->set_window(*window);
+  parts.push_back(std::move(attn));
+  parts.push_back(
+      NormLayer("post_attention_layernorm", v1::Norm::LAYER, s.hidden));
+  parts.push_back(MlpLayer("mlp", s.hidden, s.ffn, false, bias));
+  *spec.add_layers() = BlockLayer(
+      "model.layers", static_cast<uint32_t>(s.layers), std::move(parts));
+  *spec.add_layers() = NormLayer("model.norm", v1::Norm::LAYER, s.hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", s.hidden, s.vocab, s.tied);
+  c.Note(absl::StrCat(
+      "Starcoder2ForCausalLM: grouped-query attention, LayerNorms, a ",
+      bias ? "biased " : "", "2-matrix MLP, ",
+      s.tied ? "LM head tied to embed_tokens" : "untied LM head",
+      ". Attention is marked fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertGptBigCode(const Json& config, Conversion& c) {
+  c.config_class = "GPTBigCodeConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // GPTBigCodeConfig: vocab_size=50257, n_positions=1024, n_embd=768,
+  // n_layer=12, n_head=12, n_inner=None (4 * n_embd), multi_query=True;
+  // tie_word_embeddings keeps PretrainedConfig's True. GPT-2's layout
+  // with one shared key/value head under multi_query.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50257, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t n_positions,
+                   keys.Size("n_positions", 1024, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("n_embd", 768, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("n_layer", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads, keys.Size("n_head", 12, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, "n_embd", "n_head"));
+  ASSIGN_OR_RETURN(std::optional<uint64_t> inner,
+                   keys.OptionalSize("n_inner", std::nullopt, 1, kMaxFfn));
+  const uint64_t ffn = inner.value_or(4 * hidden);
+  if (!inner.has_value()) keys.AssumeDerived("n_inner", ffn, "4 * n_embd");
+  ASSIGN_OR_RETURN(const bool multi_query, keys.Flag("multi_query", true));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, n_positions, "n_positions"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("transformer.wte", vocab, hidden);
+  *spec.add_layers() = ParametersLayer("transformer.wpe", n_positions * hidden);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("ln_1", v1::Norm::LAYER, hidden));
+  parts.push_back(AttentionLayer("attn", hidden, heads, multi_query ? 1 : heads,
+                                 hidden / heads, true, true, /*fused=*/true));
+  parts.push_back(NormLayer("ln_2", v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("mlp", hidden, ffn, false, true));
+  *spec.add_layers() = BlockLayer(
+      "transformer.h", static_cast<uint32_t>(layers), std::move(parts));
+  *spec.add_layers() = NormLayer("transformer.ln_f", v1::Norm::LAYER, hidden);
+  *spec.add_layers() = LmHeadLayer("lm_head", hidden, vocab, tied);
+  c.Note(absl::StrCat(
+      "GPTBigCodeForCausalLM: GPT-2's layout (learned position table, "
+      "biased projections) with ",
+      multi_query ? "one shared key/value head (multi-query attention)"
+                  : "a key/value head per query head",
+      ", ", tied ? "LM head tied to wte" : "untied LM head",
+      ". Attention is marked fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
 // ---- BERT and RoBERTa ------------------------------------------------------
 
 // The BERT-shaped encoders: their config class and its defaults, and what
@@ -1705,13 +2019,16 @@ struct Family {
 // Sorted by model_type.
 constexpr Family kFamilies[] = {
     {"bert", ConvertBert},
+    {"bloom", ConvertBloom},
     {"clip", ConvertClip},
     {"distilbert", ConvertDistilBert},
     {"electra", ConvertElectra},
+    {"falcon", ConvertFalcon},
     {"gemma", ConvertGemma},
     {"gemma2", ConvertGemma2},
     {"gemma3_text", ConvertGemma3Text},
     {"gpt2", ConvertGpt2},
+    {"gpt_bigcode", ConvertGptBigCode},
     {"gpt_neox", ConvertGptNeox},
     {"granite", ConvertGranite},
     {"llama", ConvertLlama},
@@ -1726,6 +2043,8 @@ constexpr Family kFamilies[] = {
     {"qwen2_moe", ConvertQwen2Moe},
     {"qwen3", ConvertQwen3},
     {"roberta", ConvertRoberta},
+    {"stablelm", ConvertStableLm},
+    {"starcoder2", ConvertStarcoder2},
     {"t5", ConvertT5},
     {"vit", ConvertVit},
     {"xlm-roberta", ConvertXlmRoberta},

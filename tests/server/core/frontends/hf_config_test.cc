@@ -229,6 +229,55 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "vocab_size": 30522, "max_position_embeddings": 512,
            "type_vocab_size": 2})",
        13483008},
+      // bigscience/bloom-560m: the Hub's safetensors count, F16 559214592
+      // (huggingface_hub's own tests assert it; KerasHub's bloom_560m_multi
+      // lists the same).
+      {"bloom-560m",
+       R"({"model_type": "bloom", "hidden_size": 1024, "n_head": 16,
+           "n_layer": 24, "vocab_size": 250880})",
+       559214592},
+      // tiiuae/falcon-7b. No exact published figure found; by hand:
+      // 65024*4544 embedding + 32 layers of (LN 9088 + fused qkv
+      // 4544*(4544+2*64) + dense 4544^2 + MLP 2*4544*18176) + ln_f 9088,
+      // head tied = 6921720704, the card's "7B".
+      {"falcon-7b",
+       R"({"model_type": "falcon", "hidden_size": 4544,
+           "num_attention_heads": 71, "num_hidden_layers": 32,
+           "vocab_size": 65024, "multi_query": true, "parallel_attn": true,
+           "new_decoder_architecture": false, "bias": false,
+           "alibi": false})",
+       6921720704},
+      // stabilityai/stablelm-2-1_6b: 1644515328 in a public comparison
+      // table of Stable LM 2 1.6B; the card's "1.6B".
+      {"stablelm-2-1.6b",
+       R"({"model_type": "stablelm", "hidden_size": 2048,
+           "intermediate_size": 5632, "num_attention_heads": 32,
+           "num_hidden_layers": 24, "num_key_value_heads": 32,
+           "vocab_size": 100352, "max_position_embeddings": 4096,
+           "use_qkv_bias": true, "use_parallel_residual": false,
+           "qk_layernorm": false, "tie_word_embeddings": false})",
+       1644515328},
+      // bigcode/starcoder2-3b. No exact published figure found; by hand:
+      // 49152*3072 tied embedding + 30 layers of (2 LN 12288 + q/o
+      // 2*(3072^2+3072) + k/v 2*(3072*256+256) + MLP 2*3072*12288 + 12288 +
+      // 3072) + final LN 6144 = 3030371328, the card's "3B".
+      {"starcoder2-3b",
+       R"({"model_type": "starcoder2", "hidden_size": 3072,
+           "intermediate_size": 12288, "num_attention_heads": 24,
+           "num_hidden_layers": 30, "num_key_value_heads": 2,
+           "vocab_size": 49152, "max_position_embeddings": 16384,
+           "sliding_window": 4096, "use_bias": true})",
+       3030371328},
+      // bigcode/gpt_bigcode-santacoder. No exact published figure found;
+      // by hand: 49280*2048 + 2048*2048 positions + 24 layers of (2 LN
+      // 8192 + c_attn 2048*(2048+2*128) + 2304 + c_proj 2048^2 + 2048 +
+      // MLP 2*2048*8192 + 8192 + 2048) + ln_f 4096, head tied =
+      // 1124886528, the SantaCoder paper's "1.1B".
+      {"gpt-bigcode-santacoder",
+       R"({"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16,
+           "n_inner": 8192, "n_layer": 24, "n_positions": 2048,
+           "vocab_size": 49280, "multi_query": true})",
+       1124886528},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
@@ -323,13 +372,12 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       status.message(),
-      AllOf(
-          HasSubstr("model_type = \"mamba\" is not supported"),
-          HasSubstr("bert, clip, distilbert, electra, gemma, gemma2, "
-                    "gemma3_text, "
-                    "gpt2, gpt_neox, granite, llama, mistral, mixtral, olmo, "
-                    "olmo2, opt, phi, phi3, "
-                    "qwen2, qwen2_moe, qwen3, roberta, t5, vit, xlm-roberta")));
+      AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
+            HasSubstr("bert, bloom, clip, distilbert, electra, falcon, gemma, "
+                      "gemma2, gemma3_text, gpt2, gpt_bigcode, gpt_neox, "
+                      "granite, llama, mistral, mixtral, olmo, olmo2, opt, "
+                      "phi, phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
+                      "starcoder2, t5, vit, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
