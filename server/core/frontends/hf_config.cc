@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/common/status_macros.h"
@@ -1461,6 +1462,408 @@ absl::Status ConvertGptBigCode(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+// ---- MPT -------------------------------------------------------------------
+
+absl::Status ConvertMpt(const Json& config, Conversion& c) {
+  c.config_class = "MptConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // MptConfig: d_model=2048, n_heads=16, n_layers=24, expansion_ratio=4,
+  // max_seq_len=2048, vocab_size=50368; tie_word_embeddings keeps
+  // PretrainedConfig's True. transformers' MPT has no biases at all: its
+  // LayerNorms drop theirs and every linear is bias-free; ALiBi has no
+  // parameters.
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("d_model", 2048, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("n_heads", 16, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, "d_model", "n_heads"));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("n_layers", 24, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t ratio,
+                   keys.Size("expansion_ratio", 4, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t max_seq_len,
+                   keys.Size("max_seq_len", 2048, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50368, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   FreePositions(c, max_seq_len, "max_seq_len"));
+  auto norm = [hidden](absl::string_view name) {
+    Layer layer = NormLayer(name, v1::Norm::LAYER, hidden);
+    layer.mutable_norm()->set_no_bias(true);
+    return layer;
+  };
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("transformer.wte", vocab, hidden);
+  std::vector<Layer> parts;
+  parts.push_back(norm("norm_1"));
+  // ALiBi goes into an explicit score matrix: not fused.
+  parts.push_back(AttentionLayer("attn", hidden, heads, heads, hidden / heads,
+                                 false, false, /*fused=*/false));
+  parts.push_back(norm("norm_2"));
+  parts.push_back(MlpLayer("ffn", hidden, ratio * hidden, false, false));
+  *spec.add_layers() = BlockLayer(
+      "transformer.blocks", static_cast<uint32_t>(layers), std::move(parts));
+  *spec.add_layers() = norm("transformer.norm_f");
+  *spec.add_layers() = LmHeadLayer("lm_head", hidden, vocab, tied);
+  c.Note(absl::StrCat(
+      "MptForCausalLM: bias-free LayerNorms and linears, fused Wqkv, ",
+      tied ? "LM head tied to wte" : "untied LM head",
+      ". ALiBi has no parameters; its bias goes into an explicit score "
+      "matrix, so attention is not marked fused."));
+  return absl::OkStatus();
+}
+
+// ---- DeBERTa-v2 / v3 -------------------------------------------------------
+
+absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
+  c.config_class = "DebertaV2Config";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // DebertaV2Config: vocab_size=128100, hidden_size=1536,
+  // num_hidden_layers=24, num_attention_heads=24, intermediate_size=6144,
+  // max_position_embeddings=512, type_vocab_size=0,
+  // position_biased_input=True, relative_attention=False,
+  // max_relative_positions=-1, pos_att_type=None; read through getattr:
+  // embedding_size (hidden_size), position_buckets=-1, share_att_key=False,
+  // norm_rel_ebd="none", conv_kernel_size=0.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 128100, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t hidden,
+                   keys.Size("hidden_size", 1536, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t embedding,
+                   keys.Size("embedding_size", hidden, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t layers,
+                   keys.Size("num_hidden_layers", 24, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size("num_attention_heads", 24, 1, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t ffn,
+                   keys.Size("intermediate_size", 6144, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t type_vocab,
+                   keys.Size("type_vocab_size", 0, 0, kMaxVocab));
+  ASSIGN_OR_RETURN(const bool biased_input,
+                   keys.Flag("position_biased_input", true));
+  ASSIGN_OR_RETURN(const bool relative, keys.Flag("relative_attention", false));
+  // max_relative_positions and position_buckets take -1 for "unset".
+  auto signed_key = [&keys](const char* key,
+                            int64_t default_value) -> absl::StatusOr<int64_t> {
+    if (!keys.Has(key)) return default_value;
+    const Json& v = keys.Raw(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < -1 ||
+        v.get<int64_t>() > static_cast<int64_t>(kMaxSpecDimension)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", key, " = ", Abbreviated(v),
+                       " is out of range; allowed -1..", kMaxSpecDimension));
+    }
+    return v.get<int64_t>();
+  };
+  ASSIGN_OR_RETURN(const int64_t max_relative,
+                   signed_key("max_relative_positions", -1));
+  ASSIGN_OR_RETURN(const int64_t buckets, signed_key("position_buckets", -1));
+  ASSIGN_OR_RETURN(const bool share_att_key, keys.Flag("share_att_key", false));
+  ASSIGN_OR_RETURN(const std::string norm_rel_ebd,
+                   keys.Text("norm_rel_ebd", "none"));
+  ASSIGN_OR_RETURN(const uint64_t conv_kernel,
+                   keys.Size("conv_kernel_size", 0, 0, kMaxPatch));
+  if (conv_kernel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: conv_kernel_size = ", conv_kernel,
+        " is not supported (DeBERTa-v2's convolution layer); allowed 0"));
+  }
+  // pos_att_type: a list, or a "|"-separated string in older configs.
+  bool c2p = false;
+  bool p2c = false;
+  if (keys.Has("pos_att_type") && !keys.Raw("pos_att_type").is_null()) {
+    const Json& types = keys.Raw("pos_att_type");
+    std::vector<std::string> names;
+    if (types.is_string()) {
+      names = absl::StrSplit(types.get<std::string>(), '|');
+    } else if (types.is_array()) {
+      for (const Json& t : types) {
+        if (t.is_string()) names.push_back(t.get<std::string>());
+      }
+    }
+    for (const std::string& name : names) {
+      const std::string lower = absl::AsciiStrToLower(name);
+      c2p = c2p || lower == "c2p";
+      p2c = p2c || lower == "p2c";
+    }
+  }
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() =
+      EmbeddingLayer("deberta.embeddings.word_embeddings", vocab, embedding);
+  if (biased_input) {
+    *spec.add_layers() = ParametersLayer(
+        "deberta.embeddings.position_embeddings", max_positions * embedding);
+  }
+  if (type_vocab > 0) {
+    *spec.add_layers() = ParametersLayer(
+        "deberta.embeddings.token_type_embeddings", type_vocab * embedding);
+  }
+  if (embedding != hidden) {
+    *spec.add_layers() =
+        LinearLayer("deberta.embeddings.embed_proj", embedding, hidden, false);
+  }
+  *spec.add_layers() =
+      NormLayer("deberta.embeddings.LayerNorm", v1::Norm::LAYER, hidden);
+  if (relative) {
+    const uint64_t max_rel =
+        max_relative < 1 ? max_positions : static_cast<uint64_t>(max_relative);
+    const uint64_t rel_rows =
+        buckets > 0 ? 2 * static_cast<uint64_t>(buckets) : 2 * max_rel;
+    *spec.add_layers() =
+        ParametersLayer("deberta.encoder.rel_embeddings", rel_rows * hidden);
+    if (absl::StrContains(absl::AsciiStrToLower(norm_rel_ebd), "layer_norm")) {
+      *spec.add_layers() =
+          NormLayer("deberta.encoder.LayerNorm", v1::Norm::LAYER, hidden);
+    }
+  }
+  std::vector<Layer> parts;
+  // Disentangled attention adds position terms to an explicit score matrix.
+  parts.push_back(AttentionLayer("attention", hidden, heads, heads,
+                                 hidden / heads, true, true,
+                                 /*fused=*/false));
+  if (relative && !share_att_key) {
+    if (c2p) {
+      parts.push_back(
+          LinearLayer("attention.self.pos_key_proj", hidden, hidden, true));
+    }
+    if (p2c) {
+      parts.push_back(
+          LinearLayer("attention.self.pos_query_proj", hidden, hidden, true));
+    }
+  }
+  parts.push_back(
+      NormLayer("attention.output.LayerNorm", v1::Norm::LAYER, hidden));
+  parts.push_back(MlpLayer("intermediate+output", hidden, ffn, false, true));
+  parts.push_back(NormLayer("output.LayerNorm", v1::Norm::LAYER, hidden));
+  *spec.add_layers() = BlockLayer(
+      "deberta.encoder.layer", static_cast<uint32_t>(layers), std::move(parts));
+  c.Note(
+      "DebertaV2Model (no pooler; a classifier or masked-LM head named in "
+      "architectures is not modelled): relative position embeddings shared "
+      "by the layers, disentangled attention over an explicit score "
+      "matrix (not marked fused).");
+  return absl::OkStatus();
+}
+
+// ---- BART and Whisper (encoder-decoder) ------------------------------------
+
+absl::Status ConvertBart(const Json& config, Conversion& c) {
+  c.config_class = "BartConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // BartConfig: vocab_size=50265, max_position_embeddings=1024,
+  // encoder_layers=12, encoder_ffn_dim=4096, encoder_attention_heads=16,
+  // decoder_layers=12, decoder_ffn_dim=4096, decoder_attention_heads=16,
+  // d_model=1024; tie_word_embeddings keeps PretrainedConfig's True.
+  // Every linear has a bias; learned positions keep 2 rows before the
+  // first.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 50265, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(
+      const uint64_t max_positions,
+      keys.Size("max_position_embeddings", 1024, 1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const uint64_t d, keys.Size("d_model", 1024, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t enc_layers,
+                   keys.Size("encoder_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t enc_ffn,
+                   keys.Size("encoder_ffn_dim", 4096, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t enc_heads,
+                   keys.Size("encoder_attention_heads", 16, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(const uint64_t dec_layers,
+                   keys.Size("decoder_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t dec_ffn,
+                   keys.Size("decoder_ffn_dim", 4096, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t dec_heads,
+                   keys.Size("decoder_attention_heads", 16, 1, kMaxHeads));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(d, enc_heads, "d_model", "encoder_attention_heads"));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(d, dec_heads, "d_model", "decoder_attention_heads"));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  ASSIGN_OR_RETURN(const uint64_t positions,
+                   TablePositions(c, max_positions, "max_position_embeddings"));
+  auto attention = [d](absl::string_view name, uint64_t heads) {
+    return AttentionLayer(name, d, heads, heads, d / heads, true, true,
+                          /*fused=*/true);
+  };
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(positions);
+  *spec.add_layers() = EmbeddingLayer("model.shared", vocab, d);
+  for (const char* side : {"encoder", "decoder"}) {
+    const bool decoder = absl::string_view(side) == "decoder";
+    const std::string prefix = absl::StrCat("model.", side, ".");
+    if (decoder) {
+      // The decoder looks up the same shared table.
+      Layer lookup = Named("model.decoder.embed_tokens (shared) + dropout");
+      lookup.mutable_elementwise()->set_op(v1::Elementwise::DROPOUT);
+      lookup.mutable_elementwise()->set_dim(d);
+      *spec.add_layers() = std::move(lookup);
+    }
+    *spec.add_layers() =
+        ParametersLayer(prefix + "embed_positions", (max_positions + 2) * d);
+    *spec.add_layers() =
+        NormLayer(prefix + "layernorm_embedding", v1::Norm::LAYER, d);
+    std::vector<Layer> parts;
+    parts.push_back(attention("self_attn", decoder ? dec_heads : enc_heads));
+    parts.push_back(NormLayer("self_attn_layer_norm", v1::Norm::LAYER, d));
+    if (decoder) {
+      parts.push_back(attention("encoder_attn", dec_heads));
+      parts.push_back(NormLayer("encoder_attn_layer_norm", v1::Norm::LAYER, d));
+    }
+    parts.push_back(
+        MlpLayer("fc1+fc2", d, decoder ? dec_ffn : enc_ffn, false, true));
+    parts.push_back(NormLayer("final_layer_norm", v1::Norm::LAYER, d));
+    *spec.add_layers() =
+        BlockLayer(prefix + "layers",
+                   static_cast<uint32_t>(decoder ? dec_layers : enc_layers),
+                   std::move(parts));
+  }
+  *spec.add_layers() = LmHeadLayer("lm_head", d, vocab, tied);
+  c.Note(absl::StrCat(
+      "BartForConditionalGeneration: post-LayerNorm encoder and decoder "
+      "sharing the token embedding, learned position tables of "
+      "max_position_embeddings + 2 rows, biased projections, ",
+      tied ? "LM head tied to the shared embedding (final_logits_bias is a "
+             "buffer)"
+           : "untied LM head",
+      ". The decoder runs as many positions as the encoder. Attention is "
+      "marked fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertWhisper(const Json& config, Conversion& c) {
+  c.config_class = "WhisperConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // WhisperConfig: vocab_size=51865, num_mel_bins=80, encoder_layers=4,
+  // encoder_attention_heads=6, decoder_layers=4, decoder_attention_heads=6,
+  // decoder_ffn_dim=1536, encoder_ffn_dim=1536, d_model=384,
+  // max_source_positions=1500, max_target_positions=448;
+  // tie_word_embeddings keeps PretrainedConfig's True.
+  ASSIGN_OR_RETURN(const uint64_t vocab,
+                   keys.Size("vocab_size", 51865, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(const uint64_t mels,
+                   keys.Size("num_mel_bins", 80, 1, kMaxChannels));
+  ASSIGN_OR_RETURN(const uint64_t d, keys.Size("d_model", 384, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(const uint64_t enc_layers,
+                   keys.Size("encoder_layers", 4, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t enc_heads,
+                   keys.Size("encoder_attention_heads", 6, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(const uint64_t enc_ffn,
+                   keys.Size("encoder_ffn_dim", 1536, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(const uint64_t dec_layers,
+                   keys.Size("decoder_layers", 4, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(const uint64_t dec_heads,
+                   keys.Size("decoder_attention_heads", 6, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(const uint64_t dec_ffn,
+                   keys.Size("decoder_ffn_dim", 1536, 1, kMaxFfn));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(d, enc_heads, "d_model", "encoder_attention_heads"));
+  RETURN_IF_ERROR(
+      CheckHeadsDivide(d, dec_heads, "d_model", "decoder_attention_heads"));
+  ASSIGN_OR_RETURN(
+      const uint64_t source,
+      keys.Size("max_source_positions", 1500, 1, kMaxSpecDimension / 2));
+  ASSIGN_OR_RETURN(const uint64_t target, keys.Size("max_target_positions", 448,
+                                                    1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", true));
+  // seq_len sets the decoder's tokens; the encoder always sees 30 s of
+  // audio, 2 * max_source_positions mel frames.
+  ASSIGN_OR_RETURN(const uint64_t text,
+                   TablePositions(c, target, "max_target_positions"));
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("transformer");
+  spec.set_positions(source);
+  spec.set_input_source(absl::StrCat(
+      2 * source, " mel frames (", mels, " bins) per sample, ", source,
+      " encoder positions after the stride-2 convolution, and ",
+      spec.input_source()));
+  // Whisper's q, v and out projections have biases, k_proj has none.
+  auto attention = [d](absl::string_view name, uint64_t heads,
+                       std::vector<Layer>* parts) {
+    parts->push_back(AttentionLayer(name, d, heads, heads, d / heads, false,
+                                    true, /*fused=*/true));
+    parts->push_back(
+        ParametersLayer(absl::StrCat(name, ".q_proj+v_proj.bias"), 2 * d));
+  };
+  Layer conv1 = Named("model.encoder.conv1");
+  conv1.set_positions(2 * source);
+  conv1.mutable_conv()->set_in_channels(mels);
+  conv1.mutable_conv()->set_out_channels(d);
+  conv1.mutable_conv()->add_kernel(3);
+  conv1.mutable_conv()->set_dims(1);
+  conv1.mutable_conv()->set_bias(true);
+  *spec.add_layers() = std::move(conv1);
+  Layer conv2 = Named("model.encoder.conv2");
+  conv2.mutable_conv()->set_in_channels(d);
+  conv2.mutable_conv()->set_out_channels(d);
+  conv2.mutable_conv()->add_kernel(3);
+  conv2.mutable_conv()->set_dims(1);
+  conv2.mutable_conv()->set_bias(true);
+  conv2.mutable_conv()->set_in_positions(2 * source);
+  *spec.add_layers() = std::move(conv2);
+  *spec.add_layers() =
+      ParametersLayer("model.encoder.embed_positions", source * d);
+  {
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("self_attn_layer_norm", v1::Norm::LAYER, d));
+    attention("self_attn", enc_heads, &parts);
+    parts.push_back(NormLayer("final_layer_norm", v1::Norm::LAYER, d));
+    parts.push_back(MlpLayer("fc1+fc2", d, enc_ffn, false, true));
+    *spec.add_layers() =
+        BlockLayer("model.encoder.layers", static_cast<uint32_t>(enc_layers),
+                   std::move(parts));
+  }
+  *spec.add_layers() =
+      NormLayer("model.encoder.layer_norm", v1::Norm::LAYER, d);
+  Layer tokens = EmbeddingLayer("model.decoder.embed_tokens", vocab, d);
+  tokens.set_positions(text);
+  *spec.add_layers() = std::move(tokens);
+  *spec.add_layers() =
+      ParametersLayer("model.decoder.embed_positions", target * d);
+  {
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("self_attn_layer_norm", v1::Norm::LAYER, d));
+    attention("self_attn", dec_heads, &parts);
+    parts.push_back(NormLayer("encoder_attn_layer_norm", v1::Norm::LAYER, d));
+    attention("encoder_attn", dec_heads, &parts);
+    // The cross attention reads the encoder's positions.
+    parts[parts.size() - 2].mutable_attention()->set_kv_positions(source);
+    parts.push_back(NormLayer("final_layer_norm", v1::Norm::LAYER, d));
+    parts.push_back(MlpLayer("fc1+fc2", d, dec_ffn, false, true));
+    Layer stack =
+        BlockLayer("model.decoder.layers", static_cast<uint32_t>(dec_layers),
+                   std::move(parts));
+    stack.set_positions(text);
+    *spec.add_layers() = std::move(stack);
+  }
+  Layer final_norm = NormLayer("model.decoder.layer_norm", v1::Norm::LAYER, d);
+  final_norm.set_positions(text);
+  *spec.add_layers() = std::move(final_norm);
+  Layer head = LmHeadLayer("proj_out", d, vocab, tied);
+  head.set_positions(text);
+  *spec.add_layers() = std::move(head);
+  c.Note(absl::StrCat(
+      "WhisperForConditionalGeneration: two 1-d convolutions over the mel "
+      "frames, pre-LayerNorm encoder and decoder, position tables as "
+      "parameters (the encoder's sinusoidal one frozen but counted), k_proj "
+      "without bias (the q and v biases are listed beside each attention), ",
+      tied ? "proj_out tied to embed_tokens" : "untied proj_out",
+      ". Attention is marked fused (scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
 // ---- BERT and RoBERTa ------------------------------------------------------
 
 // The BERT-shaped encoders: their config class and its defaults, and what
@@ -2018,9 +2421,11 @@ struct Family {
 
 // Sorted by model_type.
 constexpr Family kFamilies[] = {
+    {"bart", ConvertBart},
     {"bert", ConvertBert},
     {"bloom", ConvertBloom},
     {"clip", ConvertClip},
+    {"deberta-v2", ConvertDebertaV2},
     {"distilbert", ConvertDistilBert},
     {"electra", ConvertElectra},
     {"falcon", ConvertFalcon},
@@ -2034,6 +2439,7 @@ constexpr Family kFamilies[] = {
     {"llama", ConvertLlama},
     {"mistral", ConvertMistral},
     {"mixtral", ConvertMixtral},
+    {"mpt", ConvertMpt},
     {"olmo", ConvertOlmo},
     {"olmo2", ConvertOlmo2},
     {"opt", ConvertOpt},
@@ -2047,6 +2453,7 @@ constexpr Family kFamilies[] = {
     {"starcoder2", ConvertStarcoder2},
     {"t5", ConvertT5},
     {"vit", ConvertVit},
+    {"whisper", ConvertWhisper},
     {"xlm-roberta", ConvertXlmRoberta},
 };
 

@@ -278,11 +278,111 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "n_inner": 8192, "n_layer": 24, "n_positions": 2048,
            "vocab_size": 49280, "multi_query": true})",
        1124886528},
+      // mosaicml/mpt-7b. No exact published figure found; by hand:
+      // 50432*4096 tied embedding + 32 blocks of (2 bias-free LN 8192 +
+      // 4*4096^2 attention + 2*4096*16384 MLP) + norm_f 4096 = 6649286656,
+      // the card's "6.7B".
+      {"mpt-7b",
+       R"({"model_type": "mpt", "d_model": 4096, "n_heads": 32,
+           "n_layers": 32, "expansion_ratio": 4, "max_seq_len": 2048,
+           "vocab_size": 50432})",
+       6649286656},
+      // DebertaV2Model, microsoft/deberta-v3-base: KerasHub's
+      // deberta_v3_base_en preset, "params": 183831552 (also a TF model
+      // summary's); the card's "86M backbone + 98M embedding".
+      {"deberta-v3-base",
+       R"({"model_type": "deberta-v2", "hidden_size": 768,
+           "intermediate_size": 3072, "num_attention_heads": 12,
+           "num_hidden_layers": 12, "vocab_size": 128100,
+           "max_position_embeddings": 512, "type_vocab_size": 0,
+           "position_biased_input": false, "relative_attention": true,
+           "max_relative_positions": -1, "position_buckets": 256,
+           "pos_att_type": ["p2c", "c2p"], "share_att_key": true,
+           "norm_rel_ebd": "layer_norm"})",
+       183831552},
+      // facebook/bart-base: 139420416 in a public table of
+      // model.num_parameters() (bart-large 406291456 beside it).
+      {"bart-base",
+       R"({"model_type": "bart", "d_model": 768, "encoder_layers": 6,
+           "decoder_layers": 6, "encoder_attention_heads": 12,
+           "decoder_attention_heads": 12, "encoder_ffn_dim": 3072,
+           "decoder_ffn_dim": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 1024})",
+       139420416},
+      // openai/whisper-tiny: KerasHub's whisper_tiny_multi preset,
+      // "params": 37760640 (public code prints the same sum of numel()).
+      {"whisper-tiny",
+       R"({"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
+           "decoder_layers": 4, "encoder_attention_heads": 6,
+           "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+           "decoder_ffn_dim": 1536, "vocab_size": 51865,
+           "num_mel_bins": 80, "max_source_positions": 1500,
+           "max_target_positions": 448})",
+       37760640},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
     EXPECT_EQ(CountParams(got.spec), c.params) << c.model;
+    // The memory model takes every family's spec.
+    absl::StatusOr<MemoryProfile> profile =
+        BuildProfile(got.spec, v1::TrainingSetup());
+    EXPECT_TRUE(profile.ok()) << c.model << ": " << profile.status();
   }
+}
+
+// What the newer front-ends describe besides the count: Gemma's
+// interleaved windows, Falcon's shared key/value head, OLMo's
+// parameter-free norms, Whisper's cross attention over the encoder.
+TEST(HfConfigTest, FamilyStructure) {
+  const HfConversion gemma2 = ConvertFile("gemma-2-2b.json");
+  ASSERT_EQ(gemma2.spec.layers_size(), 1 + 26 + 2);
+  ASSERT_NE(Find(gemma2.spec, "model.layers.0-0"), nullptr);
+  ASSERT_NE(Find(gemma2.spec, "model.layers.1-1"), nullptr);
+  EXPECT_EQ(Find(gemma2.spec, "model.layers.0-0")
+                ->block()
+                .layers(1)
+                .attention()
+                .window(),
+            4096u);
+  EXPECT_EQ(Find(gemma2.spec, "model.layers.1-1")
+                ->block()
+                .layers(1)
+                .attention()
+                .window(),
+            0u);
+
+  // Gemma 3: five sliding layers, then a full one.
+  const HfConversion gemma3 = ConvertText(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 12,
+          "sliding_window": 512})");
+  ASSERT_EQ(gemma3.spec.layers_size(), 1 + 4 + 2);
+  EXPECT_EQ(gemma3.spec.layers(1).name(), "model.layers.0-4");
+  EXPECT_EQ(gemma3.spec.layers(1).repeat(), 5u);
+  EXPECT_EQ(gemma3.spec.layers(1).block().layers(1).attention().window(), 512u);
+  EXPECT_EQ(gemma3.spec.layers(2).block().layers(1).attention().window(), 0u);
+
+  const HfConversion falcon = ConvertText(R"({"model_type": "falcon"})");
+  const v1::Layer* attn = Find(falcon.spec, "self_attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_EQ(attn->attention().kv_heads(), 1u);
+  EXPECT_EQ(Find(falcon.spec, "post_attention_layernorm"), nullptr);
+
+  const HfConversion olmo = ConvertText(R"({"model_type": "olmo"})");
+  const v1::Layer* norm = Find(olmo.spec, "input_layernorm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(CountLayerParams(*norm), 0u);
+
+  const HfConversion whisper = ConvertText(R"({"model_type": "whisper"})");
+  const v1::Layer* decoder = Find(whisper.spec, "model.decoder.layers");
+  ASSERT_NE(decoder, nullptr);
+  EXPECT_EQ(decoder->positions(), 448u);
+  const v1::Layer* cross = nullptr;
+  for (const v1::Layer& part : decoder->block().layers()) {
+    if (part.name() == "encoder_attn") cross = &part;
+  }
+  ASSERT_NE(cross, nullptr);
+  EXPECT_EQ(cross->attention().kv_positions(), 1500u);
+  EXPECT_EQ(whisper.spec.positions(), 1500u);
 }
 
 TEST(HfConfigTest, GroupedQueryWindowAndExperts) {
@@ -373,11 +473,12 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_THAT(
       status.message(),
       AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-            HasSubstr("bert, bloom, clip, distilbert, electra, falcon, gemma, "
-                      "gemma2, gemma3_text, gpt2, gpt_bigcode, gpt_neox, "
-                      "granite, llama, mistral, mixtral, olmo, olmo2, opt, "
-                      "phi, phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
-                      "starcoder2, t5, vit, xlm-roberta")));
+            HasSubstr("bart, bert, bloom, clip, deberta-v2, distilbert, "
+                      "electra, falcon, gemma, gemma2, gemma3_text, gpt2, "
+                      "gpt_bigcode, gpt_neox, granite, llama, mistral, "
+                      "mixtral, mpt, olmo, olmo2, opt, phi, phi3, qwen2, "
+                      "qwen2_moe, qwen3, roberta, stablelm, starcoder2, t5, "
+                      "vit, whisper, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
