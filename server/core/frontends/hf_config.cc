@@ -2410,6 +2410,319 @@ absl::Status ConvertClip(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+// ---- Swin and ConvNeXt (hierarchical vision models) -------------------------
+
+// A list of sizes (depths, hidden_sizes, num_heads): each in 1..max_value;
+// missing takes the class default.
+absl::StatusOr<std::vector<uint64_t>> SizeList(
+    ConfigKeys& keys, const char* key, const std::vector<uint64_t>& defaults,
+    uint64_t max_value, std::vector<std::string>* assumed,
+    const std::string& config_class) {
+  if (!keys.Has(key)) {
+    assumed->push_back(
+        absl::StrCat(keys.Path(key), "=[", absl::StrJoin(defaults, ", "),
+                     "] (transformers ", config_class, " default)"));
+    return defaults;
+  }
+  const Json& v = keys.Raw(key);
+  if (!v.is_array() || v.empty() || v.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", keys.Path(key), " = ", Abbreviated(v),
+                     " is not a list of 1 to 64 sizes"));
+  }
+  std::vector<uint64_t> out;
+  for (const Json& item : v) {
+    if (!item.is_number_integer() || item.get<int64_t>() < 1 ||
+        static_cast<uint64_t>(item.get<int64_t>()) > max_value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", keys.Path(key), " entry ", Abbreviated(item),
+          " is out of range; allowed 1..", max_value));
+    }
+    out.push_back(static_cast<uint64_t>(item.get<int64_t>()));
+  }
+  return out;
+}
+
+// The classifier of a *ForImageClassification model: as many outputs as
+// id2label has entries (or num_labels), PretrainedConfig's 2 without
+// either. Zero when architectures names no classification model.
+absl::StatusOr<uint64_t> ImageClassifierLabels(ConfigKeys& keys,
+                                               const Json& config) {
+  bool classifier = false;
+  if (config.contains("architectures") &&
+      config.at("architectures").is_array()) {
+    for (const Json& name : config.at("architectures")) {
+      if (name.is_string() &&
+          absl::EndsWith(name.get<std::string>(), "ForImageClassification")) {
+        classifier = true;
+      }
+    }
+  }
+  if (!classifier) return 0;
+  if (config.contains("id2label") && config.at("id2label").is_object()) {
+    const uint64_t n = config.at("id2label").size();
+    if (n < 1 || n > kMaxVocab) {
+      return OutOfRange(keys.Path("id2label"), n, 1, kMaxVocab);
+    }
+    return n;
+  }
+  return keys.Size("num_labels", 2, 1, kMaxVocab);
+}
+
+// Stride-`patch` convolution from the image to a side x side grid, with a
+// LayerNorm over its channels.
+void AppendPatchStem(const std::string& prefix, const std::string& norm_name,
+                     uint64_t channels, uint64_t dim, uint64_t patch,
+                     uint64_t image, v1::ModelSpec* spec) {
+  const uint64_t side = image / patch;
+  Layer stem = Named(prefix);
+  stem.set_positions(side * side);
+  v1::Conv* conv = stem.mutable_conv();
+  conv->set_in_channels(channels);
+  conv->set_out_channels(dim);
+  conv->add_kernel(patch);
+  conv->set_bias(true);
+  conv->set_in_positions(image * image);
+  *spec->add_layers() = std::move(stem);
+  Layer norm = NormLayer(norm_name, v1::Norm::LAYER, dim);
+  norm.set_positions(side * side);
+  *spec->add_layers() = std::move(norm);
+}
+
+void AppendImageHead(const std::string& norm_name, uint64_t dim,
+                     uint64_t labels, v1::ModelSpec* spec) {
+  Layer norm = NormLayer(norm_name, v1::Norm::LAYER, dim);
+  norm.set_positions(1);  // over the pooled features
+  *spec->add_layers() = std::move(norm);
+  if (labels == 0) return;
+  Layer classifier = LinearLayer("classifier", dim, labels, true);
+  classifier.set_positions(1);
+  *spec->add_layers() = std::move(classifier);
+}
+
+absl::Status ConvertConvNext(const Json& config, Conversion& c) {
+  c.config_class = "ConvNextConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // ConvNextConfig: num_channels=3, patch_size=4,
+  // hidden_sizes=[96, 192, 384, 768], depths=[3, 3, 9, 3],
+  // layer_scale_init_value=1e-6 (a per-channel scale when positive),
+  // image_size=224.
+  ASSIGN_OR_RETURN(const uint64_t channels,
+                   keys.Size("num_channels", 3, 1, kMaxChannels));
+  ASSIGN_OR_RETURN(const uint64_t image,
+                   keys.Size("image_size", 224, 1, kMaxImageSide));
+  ASSIGN_OR_RETURN(const uint64_t patch,
+                   keys.Size("patch_size", 4, 1, std::min(image, kMaxPatch)));
+  ASSIGN_OR_RETURN(
+      std::vector<uint64_t> dims,
+      SizeList(keys, "hidden_sizes", {96, 192, 384, 768}, kMaxHidden,
+               &c.out->assumed_defaults, c.config_class));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> depths,
+                   SizeList(keys, "depths", {3, 3, 9, 3}, kMaxLayers,
+                            &c.out->assumed_defaults, c.config_class));
+  if (dims.size() != depths.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: hidden_sizes has ", dims.size(),
+                     " stages, depths ", depths.size(), "; they must match"));
+  }
+  bool layer_scale = true;
+  if (keys.Has("layer_scale_init_value")) {
+    const Json& v = keys.Raw("layer_scale_init_value");
+    if (!v.is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: layer_scale_init_value = ", Abbreviated(v),
+                       " is not a number"));
+    }
+    layer_scale = v.get<double>() > 0;
+  }
+  ASSIGN_OR_RETURN(const uint64_t labels, ImageClassifierLabels(keys, config));
+  v1::ModelSpec& spec = c.spec();
+  uint64_t side = image / patch;
+  if (side == 0 || side >> (dims.size() - 1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: image_size = ", image, " is too small for ",
+                     dims.size(), " stages after patch_size = ", patch));
+  }
+  spec.set_family("conv");
+  spec.set_positions(side * side);
+  spec.set_input_source(absl::StrCat(
+      image, "x", image, " images: a ", side, "x", side,
+      " grid after the patch stem, halved before each later stage."));
+  AppendPatchStem("convnext.embeddings.patch_embeddings",
+                  "convnext.embeddings.layernorm", channels, dims[0], patch,
+                  image, &spec);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const std::string prefix = absl::StrCat("convnext.encoder.stages.", i, ".");
+    const uint64_t dim = dims[i];
+    if (i > 0) {
+      const uint64_t in_positions = side * side;
+      side /= 2;
+      Layer norm = NormLayer(prefix + "downsampling_layer.0", v1::Norm::LAYER,
+                             dims[i - 1]);
+      norm.set_positions(in_positions);
+      *spec.add_layers() = std::move(norm);
+      Layer down = Named(prefix + "downsampling_layer.1");
+      down.set_positions(side * side);
+      down.mutable_conv()->set_in_channels(dims[i - 1]);
+      down.mutable_conv()->set_out_channels(dim);
+      down.mutable_conv()->add_kernel(2);
+      down.mutable_conv()->set_bias(true);
+      down.mutable_conv()->set_in_positions(in_positions);
+      *spec.add_layers() = std::move(down);
+    }
+    std::vector<Layer> parts;
+    Layer dw = Named("dwconv");
+    dw.mutable_conv()->set_in_channels(dim);
+    dw.mutable_conv()->set_out_channels(dim);
+    dw.mutable_conv()->add_kernel(7);
+    dw.mutable_conv()->set_groups(dim);
+    dw.mutable_conv()->set_bias(true);
+    parts.push_back(std::move(dw));
+    parts.push_back(NormLayer("layernorm", v1::Norm::LAYER, dim));
+    parts.push_back(MlpLayer("pwconv1+pwconv2", dim, 4 * dim, false, true));
+    if (layer_scale) {
+      parts.push_back(ParametersLayer("layer_scale_parameter", dim));
+    }
+    Layer stage = BlockLayer(
+        prefix + "layers", static_cast<uint32_t>(depths[i]), std::move(parts));
+    stage.set_positions(side * side);
+    *spec.add_layers() = std::move(stage);
+  }
+  AppendImageHead("convnext.layernorm", dims.back(), labels, &spec);
+  if (c.options.seq_len != 0) {
+    c.Note(absl::StrCat("seq_len ", c.options.seq_len,
+                        " ignored: ConvNeXt's grid comes from image_size."));
+  }
+  c.Note(absl::StrCat(
+      "ConvNext", labels != 0 ? "ForImageClassification" : "Model",
+      ": patch stem, stages of 7x7 depthwise convolution, LayerNorm and a "
+      "4x MLP",
+      layer_scale ? " with a per-channel layer scale" : "",
+      ", LayerNorm + stride-2 convolution between stages, a final LayerNorm "
+      "over the pooled features",
+      labels != 0 ? absl::StrCat(" and a ", labels, "-way classifier") : "",
+      "."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertSwin(const Json& config, Conversion& c) {
+  c.config_class = "SwinConfig";
+  ConfigKeys keys(config, "", c.config_class, &c.out->assumed_defaults);
+  // SwinConfig: image_size=224, patch_size=4, num_channels=3, embed_dim=96,
+  // depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
+  // mlp_ratio=4.0, qkv_bias=True, use_absolute_embeddings=False.
+  ASSIGN_OR_RETURN(const uint64_t channels,
+                   keys.Size("num_channels", 3, 1, kMaxChannels));
+  ASSIGN_OR_RETURN(const uint64_t image,
+                   keys.Size("image_size", 224, 1, kMaxImageSide));
+  ASSIGN_OR_RETURN(const uint64_t patch,
+                   keys.Size("patch_size", 4, 1, std::min(image, kMaxPatch)));
+  ASSIGN_OR_RETURN(const uint64_t embed_dim,
+                   keys.Size("embed_dim", 96, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> depths,
+                   SizeList(keys, "depths", {2, 2, 6, 2}, kMaxLayers,
+                            &c.out->assumed_defaults, c.config_class));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> heads,
+                   SizeList(keys, "num_heads", {3, 6, 12, 24}, kMaxHeads,
+                            &c.out->assumed_defaults, c.config_class));
+  if (heads.size() != depths.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: num_heads has ", heads.size(),
+                     " stages, depths ", depths.size(), "; they must match"));
+  }
+  ASSIGN_OR_RETURN(const uint64_t window,
+                   keys.Size("window_size", 7, 1, kMaxPatch));
+  double mlp_ratio = 4.0;
+  if (keys.Has("mlp_ratio")) {
+    const Json& v = keys.Raw("mlp_ratio");
+    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: mlp_ratio = ", Abbreviated(v),
+                       " is out of range; allowed a number in (0, 64]"));
+    }
+    mlp_ratio = v.get<double>();
+  }
+  ASSIGN_OR_RETURN(const bool qkv_bias, keys.Flag("qkv_bias", true));
+  ASSIGN_OR_RETURN(const bool absolute,
+                   keys.Flag("use_absolute_embeddings", false));
+  ASSIGN_OR_RETURN(const uint64_t labels, ImageClassifierLabels(keys, config));
+  uint64_t side = image / patch;
+  if (side == 0 || side >> (depths.size() - 1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: image_size = ", image, " is too small for ",
+                     depths.size(), " stages after patch_size = ", patch));
+  }
+  v1::ModelSpec& spec = c.spec();
+  spec.set_family("vision-transformer");
+  spec.set_positions(side * side);
+  spec.set_input_source(absl::StrCat(
+      image, "x", image, " images: ", side, "x", side,
+      " patch tokens, merged 2x2 before each later stage; attention within ",
+      window, "x", window, " windows."));
+  AppendPatchStem("swin.embeddings.patch_embeddings.projection",
+                  "swin.embeddings.norm", channels, embed_dim, patch, image,
+                  &spec);
+  if (absolute) {
+    *spec.add_layers() = ParametersLayer("swin.embeddings.position_embeddings",
+                                         (side * side + 1) * embed_dim);
+  }
+  uint64_t dim = embed_dim;
+  for (size_t i = 0; i < depths.size(); ++i) {
+    RETURN_IF_ERROR(CheckHeadsDivide(dim, heads[i],
+                                     absl::StrCat("embed_dim * 2^", i),
+                                     absl::StrCat("num_heads[", i, "]")));
+    // A stage smaller than the window attends over the whole stage.
+    const uint64_t w = std::min(window, side);
+    const uint64_t ffn = static_cast<uint64_t>(mlp_ratio * dim);
+    std::vector<Layer> parts;
+    parts.push_back(NormLayer("layernorm_before", v1::Norm::LAYER, dim));
+    parts.push_back(
+        ParametersLayer("attention.self.relative_position_bias_table",
+                        (2 * w - 1) * (2 * w - 1) * heads[i]));
+    Layer attn = AttentionLayer("attention", dim, heads[i], heads[i],
+                                dim / heads[i], qkv_bias, true,
+                                /*fused=*/false);
+    attn.mutable_attention()->set_window(w * w);
+    parts.push_back(std::move(attn));
+    parts.push_back(NormLayer("layernorm_after", v1::Norm::LAYER, dim));
+    parts.push_back(MlpLayer("intermediate+output", dim, ffn, false, true));
+    Layer stage =
+        BlockLayer(absl::StrCat("swin.encoder.layers.", i, ".blocks"),
+                   static_cast<uint32_t>(depths[i]), std::move(parts));
+    stage.set_positions(side * side);
+    *spec.add_layers() = std::move(stage);
+    if (i + 1 < depths.size()) {
+      // PatchMerging: 2x2 neighbours concatenated, LayerNorm, bias-free
+      // reduction to twice the width.
+      const std::string prefix =
+          absl::StrCat("swin.encoder.layers.", i, ".downsample.");
+      side /= 2;
+      Layer norm = NormLayer(prefix + "norm", v1::Norm::LAYER, 4 * dim);
+      norm.set_positions(side * side);
+      *spec.add_layers() = std::move(norm);
+      Layer reduction =
+          LinearLayer(prefix + "reduction", 4 * dim, 2 * dim, false);
+      reduction.set_positions(side * side);
+      *spec.add_layers() = std::move(reduction);
+      dim *= 2;
+    }
+  }
+  AppendImageHead("swin.layernorm", dim, labels, &spec);
+  if (c.options.seq_len != 0) {
+    c.Note(absl::StrCat("seq_len ", c.options.seq_len,
+                        " ignored: Swin's tokens come from image_size."));
+  }
+  c.Note(absl::StrCat(
+      "Swin", labels != 0 ? "ForImageClassification" : "Model",
+      ": shifted-window attention with a relative position bias table per "
+      "block (added to an explicit score matrix, so not marked fused), "
+      "patch merging between stages, a final LayerNorm over the pooled "
+      "features",
+      labels != 0 ? absl::StrCat(" and a ", labels, "-way classifier") : "",
+      "."));
+  return absl::OkStatus();
+}
+
 // ---- Dispatch --------------------------------------------------------------
 
 using Converter = absl::Status (*)(const Json&, Conversion&);
@@ -2425,6 +2738,7 @@ constexpr Family kFamilies[] = {
     {"bert", ConvertBert},
     {"bloom", ConvertBloom},
     {"clip", ConvertClip},
+    {"convnext", ConvertConvNext},
     {"deberta-v2", ConvertDebertaV2},
     {"distilbert", ConvertDistilBert},
     {"electra", ConvertElectra},
@@ -2451,6 +2765,7 @@ constexpr Family kFamilies[] = {
     {"roberta", ConvertRoberta},
     {"stablelm", ConvertStableLm},
     {"starcoder2", ConvertStarcoder2},
+    {"swin", ConvertSwin},
     {"t5", ConvertT5},
     {"vit", ConvertVit},
     {"whisper", ConvertWhisper},

@@ -319,6 +319,26 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "num_mel_bins": 80, "max_source_positions": 1500,
            "max_target_positions": 448})",
        37760640},
+      // ConvNextForImageClassification, facebook/convnext-tiny-224:
+      // torchvision's convnext_tiny weights meta, "num_params": 28589128,
+      // the same architecture and ImageNet-1k head (the paper's "28M").
+      {"convnext-tiny-224",
+       R"({"model_type": "convnext",
+           "architectures": ["ConvNextForImageClassification"],
+           "num_labels": 1000, "hidden_sizes": [96, 192, 384, 768],
+           "depths": [3, 3, 9, 3], "patch_size": 4, "image_size": 224,
+           "layer_scale_init_value": 1e-06})",
+       28589128},
+      // SwinForImageClassification, microsoft/swin-tiny-patch4-window7-224:
+      // torchvision's swin_t weights meta, "num_params": 28288354, the same
+      // architecture and head (the paper's "29M").
+      {"swin-tiny-patch4-window7-224",
+       R"({"model_type": "swin",
+           "architectures": ["SwinForImageClassification"],
+           "num_labels": 1000, "embed_dim": 96, "depths": [2, 2, 6, 2],
+           "num_heads": [3, 6, 12, 24], "window_size": 7, "image_size": 224,
+           "patch_size": 4, "mlp_ratio": 4.0, "qkv_bias": true})",
+       28288354},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
@@ -473,12 +493,12 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_THAT(
       status.message(),
       AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-            HasSubstr("bart, bert, bloom, clip, deberta-v2, distilbert, "
-                      "electra, falcon, gemma, gemma2, gemma3_text, gpt2, "
-                      "gpt_bigcode, gpt_neox, granite, llama, mistral, "
-                      "mixtral, mpt, olmo, olmo2, opt, phi, phi3, qwen2, "
-                      "qwen2_moe, qwen3, roberta, stablelm, starcoder2, t5, "
-                      "vit, whisper, xlm-roberta")));
+            HasSubstr("bart, bert, bloom, clip, convnext, deberta-v2, "
+                      "distilbert, electra, falcon, gemma, gemma2, "
+                      "gemma3_text, gpt2, gpt_bigcode, gpt_neox, granite, "
+                      "llama, mistral, mixtral, mpt, olmo, olmo2, opt, phi, "
+                      "phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
+                      "starcoder2, swin, t5, vit, whisper, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
