@@ -339,6 +339,22 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "num_heads": [3, 6, 12, 24], "window_size": 7, "image_size": 224,
            "patch_size": 4, "mlp_ratio": 4.0, "qkv_bias": true})",
        28288354},
+      // deepseek-ai/DeepSeek-V3: 671026419200, the main model's tensors as
+      // public audits of the checkpoint headers count them (the paper's
+      // "671B total"; the Hub's 685B adds the 14B multi-token-prediction
+      // module, which DeepseekV3ForCausalLM does not build).
+      {"deepseek-v3",
+       R"({"model_type": "deepseek_v3", "hidden_size": 7168,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "num_hidden_layers": 61, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "n_shared_experts": 1,
+           "n_routed_experts": 256, "num_experts_per_tok": 8,
+           "first_k_dense_replace": 3, "kv_lora_rank": 512,
+           "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+           "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280,
+           "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
+           "tie_word_embeddings": false})",
+       671026419200},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
@@ -492,13 +508,14 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       status.message(),
-      AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
-            HasSubstr("bart, bert, bloom, clip, convnext, deberta-v2, "
-                      "distilbert, electra, falcon, gemma, gemma2, "
-                      "gemma3_text, gpt2, gpt_bigcode, gpt_neox, granite, "
-                      "llama, mistral, mixtral, mpt, olmo, olmo2, opt, phi, "
-                      "phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
-                      "starcoder2, swin, t5, vit, whisper, xlm-roberta")));
+      AllOf(
+          HasSubstr("model_type = \"mamba\" is not supported"),
+          HasSubstr("bart, bert, bloom, clip, convnext, deberta-v2, "
+                    "deepseek_v3, distilbert, electra, falcon, gemma, gemma2, "
+                    "gemma3_text, gpt2, gpt_bigcode, gpt_neox, granite, "
+                    "llama, mistral, mixtral, mpt, olmo, olmo2, opt, phi, "
+                    "phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
+                    "starcoder2, swin, t5, vit, whisper, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }
