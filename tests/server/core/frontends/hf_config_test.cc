@@ -355,6 +355,34 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
            "tie_word_embeddings": false})",
        671026419200},
+      // Variants that take the other branches of the new front-ends.
+      // facebook/opt-350m: post-LayerNorm layers, project_in/project_out
+      // around a 512-wide embedding; 331196416 as public code gives
+      // OPT-350M's parameter count.
+      {"opt-350m",
+       R"({"model_type": "opt", "hidden_size": 1024, "ffn_dim": 4096,
+           "num_hidden_layers": 24, "num_attention_heads": 16,
+           "word_embed_proj_dim": 512, "do_layer_norm_before": false,
+           "vocab_size": 50272, "max_position_embeddings": 2048})",
+       331196416},
+      // microsoft/phi-1_5: the Hub's safetensors total, 1418270720.
+      {"phi-1.5",
+       R"({"model_type": "phi", "hidden_size": 2048,
+           "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_hidden_layers": 24, "num_key_value_heads": 32,
+           "vocab_size": 51200, "max_position_embeddings": 2048,
+           "partial_rotary_factor": 0.5, "qk_layernorm": false,
+           "tie_word_embeddings": false})",
+       1418270720},
+      // google/gemma-2-9b: the Hub's safetensors total and KerasHub's
+      // gemma2_9b_en preset, 9241705984.
+      {"gemma-2-9b",
+       R"({"model_type": "gemma2", "hidden_size": 3584, "head_dim": 256,
+           "intermediate_size": 14336, "num_attention_heads": 16,
+           "num_hidden_layers": 42, "num_key_value_heads": 8,
+           "vocab_size": 256000, "max_position_embeddings": 8192,
+           "sliding_window": 4096})",
+       9241705984},
   };
   for (const Case& c : kCases) {
     const HfConversion got = ConvertText(c.config);
