@@ -1532,8 +1532,13 @@ absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
                    keys.Size("vocab_size", 128100, 1, kMaxVocab));
   ASSIGN_OR_RETURN(const uint64_t hidden,
                    keys.Size("hidden_size", 1536, 1, kMaxHidden));
-  ASSIGN_OR_RETURN(const uint64_t embedding,
-                   keys.Size("embedding_size", hidden, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> embedding_key,
+      keys.OptionalSize("embedding_size", std::nullopt, 1, kMaxHidden));
+  const uint64_t embedding = embedding_key.value_or(hidden);
+  if (!embedding_key.has_value()) {
+    keys.AssumeDerived("embedding_size", embedding, "hidden_size");
+  }
   ASSIGN_OR_RETURN(const uint64_t layers,
                    keys.Size("num_hidden_layers", 24, 1, kMaxLayers));
   ASSIGN_OR_RETURN(const uint64_t heads,
