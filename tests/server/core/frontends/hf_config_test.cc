@@ -257,10 +257,12 @@ TEST(HfConfigTest, OtherFamiliesCounts) {
            "use_qkv_bias": true, "use_parallel_residual": false,
            "qk_layernorm": false, "tie_word_embeddings": false})",
        1644515328},
-      // bigcode/starcoder2-3b. No exact published figure found; by hand:
-      // 49152*3072 tied embedding + 30 layers of (2 LN 12288 + q/o
-      // 2*(3072^2+3072) + k/v 2*(3072*256+256) + MLP 2*3072*12288 + 12288 +
-      // 3072) + final LN 6144 = 3030371328, the card's "3B".
+      // bigcode/starcoder2-3b (sizes as TensorRT-LLM's StarCoder2 tests
+      // copy them from the Hub config; head tied, Starcoder2Config's
+      // default). No exact published figure found; by hand: 49152*3072
+      // embedding + 30 layers of (2 LN 12288 + q/o 2*(3072^2+3072) + k/v
+      // 2*(3072*256+256) + MLP 2*3072*12288 + 12288 + 3072) + final LN
+      // 6144 = 3030371328, the card's "3B".
       {"starcoder2-3b",
        R"({"model_type": "starcoder2", "hidden_size": 3072,
            "intermediate_size": 12288, "num_attention_heads": 24,
