@@ -63,7 +63,7 @@ TEST(HfConfigTest, PublishedParameterCounts) {
       {"meta-llama-3-8b.json", 8030261248},
       // DistilBertModel: KerasHub's distil_bert_base_en_uncased preset,
       // "params": 66362880 (keras-team/keras-hub,
-      // keras_nlp/models/distil_bert/distil_bert_presets.py); the model
+      // keras_hub/src/models/distil_bert/distil_bert_presets.py); the model
       // card and paper round it to 66M. By hand: embeddings 30522*768 +
       // 512*768 + LN 1536 = 23835648; each of 6 layers 4*(768*768+768) +
       // 2*1536 + (768*3072+3072 + 3072*768+768) = 7087872.
