@@ -93,6 +93,11 @@ std::shared_ptr<const Evidence> PlannerService::evidence() const {
   return evidence_;
 }
 
+PlannerService::Answering PlannerService::answering() const {
+  absl::MutexLock lock(&mu_);
+  return {planner_, evidence_};
+}
+
 void PlannerService::SetLearner(Learner* learner) {
   absl::MutexLock lock(&mu_);
   learner_ = learner;
@@ -261,9 +266,9 @@ void PlannerService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
                                     v1::CheckFitResponse* response) {
   // Pure computation on an immutable planner and evidence: microseconds for
   // a catalog template, up to seconds for an imported model.
-  const std::shared_ptr<const Evidence> evidence = this->evidence();
+  const Answering from = answering();
   absl::StatusOr<v1::CheckFitResponse> answer =
-      planner()->CheckFit(*request, evidence.get());
+      from.planner->CheckFit(*request, from.evidence.get());
   if (!answer.ok()) {
     spdlog::debug("event=check_fit_rejected code={} message=\"{}\"",
                   absl::StatusCodeToString(answer.status().code()),
@@ -271,11 +276,7 @@ void PlannerService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
     reactor->Finish(ToGrpcStatus(answer.status()));
     return;
   }
-  for (const v1::TargetResult& target : answer->targets()) {
-    for (int verdict : target.verdicts()) {
-      metrics_->Verdict(v1::Verdict_Name(verdict));
-    }
-  }
+  metrics_->CountVerdicts(*answer);
   std::string why;
   const bool learn = request->learn() || options_.auto_probe;
   if (learn && NeedsLearning(*answer, &why)) {

@@ -173,6 +173,13 @@ class PlannerService final : public v1::Planner::CallbackService {
   grpc::ServerUnaryReactor* DeferImport(grpc::ServerUnaryReactor* reactor,
                                         std::function<void()> job);
 
+  // The planner and the evidence answers come from, read under one lock.
+  struct Answering {
+    std::shared_ptr<const FitPlanner> planner;
+    std::shared_ptr<const Evidence> evidence;
+  };
+  Answering answering() const;
+
   // CheckFit's answer and its learning decision; finishes the call.
   void AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
                       const v1::CheckFitRequest* request,
