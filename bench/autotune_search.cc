@@ -26,6 +26,8 @@
 #include "server/core/microbatch/plan.h"
 #include "server/core/microbatch/search.h"
 #include "server/core/microbatch/select.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace {
@@ -40,7 +42,7 @@ struct Search {
 }  // namespace
 
 int main() {
-  auto catalog = headroom::ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto catalog = headroom::LoadModelCatalog(kRoot + "/models");
   auto runs = headroom::LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
   if (!catalog.ok() || !runs.ok()) {
     std::fprintf(stderr, "cannot load the catalog or the runs\n");

@@ -16,6 +16,8 @@
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {
@@ -34,7 +36,7 @@ struct Fixture {
 
 const Fixture* GetFixture(benchmark::State& state) {
   static const Fixture* fixture = [] {
-    auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+    auto catalog = LoadModelCatalog(kRoot + "/models");
     if (!catalog.ok()) return static_cast<Fixture*>(nullptr);
     auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
     if (!runs.ok()) return static_cast<Fixture*>(nullptr);

@@ -54,6 +54,10 @@ ABSL_FLAG(int, in_flight, 16,
 ABSL_FLAG(std::string, rpcs, "both",
           "both (the comparison), or ping / check_fit alone, e.g. to profile "
           "one of them");
+ABSL_FLAG(std::string, check_fit, "inline",
+          "which CheckFit to compare with Ping: inline (the 7B spec sent in "
+          "the request) or catalog (template bert-base by name, same setup, "
+          "batches and targets)");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "leave absl::Mutex deadlock detection as the library defaults "
           "(on in Debian's non-NDEBUG Abseil); false turns it off, as a "
@@ -91,11 +95,10 @@ ModeResult RunMode(const std::string& mode,
                    const std::vector<v1::Fit::Stub*>& stubs, int in_flight,
                    const v1::CheckFitRequest& fit_request, bool run_ping,
                    bool run_check_fit, int rounds, double seconds_per_round,
-                   int64_t max_calls) {
-  ClosedLoop ping(Rpc::kPing, &fit_request, stubs, in_flight,
-                  bench::kLlama2SevenBParams);
+                   int64_t max_calls, uint64_t expected_params) {
+  ClosedLoop ping(Rpc::kPing, &fit_request, stubs, in_flight, expected_params);
   ClosedLoop check_fit(Rpc::kCheckFit, &fit_request, stubs, in_flight,
-                       bench::kLlama2SevenBParams);
+                       expected_params);
   const double warmup_seconds = std::min(0.25, seconds_per_round);
   if (run_ping) ping.Run(warmup_seconds, max_calls);
   if (run_check_fit) check_fit.Run(warmup_seconds, max_calls);
@@ -143,13 +146,13 @@ std::string ModeJson(const ModeResult& m) {
       Ratio(m.check_fit.qps, m.ping.qps));
 }
 
-void PrintTable(const std::string& target, int rounds, double seconds,
-                const std::vector<ModeResult>& modes) {
+void PrintTable(const std::string& target, const std::string& model, int rounds,
+                double seconds, const std::vector<ModeResult>& modes) {
   std::printf(
       "headroom-loadgen: %s; %d rounds x %.2f s per RPC per mode, "
-      "alternating; CheckFit = inline Llama-2-7B, batches {1,8,32}, "
+      "alternating; CheckFit = %s, batches {1,8,32}, "
       "targets L4/H100/A100-80GB\n\n",
-      target.c_str(), rounds, seconds);
+      target.c_str(), rounds, seconds, model.c_str());
   std::printf("%-10s %4s %4s %-9s %10s %6s %10s %14s %9s %9s %9s %8s %5s\n",
               "mode", "chan", "infl", "rpc", "calls", "errors", "QPS",
               "QPS rounds", "p50 us", "p99 us", "mean us", "cpu us", "csw");
@@ -185,14 +188,16 @@ int Main() {
   const std::string rpcs = absl::GetFlag(FLAGS_rpcs);
   const bool run_ping = rpcs == "both" || rpcs == "ping";
   const bool run_check_fit = rpcs == "both" || rpcs == "check_fit";
-  if (rounds < 1 || rounds > 100 || !(seconds >= 0.05 && seconds <= 60) ||
-      max_calls < 1 || channels < 1 || channels > 64 || in_flight < 1 ||
-      in_flight > 4096 || !(run_ping || run_check_fit)) {
+  const std::string which = absl::GetFlag(FLAGS_check_fit);
+  if ((which != "inline" && which != "catalog") || rounds < 1 || rounds > 100 ||
+      !(seconds >= 0.05 && seconds <= 60) || max_calls < 1 || channels < 1 ||
+      channels > 64 || in_flight < 1 || in_flight > 4096 ||
+      !(run_ping || run_check_fit)) {
     std::fprintf(stderr,
                  "headroom-loadgen: out of range; allowed --rounds 1..100, "
                  "--seconds_per_round 0.05..60, --max_calls_per_round >= 1, "
                  "--channels 1..64, --in_flight 1..4096, --rpcs "
-                 "both|ping|check_fit\n");
+                 "both|ping|check_fit, --check_fit inline|catalog\n");
     return 2;
   }
   spdlog::set_level(spdlog::level::warn);
@@ -243,29 +248,37 @@ int Main() {
   for (auto& stub : owned) stubs.push_back(stub.get());
 
   // One checked call first: a wrong answer or a dead server ends the run.
-  const v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  if (which == "catalog") request.mutable_model()->set_template_("bert-base");
+  // The catalog answer's parameter count is the one the first call reports.
+  uint64_t expected_params = which == "inline" ? bench::kLlama2SevenBParams : 0;
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     v1::CheckFitResponse response;
     const grpc::Status status =
         stubs[0]->CheckFit(&context, request, &response);
-    if (!status.ok() || response.params() != bench::kLlama2SevenBParams) {
+    if (expected_params == 0 && status.ok())
+      expected_params = response.params();
+    if (!status.ok() || response.params() != expected_params ||
+        expected_params == 0) {
       std::fprintf(stderr,
                    "headroom-loadgen: CheckFit on %s failed (%s) or params "
                    "%llu != %llu\n",
                    target.c_str(), status.error_message().c_str(),
                    static_cast<unsigned long long>(response.params()),
-                   static_cast<unsigned long long>(bench::kLlama2SevenBParams));
+                   static_cast<unsigned long long>(expected_params));
       return 1;
     }
   }
 
   std::vector<ModeResult> modes;
   modes.push_back(RunMode("latency", {stubs[0]}, 1, request, run_ping,
-                          run_check_fit, rounds, seconds, max_calls));
+                          run_check_fit, rounds, seconds, max_calls,
+                          expected_params));
   modes.push_back(RunMode("throughput", stubs, in_flight, request, run_ping,
-                          run_check_fit, rounds, seconds, max_calls));
+                          run_check_fit, rounds, seconds, max_calls,
+                          expected_params));
 
   int64_t errors = 0;
   for (const ModeResult& m : modes)
@@ -276,12 +289,15 @@ int Main() {
     std::printf(
         "{\"target\": \"%s\", \"in_process\": %s, \"rounds\": %d, "
         "\"seconds_per_round\": %.3f, \"mutex_deadlock_detection\": %s, "
-        "\"request_bytes\": %zu, %s}\n",
+        "\"check_fit\": \"%s\", \"request_bytes\": %zu, %s}\n",
         target.c_str(), app ? "true" : "false", rounds, seconds,
         absl::GetFlag(FLAGS_mutex_deadlock_detection) ? "true" : "false",
-        request.ByteSizeLong(), absl::StrJoin(parts, ", ").c_str());
+        which.c_str(), request.ByteSizeLong(),
+        absl::StrJoin(parts, ", ").c_str());
   } else {
-    PrintTable(described, rounds, seconds, modes);
+    PrintTable(described,
+               which == "inline" ? "inline Llama-2-7B" : "catalog bert-base",
+               rounds, seconds, modes);
   }
   if (app) app->Shutdown(std::chrono::milliseconds(1000));
   return errors == 0 ? 0 : 1;

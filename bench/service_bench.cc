@@ -13,6 +13,8 @@
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/evidence.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 #include "server/service/metrics.h"
 #include "server/service/scheduler_extender.h"
 
@@ -29,7 +31,7 @@ struct Planned {
 
 const Planned* GetPlanned() {
   static const Planned* planned = []() -> Planned* {
-    auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+    auto catalog = LoadModelCatalog(kRoot + "/models");
     auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
     if (!catalog.ok() || !runs.ok()) return nullptr;
     auto shared = std::make_shared<const ModelCatalog>(std::move(*catalog));

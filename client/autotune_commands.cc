@@ -10,6 +10,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

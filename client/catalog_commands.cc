@@ -10,6 +10,7 @@
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/catalog_files.h"
 
 namespace headroom::cli {
 std::string CardUnderstood(const std::string& gpu_flag_value) {
@@ -19,8 +20,7 @@ std::string CardUnderstood(const std::string& gpu_flag_value) {
 }
 
 int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<ModelCatalog> catalog =
-      ModelCatalog::LoadDirectory(options.models_dir);
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
   if (!catalog.ok()) {
     return Fail(err, absl::StrCat("--models_dir ", options.models_dir, ": ",
                                   catalog.status().message()));

@@ -22,7 +22,6 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/core/calibration/calibrate.h"
-#include "server/core/calibration/calibration_plot.h"
 #include "server/core/calibration/evaluate.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/catalog/model_catalog.h"
@@ -34,6 +33,9 @@
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
+#include "server/service/pages/calibration_plot.h"
 
 namespace headroom::cli {
 namespace {
@@ -337,7 +339,7 @@ void AddClientAssumptions(const Options& options,
   if (request.model().has_spec()) {
     spec = &request.model().spec();
   } else if (request.model().has_template_()) {
-    catalog = ModelCatalog::LoadDirectory(options.models_dir);
+    catalog = LoadModelCatalog(options.models_dir);
     if (catalog.ok()) {
       absl::StatusOr<const v1::ModelSpec*> found =
           catalog->Find(request.model().template_());
@@ -394,8 +396,7 @@ absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
   }
   OfflineCalibration offline;
   ASSIGN_OR_RETURN(offline.runs, LoadRunsJsonl(options.runs));
-  ASSIGN_OR_RETURN(offline.catalog,
-                   ModelCatalog::LoadDirectory(options.models_dir));
+  ASSIGN_OR_RETURN(offline.catalog, LoadModelCatalog(options.models_dir));
   ASSIGN_OR_RETURN(offline.result, Calibrate(offline.runs, offline.catalog,
                                              FitOptions{}, options.runs));
   return offline;
@@ -600,8 +601,7 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::vector<v1::MeasuredRun>> test =
       LoadRunsJsonl(options.test);
   if (!test.ok()) return Fail(err, test.status().ToString());
-  absl::StatusOr<ModelCatalog> catalog =
-      ModelCatalog::LoadDirectory(options.models_dir);
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
   if (!catalog.ok()) return Fail(err, catalog.status().ToString());
   absl::StatusOr<CalibrationResult> fitted =
       Calibrate(*train, *catalog, FitOptions{}, options.train);
@@ -765,8 +765,7 @@ absl::StatusOr<v1::ModelSpec> ResolveSpec(
     }
     return ParseSpecJson(text, options.model);
   }
-  ASSIGN_OR_RETURN(ModelCatalog catalog,
-                   ModelCatalog::LoadDirectory(options.models_dir));
+  ASSIGN_OR_RETURN(ModelCatalog catalog, LoadModelCatalog(options.models_dir));
   ASSIGN_OR_RETURN(const v1::ModelSpec* spec, catalog.Find(options.model));
   return *spec;
 }

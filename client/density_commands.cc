@@ -10,6 +10,7 @@
 #include "client/commands.h"
 #include "server/core/common/json_io.h"
 #include "server/core/density/density_rank.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

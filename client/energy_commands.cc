@@ -14,8 +14,9 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
-#include "server/core/energy/energy_plot.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/io/files.h"
+#include "server/service/pages/energy_plot.h"
 
 namespace headroom::cli {
 namespace {

@@ -9,6 +9,7 @@
 #include "headroom/v1/microbatch.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/microbatch/select.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

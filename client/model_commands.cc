@@ -17,6 +17,7 @@
 #include "server/core/frontends/onnx_import.h"
 #include "server/core/frontends/onnx_strip.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

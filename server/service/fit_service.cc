@@ -38,9 +38,9 @@ void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
                                 v1::CheckFitResponse* response) {
   // Pure computation on an immutable planner and evidence: microseconds for
   // a catalog template, up to seconds for an imported model.
-  const std::shared_ptr<const Evidence> evidence = state_.evidence();
+  const PlannerState::Answering from = state_.answering();
   absl::StatusOr<v1::CheckFitResponse> answer =
-      state_.planner()->CheckFit(*request, evidence.get());
+      from.planner->CheckFit(*request, from.evidence.get());
   if (!answer.ok()) {
     spdlog::debug("event=check_fit_rejected code={} message=\"{}\"",
                   absl::StatusCodeToString(answer.status().code()),
@@ -48,11 +48,7 @@ void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
     reactor->Finish(ToGrpcStatus(answer.status()));
     return;
   }
-  for (const v1::TargetResult& target : answer->targets()) {
-    for (int verdict : target.verdicts()) {
-      state_.metrics()->Verdict(v1::Verdict_Name(verdict));
-    }
-  }
+  state_.metrics()->CountVerdicts(*answer);
   std::string why;
   const bool learn = request->learn() || state_.options().auto_probe;
   if (learn && NeedsLearning(*answer, &why)) {

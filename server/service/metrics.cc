@@ -266,8 +266,9 @@ PlannerMetrics::PlannerMetrics()
   for (WorkerRejection reason : kAllWorkerRejections) {
     worker_rejections_.Add({{"reason", WorkerRejectionName(reason)}});
   }
-  for (const char* verdict : {"FITS", "BORDERLINE", "DOES_NOT_FIT"}) {
-    verdicts_.Add({{"verdict", verdict}});
+  for (v1::Verdict verdict : {v1::FITS, v1::BORDERLINE, v1::DOES_NOT_FIT}) {
+    verdict_counters_[verdict] =
+        &verdicts_.Add({{"verdict", v1::Verdict_Name(verdict)}});
   }
 }
 
@@ -327,6 +328,22 @@ void PlannerMetrics::RpcHandled(const std::string& type,
 
 void PlannerMetrics::Verdict(const std::string& verdict) {
   verdicts_.Add({{"verdict", verdict}}).Increment();
+}
+
+void PlannerMetrics::CountVerdicts(const v1::CheckFitResponse& answer) {
+  for (const v1::TargetResult& target : answer.targets()) {
+    for (int verdict : target.verdicts()) {
+      prometheus::Counter* counter =
+          verdict >= 0 && verdict < v1::Verdict_ARRAYSIZE
+              ? verdict_counters_[verdict]
+              : nullptr;
+      if (counter != nullptr) {
+        counter->Increment();
+      } else {
+        Verdict(v1::Verdict_Name(verdict));
+      }
+    }
+  }
 }
 
 void PlannerMetrics::FactorSetInstalled(const v1::FactorSet& set) {

@@ -15,6 +15,8 @@
 #include "server/core/energy/energy_curves.h"
 #include "server/core/evidence/evidence.h"
 #include "server/core/memory/fit_verdict.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 #include "server/store/open_store.h"
 #include "spdlog/spdlog.h"
 
@@ -193,8 +195,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
                      " is out of range; allowed 1..100000"));
   }
   std::unique_ptr<PlannerApp> app(new PlannerApp());
-  ASSIGN_OR_RETURN(ModelCatalog catalog,
-                   ModelCatalog::LoadDirectory(config.models_dir));
+  ASSIGN_OR_RETURN(ModelCatalog catalog, LoadModelCatalog(config.models_dir));
   app->catalog_ = std::make_shared<const ModelCatalog>(std::move(catalog));
   ASSIGN_OR_RETURN(app->store_, OpenStore(config.db_path));
   ASSIGN_OR_RETURN(

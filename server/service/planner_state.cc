@@ -54,6 +54,11 @@ std::shared_ptr<const Evidence> PlannerState::evidence() const {
   return evidence_;
 }
 
+PlannerState::Answering PlannerState::answering() const {
+  absl::MutexLock lock(&mu_);
+  return {planner_, evidence_};
+}
+
 void PlannerState::SetLearner(Learner* learner) {
   absl::MutexLock lock(&mu_);
   learner_ = learner;

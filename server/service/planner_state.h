@@ -90,6 +90,12 @@ class PlannerState {
 
   // The measured runs answers are anchored on, as of the last refresh.
   std::shared_ptr<const Evidence> evidence() const;
+  // The planner and the evidence answers come from, read under one lock.
+  struct Answering {
+    std::shared_ptr<const FitPlanner> planner;
+    std::shared_ptr<const Evidence> evidence;
+  };
+  Answering answering() const;
   // Rebuilds the evidence from every stored run under the current planner's
   // priors.
   absl::Status RefreshEvidence();

@@ -12,6 +12,7 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/density.pb.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 
 namespace headroom::cli {
 namespace {

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/files.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom::cli {

@@ -1,5 +1,8 @@
 #include "server/core/catalog/gpu_catalog.h"
 
+#include <string>
+#include <unordered_map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -98,18 +101,36 @@ absl::Status CheckCardGb(double gb, absl::string_view field) {
       field, " = ", gb, " is out of range; allowed (0, ", kMaxCardGb, "]"));
 }
 
-absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
-  const std::string key = NormalizeName(name);
-  for (const GpuInfo& gpu : Entries()) {
-    if (NormalizeName(gpu.name) == key) return gpu;
-  }
-  for (const Alias& alias : Aliases()) {
-    if (NormalizeName(alias.alias) == key) {
+namespace {
+
+// Every entry's and alias's normalized name, to the entry it names: built
+// once, entries first and then aliases in order, so that the first match a
+// scan of entries then aliases would find is the one kept.
+const std::unordered_map<std::string, const GpuInfo*>& ByNormalizedName() {
+  static const auto* const by_name = [] {
+    auto* map = new std::unordered_map<std::string, const GpuInfo*>();
+    for (const GpuInfo& gpu : Entries()) {
+      map->emplace(NormalizeName(gpu.name), &gpu);
+    }
+    for (const Alias& alias : Aliases()) {
       for (const GpuInfo& gpu : Entries()) {
-        if (gpu.name == alias.name) return gpu;
+        if (gpu.name == alias.name) {
+          map->emplace(NormalizeName(alias.alias), &gpu);
+          break;
+        }
       }
     }
-  }
+    return map;
+  }();
+  return *by_name;
+}
+
+}  // namespace
+
+absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
+  const std::string key = NormalizeName(name);
+  const auto& by_name = ByNormalizedName();
+  if (auto it = by_name.find(key); it != by_name.end()) return *it->second;
   for (const Ambiguous& ambiguous : AmbiguousNames()) {
     if (NormalizeName(ambiguous.alias) == key) {
       return absl::InvalidArgumentError(

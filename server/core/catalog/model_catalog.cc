@@ -1,7 +1,6 @@
 #include "server/core/catalog/model_catalog.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <regex>
 
 #include "absl/strings/ascii.h"
@@ -9,40 +8,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "server/core/catalog/close_names.h"
-#include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom {
-
-absl::StatusOr<ModelCatalog> ModelCatalog::LoadDirectory(
-    const std::string& directory) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  if (!fs::is_directory(directory, error)) {
-    return absl::NotFoundError(
-        absl::StrCat("model catalog directory ", directory, " does not exist"));
-  }
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".json") {
-      files.push_back(entry.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  ModelCatalog catalog;
-  for (const fs::path& file : files) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(file.string()));
-    ASSIGN_OR_RETURN(v1::ModelSpec spec, ParseSpecJson(text, file.string()));
-    if (spec.name() != file.stem().string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file.string(), ": name '", spec.name(),
-          "' must equal the file name '", file.stem().string(), "'"));
-    }
-    RETURN_IF_ERROR(catalog.Add(std::move(spec)));
-  }
-  return catalog;
-}
 
 absl::Status ModelCatalog::Add(v1::ModelSpec spec) {
   RETURN_IF_ERROR(ValidateSpec(spec));

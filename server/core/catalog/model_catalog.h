@@ -1,7 +1,8 @@
 #ifndef HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_
 #define HEADROOM_SERVER_CORE_CATALOG_MODEL_CATALOG_H_
 
-// The model catalog: one validated spec per template, read from models/.
+// The model catalog: one validated spec per template (server/io/ reads
+// them from models/).
 
 #include <map>
 #include <string>
@@ -16,11 +17,6 @@ namespace headroom {
 class ModelCatalog {
  public:
   ModelCatalog() = default;
-
-  // Reads every *.json file in `directory` as a ModelSpec; the file stem must
-  // equal the spec's name. Any invalid file fails the whole load, naming it.
-  static absl::StatusOr<ModelCatalog> LoadDirectory(
-      const std::string& directory);
 
   // Adds a validated spec; INVALID_ARGUMENT if its name is taken.
   absl::Status Add(v1::ModelSpec spec);

@@ -1,8 +1,5 @@
 #include "server/core/common/json_io.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -36,14 +33,6 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   return out;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 absl::StatusOr<std::vector<v1::MeasuredRun>> ParseRunsJsonl(
     absl::string_view text) {
   std::vector<v1::MeasuredRun> runs;
@@ -58,22 +47,6 @@ absl::StatusOr<std::vector<v1::MeasuredRun>> ParseRunsJsonl(
                   /*ignore_unknown=*/true, &run);
     if (!status.ok()) return status;
     runs.push_back(std::move(run));
-  }
-  return runs;
-}
-
-absl::StatusOr<std::vector<v1::MeasuredRun>> LoadRunsJsonl(
-    const std::string& paths) {
-  std::vector<v1::MeasuredRun> runs;
-  for (absl::string_view path : absl::StrSplit(paths, ',', absl::SkipEmpty())) {
-    absl::StatusOr<std::string> text = ReadFile(std::string(path));
-    if (!text.ok()) return text.status();
-    absl::StatusOr<std::vector<v1::MeasuredRun>> parsed = ParseRunsJsonl(*text);
-    if (!parsed.ok()) {
-      return absl::Status(parsed.status().code(),
-                          absl::StrCat(path, ": ", parsed.status().message()));
-    }
-    for (v1::MeasuredRun& run : *parsed) runs.push_back(std::move(run));
   }
   return runs;
 }

@@ -2,7 +2,8 @@
 #define HEADROOM_SERVER_CORE_COMMON_JSON_IO_H_
 
 // The project's one JSON loader: Protobuf's JSON mapping, so a file and a
-// wire message share one schema.
+// wire message share one schema. Text in, messages out: reading the files
+// is server/io/'s.
 
 #include <string>
 #include <vector>
@@ -24,18 +25,10 @@ absl::Status ParseJson(absl::string_view json, absl::string_view what,
 // primitive field printed, zeros included.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 
-// Reads a whole file; NOT_FOUND when it cannot be opened.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
-
 // Parses a JSON-lines file of measured runs (memory-runs.jsonl format).
 // Blank lines are skipped; an error names the line number.
 absl::StatusOr<std::vector<v1::MeasuredRun>> ParseRunsJsonl(
     absl::string_view text);
-
-// Reads and parses runs files from disk: one path, or several separated by
-// commas, read in order (errors name the file).
-absl::StatusOr<std::vector<v1::MeasuredRun>> LoadRunsJsonl(
-    const std::string& paths);
 
 }  // namespace headroom
 

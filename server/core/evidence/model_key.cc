@@ -1,9 +1,10 @@
 #include "server/core/evidence/model_key.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
-#include <cstdio>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/common/deterministic_bytes.h"
@@ -33,14 +34,21 @@ std::string CanonicalArchitecture(const v1::ModelSpec& spec) {
 }
 
 std::string KeyId(const std::string& canonical) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(canonical.data()),
-         canonical.size(), digest);
-  char hex[17];
-  for (int i = 0; i < 8; ++i) {
-    std::snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+  // Fetched once: OpenSSL 3's one-shot SHA256() looks the algorithm up on
+  // every call, which cost more than hashing a key.
+  static const EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int digest_bytes = 0;
+  if (sha256 == nullptr ||
+      EVP_Digest(canonical.data(), canonical.size(), digest, &digest_bytes,
+                 sha256, nullptr) != 1 ||
+      digest_bytes < 8) {
+    SHA256(reinterpret_cast<const unsigned char*>(canonical.data()),
+           canonical.size(), digest);
   }
-  return absl::StrCat("mk-", hex);
+  // "mk-" and the first 8 bytes in lowercase hex.
+  return absl::StrCat("mk-", absl::BytesToHexString(absl::string_view(
+                                 reinterpret_cast<const char*>(digest), 8)));
 }
 
 std::string CanonicalArchitectureInPlace(v1::ModelSpec* spec) {

@@ -171,7 +171,14 @@ absl::Status CheckBatches(
 }
 
 bool ImportsModel(const v1::ModelRef& model) {
-  return model.source_case() != v1::ModelRef::kTemplate;
+  switch (model.source_case()) {
+    case v1::ModelRef::kTemplate:
+      return false;
+    case v1::ModelRef::kSpec:
+      return model.spec().ByteSizeLong() > kSmallSpecBytes;
+    default:
+      return true;
+  }
 }
 
 absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,

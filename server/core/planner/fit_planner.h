@@ -5,6 +5,7 @@
 // messages: no gRPC, no I/O; immutable once built, so safe to share across
 // threads.
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,10 +41,16 @@ struct ResolvedModel {
   }
 };
 
+// Serialized size up to which an inline spec answers as fast as a catalog
+// template: it is validated layer by layer, so its cost grows with its size
+// (the 7B decoder of bench/ is 298 bytes and answers in microseconds).
+inline constexpr size_t kSmallSpecBytes = 4096;
+
 // Whether answering for `model` imports it (a Hugging Face config, an ONNX
-// graph or an inline spec: parsing and conversion, up to seconds for a large
-// graph) rather than finding it in the catalog (microseconds). The service
-// runs imports on their own bounded pool.
+// graph or an inline spec over kSmallSpecBytes: parsing and conversion, up
+// to seconds for a large graph) rather than finding it in the catalog or
+// validating a small spec (microseconds). The service runs imports on their
+// own bounded pool and answers the rest on the calling thread.
 bool ImportsModel(const v1::ModelRef& model);
 
 // Resolves model.template / model.spec / model.hf_config; INVALID_ARGUMENT

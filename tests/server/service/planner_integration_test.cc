@@ -20,6 +20,7 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 #include "server/service/planner_app.h"
 #include "tests/support/loopback.h"
 #include "tests/support/planner_stubs.h"

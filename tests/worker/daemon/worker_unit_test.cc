@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/sim_executor.h"
 #include "worker/daemon/subprocess.h"
@@ -79,7 +80,7 @@ class Collect : public ExecutionSink {
 };
 
 TEST(SimExecutorTest, HiddenTruthNoiseAndOom) {
-  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto catalog = LoadModelCatalog(kRoot + "/models");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   SimGpuConfig config;
   config.kind = "L4";
@@ -112,7 +113,7 @@ TEST(SimExecutorTest, HiddenTruthNoiseAndOom) {
 }
 
 TEST(SimExecutorTest, ShutdownHandsBackCancelStops) {
-  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto catalog = LoadModelCatalog(kRoot + "/models");
   ASSERT_TRUE(catalog.ok());
   SimExecutor sim(SimGpuConfig{});
   v1::Assignment assignment;

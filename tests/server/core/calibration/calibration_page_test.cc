@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {

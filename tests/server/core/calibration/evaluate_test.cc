@@ -8,6 +8,8 @@
 #include "server/core/calibration/calibrate.h"
 #include "server/core/common/json_io.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {
@@ -20,7 +22,7 @@ class EvaluateTest : public ::testing::Test {
     auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
     ASSERT_TRUE(runs.ok());
     runs_ = *runs;
-    auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+    auto catalog = LoadModelCatalog(kRoot + "/models");
     ASSERT_TRUE(catalog.ok());
     catalog_ = std::make_shared<ModelCatalog>(std::move(*catalog));
     auto fitted = Calibrate(runs_, *catalog_, FitOptions{}, "test");

@@ -11,6 +11,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {

@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
-#include "server/core/energy/energy_plot.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {
@@ -617,31 +617,6 @@ TEST(EnergyRefitTest, RunsJsonlParses) {
   EXPECT_EQ((*runs)[0].window_s(), 40.5);
   EXPECT_THAT(ParseEnergyRunsJsonl("\n{\"joules\":1}").status().message(),
               HasSubstr("energy runs line 2"));
-}
-
-// --- Plot ---
-
-TEST(EnergyPlotTest, DrawsCurveBandAnchorsAndCrossover) {
-  absl::StatusOr<std::string> svg = EnergyPlotSvg(Shipped(), "turing");
-  ASSERT_TRUE(svg.ok()) << svg.status();
-  EXPECT_THAT(*svg, HasSubstr("<svg xmlns="));
-  EXPECT_THAT(*svg, HasSubstr("Turing (T4)"));
-  EXPECT_THAT(*svg, HasSubstr("crossover 2.13 B"));
-  EXPECT_THAT(*svg, HasSubstr("<polygon"));
-  int circles = 0;
-  for (size_t at = svg->find("<circle"); at != std::string::npos;
-       at = svg->find("<circle", at + 1)) {
-    ++circles;
-  }
-  EXPECT_EQ(circles, 4);
-
-  absl::StatusOr<std::string> hopper = EnergyPlotSvg(Shipped(), "hopper");
-  ASSERT_TRUE(hopper.ok());
-  EXPECT_THAT(*hopper, HasSubstr("borrowed from ampere"));
-  EXPECT_THAT(*hopper, HasSubstr("INT8"));
-  EXPECT_EQ(EnergyPlotSvg(Shipped(), "volta").status().message(),
-            "arch 'volta' is not known; allowed: ada, ampere, blackwell, "
-            "hopper, turing");
 }
 
 }  // namespace

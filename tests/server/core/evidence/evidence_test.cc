@@ -15,6 +15,8 @@
 #include "server/core/evidence/anchor.h"
 #include "server/core/evidence/model_key.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {
@@ -22,8 +24,7 @@ namespace {
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
 ModelCatalog LoadCatalog() {
-  absl::StatusOr<ModelCatalog> catalog =
-      ModelCatalog::LoadDirectory(kRoot + "/models");
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(kRoot + "/models");
   EXPECT_TRUE(catalog.ok()) << catalog.status();
   return *std::move(catalog);
 }

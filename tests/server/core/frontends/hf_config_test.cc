@@ -7,6 +7,7 @@
 #include "server/core/common/json_io.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {

@@ -12,6 +12,7 @@
 #include "server/core/frontends/onnx_strip.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/files.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom {

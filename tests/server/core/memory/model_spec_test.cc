@@ -7,6 +7,8 @@
 #include "gtest/gtest.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/core/common/json_io.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {
@@ -18,7 +20,7 @@ const std::string kRoot = HEADROOM_SOURCE_DIR;
 // Every template in the measured runs has a spec whose parameter count is
 // within 2% of the params column.
 TEST(ModelSpecTest, EveryTemplateMatchesMeasuredParameterCount) {
-  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto catalog = LoadModelCatalog(kRoot + "/models");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
   ASSERT_TRUE(runs.ok()) << runs.status();
@@ -44,7 +46,7 @@ TEST(ModelSpecTest, EveryTemplateMatchesMeasuredParameterCount) {
 
 // Standard blocks are exact: one BERT-base encoder layer.
 TEST(ModelSpecTest, BertBaseEncoderLayerIsExact) {
-  auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+  auto catalog = LoadModelCatalog(kRoot + "/models");
   ASSERT_TRUE(catalog.ok());
   auto spec = catalog->Find("transformer-block");
   ASSERT_TRUE(spec.ok());

@@ -10,6 +10,7 @@
 #include "server/core/memory/model_spec.h"
 #include "server/core/microbatch/plan.h"
 #include "server/core/microbatch/select.h"
+#include "server/io/files.h"
 
 namespace headroom {
 namespace {

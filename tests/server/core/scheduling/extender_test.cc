@@ -10,6 +10,8 @@
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/evidence.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 #include "tests/support/extender_bodies.h"
 
 namespace headroom {
@@ -23,7 +25,7 @@ using Json = nlohmann::json;
 class ExtenderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto catalog = ModelCatalog::LoadDirectory(kRoot + "/models");
+    auto catalog = LoadModelCatalog(kRoot + "/models");
     ASSERT_TRUE(catalog.ok());
     auto shared = std::make_shared<const ModelCatalog>(std::move(*catalog));
     auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");

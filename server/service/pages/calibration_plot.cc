@@ -1,4 +1,4 @@
-#include "server/core/calibration/calibration_plot.h"
+#include "server/service/pages/calibration_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-#ifndef HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
-#define HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
+#ifndef HEADROOM_SERVER_SERVICE_PAGES_CALIBRATION_PLOT_H_
+#define HEADROOM_SERVER_SERVICE_PAGES_CALIBRATION_PLOT_H_
 
 // The calibration page for people: predicted vs measured peak as an SVG
 // (log-log, one colour per family, the y = x line and the +/-25 % band, OOM
@@ -33,4 +33,4 @@ std::string CalibrationHtml(const v1::FactorSet& set,
 
 }  // namespace headroom
 
-#endif  // HEADROOM_SERVER_CORE_CALIBRATION_CALIBRATION_PLOT_H_
+#endif  // HEADROOM_SERVER_SERVICE_PAGES_CALIBRATION_PLOT_H_

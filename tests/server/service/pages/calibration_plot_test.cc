@@ -2,7 +2,7 @@
 // counted and listed apart unless asked, which regime answers for each GPU,
 // and why runs are not drawn.
 
-#include "server/core/calibration/calibration_plot.h"
+#include "server/service/pages/calibration_plot.h"
 
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
-#ifndef HEADROOM_SERVER_CORE_ENERGY_ENERGY_PLOT_H_
-#define HEADROOM_SERVER_CORE_ENERGY_ENERGY_PLOT_H_
+#ifndef HEADROOM_SERVER_SERVICE_PAGES_ENERGY_PLOT_H_
+#define HEADROOM_SERVER_SERVICE_PAGES_ENERGY_PLOT_H_
 
 // A picture of one architecture's energy curves (issue 6, item 5).
 
@@ -20,4 +20,4 @@ absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
 
 }  // namespace headroom
 
-#endif  // HEADROOM_SERVER_CORE_ENERGY_ENERGY_PLOT_H_
+#endif  // HEADROOM_SERVER_SERVICE_PAGES_ENERGY_PLOT_H_

@@ -1,4 +1,4 @@
-#include "server/core/energy/energy_plot.h"
+#include "server/service/pages/energy_plot.h"
 
 #include <algorithm>
 #include <cmath>
