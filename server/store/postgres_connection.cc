@@ -128,12 +128,7 @@ class PostgresConnection : public SqlConnection {
         /*paramTypes=*/nullptr, values.data(), lengths.data(), formats.data(),
         /*resultFormat=*/1);
     std::unique_ptr<PGresult, void (*)(PGresult*)> owned(result, &PQclear);
-    const ExecStatusType status =
-        result ? PQresultStatus(result) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
-      return Error(what, result);
-    }
-    CountAnswered();
+    RETURN_IF_ERROR(Answered(what, result));
     SqlRows rows;
     const int columns = PQnfields(result);
     for (int r = 0; r < PQntuples(result); ++r) {
@@ -167,15 +162,9 @@ class PostgresConnection : public SqlConnection {
   }
 
   absl::Status Script(const char* what, const std::string& sql) override {
-    PGresult* result = PQexec(conn_, sql.c_str());
-    std::unique_ptr<PGresult, void (*)(PGresult*)> owned(result, &PQclear);
-    const ExecStatusType status =
-        result ? PQresultStatus(result) : PGRES_FATAL_ERROR;
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
-      return Error(what, result);
-    }
-    CountAnswered();
-    return absl::OkStatus();
+    std::unique_ptr<PGresult, void (*)(PGresult*)> owned(
+        PQexec(conn_, sql.c_str()), &PQclear);
+    return Answered(what, owned.get());
   }
 
   bool Lost() override { return PQstatus(conn_) != CONNECTION_OK; }
@@ -193,6 +182,18 @@ class PostgresConnection : public SqlConnection {
  private:
   PostgresConnection(PGconn* conn, std::string where)
       : conn_(conn), where_(std::move(where)) {}
+
+  // OK, counted, when `result` is a statement's success; otherwise the
+  // error it stands for.
+  absl::Status Answered(const char* what, const PGresult* result) {
+    const ExecStatusType status =
+        result ? PQresultStatus(result) : PGRES_FATAL_ERROR;
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+      return Error(what, result);
+    }
+    CountAnswered();
+    return absl::OkStatus();
+  }
 
   // The error a failed statement stands for (`result` null: no reply at
   // all).

@@ -20,8 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/core/common/deterministic_bytes.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/store/probe_transitions.h"
@@ -58,18 +57,8 @@ namespace {
 
 using Tx = SqlStore::Tx;
 
-// Identical messages serialize identically: what dedup by hash needs.
-std::string Serialize(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream out(&stream);
-    out.SetSerializationDeterministic(true);
-    message.SerializeToCodedStream(&out);
-  }
-  return bytes;
-}
-
+// Bodies are DeterministicBytes: identical messages give identical bytes,
+// so a hash of the body tells identical runs apart from new ones.
 std::string BodyHash(const std::string& body) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(),
@@ -220,7 +209,7 @@ absl::StatusOr<v1::Probe> LoadProbe(Tx& tx, const std::string& id, bool lock) {
 std::string ProbeBody(const v1::Probe& probe) {
   v1::Probe body = probe;
   body.clear_results();
-  return Serialize(body);
+  return DeterministicBytes(body);
 }
 
 // Writes the probe's body and its queue columns.
@@ -320,7 +309,7 @@ absl::StatusOr<int64_t> Count(Tx& tx, const char* table) {
 // Stores `run` unless an identical one is; returns the seq of the one
 // stored.
 absl::StatusOr<int64_t> InsertRun(Tx& tx, const v1::MeasuredRun& run) {
-  const std::string body = Serialize(run);
+  const std::string body = DeterministicBytes(run);
   const std::string hash = BodyHash(body);
   RETURN_IF_ERROR(tx.Exec(
       "storing run",
@@ -358,7 +347,7 @@ absl::Status ReencodeJson(Tx& tx, const char* table, const char* key) {
                                     /*ignore_unknown=*/true, &message);
     if (!parsed.ok()) return absl::DataLossError(parsed.message());
     SqlParams params;
-    params.Bytes(Serialize(message));
+    params.Bytes(DeterministicBytes(message));
     if (integer_key) {
       params.Int(rows.Int(i, 0));
     } else {
@@ -436,7 +425,8 @@ absl::Status SharedSchema(Tx& tx) {
       } else if (!result.ParseFromString(old.Bytes(i, 2))) {
         continue;
       }
-      keys[old.Bytes(i, 0)].emplace_back(old.Bytes(i, 1), Serialize(result));
+      keys[old.Bytes(i, 0)].emplace_back(old.Bytes(i, 1),
+                                         DeterministicBytes(result));
     }
   }
   ASSIGN_OR_RETURN(
@@ -447,7 +437,7 @@ absl::Status SharedSchema(Tx& tx) {
                      Parse<v1::Probe>(probes.Bytes(i, 1), "probe"));
     auto& candidates = keys[probe.id()];
     for (int r = 0; r < probe.results_size(); ++r) {
-      const std::string body = Serialize(probe.results(r));
+      const std::string body = DeterministicBytes(probe.results(r));
       std::string key = absl::StrCat("migrated/", probe.id(), "/", r);
       for (auto& [candidate, bytes] : candidates) {
         if (!candidate.empty() && bytes == body) {
@@ -587,7 +577,7 @@ absl::StatusOr<v1::FactorSet> SqlStore::AddFactorSet(v1::FactorSet set,
         InsertVersioned(tx, "factor_sets", "fs-", set.created_unix(),
                         [&](const std::string& v) {
                           set.set_version(v);
-                          return Serialize(set);
+                          return DeterministicBytes(set);
                         }));
     if (!make_current) return absl::OkStatus();
     return MakeCurrent(tx, "factor set", "factor_sets", "current_factor_set",
@@ -697,7 +687,7 @@ absl::StatusOr<v1::EnergyCurveSet> SqlStore::AddEnergyCurveSet(
         InsertVersioned(tx, "energy_curve_sets", "ec-", std::time(nullptr),
                         [&](const std::string& v) {
                           set.set_version(v);
-                          return Serialize(set);
+                          return DeterministicBytes(set);
                         }));
     if (!make_current) return absl::OkStatus();
     return MakeCurrent(tx, "energy curve set", "energy_curve_sets",
@@ -805,7 +795,7 @@ absl::StatusOr<int64_t> SqlStore::AddDensityRuns(
               .Text(run.arch())
               .Text(run.dtype())
               .Text(run.mode())
-              .Bytes(Serialize(run))));
+              .Bytes(DeterministicBytes(run))));
     }
     ASSIGN_OR_RETURN(count, Count(tx, "density_runs"));
     return absl::OkStatus();
@@ -1054,9 +1044,9 @@ absl::StatusOr<bool> SqlStore::RecordProbeResult(
       ASSIGN_OR_RETURN(const int64_t run_seq, InsertRun(tx, *run));
       int64_t fields = 0;
       const v1::BatchResult rest = SplitResult(result, *run, &fields);
-      params.Int(run_seq).Int(fields).Bytes(Serialize(rest));
+      params.Int(run_seq).Int(fields).Bytes(DeterministicBytes(rest));
     } else {
-      params.Null().Int(0).Bytes(Serialize(result));
+      params.Null().Int(0).Bytes(DeterministicBytes(result));
     }
     ASSIGN_OR_RETURN(SqlRows stored,
                      tx.Query("storing probe result",
@@ -1134,11 +1124,12 @@ SqlStore::CountProbes() {
 
 absl::Status SqlStore::PutWorker(const v1::WorkerStatus& worker) {
   return Write([&](Tx& tx) {
-    return tx.Exec(
-        "storing worker",
-        "INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT "
-        "(id) DO UPDATE SET body = excluded.body",
-        SqlParams().Text(worker.hello().worker_id()).Bytes(Serialize(worker)));
+    return tx.Exec("storing worker",
+                   "INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT "
+                   "(id) DO UPDATE SET body = excluded.body",
+                   SqlParams()
+                       .Text(worker.hello().worker_id())
+                       .Bytes(DeterministicBytes(worker)));
   });
 }
 
@@ -1187,7 +1178,7 @@ absl::StatusOr<bool> SqlStore::PutAutotuneRecord(
                        .Text(id)
                        .Bytes(key_bytes)
                        .Int(std::time(nullptr))
-                       .Bytes(Serialize(record)));
+                       .Bytes(DeterministicBytes(record)));
   }));
   return replaced;
 }
