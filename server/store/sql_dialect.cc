@@ -1,7 +1,6 @@
 #include "server/store/sql_dialect.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/store/legacy_migrations.h"
 
 namespace headroom {
 
@@ -23,7 +22,6 @@ const SqlDialect& SqliteDialect() {
       [](int64_t version) {
         return absl::StrCat("PRAGMA user_version = ", version);
       },
-      kLegacySqliteMigrations,
       kLegacySqliteVersion,
       /*legacy_json_bodies=*/true,
   };
@@ -55,7 +53,6 @@ const SqlDialect& PostgresDialect() {
             "INSERT INTO schema_version (version, applied_unix) VALUES (",
             version, ", CAST(extract(epoch FROM now()) AS bigint))");
       },
-      kLegacyPostgresMigrations,
       kLegacyPostgresVersion,
       /*legacy_json_bodies=*/false,
   };

@@ -11,6 +11,12 @@
 
 namespace headroom {
 
+// The schema versions the two stores had reached before they became one
+// SqlStore (a72e992: SQLite's JSON bodies at 9, PostgreSQL's binary ones
+// at 4); SqlStore's own migrations count on from there.
+inline constexpr int kLegacySqliteVersion = 9;
+inline constexpr int kLegacyPostgresVersion = 4;
+
 struct SqlDialect {
   // "sqlite" or "postgres", in error messages.
   const char* name;
@@ -45,8 +51,9 @@ struct SqlDialect {
   const char* read_version;
   // The statement recording that the schema reached `version`.
   std::string (*write_version)(int64_t version);
-  // The per-backend history before SqlStore (legacy_migrations.h).
-  const char* const* legacy_migrations;
+  // The last schema version of the backend's own store before SqlStore
+  // (kLegacySqliteVersion, kLegacyPostgresVersion): what SqlStore
+  // upgrades from.
   int legacy_version;
   // Bodies before SqlStore's first migration were JSON text (SQLite).
   bool legacy_json_bodies;

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "server/core/common/deterministic_bytes.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
@@ -358,9 +359,10 @@ absl::Status ReencodeJson(Tx& tx, const char* table, const char* key) {
   return absl::OkStatus();
 }
 
-// 1: binary bodies everywhere; measured runs unique by a hash of their
-// body; a probe's results in rows of their own, a measured result
-// referring to its measured run instead of repeating it.
+// Legacy + 1: binary bodies everywhere; measured runs unique by a hash of
+// their body; a probe's results in rows of their own, a measured result
+// referring to its measured run instead of repeating it. The same tables
+// as CreateSchema's.
 absl::Status SharedSchema(Tx& tx) {
   const SqlDialect& d = tx.dialect();
   if (d.legacy_json_bodies) {
@@ -467,6 +469,102 @@ absl::Status SharedSchema(Tx& tx) {
       "(assignment_id)");
 }
 
+// The schema as this build's migrations leave it, for a new database.
+absl::Status CreateSchema(Tx& tx) {
+  const SqlDialect& d = tx.dialect();
+  return tx.Script("creating the schema", absl::StrReplaceAll(
+                                              R"sql(
+CREATE TABLE factor_sets (
+  seq $BIGINT PRIMARY KEY,
+  version text NOT NULL UNIQUE,
+  created_unix $BIGINT NOT NULL,
+  body $BLOB NOT NULL
+);
+CREATE TABLE current_factor_set (
+  id integer PRIMARY KEY CHECK (id = 1),
+  version text NOT NULL REFERENCES factor_sets(version)
+);
+CREATE TABLE current_history (
+  seq $SERIAL,
+  version text NOT NULL REFERENCES factor_sets(version),
+  changed_unix $BIGINT NOT NULL
+);
+CREATE TABLE measured_runs (
+  seq $SERIAL,
+  template text NOT NULL,
+  gpu text NOT NULL,
+  batch $BIGINT NOT NULL,
+  body $BLOB NOT NULL,
+  body_hash $BLOB NOT NULL
+);
+CREATE UNIQUE INDEX measured_runs_by_hash ON measured_runs (body_hash);
+CREATE TABLE energy_curve_sets (
+  seq $BIGINT PRIMARY KEY,
+  version text NOT NULL UNIQUE,
+  created_unix $BIGINT NOT NULL,
+  body $BLOB NOT NULL
+);
+CREATE TABLE current_energy_curve_set (
+  id integer PRIMARY KEY CHECK (id = 1),
+  version text NOT NULL REFERENCES energy_curve_sets(version)
+);
+CREATE TABLE energy_current_history (
+  seq $SERIAL,
+  version text NOT NULL REFERENCES energy_curve_sets(version),
+  changed_unix $BIGINT NOT NULL
+);
+CREATE TABLE density_runs (
+  id $SORTED PRIMARY KEY,
+  arch text NOT NULL,
+  dtype text NOT NULL,
+  mode text NOT NULL,
+  body $BLOB NOT NULL
+);
+CREATE TABLE probes (
+  seq $BIGINT PRIMARY KEY,
+  id text NOT NULL UNIQUE,
+  state integer NOT NULL,
+  gpu text NOT NULL,
+  worker_pin text NOT NULL,
+  executor text NOT NULL,
+  assignment_id text NOT NULL DEFAULT '',
+  lease_until_ms $BIGINT NOT NULL DEFAULT 0,
+  body $BLOB NOT NULL,
+  background integer NOT NULL DEFAULT 0,
+  expires_at_ms $BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX probes_by_state ON probes (state, seq);
+CREATE INDEX probes_by_assignment ON probes (assignment_id);
+CREATE INDEX probes_by_expiry ON probes (expires_at_ms)
+  WHERE expires_at_ms > 0;
+CREATE TABLE probe_results (
+  seq $SERIAL,
+  key $SORTED NOT NULL UNIQUE,
+  probe_id $SORTED NOT NULL,
+  run_seq $BIGINT,
+  run_fields integer NOT NULL DEFAULT 0,
+  body $BLOB NOT NULL
+);
+CREATE INDEX probe_results_by_probe ON probe_results (probe_id, seq);
+CREATE TABLE workers (
+  id $SORTED PRIMARY KEY,
+  body $BLOB NOT NULL
+);
+CREATE TABLE autotune_cache (
+  id $SORTED PRIMARY KEY,
+  key_bytes $BLOB NOT NULL,
+  created_unix $BIGINT NOT NULL,
+  body $BLOB NOT NULL
+);
+)sql",
+                                              {{"$BIGINT", d.bigint_type},
+                                               {"$BLOB", d.blob_type},
+                                               {"$SERIAL", d.serial_key},
+                                               {"$SORTED", d.sorted_text}}));
+}
+
+// Migrations after the legacy version: migration i brings a database to
+// legacy version + i + 1.
 using Migration = absl::Status (*)(Tx&);
 const Migration kMigrations[] = {&SharedSchema};
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
@@ -536,13 +634,24 @@ absl::Status SqlStore::Migrate(const std::string& where) {
           "database schema version ", version, " (", where,
           ") is newer than this planner's ", known, "; upgrade the planner"));
     }
-    for (int64_t v = version; v < known; ++v) {
-      if (v < dialect_.legacy_version) {
-        RETURN_IF_ERROR(
-            tx.Script("migrating the schema", dialect_.legacy_migrations[v]));
-      } else {
-        RETURN_IF_ERROR(kMigrations[v - dialect_.legacy_version](tx));
+    if (version == 0) {
+      // A new database: the schema as it is now, each version recorded.
+      RETURN_IF_ERROR(CreateSchema(tx));
+      for (int v = 1; v <= known; ++v) {
+        RETURN_IF_ERROR(tx.Script("recording the schema version",
+                                  dialect_.write_version(v)));
       }
+      return absl::OkStatus();
+    }
+    if (version < dialect_.legacy_version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "database schema version ", version, " (", where,
+          ") is older than the oldest this planner upgrades, ",
+          dialect_.legacy_version,
+          "; open it once with the planner of the previous release"));
+    }
+    for (int64_t v = version; v < known; ++v) {
+      RETURN_IF_ERROR(kMigrations[v - dialect_.legacy_version](tx));
       RETURN_IF_ERROR(tx.Script("recording the schema version",
                                 dialect_.write_version(v + 1)));
     }

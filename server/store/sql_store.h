@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "server/store/connection_pool.h"
-#include "server/store/legacy_migrations.h"
 #include "server/store/sql_dialect.h"
 #include "server/store/store.h"
 
 namespace headroom {
 
 // How many migrations SqlStore adds, the same for both backends, after
-// each backend's legacy history (legacy_migrations.h).
+// each backend's legacy version (sql_dialect.h).
 inline constexpr int kSqlStoreMigrations = 1;
 
 class SqlStore : public Store {
@@ -34,9 +33,11 @@ class SqlStore : public Store {
   SqlStore(const SqlStore&) = delete;
   SqlStore& operator=(const SqlStore&) = delete;
 
-  // Brings the schema to SqlSchemaVersion, one transaction per version.
+  // Creates the schema in a new database, or brings one at the backend's
+  // legacy version or later to this build's, in one transaction.
   // FAILED_PRECONDITION, changing nothing, when the database's schema is
-  // newer; `where` names the database in that message.
+  // newer, or older than the legacy version; `where` names the database
+  // in that message.
   absl::Status Migrate(const std::string& where);
 
   // Adds the read-only connections reads use from now on (SQLite opens

@@ -12,9 +12,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/store/legacy_migrations.h"
 #include "server/store/postgres_store.h"
 #include "server/store/sqlite_store.h"
+#include "tests/server/store/legacy_postgres_schema.h"
 #include "tests/server/store/store_dump.h"
 #include "tests/support/postgres.h"
 
@@ -107,7 +107,7 @@ TEST(StoreMigrationTest, ASchema4PostgresDatabaseReadsBackWhatItHeld) {
       "CREATE TABLE schema_version (version integer PRIMARY KEY, "
       "applied_unix bigint NOT NULL);";
   for (int v = 0; v < kLegacyPostgresVersion; ++v) {
-    absl::StrAppend(&schema, kLegacyPostgresMigrations[v],
+    absl::StrAppend(&schema, testing::kLegacyPostgresMigrations[v],
                     "; INSERT INTO schema_version VALUES (", v + 1, ", 0);");
   }
   ASSERT_TRUE(testing::RunSql(url, schema).ok());
