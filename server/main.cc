@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:9464",
           "HTTP address for /metrics and /healthz (empty disables)");
 ABSL_FLAG(std::string, db, "headroom.db", "SQLite file or postgresql:// URL");
+ABSL_FLAG(int32_t, db_pool, 4,
+          "store connections: PostgreSQL's pool (each call takes one, waiting "
+          "when all are busy), SQLite's read-only readers");
 ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   config.listen = absl::GetFlag(FLAGS_listen);
   config.http_listen = absl::GetFlag(FLAGS_http_listen);
   config.db_path = absl::GetFlag(FLAGS_db);
+  config.db_pool = absl::GetFlag(FLAGS_db_pool);
   // The shipped catalog and data, found from any working directory.
   for (auto [flag, value, field] :
        {std::tuple<const char*, std::string, std::string*>{

@@ -197,7 +197,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog, LoadModelCatalog(config.models_dir));
   app->catalog_ = std::make_shared<const ModelCatalog>(std::move(catalog));
-  ASSIGN_OR_RETURN(app->store_, OpenStore(config.db_path));
+  ASSIGN_OR_RETURN(app->store_, OpenStore(config.db_path, config.db_pool));
   ASSIGN_OR_RETURN(
       v1::FactorSet set,
       EnsureFactorSet(*app->store_, *app->catalog_, config.runs_path));

@@ -39,6 +39,8 @@ struct PlannerConfig {
   // The store: a SQLite file (":memory:" for a throwaway one) or a
   // postgresql:// URL (libpq key=value strings too) shared by replicas.
   std::string db_path = "headroom.db";
+  // Connections the store keeps: PostgreSQL's pool, SQLite's readers.
+  int db_pool = 4;
   // Model catalog directory and the calibration runs fitted on first start.
   std::string models_dir = "models";
   // One runs file or several, comma-separated.

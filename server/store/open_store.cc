@@ -1,6 +1,7 @@
 #include "server/store/open_store.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "server/core/common/status_macros.h"
 #include "server/store/postgres_store.h"
 #include "server/store/sqlite_store.h"
@@ -15,12 +16,17 @@ bool IsPostgresLocation(const std::string& location) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location) {
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location,
+                                                 int pool) {
+  if (pool < 1 || pool > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--db_pool must be 1..64 store connections; got ", pool));
+  }
   std::unique_ptr<Store> store;
   if (IsPostgresLocation(location)) {
-    ASSIGN_OR_RETURN(store, PostgresStore::Open(location));
+    ASSIGN_OR_RETURN(store, PostgresStore::Open(location, pool));
   } else {
-    ASSIGN_OR_RETURN(store, SqliteStore::Open(location));
+    ASSIGN_OR_RETURN(store, SqliteStore::Open(location, pool));
   }
   return store;
 }

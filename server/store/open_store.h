@@ -18,9 +18,11 @@ bool IsPostgresLocation(const std::string& location);
 
 // Opens the store at `location`: PostgresStore::Open for a PostgreSQL
 // location (see IsPostgresLocation), otherwise SqliteStore::Open on it as
-// a file path (":memory:" for a private in-memory database). Errors are
-// those stores' own.
-absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location);
+// a file path (":memory:" for a private in-memory database), with `pool`
+// connections (PostgreSQL's pool, SQLite's readers). Errors are those
+// stores' own.
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location,
+                                                 int pool = 4);
 
 }  // namespace headroom
 

@@ -1,146 +1,33 @@
 #ifndef HEADROOM_SERVER_STORE_SQLITE_STORE_H_
 #define HEADROOM_SERVER_STORE_SQLITE_STORE_H_
 
-// The embedded store: one SQLite file in WAL mode, schema migrations
-// versioned and applied at open.
+// The embedded store: SqlStore on one SQLite file in WAL mode. Writes go
+// through one connection (SQLite has one writer at a time anyway); reads
+// through read-only connections of their own, so a long write never
+// holds up a read.
 
-#include <functional>
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "server/store/store.h"
-
-struct sqlite3;
+#include "server/store/sql_store.h"
 
 namespace headroom {
 
 // Schema version this build writes and understands.
-inline constexpr int kSqliteSchemaVersion = 9;
+inline constexpr int kSqliteSchemaVersion =
+    kLegacySqliteVersion + kSqlStoreMigrations;
 
-class SqliteStore : public Store {
+class SqliteStore : public SqlStore {
  public:
   // Opens (creating if needed) the database at `path` (":memory:" for a
-  // private in-memory one) and migrates it. FAILED_PRECONDITION when the
-  // file's schema is newer than this build knows.
+  // private in-memory one, read and written through one connection) and
+  // migrates it; `readers` read-only connections serve reads. UNAVAILABLE
+  // when the file cannot be opened; FAILED_PRECONDITION when its schema
+  // is newer than this build knows.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
-      const std::string& path);
+      const std::string& path, int readers = 4);
 
-  ~SqliteStore() override;
-  SqliteStore(const SqliteStore&) = delete;
-  SqliteStore& operator=(const SqliteStore&) = delete;
-
-  absl::StatusOr<std::optional<v1::FactorSet>> CurrentFactorSet() override;
-  absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
-                                             bool make_current) override;
-  absl::Status SetCurrentFactorSet(const std::string& version) override;
-  absl::StatusOr<std::vector<std::string>> CurrentHistory() override;
-  absl::StatusOr<v1::FactorSet> GetFactorSet(
-      const std::string& version) override;
-  using Store::ListAutotuneRecords;
-  using Store::ListFactorSets;
-  using Store::ListProbes;
-  using Store::ListWorkers;
-  absl::StatusOr<Page<v1::FactorSet>> ListFactorSets(
-      const PageSpec& page) override;
-  absl::StatusOr<int64_t> AddRuns(
-      const std::vector<v1::MeasuredRun>& runs) override;
-  absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
-  absl::StatusOr<int64_t> CountRuns() override;
-  absl::StatusOr<int64_t> AddDensityRuns(
-      const std::vector<v1::DensityRawRun>& runs) override;
-  absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
-      const std::string& arch, const std::string& dtype,
-      const std::string& mode) override;
-  absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
-      v1::EnergyCurveSet set, bool make_current) override;
-  absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
-      override;
-  absl::Status SetCurrentEnergyCurveSet(const std::string& version) override;
-  absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() override;
-  absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
-      const std::string& version) override;
-  absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
-      const std::string& after_version, int limit) override;
-
-  absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
-  absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
-  absl::StatusOr<Page<v1::Probe>> ListProbes(v1::Probe::State state,
-                                             const PageSpec& page) override;
-  absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(
-      const std::string& worker, const std::vector<std::string>& gpus,
-      const std::vector<std::string>& executors, int64_t now_ms,
-      int64_t lease_ms) override;
-  absl::Status RenewLease(const std::string& assignment_id,
-                          int64_t until_ms) override;
-  absl::StatusOr<std::vector<std::string>> RequeueExpired(
-      int64_t now_ms) override;
-  absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(int64_t now_ms,
-                                                           int limit) override;
-  absl::StatusOr<v1::Probe> ExpireProbe(const std::string& id, int64_t now_ms,
-                                        const std::string& error) override;
-  absl::StatusOr<bool> RecordProbeResult(
-      const std::string& probe_id, const std::string& assignment_id,
-      const std::string& worker, const std::string& key,
-      const v1::BatchResult& result,
-      const std::optional<v1::MeasuredRun>& run) override;
-  absl::StatusOr<v1::Probe> HandBack(const std::string& probe_id,
-                                     const std::string& assignment_id,
-                                     const std::string& worker,
-                                     uint32_t max_handbacks) override;
-  absl::StatusOr<v1::Probe> FinishAssignment(const std::string& probe_id,
-                                             const std::string& assignment_id,
-                                             v1::Probe::State state,
-                                             const std::string& error,
-                                             const std::string& details_json,
-                                             bool requeue) override;
-  absl::StatusOr<v1::Probe> CancelProbe(const std::string& id) override;
-  absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
-  CountProbes() override;
-  absl::StatusOr<bool> PutAutotuneRecord(
-      const std::string& id, const std::string& key_bytes,
-      const v1::AutotuneRecord& record) override;
-  absl::StatusOr<std::optional<v1::AutotuneRecord>> FindAutotuneRecord(
-      const std::string& id, const std::string& key_bytes) override;
-  absl::StatusOr<Page<v1::AutotuneCacheEntry>> ListAutotuneRecords(
-      const PageSpec& page) override;
-  absl::Status DropAutotuneRecord(const std::string& id) override;
-  absl::Status PutWorker(const v1::WorkerStatus& worker) override;
-  absl::StatusOr<Page<v1::WorkerStatus>> ListWorkers(
-      const PageSpec& page) override;
-
- private:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
-  // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back when it
-  // fails.
-  absl::Status InTransactionLocked(const std::function<absl::Status()>& body)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<v1::Probe> GetProbeLocked(const std::string& id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the probe's body and its queue columns.
-  absl::Status UpdateProbeLocked(const v1::Probe& probe, int64_t lease_until_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status InsertRunLocked(const v1::MeasuredRun& run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `version` the current energy curve set and appends it to the
-  // history; the caller checked that it is stored.
-  absl::Status SetCurrentEnergyLocked(const std::string& version)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SetCurrentLocked(const std::string& version)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Inserts a row (seq, version, created_unix, body) into `table` inside the
-  // caller's transaction, the version being `prefix` + the next seq; `body`
-  // gets that version and returns the row's JSON. Returns the version.
-  absl::StatusOr<std::string> InsertVersionedLocked(
-      const char* table, const char* prefix, int64_t created_unix,
-      const std::function<std::string(const std::string&)>& body)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  using SqlStore::SqlStore;
 };
 
 }  // namespace headroom

@@ -30,25 +30,25 @@ absl::StatusOr<std::vector<Entry>> FollowPages(const List& list,
 
 }  // namespace
 
-absl::StatusOr<std::vector<v1::FactorSet>> Store::ListFactorSets() {
+absl::StatusOr<std::vector<v1::FactorSet>> FactorSetStore::ListFactorSets() {
   return FollowPages<v1::FactorSet>(
       [this](const PageSpec& spec) { return ListFactorSets(spec); });
 }
 
-absl::StatusOr<std::vector<v1::Probe>> Store::ListProbes(v1::Probe::State state,
-                                                         int limit) {
+absl::StatusOr<std::vector<v1::Probe>> ProbeQueue::ListProbes(
+    v1::Probe::State state, int limit) {
   return FollowPages<v1::Probe>(
       [this, state](const PageSpec& spec) { return ListProbes(state, spec); },
       limit);
 }
 
 absl::StatusOr<std::vector<v1::AutotuneCacheEntry>>
-Store::ListAutotuneRecords() {
+AutotuneCache::ListAutotuneRecords() {
   return FollowPages<v1::AutotuneCacheEntry>(
       [this](const PageSpec& spec) { return ListAutotuneRecords(spec); });
 }
 
-absl::StatusOr<std::vector<v1::WorkerStatus>> Store::ListWorkers() {
+absl::StatusOr<std::vector<v1::WorkerStatus>> WorkerStore::ListWorkers() {
   return FollowPages<v1::WorkerStatus>(
       [this](const PageSpec& spec) { return ListWorkers(spec); });
 }

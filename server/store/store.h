@@ -2,7 +2,8 @@
 #define HEADROOM_SERVER_STORE_STORE_H_
 
 // The seam between the stateless planner and its state. Everything stateful
-// goes through this interface; SQLite is the embedded default.
+// goes through these interfaces, one per kind of data; SqlStore implements
+// them over SQLite (the embedded default) and PostgreSQL.
 
 #include <optional>
 #include <string>
@@ -18,9 +19,10 @@
 
 namespace headroom {
 
-class Store {
+// Versioned factor sets and which one is current.
+class FactorSetStore {
  public:
-  virtual ~Store() = default;
+  virtual ~FactorSetStore() = default;
 
   // The factor set answers are given with; nullopt before the first fit.
   virtual absl::StatusOr<std::optional<v1::FactorSet>> CurrentFactorSet() = 0;
@@ -46,12 +48,31 @@ class Store {
       const PageSpec& page) = 0;
   // Every stored factor set, oldest first (follows the pages).
   absl::StatusOr<std::vector<v1::FactorSet>> ListFactorSets();
+};
+
+// Measured runs, each stored once.
+class RunStore {
+ public:
+  virtual ~RunStore() = default;
 
   // Appends measured runs (one transaction: all or none), skipping any run
   // identical to one already stored; returns how many runs the store holds
   // afterwards.
   virtual absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) = 0;
+
+  // Every stored measured run in insertion order.
+  virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
+
+  // How many measured runs are stored (cheap: answers' evidence is rebuilt
+  // when it changes).
+  virtual absl::StatusOr<int64_t> CountRuns() = 0;
+};
+
+// Versioned energy curve sets and which one is current.
+class EnergyCurveStore {
+ public:
+  virtual ~EnergyCurveStore() = default;
 
   // Stores an energy curve set under the next version ("ec-N") and makes it
   // current when `make_current`; returns it with the version filled in.
@@ -80,6 +101,12 @@ class Store {
   // `after_version` is not stored.
   virtual absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
       const std::string& after_version, int limit) = 0;
+};
+
+// Serve-while-train runs for density rankings.
+class DensityRunStore {
+ public:
+  virtual ~DensityRunStore() = default;
 
   // Stores density runs in one transaction; a run whose id is stored
   // already replaces it. Returns how many are stored afterwards.
@@ -91,15 +118,12 @@ class Store {
   virtual absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
       const std::string& arch, const std::string& dtype,
       const std::string& mode) = 0;
+};
 
-  // Every stored measured run in insertion order.
-  virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
-
-  // How many measured runs are stored (cheap: answers' evidence is rebuilt
-  // when it changes).
-  virtual absl::StatusOr<int64_t> CountRuns() = 0;
-
-  // --- Probe queue (DESIGN.md, "Workers and probes") ---
+// The probe queue (DESIGN.md, "Workers and probes").
+class ProbeQueue {
+ public:
+  virtual ~ProbeQueue() = default;
 
   // Stores a new probe under the next id ("p-N"), QUEUED; returns it.
   virtual absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) = 0;
@@ -156,12 +180,23 @@ class Store {
   // nothing changes and it returns false. FAILED_PRECONDITION (nothing
   // stored) when the probe is not RUNNING under `assignment_id` for
   // `worker`. `run`, when given, is stored with the result as a measured
-  // run in the same transaction.
+  // run in the same transaction (the result then refers to it rather than
+  // holding its numbers twice). `updated`, when not null, receives the
+  // probe as it is afterwards (also for a duplicate), so that the caller
+  // needn't read it again.
   virtual absl::StatusOr<bool> RecordProbeResult(
       const std::string& probe_id, const std::string& assignment_id,
       const std::string& worker, const std::string& key,
+      const v1::BatchResult& result, const std::optional<v1::MeasuredRun>& run,
+      v1::Probe* updated) = 0;
+  absl::StatusOr<bool> RecordProbeResult(
+      const std::string& probe_id, const std::string& assignment_id,
+      const std::string& worker, const std::string& key,
       const v1::BatchResult& result,
-      const std::optional<v1::MeasuredRun>& run) = 0;
+      const std::optional<v1::MeasuredRun>& run) {
+    return RecordProbeResult(probe_id, assignment_id, worker, key, result, run,
+                             nullptr);
+  }
 
   // `worker` hands back its running assignment `assignment_id`: the probe
   // goes back to the queue with one more hand-back counted, or, when it has
@@ -187,8 +222,12 @@ class Store {
   // Probes per state.
   virtual absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>>
   CountProbes() = 0;
+};
 
-  // --- Autotune cache (issue 7), by key id with the key's bytes ---
+// The autotune cache (issue 7), by key id with the key's bytes.
+class AutotuneCache {
+ public:
+  virtual ~AutotuneCache() = default;
 
   // Stores `record` under `id`, replacing an entry with the same id;
   // returns whether one was replaced.
@@ -205,8 +244,12 @@ class Store {
   absl::StatusOr<std::vector<v1::AutotuneCacheEntry>> ListAutotuneRecords();
   // NOT_FOUND names an unknown id.
   virtual absl::Status DropAutotuneRecord(const std::string& id) = 0;
+};
 
-  // --- Workers ---
+// What is known about each worker.
+class WorkerStore {
+ public:
+  virtual ~WorkerStore() = default;
 
   // Stores (or replaces) what is known about one worker.
   virtual absl::Status PutWorker(const v1::WorkerStatus& worker) = 0;
@@ -217,6 +260,18 @@ class Store {
   absl::StatusOr<std::vector<v1::WorkerStatus>> ListWorkers();
 };
 
-}  // namespace headroom
+// Everything stateful, one interface per kind of data; a backend
+// implements them all.
+class Store : public FactorSetStore,
+              public RunStore,
+              public EnergyCurveStore,
+              public DensityRunStore,
+              public ProbeQueue,
+              public AutotuneCache,
+              public WorkerStore {
+ public:
+  ~Store() override = default;
+};
 
+}  // namespace headroom
 #endif  // HEADROOM_SERVER_STORE_STORE_H_

@@ -148,6 +148,32 @@ TEST_F(PostgresStoreTest, RefusesNewerSchemaChangingNothing) {
             "7");
 }
 
+// Callers beyond the pool's connections wait for one rather than fail,
+// and each transaction runs on the connection it started on.
+TEST_F(PostgresStoreTest, CallersShareAPoolOfConnections) {
+  constexpr int kThreads = 6, kEach = 10;
+  auto store = PostgresStore::Open(url(), /*pool=*/2);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(Sql("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND application_name = "
+                "'headroom-planner'"),
+            "2");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        EXPECT_TRUE((*store)->AddProbe(L4Probe()).ok());
+        EXPECT_TRUE((*store)->ListProbes(v1::Probe::QUEUED, 5).ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  auto probes = (*store)->ListProbes(v1::Probe::QUEUED, -1);
+  ASSERT_TRUE(probes.ok());
+  EXPECT_EQ(probes->size(), static_cast<size_t>(kThreads * kEach));
+  EXPECT_EQ(probes->front().id(), absl::StrCat("p-", kThreads * kEach));
+}
+
 TEST_F(PostgresStoreTest, ReconnectsWhenTheConnectionDrops) {
   auto store = PostgresStore::Open(url());
   ASSERT_TRUE(store.ok()) << store.status();

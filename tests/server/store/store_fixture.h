@@ -82,6 +82,22 @@ class StoreFixture : public ::testing::TestWithParam<StoreKind> {
     return ok ? absl::OkStatus() : absl::InternalError("PRAGMA failed");
   }
 
+  // Runs `sql` on this test's database behind the stores' backs.
+  absl::Status ExecSql(const std::string& sql) {
+    if (postgres_ != nullptr) {
+      return testing::RunSql(postgres_->url(), sql).status();
+    }
+    sqlite3* db = nullptr;
+    char* error = nullptr;
+    const bool ok =
+        sqlite3_open(sqlite_path_.c_str(), &db) == SQLITE_OK &&
+        sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) == SQLITE_OK;
+    const std::string message = error ? error : "";
+    sqlite3_free(error);
+    sqlite3_close(db);
+    return ok ? absl::OkStatus() : absl::InternalError(message);
+  }
+
   // The schema version this build writes for the store under test.
   int KnownSchemaVersion() const {
     return postgres_ != nullptr ? kPostgresSchemaVersion : kSqliteSchemaVersion;

@@ -367,5 +367,101 @@ TEST_P(FleetStoreTest, QueueAndWorkersSurviveReopen) {
   EXPECT_EQ((*workers)[0].hello().gpus(0).name(), "L4");
 }
 
+// The claim rule is the database's, over the whole queue: a probe behind
+// more probes than any window of old (1,000) is still found.
+TEST_P(FleetStoreTest, AProbeBehindManyOthersNobodyCanRunIsClaimed) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 0; i < 1100; ++i) {
+    ASSERT_TRUE((*store)->AddProbe(QueuedProbe("H100", "")).ok());
+  }
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  auto claimed = (*store)->ClaimProbe("w-l4", {"L4"}, {}, 1000, 500);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  ASSERT_TRUE(claimed->has_value());
+  EXPECT_EQ((*claimed)->id(), "p-1101");
+  EXPECT_FALSE((*(*store)->ClaimProbe("w-l4", {"L4"}, {}, 1000, 500)));
+}
+
+// A measured result is stored once, as its measured run: the probe reads it
+// back whole, and the store hands back the probe as it is after the result.
+TEST_P(FleetStoreTest, AMeasuredResultIsItsRunAndComesBackWhole) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+  ASSERT_TRUE((*store)->ClaimProbe("w1", {"L4"}, {}, 1000, 500)->has_value());
+  v1::BatchResult result = Result(8, 5.5);
+  result.set_repetition(2);
+  result.set_step_seconds(0.25);
+  result.set_energy_j(40);
+  result.set_samples(17);
+  v1::MeasuredRun run;
+  run.set_template_("gpt2");
+  run.set_gpu("L4");
+  run.set_batch(8);
+  run.set_measured_peak_gb(5.5);
+  run.set_step_seconds(0.25);
+  v1::Probe updated;
+  auto stored = (*store)->RecordProbeResult("p-1", "p-1.1", "w1", "k1", result,
+                                            run, &updated);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(*stored);
+  ASSERT_EQ(updated.results_size(), 1);
+  EXPECT_EQ(updated.results(0).SerializeAsString(), result.SerializeAsString());
+  v1::BatchResult oom;
+  oom.set_batch(16);
+  oom.set_oom(true);
+  ASSERT_TRUE(*(*store)->RecordProbeResult("p-1", "p-1.1", "w1", "k2", oom,
+                                           std::nullopt, &updated));
+  ASSERT_EQ(updated.results_size(), 2);
+  for (auto reopened : {true, false}) {
+    if (reopened) {
+      store->reset();
+      store = Open();
+      ASSERT_TRUE(store.ok()) << store.status();
+    }
+    auto probe = (*store)->GetProbe("p-1");
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    EXPECT_EQ(probe->SerializeAsString(), updated.SerializeAsString());
+    auto listed = (*store)->ListProbes(v1::Probe::RUNNING, 10);
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ((*listed)[0].SerializeAsString(), updated.SerializeAsString());
+  }
+  EXPECT_EQ((*store)->ListRuns()->size(), 1u);
+  // The finished probe still holds both.
+  auto finished = (*store)->FinishAssignment(
+      "p-1", "p-1.1", v1::Probe::SUCCEEDED, "", "", false);
+  ASSERT_TRUE(finished.ok());
+  EXPECT_EQ(finished->results_size(), 2);
+  EXPECT_EQ(finished->results(1).oom(), true);
+}
+
+// A stored row that does not parse is DATA_LOSS in every store.
+TEST_P(FleetStoreTest, ACorruptRowIsDataLoss) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->AddProbe(QueuedProbe("L4", "")).ok());
+    ASSERT_TRUE((*store)->AddFactorSet(v1::FactorSet(), true).ok());
+  }
+  // 0xff: a field number 31 of a wire type that does not exist.
+  ASSERT_TRUE(ExecSql("UPDATE probes SET body = " +
+                      std::string(GetParam() == StoreKind::kSqlite
+                                      ? "X'ffffffff'"
+                                      : "'\\xffffffff'::bytea"))
+                  .ok());
+  ASSERT_TRUE(ExecSql("UPDATE factor_sets SET body = " +
+                      std::string(GetParam() == StoreKind::kSqlite
+                                      ? "X'ffffffff'"
+                                      : "'\\xffffffff'::bytea"))
+                  .ok());
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->GetProbe("p-1").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*store)->CurrentFactorSet().status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace headroom

@@ -166,6 +166,21 @@ TEST_P(StoreTest, RefusesNewerSchemaAndKeepsTheData) {
   EXPECT_EQ((*(*reopened)->CurrentFactorSet())->version(), "fs-1");
 }
 
+// A schema older than the last one each backend had before SqlStore is
+// not guessed at: refused, naming the versions.
+TEST_P(StoreTest, RefusesASchemaOlderThanItUpgrades) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(SetSchemaVersion(2).ok());
+  auto refused = Open();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("schema version 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("older than the oldest this planner upgrades"),
+            std::string::npos)
+      << message;
+}
+
 TEST_P(StoreTest, UnknownVersionNeverBecomesCurrent) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
