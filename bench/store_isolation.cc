@@ -25,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "bench/catalog_latency.h"
 #include "bench/closed_loop.h"
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/fleet.grpc.pb.h"
@@ -42,49 +43,6 @@ ABSL_FLAG(std::string, db, "/tmp/headroom-store-isolation.db",
 
 namespace headroom::bench {
 namespace {
-
-using Ms = std::chrono::duration<double, std::milli>;
-
-struct Latency {
-  double p50_ms = 0;
-  double p99_ms = 0;
-  size_t calls = 0;
-  size_t failed = 0;
-};
-
-v1::CheckFitRequest CatalogRequest() {
-  v1::CheckFitRequest request;
-  request.mutable_model()->set_template_("bert-base");
-  request.add_batches(8);
-  request.add_batches(64);
-  request.add_targets()->set_gpu("L4");
-  request.add_targets()->set_gpu("H100");
-  return request;
-}
-
-// Sequential catalog CheckFits for `seconds` (at most 1,000,000 calls).
-Latency MeasureCatalog(v1::Fit::Stub* stub, double seconds) {
-  const v1::CheckFitRequest request = CatalogRequest();
-  std::vector<double> ms;
-  Latency out;
-  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < end && ms.size() < 1000000) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    v1::CheckFitResponse response;
-    const auto start = Clock::now();
-    const grpc::Status status = stub->CheckFit(&context, request, &response);
-    ms.push_back(Ms(Clock::now() - start).count());
-    if (!status.ok()) ++out.failed;
-  }
-  std::sort(ms.begin(), ms.end());
-  out.calls = ms.size();
-  if (!ms.empty()) {
-    out.p50_ms = ms[ms.size() / 2];
-    out.p99_ms = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-  }
-  return out;
-}
 
 // Load clients stand for other machines: here they share the planner's
 // CPUs, so they run at the lowest priority.

@@ -94,13 +94,11 @@ grpc::ServerUnaryReactor* DensityService::RankDensity(
                                   "/headroom.v1.Density/RankDensity")) {
     return refused;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status size =
-          CheckSize(*request, state_.options().max_request_bytes);
-      !size.ok()) {
-    reactor->Finish(ToGrpcStatus(size));
-    return reactor;
+  if (auto* refused = RefuseOversized(context, *request,
+                                      state_.options().max_request_bytes)) {
+    return refused;
   }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const size_t budget = PageBytes(state_.options().max_request_bytes);
   if (!request->use_stored()) {
     absl::StatusOr<v1::RankDensityResponse> answer =

@@ -15,13 +15,11 @@ grpc::ServerUnaryReactor* FitService::CheckFit(
           RefuseUnary(state_.access(), context, "/headroom.v1.Fit/CheckFit")) {
     return refused;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status size =
-          CheckSize(*request, state_.options().max_request_bytes);
-      !size.ok()) {
-    reactor->Finish(ToGrpcStatus(size));
-    return reactor;
+  if (auto* refused = RefuseOversized(context, *request,
+                                      state_.options().max_request_bytes)) {
+    return refused;
   }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // A catalog answer runs inline (it blocks on nothing); an import runs on
   // its own pool, so a queue of large graphs never delays catalog answers.
   if (ImportsModel(request->model())) {

@@ -33,13 +33,11 @@ grpc::ServerUnaryReactor* MicrobatchService::PlanMicrobatch(
                                   "/headroom.v1.Microbatch/PlanMicrobatch")) {
     return refused;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status size =
-          CheckSize(*request, state_.options().max_request_bytes);
-      !size.ok()) {
-    reactor->Finish(ToGrpcStatus(size));
-    return reactor;
+  if (auto* refused = RefuseOversized(context, *request,
+                                      state_.options().max_request_bytes)) {
+    return refused;
   }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // An inline spec is imported (validated, profiled per candidate) on the
   // import pool, as CheckFit's are.
   if (request->model_case() == v1::PlanMicrobatchRequest::kSpec) {

@@ -39,6 +39,19 @@ inline absl::Status CheckSize(const google::protobuf::Message& request,
       "weights)"));
 }
 
+// Finishes the call with CheckSize's INVALID_ARGUMENT when `request` is over
+// `max_bytes` and returns its reactor, for the handler to return; null when
+// the request is within the limit.
+inline grpc::ServerUnaryReactor* RefuseOversized(
+    grpc::CallbackServerContext* context,
+    const google::protobuf::Message& request, size_t max_bytes) {
+  absl::Status size = CheckSize(request, max_bytes);
+  if (size.ok()) return nullptr;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(size));
+  return reactor;
+}
+
 }  // namespace headroom
 
 #endif  // HEADROOM_SERVER_SERVICE_REPLY_H_

@@ -12,6 +12,7 @@
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_refit.h"
 #include "server/io/files.h"
+#include "tests/support/shipped_energy_curves.h"
 
 namespace headroom {
 namespace {
@@ -20,18 +21,7 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const v1::EnergyCurveSet& Shipped() {
-  static const v1::EnergyCurveSet* set = [] {
-    absl::StatusOr<std::string> text =
-        ReadFile(std::string(HEADROOM_SOURCE_DIR) + "/data/energy-curves.json");
-    EXPECT_TRUE(text.ok()) << text.status();
-    absl::StatusOr<v1::EnergyCurveSet> parsed =
-        ParseCurveSet(*text, "energy-curves.json");
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    return new v1::EnergyCurveSet(parsed.ok() ? *parsed : v1::EnergyCurveSet());
-  }();
-  return *set;
-}
+const v1::EnergyCurveSet& Shipped() { return testing::ShippedEnergyCurves(); }
 
 struct CurveRef {
   std::string arch;

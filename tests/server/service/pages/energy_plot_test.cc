@@ -9,24 +9,14 @@
 #include "gtest/gtest.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/io/files.h"
+#include "tests/support/shipped_energy_curves.h"
 
 namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
 
-const v1::EnergyCurveSet& Shipped() {
-  static const v1::EnergyCurveSet* set = [] {
-    absl::StatusOr<std::string> text =
-        ReadFile(std::string(HEADROOM_SOURCE_DIR) + "/data/energy-curves.json");
-    EXPECT_TRUE(text.ok()) << text.status();
-    absl::StatusOr<v1::EnergyCurveSet> parsed =
-        ParseCurveSet(*text, "energy-curves.json");
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    return new v1::EnergyCurveSet(parsed.ok() ? *parsed : v1::EnergyCurveSet());
-  }();
-  return *set;
-}
+const v1::EnergyCurveSet& Shipped() { return testing::ShippedEnergyCurves(); }
 
 TEST(EnergyPlotTest, DrawsCurveBandAnchorsAndCrossover) {
   absl::StatusOr<std::string> svg = EnergyPlotSvg(Shipped(), "turing");
