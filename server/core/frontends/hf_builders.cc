@@ -3,34 +3,14 @@
 #include "server/core/frontends/hf_builders.h"
 
 #include <algorithm>
-#include <cmath>
-#include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom::hf {
-
-// A JSON value for an error message, cut short.
-std::string Abbreviated(const Json& value) {
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-
-absl::Status OutOfRange(const std::string& path, uint64_t value,
-                        uint64_t min_value, uint64_t max_value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("config.json: ", path, " = ", value,
-                   " is out of range; allowed ", min_value, "..", max_value));
-}
 
 // ---- Layers ----------------------------------------------------------------
 
@@ -193,6 +173,15 @@ absl::Status CheckHeadsDivide(uint64_t hidden, uint64_t heads,
                      " does not divide ", hidden_key, " = ", hidden));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ReadHeads(ConfigKeys& keys, const char* key,
+                                   uint64_t default_value, uint64_t hidden,
+                                   const char* hidden_key) {
+  ASSIGN_OR_RETURN(const uint64_t heads,
+                   keys.Size(key, default_value, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, hidden_key, key));
+  return heads;
 }
 
 // The layer and head counts under their transformers names or the older

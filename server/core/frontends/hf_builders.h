@@ -5,7 +5,6 @@
 // layer builders the family converters share, and the converters
 // themselves. Not for use outside server/core/frontends.
 
-#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,6 +42,7 @@ constexpr uint64_t kMaxChannels = 10000;
 // A JSON value for an error message, cut short.
 std::string Abbreviated(const Json& value);
 
+// INVALID_ARGUMENT: `path` = value is outside min_value..max_value.
 absl::Status OutOfRange(const std::string& path, uint64_t value,
                         uint64_t min_value, uint64_t max_value);
 
@@ -64,6 +64,7 @@ class ConfigKeys {
   // True when the key is present, null included.
   bool Has(const char* key) const { return object_.contains(key); }
 
+  // The key as error messages and assumed defaults name it.
   std::string Path(absl::string_view key) const {
     return absl::StrCat(prefix_, key);
   }
@@ -73,99 +74,34 @@ class ConfigKeys {
 
   // An integer in min_value..max_value; missing takes default_value.
   absl::StatusOr<uint64_t> Size(const char* key, uint64_t default_value,
-                                uint64_t min_value, uint64_t max_value) {
-    ASSIGN_OR_RETURN(std::optional<uint64_t> value,
-                     OptionalSize(key, default_value, min_value, max_value));
-    if (!value.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", Path(key), " is null; allowed ",
-                       min_value, "..", max_value));
-    }
-    return *value;
-  }
+                                uint64_t min_value, uint64_t max_value);
 
   // Like Size, but null, or a missing key whose default is None
   // (default_value nullopt), gives nullopt: the caller applies the class's
   // meaning of None and records it with AssumeDerived when missing.
   absl::StatusOr<std::optional<uint64_t>> OptionalSize(
       const char* key, std::optional<uint64_t> default_value,
-      uint64_t min_value, uint64_t max_value) {
-    if (!Has(key)) {
-      if (default_value.has_value()) Assume(key, absl::StrCat(*default_value));
-      return default_value;
-    }
-    const Json& v = object_.at(key);
-    if (v.is_null()) return std::optional<uint64_t>();
-    uint64_t n = 0;
-    if (v.is_number_unsigned()) {
-      n = v.get<uint64_t>();
-    } else if (v.is_number_integer()) {
-      const int64_t i = v.get<int64_t>();
-      if (i < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: ", Path(key), " = ", i, " is out of range; allowed ",
-            min_value, "..", max_value));
-      }
-      n = static_cast<uint64_t>(i);
-    } else if (v.is_number_float() && v.get<double>() >= 0 &&
-               v.get<double>() < 1.8e19 &&
-               v.get<double>() == std::floor(v.get<double>())) {
-      n = static_cast<uint64_t>(v.get<double>());
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
-                       " is not a non-negative integer; allowed ", min_value,
-                       "..", max_value));
-    }
-    if (n < min_value || n > max_value) {
-      return OutOfRange(Path(key), n, min_value, max_value);
-    }
-    return std::optional<uint64_t>(n);
-  }
+      uint64_t min_value, uint64_t max_value);
 
-  absl::StatusOr<bool> Flag(const char* key, bool default_value) {
-    if (!Has(key)) {
-      Assume(key, default_value ? "true" : "false");
-      return default_value;
-    }
-    const Json& v = object_.at(key);
-    if (!v.is_boolean()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
-                       " is not a boolean; allowed true, false"));
-    }
-    return v.get<bool>();
-  }
+  // A boolean; missing takes default_value.
+  absl::StatusOr<bool> Flag(const char* key, bool default_value);
 
+  // A string; missing takes default_value.
   absl::StatusOr<std::string> Text(const char* key,
-                                   const std::string& default_value) {
-    if (!Has(key)) {
-      Assume(key, absl::StrCat("\"", default_value, "\""));
-      return default_value;
-    }
-    const Json& v = object_.at(key);
-    if (!v.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: ", Path(key),
-                                                     " = ", Abbreviated(v),
-                                                     " is not a string"));
-    }
-    return v.get<std::string>();
-  }
+                                   const std::string& default_value);
+
+  // A list of 1 to 64 sizes (depths, hidden_sizes, num_heads), each in
+  // 1..max_value; missing takes `defaults`.
+  absl::StatusOr<std::vector<uint64_t>> SizeList(
+      const char* key, const std::vector<uint64_t>& defaults,
+      uint64_t max_value);
 
   // Records a value the class derives when `key` is missing (its default is
   // None), e.g. num_key_value_heads from num_attention_heads.
-  void AssumeDerived(const char* key, uint64_t value, absl::string_view how) {
-    if (Has(key)) return;
-    assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
-                                     config_class_, " default None: ", how,
-                                     ")"));
-  }
+  void AssumeDerived(const char* key, uint64_t value, absl::string_view how);
 
  private:
-  void Assume(const char* key, absl::string_view value) {
-    assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
-                                     config_class_, " default)"));
-  }
+  void Assume(const char* key, absl::string_view value);
 
   const Json& object_;
   const std::string prefix_;
@@ -190,14 +126,19 @@ ConfigKeys TopKeys(const Json& config, Conversion& c,
 
 // ---- Layers and positions --------------------------------------------------
 
+// A layer of no kind yet, named as the transformers module is.
 Layer Named(absl::string_view name);
 
+// A lookup table of rows x dim.
 Layer EmbeddingLayer(absl::string_view name, uint64_t rows, uint64_t dim);
 
+// Parameters with no activations of their own (position tables).
 Layer ParametersLayer(absl::string_view name, uint64_t count);
 
+// A norm over dim, with its weight and bias unless the caller drops them.
 Layer NormLayer(absl::string_view name, v1::Norm::Kind kind, uint64_t dim);
 
+// A dense projection in -> out.
 Layer LinearLayer(absl::string_view name, uint64_t in, uint64_t out, bool bias);
 
 // The LM head: logits over the vocabulary, its weight shared with the token
@@ -205,6 +146,7 @@ Layer LinearLayer(absl::string_view name, uint64_t in, uint64_t out, bool bias);
 Layer LmHeadLayer(absl::string_view name, uint64_t hidden, uint64_t vocab,
                   bool tied);
 
+// The feed-forward block: two matrices, or three when gated.
 Layer MlpLayer(absl::string_view name, uint64_t hidden, uint64_t ffn,
                bool gated, bool bias);
 
@@ -215,6 +157,7 @@ Layer AttentionLayer(absl::string_view name, uint64_t hidden, uint64_t heads,
                      uint64_t kv_heads, uint64_t head_dim, bool qkv_bias,
                      bool out_bias, bool fused);
 
+// `layers` run in order, the whole repeated `repeat` times.
 Layer BlockLayer(absl::string_view name, uint32_t repeat,
                  std::vector<Layer> layers);
 
@@ -234,9 +177,16 @@ absl::StatusOr<uint64_t> FreePositions(Conversion& c, uint64_t max_positions,
 absl::StatusOr<uint64_t> TablePositions(Conversion& c, uint64_t usable,
                                         absl::string_view key);
 
+// INVALID_ARGUMENT naming both keys unless heads divides hidden.
 absl::Status CheckHeadsDivide(uint64_t hidden, uint64_t heads,
                               absl::string_view hidden_key,
                               absl::string_view heads_key);
+
+// The attention head count under `key` (1..kMaxHeads), which must divide
+// `hidden` (read under hidden_key).
+absl::StatusOr<uint64_t> ReadHeads(ConfigKeys& keys, const char* key,
+                                   uint64_t default_value, uint64_t hidden,
+                                   const char* hidden_key);
 
 // The layer and head counts under their transformers names or the older
 // n_layer / n_head ones the attribute maps accept.
@@ -300,8 +250,15 @@ struct DecoderDefaults {
   bool tie_word_embeddings;
 };
 
+// Reads the keys in DecoderDefaults (num_key_value_heads and head_dim
+// derived when None) and checks the head counts divide.
 absl::StatusOr<DecoderShape> ReadDecoderCore(ConfigKeys& keys,
                                              const DecoderDefaults& d);
+
+// Starts a decoder's spec: positions from max_position_embeddings (see
+// FreePositions), family "transformer" and the model.embed_tokens table.
+absl::StatusOr<v1::ModelSpec*> StartDecoder(Conversion& c,
+                                            const DecoderShape& s);
 
 // Sets the spec's family and positions and returns it, for the layers.
 v1::ModelSpec& StartSpec(Conversion& c, absl::string_view family,

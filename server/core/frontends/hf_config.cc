@@ -1,7 +1,7 @@
 #include "server/core/frontends/hf_config.h"
 
-#include <algorithm>
-#include <utility>
+#include <cmath>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +13,139 @@
 
 namespace headroom {
 namespace hf {
+
+// ---- Reading config keys ----------------------------------------------
+
+// A JSON value for an error message, cut short.
+std::string Abbreviated(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+absl::Status OutOfRange(const std::string& path, uint64_t value,
+                        uint64_t min_value, uint64_t max_value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config.json: ", path, " = ", value,
+                   " is out of range; allowed ", min_value, "..", max_value));
+}
+
+absl::StatusOr<uint64_t> ConfigKeys::Size(const char* key,
+                                          uint64_t default_value,
+                                          uint64_t min_value,
+                                          uint64_t max_value) {
+  ASSIGN_OR_RETURN(std::optional<uint64_t> value,
+                   OptionalSize(key, default_value, min_value, max_value));
+  if (!value.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", Path(key),
+                                                   " is null; allowed ",
+                                                   min_value, "..", max_value));
+  }
+  return *value;
+}
+
+absl::StatusOr<std::optional<uint64_t>> ConfigKeys::OptionalSize(
+    const char* key, std::optional<uint64_t> default_value, uint64_t min_value,
+    uint64_t max_value) {
+  if (!Has(key)) {
+    if (default_value.has_value()) Assume(key, absl::StrCat(*default_value));
+    return default_value;
+  }
+  const Json& v = object_.at(key);
+  if (v.is_null()) return std::optional<uint64_t>();
+  uint64_t n = 0;
+  if (v.is_number_unsigned()) {
+    n = v.get<uint64_t>();
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", Path(key), " = ", i, " is out of range; allowed ",
+          min_value, "..", max_value));
+    }
+    n = static_cast<uint64_t>(i);
+  } else if (v.is_number_float() && v.get<double>() >= 0 &&
+             v.get<double>() < 1.8e19 &&
+             v.get<double>() == std::floor(v.get<double>())) {
+    n = static_cast<uint64_t>(v.get<double>());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
+                     " is not a non-negative integer; allowed ", min_value,
+                     "..", max_value));
+  }
+  if (n < min_value || n > max_value) {
+    return OutOfRange(Path(key), n, min_value, max_value);
+  }
+  return std::optional<uint64_t>(n);
+}
+
+absl::StatusOr<bool> ConfigKeys::Flag(const char* key, bool default_value) {
+  if (!Has(key)) {
+    Assume(key, default_value ? "true" : "false");
+    return default_value;
+  }
+  const Json& v = object_.at(key);
+  if (!v.is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
+                     " is not a boolean; allowed true, false"));
+  }
+  return v.get<bool>();
+}
+
+absl::StatusOr<std::string> ConfigKeys::Text(const char* key,
+                                             const std::string& default_value) {
+  if (!Has(key)) {
+    Assume(key, absl::StrCat("\"", default_value, "\""));
+    return default_value;
+  }
+  const Json& v = object_.at(key);
+  if (!v.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", Path(key), " = ", Abbreviated(v), " is not a string"));
+  }
+  return v.get<std::string>();
+}
+
+absl::StatusOr<std::vector<uint64_t>> ConfigKeys::SizeList(
+    const char* key, const std::vector<uint64_t>& defaults,
+    uint64_t max_value) {
+  if (!Has(key)) {
+    Assume(key, absl::StrCat("[", absl::StrJoin(defaults, ", "), "]"));
+    return defaults;
+  }
+  const Json& v = object_.at(key);
+  if (!v.is_array() || v.empty() || v.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", Path(key), " = ", Abbreviated(v),
+                     " is not a list of 1 to 64 sizes"));
+  }
+  std::vector<uint64_t> out;
+  for (const Json& item : v) {
+    if (!item.is_number_integer() || item.get<int64_t>() < 1 ||
+        static_cast<uint64_t>(item.get<int64_t>()) > max_value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", Path(key), " entry ", Abbreviated(item),
+                       " is out of range; allowed 1..", max_value));
+    }
+    out.push_back(static_cast<uint64_t>(item.get<int64_t>()));
+  }
+  return out;
+}
+
+void ConfigKeys::AssumeDerived(const char* key, uint64_t value,
+                               absl::string_view how) {
+  if (Has(key)) return;
+  assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
+                                   config_class_, " default None: ", how, ")"));
+}
+
+void ConfigKeys::Assume(const char* key, absl::string_view value) {
+  assumed_->push_back(absl::StrCat(Path(key), "=", value, " (transformers ",
+                                   config_class_, " default)"));
+}
+
 namespace {
 
 // ---- Dispatch --------------------------------------------------------------

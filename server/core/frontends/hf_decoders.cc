@@ -2,15 +2,10 @@
 // relatives, Mixtral, Qwen, Gemma, OLMo, Phi-3) and DeepSeek-V3.
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_builders.h"
 #include "server/core/memory/model_spec.h"
@@ -149,19 +144,26 @@ absl::Status ReadPatternWindows(ConfigKeys& keys, DecoderShape& s,
   return absl::OkStatus();
 }
 
-// Embedding, the decoder layers, a final RMS norm and the LM head, named as
-// in the transformers *ForCausalLM modules.
-absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
+absl::StatusOr<v1::ModelSpec*> StartDecoder(Conversion& c,
+                                            const DecoderShape& s) {
   ASSIGN_OR_RETURN(
       const uint64_t positions,
       FreePositions(c, s.max_positions, "max_position_embeddings"));
   v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  return &spec;
+}
+
+// Embedding, the decoder layers, a final RMS norm and the LM head, named as
+// in the transformers *ForCausalLM modules.
+absl::Status BuildDecoder(Conversion& c, const DecoderShape& s) {
+  ASSIGN_OR_RETURN(v1::ModelSpec* const started, StartDecoder(c, s));
+  v1::ModelSpec& spec = *started;
   auto norm = [&s](absl::string_view name, uint64_t dim) {
     Layer layer = NormLayer(name, s.norm_kind, dim);
     layer.mutable_norm()->set_no_affine(s.norm_no_affine);
     return layer;
   };
-  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
   std::vector<Layer> per_layer;
   per_layer.reserve(s.layers);
   for (uint64_t i = 0; i < s.layers; ++i) {

@@ -1,15 +1,12 @@
 // Hugging Face encoder families: BERT, RoBERTa, XLM-RoBERTa, ELECTRA,
 // DistilBERT and DeBERTa-v2.
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_builders.h"
@@ -41,10 +38,8 @@ absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
   }
   ASSIGN_OR_RETURN(const uint64_t layers,
                    keys.Size("num_hidden_layers", 24, 1, kMaxLayers));
-  ASSIGN_OR_RETURN(const uint64_t heads,
-                   keys.Size("num_attention_heads", 24, 1, kMaxHeads));
-  RETURN_IF_ERROR(
-      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t heads, ReadHeads(keys, "num_attention_heads",
+                                                   24, hidden, "hidden_size"));
   ASSIGN_OR_RETURN(const uint64_t ffn,
                    keys.Size("intermediate_size", 6144, 1, kMaxFfn));
   ASSIGN_OR_RETURN(

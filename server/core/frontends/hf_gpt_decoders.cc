@@ -1,16 +1,10 @@
 // Hugging Face decoder families with their own layouts: GPT-2, GPT-NeoX,
 // OPT, Phi, BLOOM, Falcon, StableLM, StarCoder2, GPT-BigCode and MPT.
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_builders.h"
 #include "server/core/memory/model_spec.h"
@@ -108,10 +102,8 @@ absl::Status ConvertGptNeox(const Json& config, Conversion& c) {
                    keys.Size("hidden_size", 6144, 1, kMaxHidden));
   ASSIGN_OR_RETURN(const uint64_t layers,
                    keys.Size("num_hidden_layers", 44, 1, kMaxLayers));
-  ASSIGN_OR_RETURN(const uint64_t heads,
-                   keys.Size("num_attention_heads", 64, 1, kMaxHeads));
-  RETURN_IF_ERROR(
-      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t heads, ReadHeads(keys, "num_attention_heads",
+                                                   64, hidden, "hidden_size"));
   ASSIGN_OR_RETURN(const uint64_t ffn,
                    keys.Size("intermediate_size", 24576, 1, kMaxFfn));
   ASSIGN_OR_RETURN(
@@ -168,10 +160,8 @@ absl::Status ConvertOpt(const Json& config, Conversion& c) {
   if (!proj_key.has_value()) {
     keys.AssumeDerived("word_embed_proj_dim", proj, "hidden_size");
   }
-  ASSIGN_OR_RETURN(const uint64_t heads,
-                   keys.Size("num_attention_heads", 12, 1, kMaxHeads));
-  RETURN_IF_ERROR(
-      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
+  ASSIGN_OR_RETURN(const uint64_t heads, ReadHeads(keys, "num_attention_heads",
+                                                   12, hidden, "hidden_size"));
   ASSIGN_OR_RETURN(const bool bias, keys.Flag("enable_bias", true));
   ASSIGN_OR_RETURN(const bool affine,
                    keys.Flag("layer_norm_elementwise_affine", true));
@@ -233,11 +223,8 @@ absl::Status ConvertPhi(const Json& config, Conversion& c) {
       ReadDecoderCore(keys, {51200, 2048, 8192, 24, 32, std::nullopt,
                              std::nullopt, 2048, false}));
   ASSIGN_OR_RETURN(const bool qk_layernorm, keys.Flag("qk_layernorm", false));
-  ASSIGN_OR_RETURN(
-      const uint64_t positions,
-      FreePositions(c, s.max_positions, "max_position_embeddings"));
-  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  ASSIGN_OR_RETURN(v1::ModelSpec* const started, StartDecoder(c, s));
+  v1::ModelSpec& spec = *started;
   std::vector<Layer> parts;
   parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
   parts.push_back(AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
@@ -430,11 +417,8 @@ absl::Status ConvertStableLm(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(const bool qk_layernorm, keys.Flag("qk_layernorm", false));
   ASSIGN_OR_RETURN(const bool parallel,
                    keys.Flag("use_parallel_residual", false));
-  ASSIGN_OR_RETURN(
-      const uint64_t positions,
-      FreePositions(c, s.max_positions, "max_position_embeddings"));
-  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  ASSIGN_OR_RETURN(v1::ModelSpec* const started, StartDecoder(c, s));
+  v1::ModelSpec& spec = *started;
   std::vector<Layer> parts;
   parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
   parts.push_back(AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
@@ -484,11 +468,8 @@ absl::Status ConvertStarcoder2(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(
       std::optional<uint64_t> window,
       keys.OptionalSize("sliding_window", std::nullopt, 1, kMaxSpecDimension));
-  ASSIGN_OR_RETURN(
-      const uint64_t positions,
-      FreePositions(c, s.max_positions, "max_position_embeddings"));
-  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, s.hidden);
+  ASSIGN_OR_RETURN(v1::ModelSpec* const started, StartDecoder(c, s));
+  v1::ModelSpec& spec = *started;
   std::vector<Layer> parts;
   parts.push_back(NormLayer("input_layernorm", v1::Norm::LAYER, s.hidden));
   Layer attn = AttentionLayer("self_attn", s.hidden, s.heads, s.kv_heads,
@@ -541,8 +522,7 @@ absl::Status ConvertMpt(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(const uint64_t hidden,
                    keys.Size("d_model", 2048, 1, kMaxHidden));
   ASSIGN_OR_RETURN(const uint64_t heads,
-                   keys.Size("n_heads", 16, 1, kMaxHeads));
-  RETURN_IF_ERROR(CheckHeadsDivide(hidden, heads, "d_model", "n_heads"));
+                   ReadHeads(keys, "n_heads", 16, hidden, "d_model"));
   ASSIGN_OR_RETURN(const uint64_t layers,
                    keys.Size("n_layers", 24, 1, kMaxLayers));
   ASSIGN_OR_RETURN(const uint64_t ratio,

@@ -1,15 +1,10 @@
 // Hugging Face encoder-decoder families: BART, Whisper and T5.
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_builders.h"
 #include "server/core/memory/model_spec.h"

@@ -1,15 +1,11 @@
 // Hugging Face vision families: ViT, CLIP, Swin and ConvNeXt.
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/frontends/hf_builders.h"
 #include "server/core/memory/model_spec.h"
@@ -244,37 +240,6 @@ absl::Status ConvertClip(const Json& config, Conversion& c) {
 
 // ---- Swin and ConvNeXt (hierarchical vision models) -------------------------
 
-// A list of sizes (depths, hidden_sizes, num_heads): each in 1..max_value;
-// missing takes the class default.
-absl::StatusOr<std::vector<uint64_t>> SizeList(
-    ConfigKeys& keys, const char* key, const std::vector<uint64_t>& defaults,
-    uint64_t max_value, std::vector<std::string>* assumed,
-    const std::string& config_class) {
-  if (!keys.Has(key)) {
-    assumed->push_back(
-        absl::StrCat(keys.Path(key), "=[", absl::StrJoin(defaults, ", "),
-                     "] (transformers ", config_class, " default)"));
-    return defaults;
-  }
-  const Json& v = keys.Raw(key);
-  if (!v.is_array() || v.empty() || v.size() > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", keys.Path(key), " = ", Abbreviated(v),
-                     " is not a list of 1 to 64 sizes"));
-  }
-  std::vector<uint64_t> out;
-  for (const Json& item : v) {
-    if (!item.is_number_integer() || item.get<int64_t>() < 1 ||
-        static_cast<uint64_t>(item.get<int64_t>()) > max_value) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: ", keys.Path(key), " entry ", Abbreviated(item),
-          " is out of range; allowed 1..", max_value));
-    }
-    out.push_back(static_cast<uint64_t>(item.get<int64_t>()));
-  }
-  return out;
-}
-
 // The classifier of a *ForImageClassification model: as many outputs as
 // id2label has entries (or num_labels), PretrainedConfig's 2 without
 // either. Zero when architectures names no classification model.
@@ -362,11 +327,9 @@ absl::Status ConvertConvNext(const Json& config, Conversion& c) {
   const uint64_t patch = stem.patch;
   ASSIGN_OR_RETURN(
       std::vector<uint64_t> dims,
-      SizeList(keys, "hidden_sizes", {96, 192, 384, 768}, kMaxHidden,
-               &c.out->assumed_defaults, c.config_class));
+      keys.SizeList("hidden_sizes", {96, 192, 384, 768}, kMaxHidden));
   ASSIGN_OR_RETURN(std::vector<uint64_t> depths,
-                   SizeList(keys, "depths", {3, 3, 9, 3}, kMaxLayers,
-                            &c.out->assumed_defaults, c.config_class));
+                   keys.SizeList("depths", {3, 3, 9, 3}, kMaxLayers));
   if (dims.size() != depths.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: hidden_sizes has ", dims.size(),
@@ -464,11 +427,9 @@ absl::Status ConvertSwin(const Json& config, Conversion& c) {
   ASSIGN_OR_RETURN(const uint64_t embed_dim,
                    keys.Size("embed_dim", 96, 1, kMaxHidden));
   ASSIGN_OR_RETURN(std::vector<uint64_t> depths,
-                   SizeList(keys, "depths", {2, 2, 6, 2}, kMaxLayers,
-                            &c.out->assumed_defaults, c.config_class));
+                   keys.SizeList("depths", {2, 2, 6, 2}, kMaxLayers));
   ASSIGN_OR_RETURN(std::vector<uint64_t> heads,
-                   SizeList(keys, "num_heads", {3, 6, 12, 24}, kMaxHeads,
-                            &c.out->assumed_defaults, c.config_class));
+                   keys.SizeList("num_heads", {3, 6, 12, 24}, kMaxHeads));
   if (heads.size() != depths.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: num_heads has ", heads.size(),
