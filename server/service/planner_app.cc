@@ -232,11 +232,11 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       std::make_shared<const v1::EnergyCurveSet>(std::move(curves)));
 
   FleetService::Options fleet;
-  fleet.lease_ms = config.probe_lease_ms;
-  fleet.heartbeat_ms = config.worker_heartbeat_ms;
+  fleet.policy.lease_ms = config.probe_lease_ms;
+  fleet.policy.heartbeat_ms = config.worker_heartbeat_ms;
+  fleet.policy.store_poll_ms = config.store_poll_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
-  fleet.store_poll_ms = config.store_poll_ms;
   fleet.access = access;
   fleet.store_queue = static_cast<size_t>(config.store_queue);
   app->fleet_ = std::make_unique<FleetService>(
