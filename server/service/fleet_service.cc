@@ -2,21 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
-#include "server/core/common/input_limits.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
-#include "server/core/evidence/model_key.h"
-#include "server/core/memory/model_spec.h"
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/fleet/measured_runs.h"
+#include "server/service/fleet/probe_requests.h"
+#include "server/service/fleet/probe_watches.h"
 #include "server/service/fleet_autotune.h"
 #include "server/service/paging.h"
 #include "server/service/queued_writer.h"
@@ -30,11 +28,6 @@
 namespace headroom {
 namespace {
 
-constexpr int kMaxProbeBatches = 64;
-constexpr uint32_t kMaxRepetitions = 10;
-constexpr uint32_t kMaxSteps = 1000;
-// SubmitProbeRequest.expires_s at most 30 days.
-constexpr uint32_t kMaxExpiresS = 30 * 24 * 3600;
 // What SubmitProbeResponse.warning adds to NoWorkerFor's reason.
 constexpr char kStaysQueued[] = "; the probe stays queued until one connects";
 
@@ -42,11 +35,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-bool Terminal(v1::Probe::State state) {
-  return state == v1::Probe::SUCCEEDED || state == v1::Probe::FAILED ||
-         state == v1::Probe::CANCELLED;
 }
 
 }  // namespace
@@ -83,11 +71,8 @@ class FleetService::ProbeWatch
   }
 
   // What this watcher was sent; guarded by FleetService::mu_. Nothing is
-  // published to it until its snapshot is (synced).
-  bool synced = false;
-  v1::Probe::State state = v1::Probe::STATE_UNSPECIFIED;
-  std::string assignment_id;
-  int results = 0;
+  // published to it until its snapshot is (cursor.synced).
+  WatchCursor cursor;
   // The first snapshot is being read on the store executor; the call ended
   // meanwhile (done), so SendSnapshot frees it.
   bool snapshot_pending = false;
@@ -365,65 +350,6 @@ void FleetService::OnSamples(WorkerStream* stream,
   if (!samples.probe_id().empty()) PublishSamples(samples);
 }
 
-std::optional<v1::MeasuredRun> FleetService::RunFor(
-    const v1::Probe& probe, const v1::ProbeResult& result,
-    const WorkerStream& stream) const {
-  // The memory model predicts eager execution: compiled runs stay out.
-  if (result.batch().mode() == "compiled") return std::nullopt;
-  std::string gpu = result.gpu().catalog_gpu();
-  if (gpu.empty()) gpu = CatalogGpuForDriverName(result.gpu().name());
-  if (gpu.empty()) gpu = probe.gpu();
-  absl::StatusOr<GpuInfo> card = FindGpu(gpu);
-  if (gpu.empty() || !card.ok()) return std::nullopt;
-  const v1::BatchResult& batch = result.batch();
-  v1::MeasuredRun run;
-  run.set_template_(probe.template_());
-  run.set_family(probe.spec().family());
-  // The key and shape of what was measured: a template's spec is the
-  // catalog's; any other model's spec travels with the run.
-  v1::TrainingSetup setup = probe.request().setup();
-  if (probe.request().model().has_onnx()) setup.clear_positions();
-  *run.mutable_setup() = setup;
-  if (probe.template_().empty()) *run.mutable_spec() = probe.spec();
-  run.set_model_key(ModelKeyOf(probe.spec(), setup).id);
-  const bool simulated = batch.simulated() || result.gpu().simulated();
-  const std::string& executor = probe.request().executor();
-  run.set_measured_by(simulated            ? v1::SIM
-                      : executor == "cuda" ? v1::CUDA_PROBE
-                                           : v1::TORCH_HARNESS);
-  if (!simulated) run.set_attention_backend("spec");
-  run.set_gpu(card->name);
-  run.set_batch(batch.batch());
-  run.set_params(CountParams(probe.spec()));
-  if (!batch.error().empty()) {
-    run.set_excluded(absl::StrCat("probe error: ", batch.error()));
-  } else if (batch.oom()) {
-    run.set_oom_on_gb(card->memory_gb);
-  } else if (batch.has_peak_allocated_gb()) {
-    run.set_measured_peak_gb(batch.peak_allocated_gb());
-  } else {
-    run.set_excluded("no allocator peak measured (device peak only)");
-  }
-  run.set_source(
-      absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
-  run.set_simulated(simulated);
-  run.set_worker(stream.hello.worker_id());
-  run.set_driver_version(result.gpu().driver_version());
-  run.set_cuda_version(result.gpu().cuda_version());
-  std::vector<std::string> versions;
-  for (const auto& [name, version] : result.framework_versions()) {
-    versions.push_back(absl::StrCat(name, " ", version));
-  }
-  std::sort(versions.begin(), versions.end());
-  run.set_framework(absl::StrJoin(versions, ", "));
-  if (batch.has_device_peak_gb()) {
-    run.set_device_peak_gb(batch.device_peak_gb());
-  }
-  if (batch.has_step_seconds()) run.set_step_seconds(batch.step_seconds());
-  if (batch.has_energy_j()) run.set_energy_j(batch.energy_j());
-  return run;
-}
-
 void FleetService::OnResult(WorkerStream* stream,
                             const v1::ProbeResult& result) {
   bool registered;
@@ -469,7 +395,8 @@ void FleetService::OnResult(WorkerStream* stream,
       reject(bad->reason, bad->detail);
       return;
     }
-    const std::optional<v1::MeasuredRun> run = RunFor(*probe, result, *stream);
+    const std::optional<v1::MeasuredRun> run =
+        MeasuredRunFor(*probe, result, worker);
     // The planner's key, not the worker's: one per run of this assignment.
     absl::StatusOr<bool> stored = store_->RecordProbeResult(
         probe->id(), result.assignment_id(), worker,
@@ -511,7 +438,7 @@ void FleetService::OnResult(WorkerStream* stream,
       stream->running_probe.clear();
     }
   }
-  if (!Terminal(probe->state()) || probe->worker() != worker ||
+  if (!IsFinal(probe->state()) || probe->worker() != worker ||
       probe->assignment_id() != result.assignment_id()) {
     if (absl::Status leased =
             CheckLeased(*probe, result.assignment_id(), worker);
@@ -832,84 +759,15 @@ absl::StatusOr<std::string> FleetService::QueueLearning(
 
 absl::StatusOr<v1::Probe> FleetService::Submit(
     const v1::SubmitProbeRequest& request) {
-  RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
-  // The request is stored with the probe and listed by ListProbes: bounded
-  // so that no probe can make a listing fail for everyone.
-  if (request.ByteSizeLong() > kMaxStoredProbeRequestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request is ", request.ByteSizeLong(),
-        " bytes; a stored probe request allows up to ",
-        kMaxStoredProbeRequestBytes,
-        " (256 KiB): send an ONNX graph without its weights, or a spec"));
-  }
-  for (const auto& [field, value] :
-       {std::pair<const char*, const std::string&>{"gpu", request.gpu()},
-        {"worker", request.worker()},
-        {"executor", request.executor()},
-        {"learn_key", request.learn_key()},
-        {"model.template", request.model().template_()}}) {
-    RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
-  }
   ASSIGN_OR_RETURN(
-      ResolvedModel model,
-      ResolveModelRef(request.model(), request.setup(), *catalog_));
-  RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));
-  v1::Probe probe;
-  switch (request.placement_case()) {
-    case v1::SubmitProbeRequest::kGpu: {
-      absl::StatusOr<GpuInfo> gpu = FindGpu(request.gpu());
-      if (!gpu.ok()) {
-        return absl::Status(gpu.status().code(),
-                            absl::StrCat("gpu: ", gpu.status().message()));
-      }
-      probe.set_gpu(gpu->name);
-      break;
-    }
-    case v1::SubmitProbeRequest::kWorker:
-      RETURN_IF_ERROR(CheckFleetId(request.worker(), "worker"));
-      break;
-    case v1::SubmitProbeRequest::PLACEMENT_NOT_SET:
-      return absl::InvalidArgumentError(
-          "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
-          "or worker (a worker id from ListWorkers)");
-  }
-  if (request.repetitions() > kMaxRepetitions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("repetitions = ", request.repetitions(),
-                     " is out of range; allowed 0..", kMaxRepetitions));
-  }
-  const std::string& executor = request.executor();
-  if (!executor.empty() && executor != "torch" && executor != "cuda" &&
-      executor != "sim") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("executor = \"", executor.substr(0, 32),
-                     "\"; allowed \"torch\", \"cuda\", \"sim\" or empty"));
-  }
-  if (request.steps() > kMaxSteps || request.warmup_steps() > kMaxSteps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps and warmup_steps must be 0..", kMaxSteps, "; got ",
-                     request.steps(), " and ", request.warmup_steps()));
-  }
-  if (!(request.batch_timeout_s() >= 0 && request.batch_timeout_s() <= 86400)) {
-    return absl::InvalidArgumentError(
-        "batch_timeout_s is out of range; allowed 0..86400 seconds");
-  }
-  if (request.expires_s() > kMaxExpiresS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expires_s = ", request.expires_s(), " is out of range; allowed 0..",
-        kMaxExpiresS, " seconds (30 days; 0 = never)"));
-  }
-  *probe.mutable_request() = request;
-  probe.set_template_(model.template_name);
-  *probe.mutable_spec() = model.spec();
-  probe.set_created_unix_ms(NowMs());
-  probe.set_updated_unix_ms(probe.created_unix_ms());
+      v1::Probe probe,
+      NewProbe(request, *catalog_, options_.max_request_bytes, NowMs()));
   ASSIGN_OR_RETURN(v1::Probe stored, store_->AddProbe(std::move(probe)));
   spdlog::info(
       "event=probe_submitted probe={} model={} gpu={} worker={} "
       "batches={} executor={}",
       stored.id(), stored.spec().name(), stored.gpu(), request.worker(),
-      absl::StrJoin(request.batches(), ","), executor);
+      absl::StrJoin(request.batches(), ","), request.executor());
   Wake();
   return stored;
 }
@@ -1143,14 +1001,8 @@ void FleetService::SendSnapshot(ProbeWatch* watch,
     watch->End(ToGrpcStatus(probe.status()));
     return;
   }
-  watch->synced = true;
-  watch->state = probe->state();
-  watch->assignment_id = probe->assignment_id();
-  watch->results = probe->results_size();
-  v1::ProbeEvent snapshot;
-  *snapshot.mutable_probe() = *probe;
-  watch->Enqueue(std::move(snapshot));
-  if (!follow || Terminal(probe->state())) {
+  watch->Enqueue(SnapshotEvent(*probe, &watch->cursor));
+  if (!follow || IsFinal(probe->state())) {
     watch->End(grpc::Status::OK);
   }
 }
@@ -1249,7 +1101,9 @@ void FleetService::PublishSamples(const v1::SampleBatch& samples) {
   absl::MutexLock lock(&mu_);
   auto [begin, end] = watches_.equal_range(samples.probe_id());
   for (auto it = begin; it != end; ++it) {
-    if (it->second->synced) it->second->Enqueue(event, /*droppable=*/true);
+    if (it->second->cursor.synced) {
+      it->second->Enqueue(event, /*droppable=*/true);
+    }
   }
 }
 
@@ -1258,22 +1112,11 @@ void FleetService::PublishProbe(const v1::Probe& probe) {
   auto [begin, end] = watches_.equal_range(probe.id());
   for (auto it = begin; it != end; ++it) {
     ProbeWatch& watch = *it->second;
-    if (!watch.synced) continue;
-    for (int i = watch.results; i < probe.results_size(); ++i) {
-      v1::ProbeEvent event;
-      *event.mutable_result() = probe.results(i);
+    if (!watch.cursor.synced) continue;
+    for (v1::ProbeEvent& event : NewEvents(probe, &watch.cursor)) {
       watch.Enqueue(std::move(event));
     }
-    watch.results = std::max(watch.results, probe.results_size());
-    if (probe.state() != watch.state ||
-        probe.assignment_id() != watch.assignment_id) {
-      watch.state = probe.state();
-      watch.assignment_id = probe.assignment_id();
-      v1::ProbeEvent event;
-      *event.mutable_probe() = probe;
-      watch.Enqueue(std::move(event));
-    }
-    if (Terminal(probe.state())) watch.End(grpc::Status::OK);
+    if (IsFinal(probe.state())) watch.End(grpc::Status::OK);
   }
 }
 

@@ -165,13 +165,6 @@ class FleetService final : public v1::Fleet::CallbackService,
   absl::StatusOr<std::string> AcceptAutotuneRecord(
       const v1::Probe& probe, const v1::ProbeResult& result,
       const WorkerStream& stream);
-  // A measured run for the calibration and the answers' evidence from one
-  // batch result (with its model key, source, and the spec and setup when
-  // the model is not a catalog template); nullopt for a compiled-mode batch
-  // or a card the catalog does not know.
-  std::optional<v1::MeasuredRun> RunFor(const v1::Probe& probe,
-                                        const v1::ProbeResult& result,
-                                        const WorkerStream& stream) const;
 
   // The dispatcher's thread: a Dispatcher pass every dispatch_ms or when
   // woken, a ReplicaSync poll every store_poll_ms, the probe gauges;
