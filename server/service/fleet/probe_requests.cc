@@ -8,8 +8,8 @@
 #include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/fleet/worker_reports.h"
 #include "server/service/reply.h"
-#include "server/service/worker_reports.h"
 
 namespace headroom {
 

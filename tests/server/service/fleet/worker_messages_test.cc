@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/service/worker_reports.h"
+#include "server/service/fleet/worker_reports.h"
 
 namespace headroom {
 namespace {

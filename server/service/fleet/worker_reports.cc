@@ -1,4 +1,4 @@
-#include "server/service/worker_reports.h"
+#include "server/service/fleet/worker_reports.h"
 
 #include <algorithm>
 #include <cctype>

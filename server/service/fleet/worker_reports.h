@@ -1,5 +1,5 @@
-#ifndef HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
-#define HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+#ifndef HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_
+#define HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_
 
 // What a worker may report (issue 19, item 4): the bounds of a hello's
 // inventory, the runs a batch result may name, the values it may carry,
@@ -96,4 +96,4 @@ std::string Cut(const std::string& text, size_t max = 200);
 
 }  // namespace headroom
 
-#endif  // HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+#endif  // HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_
