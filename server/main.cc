@@ -85,6 +85,9 @@ ABSL_FLAG(int64_t, worker_last_seen_ms, 30000,
 ABSL_FLAG(int32_t, worker_max_unhandled, 4096,
           "messages of one worker stream waiting to be handled, at most; "
           "more: the worker is told to reconnect (16..1000000)");
+ABSL_FLAG(int64_t, probe_counts_ms, 1000,
+          "how often the headroom_probes{state} gauges are read from the "
+          "store (100..60000)");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "memory gRPC may hold for connections, in MiB: a message larger "
           "than this is cut off while it arrives");
@@ -187,6 +190,7 @@ int main(int argc, char** argv) {
   config.expiries_per_pass = absl::GetFlag(FLAGS_expiries_per_pass);
   config.worker_last_seen_ms = absl::GetFlag(FLAGS_worker_last_seen_ms);
   config.worker_max_unhandled = absl::GetFlag(FLAGS_worker_max_unhandled);
+  config.probe_counts_ms = absl::GetFlag(FLAGS_probe_counts_ms);
   config.import_threads = absl::GetFlag(FLAGS_import_threads);
   config.import_queue = absl::GetFlag(FLAGS_import_queue);
   config.store_threads = absl::GetFlag(FLAGS_store_threads);

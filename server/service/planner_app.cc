@@ -166,7 +166,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         {"max_handbacks", config.max_handbacks, 1, 1000},
         {"expiries_per_pass", config.expiries_per_pass, 1, 100000},
         {"worker_last_seen_ms", config.worker_last_seen_ms, 1000, 3600000},
-        {"worker_max_unhandled", config.worker_max_unhandled, 16, 1000000}}) {
+        {"worker_max_unhandled", config.worker_max_unhandled, 16, 1000000},
+        {"probe_counts_ms", config.probe_counts_ms, 100, 60000}}) {
     if (value < low || value > high) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " = ", value, " is out of range; allowed ", low, "..", high));
@@ -254,6 +255,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.policy.last_seen_write_ms = config.worker_last_seen_ms;
   fleet.policy.max_unhandled_messages =
       static_cast<size_t>(config.worker_max_unhandled);
+  fleet.policy.probe_counts_ms = config.probe_counts_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   fleet.access = access;

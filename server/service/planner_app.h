@@ -75,6 +75,8 @@ struct PlannerConfig {
   int expiries_per_pass = 100;
   int64_t worker_last_seen_ms = 30000;
   int worker_max_unhandled = 4096;
+  // How often the headroom_probes{state} gauges are read from the store.
+  int64_t probe_counts_ms = 1000;
   // Answers that import a model run on import_threads threads of their
   // own, import_queue waiting at most (PlannerState::Options).
   int import_threads = 2;

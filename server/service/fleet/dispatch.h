@@ -48,7 +48,8 @@ struct DispatchPolicy {
   // Messages of one worker stream read and not yet handled, at most; more:
   // the stream ends with RESOURCE_EXHAUSTED (--worker_max_unhandled).
   size_t max_unhandled_messages = 4096;
-  // How often the probes-by-state gauges are read from the store.
+  // How often the probes-by-state gauges are read from the store
+  // (--probe_counts_ms).
   int64_t probe_counts_ms = 1000;
 };
 

@@ -31,6 +31,8 @@ TEST(DispatchFlagsTest, AValueOutOfRangeIsRefusedAtStart) {
        "worker_last_seen_ms = 999 is out of range; allowed 1000..3600000"},
       {[](PlannerConfig* c) { c->worker_max_unhandled = 8; },
        "worker_max_unhandled = 8 is out of range; allowed 16..1000000"},
+      {[](PlannerConfig* c) { c->probe_counts_ms = 99; },
+       "probe_counts_ms = 99 is out of range; allowed 100..60000"},
   };
   for (const Case& bad : cases) {
     PlannerConfig config = TestPlannerConfig();
@@ -49,6 +51,7 @@ TEST(DispatchFlagsTest, ValuesInRangeStartThePlanner) {
   config.expiries_per_pass = 5;
   config.worker_last_seen_ms = 1000;
   config.worker_max_unhandled = 16;
+  config.probe_counts_ms = 100;
   auto app = PlannerApp::Start(config);
   ASSERT_TRUE(app.ok()) << app.status();
   EXPECT_GT((*app)->grpc_port(), 0);
