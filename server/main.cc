@@ -72,6 +72,25 @@ ABSL_FLAG(int64_t, store_poll_ms, 1000,
           "replicas: how often to pick up a factor set promoted, or probe "
           "changes made, through another planner on the same store "
           "(10..60000)");
+ABSL_FLAG(int64_t, dispatch_ms, 250,
+          "how often the dispatcher looks at the probe queue and the leases "
+          "when nothing wakes it (10..60000)");
+ABSL_FLAG(int32_t, max_handbacks, 3,
+          "a probe handed back by workers this many times fails instead of "
+          "going back to the queue (1..1000)");
+ABSL_FLAG(int32_t, expiries_per_pass, 100,
+          "queued probes failed for their expiry per dispatcher pass "
+          "(1..100000)");
+ABSL_FLAG(int64_t, worker_last_seen_ms, 30000,
+          "how often a connected worker's last-seen time is stored; a worker "
+          "on another replica counts as connected for 2 x this "
+          "(1000..3600000)");
+ABSL_FLAG(int32_t, worker_max_unhandled, 4096,
+          "messages of one worker stream waiting to be handled, at most; "
+          "more: the worker is told to reconnect (16..1000000)");
+ABSL_FLAG(int64_t, probe_counts_ms, 1000,
+          "how often the headroom_probes{state} gauges are read from the "
+          "store (100..60000)");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "memory gRPC may hold for connections, in MiB: a message larger "
           "than this is cut off while it arrives");
@@ -170,6 +189,12 @@ int main(int argc, char** argv) {
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);
   config.store_poll_ms = absl::GetFlag(FLAGS_store_poll_ms);
+  config.dispatch_ms = absl::GetFlag(FLAGS_dispatch_ms);
+  config.max_handbacks = absl::GetFlag(FLAGS_max_handbacks);
+  config.expiries_per_pass = absl::GetFlag(FLAGS_expiries_per_pass);
+  config.worker_last_seen_ms = absl::GetFlag(FLAGS_worker_last_seen_ms);
+  config.worker_max_unhandled = absl::GetFlag(FLAGS_worker_max_unhandled);
+  config.probe_counts_ms = absl::GetFlag(FLAGS_probe_counts_ms);
   config.import_threads = absl::GetFlag(FLAGS_import_threads);
   config.import_queue = absl::GetFlag(FLAGS_import_queue);
   config.store_threads = absl::GetFlag(FLAGS_store_threads);

@@ -2,48 +2,34 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
-#include "server/core/common/input_limits.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
-#include "server/core/evidence/model_key.h"
-#include "server/core/memory/model_spec.h"
 #include "server/core/microbatch/cache_key.h"
 #include "server/core/planner/fit_planner.h"
+#include "server/service/fleet/measured_runs.h"
+#include "server/service/fleet/probe_requests.h"
+#include "server/service/fleet/probe_watches.h"
+#include "server/service/fleet/worker_reports.h"
 #include "server/service/fleet_autotune.h"
 #include "server/service/paging.h"
 #include "server/service/queued_writer.h"
 #include "server/service/reply.h"
 #include "server/service/serial_queue.h"
 #include "server/service/store_executor.h"
-#include "server/service/worker_reports.h"
 #include "server/store/probe_transitions.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
 
-constexpr int kMaxProbeBatches = 64;
-constexpr uint32_t kMaxRepetitions = 10;
-constexpr uint32_t kMaxSteps = 1000;
-constexpr size_t kMaxIdLength = 128;
-constexpr size_t kMaxResultKeyLength = 256;
-// SubmitProbeRequest.expires_s at most 30 days.
-constexpr uint32_t kMaxExpiresS = 30 * 24 * 3600;
-// Queued probes failed for their expiry per dispatcher pass: a burst of
-// expiries is spread over passes instead of stalling one.
-constexpr int kExpiriesPerPass = 100;
 // What SubmitProbeResponse.warning adds to NoWorkerFor's reason.
 constexpr char kStaysQueued[] = "; the probe stays queued until one connects";
-// How often a connected worker's last-seen time is written to the store.
-constexpr int64_t kLastSeenWriteMs = 30000;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -51,142 +37,7 @@ int64_t NowMs() {
       .count();
 }
 
-bool Terminal(v1::Probe::State state) {
-  return state == v1::Probe::SUCCEEDED || state == v1::Probe::FAILED ||
-         state == v1::Probe::CANCELLED;
-}
-
-// Worker ids name hosts and pods: letters, digits, '.', '_', '-', ':'.
-absl::Status CheckId(const std::string& id, const char* field) {
-  if (id.empty() || id.size() > kMaxIdLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " must be 1..", kMaxIdLength, " characters; got ", id.size()));
-  }
-  for (char c : id) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-          c == '-' || c == ':')) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " may hold letters, digits, '.', '_', '-' and ':' only"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-// One worker's Connect stream. Fields below the IO part are guarded by the
-// service's mu_.
-class FleetService::WorkerStream
-    : public QueuedWriter<
-          grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>,
-          v1::PlannerMessage> {
- public:
-  // `identity` is who the caller proved to be ("cert:<worker id>" from a
-  // client certificate, ...), empty on a planner running open.
-  WorkerStream(FleetService* service, std::string peer, std::string identity)
-      : identity(std::move(identity)),
-        service_(service),
-        peer_(std::move(peer)),
-        last_heard_ms_(NowMs()),
-        handled_(std::make_shared<SerialQueue>(service->executor_)) {
-    StartRead(&incoming_);
-  }
-
-  // Never touches the store: the message is handled on the store executor,
-  // after the ones before it on this stream, and the next read starts at
-  // once. A worker that sends faster than its messages are handled (more
-  // than kMaxUnhandled waiting) is told to reconnect; what it had not had
-  // acknowledged it sends again.
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // After the messages read before the end are handled.
-      handled_->Add([this] { End(grpc::Status::OK); });
-      return;
-    }
-    last_heard_ms_ = NowMs();
-    if (handled_->pending() >= kMaxUnhandled) {
-      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       absl::StrCat("more than ", kMaxUnhandled,
-                                    " messages of this stream wait to be "
-                                    "handled; reconnect and send again")));
-      return;
-    }
-    handled_->Add([this, message = std::move(incoming_)] {
-      // A message before this one may have ended the stream (a refused
-      // hello, a bad result): the rest are not handled.
-      if (!ending()) Handle(message);
-    });
-    incoming_.Clear();
-    StartRead(&incoming_);
-  }
-
-  void OnCancel() override {
-    End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
-  }
-
-  // The stream is freed after its last message is handled (its queue
-  // outlives it until then).
-  void OnDone() override {
-    handled_->Add([this] {
-      service_->OnStreamDone(this);
-      delete this;
-    });
-  }
-
-  const std::string& peer() const { return peer_; }
-  // When the worker last sent anything on this stream.
-  int64_t last_heard_ms() const { return last_heard_ms_.load(); }
-
-  const std::string identity;
-
-  // Guarded by FleetService::mu_.
-  bool registered = false;
-  bool replaced = false;
-  v1::WorkerHello hello;
-  std::vector<std::string> gpu_kinds;
-  std::vector<std::string> executors;
-  std::string running_assignment;
-  std::string running_probe;
-  // The worker is stopping: it gets no new assignment.
-  bool draining = false;
-  uint64_t samples_received = 0;
-  int64_t last_seen_written_ms = 0;
-  std::vector<PlannerMetrics::GpuGauges> gauges;
-
- private:
-  // Messages read and not yet handled, at most.
-  static constexpr size_t kMaxUnhandled = 4096;
-
-  // Runs on the store executor, in read order.
-  void Handle(const v1::WorkerMessage& message) {
-    switch (message.kind_case()) {
-      case v1::WorkerMessage::kHello:
-        service_->OnHello(this, message.hello());
-        break;
-      case v1::WorkerMessage::kHeartbeat:
-        service_->OnHeartbeat(this, message.heartbeat());
-        break;
-      case v1::WorkerMessage::kSamples:
-        service_->OnSamples(this, message.samples());
-        break;
-      case v1::WorkerMessage::kResult:
-        service_->OnResult(this, message.result());
-        break;
-      case v1::WorkerMessage::KIND_NOT_SET:
-        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                         "empty WorkerMessage; send hello, heartbeat, "
-                         "samples or result"));
-        break;
-    }
-  }
-
-  FleetService* service_;
-  std::string peer_;
-  std::atomic<int64_t> last_heard_ms_;
-  // Read by gRPC; moved into a job once read.
-  v1::WorkerMessage incoming_;
-  std::shared_ptr<SerialQueue> handled_;
-};
 
 // One WatchProbe call.
 class FleetService::ProbeWatch
@@ -220,11 +71,8 @@ class FleetService::ProbeWatch
   }
 
   // What this watcher was sent; guarded by FleetService::mu_. Nothing is
-  // published to it until its snapshot is (synced).
-  bool synced = false;
-  v1::Probe::State state = v1::Probe::STATE_UNSPECIFIED;
-  std::string assignment_id;
-  int results = 0;
+  // published to it until its snapshot is (cursor.synced).
+  WatchCursor cursor;
   // The first snapshot is being read on the store executor; the call ended
   // meanwhile (done), so SendSnapshot frees it.
   bool snapshot_pending = false;
@@ -242,7 +90,9 @@ FleetService::FleetService(std::shared_ptr<const ModelCatalog> catalog,
       store_(store),
       metrics_(metrics),
       executor_(executor),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      dispatch_(store, this, options_.policy, NowMs),
+      replica_sync_(store, this) {
   dispatcher_ = std::thread([this] { DispatchLoop(); });
 }
 
@@ -275,7 +125,9 @@ FleetService::Connect(grpc::CallbackServerContext* context) {
   }
   // The identity (certificate subject, token name) decides which hellos
   // the stream may send; empty when the planner runs open.
-  auto* stream = new WorkerStream(this, context->peer(), caller.identity);
+  auto* stream =
+      new WorkerStream(this, executor_, context->peer(), caller.identity,
+                       policy_.max_unhandled_messages);
   if (!allowed.ok()) stream->End(ToGrpcStatus(allowed));
   return stream;
 }
@@ -305,27 +157,11 @@ void FleetService::Reject(WorkerStream* stream, const std::string& worker,
 void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
   v1::WorkerHello hello = in;
   const std::string& id = hello.worker_id();
-  absl::Status valid = CheckId(id, "hello.worker_id");
-  if (valid.ok() && !hello.node_name().empty()) {
-    valid = CheckId(hello.node_name(), "hello.node_name");
-  }
-  if (!valid.ok()) {
-    Reject(stream, id, WorkerRejection::kMalformed, "",
-           std::string(valid.message()), grpc::StatusCode::INVALID_ARGUMENT);
-    return;
-  }
-  if (absl::Status bounded = CheckHelloInventory(hello); !bounded.ok()) {
-    Reject(stream, id, WorkerRejection::kInventoryTooLarge, "",
-           std::string(bounded.message()), grpc::StatusCode::INVALID_ARGUMENT);
-    return;
-  }
-  // A certificate names its worker: it may say hello as that worker only.
-  if (absl::StartsWith(stream->identity, "cert:") &&
-      id != stream->identity.substr(5)) {
-    Reject(stream, id, WorkerRejection::kIdentityMismatch, "",
-           absl::StrCat("hello.worker_id '", id, "' is not the identity '",
-                        Cut(stream->identity), "' this connection proved"),
-           grpc::StatusCode::PERMISSION_DENIED);
+  if (std::optional<Rejection> bad = CheckHello(hello, stream->identity)) {
+    Reject(stream, id, bad->reason, "", bad->detail,
+           bad->reason == WorkerRejection::kIdentityMismatch
+               ? grpc::StatusCode::PERMISSION_DENIED
+               : grpc::StatusCode::INVALID_ARGUMENT);
     return;
   }
   std::vector<std::string> kinds;
@@ -365,7 +201,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
                            Cut(old.identity), "'; '", Cut(stream->identity),
                            "' may not replace it")};
         }
-      } else if (silent_ms <= 2 * options_.heartbeat_ms) {
+      } else if (silent_ms <= 2 * policy_.heartbeat_ms) {
         // Open planner: anyone can claim an id, so a live connection keeps
         // it; a silent one (a half-open TCP connection) gives way.
         refused = Refusal{
@@ -430,7 +266,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
   }
   v1::PlannerMessage welcome;
   welcome.mutable_welcome()->set_planner_version(options_.planner_version);
-  welcome.mutable_welcome()->set_heartbeat_ms(options_.heartbeat_ms);
+  welcome.mutable_welcome()->set_heartbeat_ms(policy_.heartbeat_ms);
   stream->Enqueue(std::move(welcome));
   spdlog::info(
       "event=worker_connected worker={} peer={} gpus={} executors={} "
@@ -451,7 +287,7 @@ absl::Status FleetService::RenewOwnLease(const std::string& worker,
   ASSIGN_OR_RETURN(v1::Probe probe,
                    store_->GetProbe(assignment_id.substr(0, dot)));
   RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
-  return store_->RenewLease(assignment_id, NowMs() + options_.lease_ms);
+  return store_->RenewLease(assignment_id, NowMs() + policy_.lease_ms);
 }
 
 void FleetService::OnHeartbeat(WorkerStream* stream,
@@ -463,7 +299,8 @@ void FleetService::OnHeartbeat(WorkerStream* stream,
     registered = stream->registered;
     if (registered && heartbeat.draining()) stream->draining = true;
     const int64_t now = NowMs();
-    if (registered && now - stream->last_seen_written_ms >= kLastSeenWriteMs) {
+    if (registered &&
+        now - stream->last_seen_written_ms >= policy_.last_seen_write_ms) {
       stream->last_seen_written_ms = now;
       refresh.emplace();
       *refresh->mutable_hello() = stream->hello;
@@ -513,65 +350,6 @@ void FleetService::OnSamples(WorkerStream* stream,
   if (!samples.probe_id().empty()) PublishSamples(samples);
 }
 
-std::optional<v1::MeasuredRun> FleetService::RunFor(
-    const v1::Probe& probe, const v1::ProbeResult& result,
-    const WorkerStream& stream) const {
-  // The memory model predicts eager execution: compiled runs stay out.
-  if (result.batch().mode() == "compiled") return std::nullopt;
-  std::string gpu = result.gpu().catalog_gpu();
-  if (gpu.empty()) gpu = CatalogGpuForDriverName(result.gpu().name());
-  if (gpu.empty()) gpu = probe.gpu();
-  absl::StatusOr<GpuInfo> card = FindGpu(gpu);
-  if (gpu.empty() || !card.ok()) return std::nullopt;
-  const v1::BatchResult& batch = result.batch();
-  v1::MeasuredRun run;
-  run.set_template_(probe.template_());
-  run.set_family(probe.spec().family());
-  // The key and shape of what was measured: a template's spec is the
-  // catalog's; any other model's spec travels with the run.
-  v1::TrainingSetup setup = probe.request().setup();
-  if (probe.request().model().has_onnx()) setup.clear_positions();
-  *run.mutable_setup() = setup;
-  if (probe.template_().empty()) *run.mutable_spec() = probe.spec();
-  run.set_model_key(ModelKeyOf(probe.spec(), setup).id);
-  const bool simulated = batch.simulated() || result.gpu().simulated();
-  const std::string& executor = probe.request().executor();
-  run.set_measured_by(simulated            ? v1::SIM
-                      : executor == "cuda" ? v1::CUDA_PROBE
-                                           : v1::TORCH_HARNESS);
-  if (!simulated) run.set_attention_backend("spec");
-  run.set_gpu(card->name);
-  run.set_batch(batch.batch());
-  run.set_params(CountParams(probe.spec()));
-  if (!batch.error().empty()) {
-    run.set_excluded(absl::StrCat("probe error: ", batch.error()));
-  } else if (batch.oom()) {
-    run.set_oom_on_gb(card->memory_gb);
-  } else if (batch.has_peak_allocated_gb()) {
-    run.set_measured_peak_gb(batch.peak_allocated_gb());
-  } else {
-    run.set_excluded("no allocator peak measured (device peak only)");
-  }
-  run.set_source(
-      absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
-  run.set_simulated(simulated);
-  run.set_worker(stream.hello.worker_id());
-  run.set_driver_version(result.gpu().driver_version());
-  run.set_cuda_version(result.gpu().cuda_version());
-  std::vector<std::string> versions;
-  for (const auto& [name, version] : result.framework_versions()) {
-    versions.push_back(absl::StrCat(name, " ", version));
-  }
-  std::sort(versions.begin(), versions.end());
-  run.set_framework(absl::StrJoin(versions, ", "));
-  if (batch.has_device_peak_gb()) {
-    run.set_device_peak_gb(batch.device_peak_gb());
-  }
-  if (batch.has_step_seconds()) run.set_step_seconds(batch.step_seconds());
-  if (batch.has_energy_j()) run.set_energy_j(batch.energy_j());
-  return run;
-}
-
 void FleetService::OnResult(WorkerStream* stream,
                             const v1::ProbeResult& result) {
   bool registered;
@@ -591,15 +369,8 @@ void FleetService::OnResult(WorkerStream* stream,
   const auto reject = [&](WorkerRejection reason, const std::string& detail) {
     Reject(stream, worker, reason, key, detail, std::nullopt);
   };
-  if (key.empty() || key.size() > kMaxResultKeyLength) {
-    reject(WorkerRejection::kMalformed,
-           absl::StrCat("result.key must be 1..", kMaxResultKeyLength,
-                        " characters; got ", key.size()));
-    return;
-  }
-  if (absl::Status ids = CheckId(result.probe_id(), "result.probe_id");
-      !ids.ok()) {
-    reject(WorkerRejection::kMalformed, std::string(ids.message()));
+  if (std::optional<Rejection> bad = CheckResultIds(result)) {
+    reject(bad->reason, bad->detail);
     return;
   }
   absl::StatusOr<v1::Probe> probe = store_->GetProbe(result.probe_id());
@@ -624,7 +395,8 @@ void FleetService::OnResult(WorkerStream* stream,
       reject(bad->reason, bad->detail);
       return;
     }
-    const std::optional<v1::MeasuredRun> run = RunFor(*probe, result, *stream);
+    const std::optional<v1::MeasuredRun> run =
+        MeasuredRunFor(*probe, result, worker);
     // The planner's key, not the worker's: one per run of this assignment.
     absl::StatusOr<bool> stored = store_->RecordProbeResult(
         probe->id(), result.assignment_id(), worker,
@@ -666,7 +438,7 @@ void FleetService::OnResult(WorkerStream* stream,
       stream->running_probe.clear();
     }
   }
-  if (!Terminal(probe->state()) || probe->worker() != worker ||
+  if (!IsFinal(probe->state()) || probe->worker() != worker ||
       probe->assignment_id() != result.assignment_id()) {
     if (absl::Status leased =
             CheckLeased(*probe, result.assignment_id(), worker);
@@ -683,7 +455,7 @@ void FleetService::OnResult(WorkerStream* stream,
   absl::StatusOr<v1::Probe> finished;
   if (result.handed_back()) {
     finished = store_->HandBack(probe->id(), result.assignment_id(), worker,
-                                options_.max_handbacks);
+                                policy_.max_handbacks);
   } else {
     std::string error = result.error();
     std::string details = result.details_json();
@@ -778,7 +550,7 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
         // Connected elsewhere (another replica) counts only while its
         // last-seen time is fresh: a planner that died cannot say goodbye.
         if (worker.connected() &&
-            now - worker.last_seen_unix_ms() > 2 * kLastSeenWriteMs) {
+            now - worker.last_seen_unix_ms() > 2 * policy_.last_seen_write_ms) {
           worker.set_connected(false);
         }
         if (it != workers_.end()) {
@@ -831,68 +603,89 @@ void FleetService::OnRunStored(std::function<void()> callback) {
 }
 
 std::string FleetService::NoWorkerFor(const v1::Probe& probe) {
-  const v1::SubmitProbeRequest& request = probe.request();
-  const std::string& executor = request.executor();
-  absl::MutexLock lock(&mu_);
-  int connected = 0;
-  bool placed = false;
-  std::set<std::string> kinds;  // the GPU kinds connected, for the reason
-  for (const auto& [id, stream] : workers_) {
-    if (!stream->registered || stream->draining) continue;
-    ++connected;
-    bool here = request.has_worker() ? id == request.worker() : false;
-    for (const v1::GpuDevice& device : stream->hello.gpus()) {
-      const std::string kind = CatalogGpuForDriverName(device.name());
-      kinds.insert(kind.empty() ? device.name() : kind);
-      if (!request.has_worker() && kind == probe.gpu()) here = true;
-    }
-    if (!here) continue;
-    placed = true;
-    const auto& executors = stream->executors;
-    if (executor.empty() || std::find(executors.begin(), executors.end(),
-                                      executor) != executors.end()) {
-      return "";
-    }
-  }
-  if (connected == 0) return "no worker is connected";
-  if (placed) {
-    return absl::StrCat("no connected worker that matches runs the \"",
-                        executor.substr(0, 32), "\" executor");
-  }
-  if (request.has_worker()) {
-    return absl::StrCat("worker '", request.worker().substr(0, 64),
-                        "' is not connected");
-  }
-  return absl::StrCat("no connected worker has a ", probe.gpu(),
-                      " (connected: ", absl::StrJoin(kinds, ", "), ")");
+  return headroom::NoWorkerFor(probe, ConnectedWorkers());
 }
 
-void FleetService::FailExpired(int64_t now_ms) {
-  absl::StatusOr<std::vector<v1::Probe>> expired =
-      store_->ListExpiredProbes(now_ms, kExpiriesPerPass);
-  if (!expired.ok()) {
-    spdlog::error("event=expiry_failed error=\"{}\"",
-                  std::string(expired.status().message()));
-    return;
+std::vector<ConnectedWorker> FleetService::ConnectedWorkers() {
+  std::vector<ConnectedWorker> connected;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->registered) continue;
+    connected.push_back(
+        {id,
+         {stream->hello.gpus().begin(), stream->hello.gpus().end()},
+         stream->executors,
+         stream->draining});
   }
-  for (const v1::Probe& queued : *expired) {
-    std::string why = NoWorkerFor(queued);
-    if (why.empty()) why = "every connected worker that matches was busy";
-    const std::string error = absl::StrCat(
-        "expired: queued longer than ", queued.request().expires_s(),
-        " s; no connected worker could take it (", why, ")");
-    absl::StatusOr<v1::Probe> probe =
-        store_->ExpireProbe(queued.id(), now_ms, error);
-    if (!probe.ok()) {
-      spdlog::error("event=expiry_failed probe={} error=\"{}\"", queued.id(),
-                    std::string(probe.status().message()));
-      continue;
+  return connected;
+}
+
+std::vector<IdleWorker> FleetService::IdleWorkers() {
+  std::vector<IdleWorker> idle;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->running_assignment.empty() || stream->draining) continue;
+    idle.push_back(
+        {id,
+         stream->gpu_kinds,
+         stream->executors,
+         {stream->hello.gpus().begin(), stream->hello.gpus().end()}});
+  }
+  return idle;
+}
+
+bool FleetService::Assign(const std::string& worker, const v1::Probe& probe,
+                          const v1::Assignment& assignment) {
+  v1::PlannerMessage message;
+  *message.mutable_assignment() = assignment;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second->running_assignment.empty() ||
+      it->second->draining) {
+    return false;
+  }
+  it->second->running_assignment = probe.assignment_id();
+  it->second->running_probe = probe.id();
+  return it->second->Enqueue(std::move(message));
+}
+
+std::vector<std::string> FleetService::WatchedProbes() {
+  std::vector<std::string> watched;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, watch] : watches_) {
+    if (watched.empty() || watched.back() != id) watched.push_back(id);
+  }
+  return watched;
+}
+
+std::vector<RunningAssignment> FleetService::RunningAssignments() {
+  std::vector<RunningAssignment> running;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, stream] : workers_) {
+    if (!stream->running_assignment.empty()) {
+      running.push_back(
+          {id, stream->running_probe, stream->running_assignment});
     }
-    if (probe->state() != v1::Probe::FAILED) continue;  // taken meanwhile
-    spdlog::warn("event=probe_expired probe={} expires_s={} reason=\"{}\"",
-                 probe->id(), queued.request().expires_s(), why);
-    PublishProbe(*probe);
   }
+  return running;
+}
+
+void FleetService::Withdraw(const RunningAssignment& running,
+                            const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(running.worker);
+  if (it == workers_.end() ||
+      it->second->running_assignment != running.assignment) {
+    return;  // finished or replaced meanwhile
+  }
+  v1::PlannerMessage cancel;
+  cancel.mutable_cancel()->set_assignment_id(running.assignment);
+  cancel.mutable_cancel()->set_reason(reason);
+  it->second->Enqueue(std::move(cancel));
+  it->second->running_assignment.clear();
+  it->second->running_probe.clear();
+  spdlog::warn("event=assignment_withdrawn probe={} assignment={} worker={}",
+               running.probe, running.assignment, running.worker);
 }
 
 absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
@@ -966,84 +759,15 @@ absl::StatusOr<std::string> FleetService::QueueLearning(
 
 absl::StatusOr<v1::Probe> FleetService::Submit(
     const v1::SubmitProbeRequest& request) {
-  RETURN_IF_ERROR(CheckSize(request, options_.max_request_bytes));
-  // The request is stored with the probe and listed by ListProbes: bounded
-  // so that no probe can make a listing fail for everyone.
-  if (request.ByteSizeLong() > kMaxStoredProbeRequestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request is ", request.ByteSizeLong(),
-        " bytes; a stored probe request allows up to ",
-        kMaxStoredProbeRequestBytes,
-        " (256 KiB): send an ONNX graph without its weights, or a spec"));
-  }
-  for (const auto& [field, value] :
-       {std::pair<const char*, const std::string&>{"gpu", request.gpu()},
-        {"worker", request.worker()},
-        {"executor", request.executor()},
-        {"learn_key", request.learn_key()},
-        {"model.template", request.model().template_()}}) {
-    RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
-  }
   ASSIGN_OR_RETURN(
-      ResolvedModel model,
-      ResolveModelRef(request.model(), request.setup(), *catalog_));
-  RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));
-  v1::Probe probe;
-  switch (request.placement_case()) {
-    case v1::SubmitProbeRequest::kGpu: {
-      absl::StatusOr<GpuInfo> gpu = FindGpu(request.gpu());
-      if (!gpu.ok()) {
-        return absl::Status(gpu.status().code(),
-                            absl::StrCat("gpu: ", gpu.status().message()));
-      }
-      probe.set_gpu(gpu->name);
-      break;
-    }
-    case v1::SubmitProbeRequest::kWorker:
-      RETURN_IF_ERROR(CheckId(request.worker(), "worker"));
-      break;
-    case v1::SubmitProbeRequest::PLACEMENT_NOT_SET:
-      return absl::InvalidArgumentError(
-          "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
-          "or worker (a worker id from ListWorkers)");
-  }
-  if (request.repetitions() > kMaxRepetitions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("repetitions = ", request.repetitions(),
-                     " is out of range; allowed 0..", kMaxRepetitions));
-  }
-  const std::string& executor = request.executor();
-  if (!executor.empty() && executor != "torch" && executor != "cuda" &&
-      executor != "sim") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("executor = \"", executor.substr(0, 32),
-                     "\"; allowed \"torch\", \"cuda\", \"sim\" or empty"));
-  }
-  if (request.steps() > kMaxSteps || request.warmup_steps() > kMaxSteps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps and warmup_steps must be 0..", kMaxSteps, "; got ",
-                     request.steps(), " and ", request.warmup_steps()));
-  }
-  if (!(request.batch_timeout_s() >= 0 && request.batch_timeout_s() <= 86400)) {
-    return absl::InvalidArgumentError(
-        "batch_timeout_s is out of range; allowed 0..86400 seconds");
-  }
-  if (request.expires_s() > kMaxExpiresS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expires_s = ", request.expires_s(), " is out of range; allowed 0..",
-        kMaxExpiresS, " seconds (30 days; 0 = never)"));
-  }
-  *probe.mutable_request() = request;
-  probe.set_template_(model.template_name);
-  *probe.mutable_spec() = model.spec();
-  probe.set_created_unix_ms(NowMs());
-  probe.set_updated_unix_ms(probe.created_unix_ms());
+      v1::Probe probe,
+      NewProbe(request, *catalog_, options_.max_request_bytes, NowMs()));
   ASSIGN_OR_RETURN(v1::Probe stored, store_->AddProbe(std::move(probe)));
   spdlog::info(
       "event=probe_submitted probe={} model={} gpu={} worker={} "
       "batches={} executor={}",
       stored.id(), stored.spec().name(), stored.gpu(), request.worker(),
-      absl::StrJoin(request.batches(), ","), executor);
+      absl::StrJoin(request.batches(), ","), request.executor());
   Wake();
   return stored;
 }
@@ -1096,7 +820,7 @@ absl::StatusOr<v1::SubmitAutotuneResponse> FleetService::Autotune(
       break;
     }
     case v1::SubmitAutotuneRequest::kWorker:
-      RETURN_IF_ERROR(CheckId(request.worker(), "worker"));
+      RETURN_IF_ERROR(CheckFleetId(request.worker(), "worker"));
       for (const v1::WorkerStatus& w : workers) {
         if (w.hello().worker_id() != request.worker()) continue;
         for (const v1::GpuDevice& device : w.hello().gpus()) {
@@ -1230,7 +954,7 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
       return watch;
     }
   }
-  if (absl::Status valid = CheckId(request->id(), "id"); !valid.ok()) {
+  if (absl::Status valid = CheckFleetId(request->id(), "id"); !valid.ok()) {
     watch->End(ToGrpcStatus(valid));
     return watch;
   }
@@ -1277,14 +1001,8 @@ void FleetService::SendSnapshot(ProbeWatch* watch,
     watch->End(ToGrpcStatus(probe.status()));
     return;
   }
-  watch->synced = true;
-  watch->state = probe->state();
-  watch->assignment_id = probe->assignment_id();
-  watch->results = probe->results_size();
-  v1::ProbeEvent snapshot;
-  *snapshot.mutable_probe() = *probe;
-  watch->Enqueue(std::move(snapshot));
-  if (!follow || Terminal(probe->state())) {
+  watch->Enqueue(SnapshotEvent(*probe, &watch->cursor));
+  if (!follow || IsFinal(probe->state())) {
     watch->End(grpc::Status::OK);
   }
 }
@@ -1304,7 +1022,7 @@ grpc::ServerUnaryReactor* FleetService::CancelProbe(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   return DeferToStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::CancelProbeResponse> {
-      RETURN_IF_ERROR(CheckId(request->id(), "id"));
+      RETURN_IF_ERROR(CheckFleetId(request->id(), "id"));
       ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
       ASSIGN_OR_RETURN(v1::Probe probe, store_->CancelProbe(request->id()));
       if (before.state() == v1::Probe::RUNNING &&
@@ -1383,7 +1101,9 @@ void FleetService::PublishSamples(const v1::SampleBatch& samples) {
   absl::MutexLock lock(&mu_);
   auto [begin, end] = watches_.equal_range(samples.probe_id());
   for (auto it = begin; it != end; ++it) {
-    if (it->second->synced) it->second->Enqueue(event, /*droppable=*/true);
+    if (it->second->cursor.synced) {
+      it->second->Enqueue(event, /*droppable=*/true);
+    }
   }
 }
 
@@ -1392,76 +1112,17 @@ void FleetService::PublishProbe(const v1::Probe& probe) {
   auto [begin, end] = watches_.equal_range(probe.id());
   for (auto it = begin; it != end; ++it) {
     ProbeWatch& watch = *it->second;
-    if (!watch.synced) continue;
-    for (int i = watch.results; i < probe.results_size(); ++i) {
-      v1::ProbeEvent event;
-      *event.mutable_result() = probe.results(i);
+    if (!watch.cursor.synced) continue;
+    for (v1::ProbeEvent& event : NewEvents(probe, &watch.cursor)) {
       watch.Enqueue(std::move(event));
     }
-    watch.results = std::max(watch.results, probe.results_size());
-    if (probe.state() != watch.state ||
-        probe.assignment_id() != watch.assignment_id) {
-      watch.state = probe.state();
-      watch.assignment_id = probe.assignment_id();
-      v1::ProbeEvent event;
-      *event.mutable_probe() = probe;
-      watch.Enqueue(std::move(event));
-    }
-    if (Terminal(probe.state())) watch.End(grpc::Status::OK);
+    if (IsFinal(probe.state())) watch.End(grpc::Status::OK);
   }
 }
 
 void FleetService::PublishStored(const std::string& probe_id) {
   absl::StatusOr<v1::Probe> probe = store_->GetProbe(probe_id);
   if (probe.ok()) PublishProbe(*probe);
-}
-
-void FleetService::PollStore() {
-  std::vector<std::string> watched;
-  struct Running {
-    std::string worker, probe, assignment;
-  };
-  std::vector<Running> running;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, watch] : watches_) {
-      if (watched.empty() || watched.back() != id) watched.push_back(id);
-    }
-    for (const auto& [id, stream] : workers_) {
-      if (!stream->running_assignment.empty()) {
-        running.push_back(
-            {id, stream->running_probe, stream->running_assignment});
-      }
-    }
-  }
-  for (const std::string& id : watched) PublishStored(id);
-  for (const Running& run : running) {
-    absl::StatusOr<v1::Probe> probe = store_->GetProbe(run.probe);
-    if (!probe.ok()) continue;
-    if (probe->state() == v1::Probe::RUNNING &&
-        probe->assignment_id() == run.assignment) {
-      continue;
-    }
-    // Cancelled through another planner, or re-queued (its lease ran out)
-    // and perhaps running elsewhere: this worker stops.
-    absl::MutexLock lock(&mu_);
-    auto it = workers_.find(run.worker);
-    if (it == workers_.end() ||
-        it->second->running_assignment != run.assignment) {
-      continue;  // finished or replaced meanwhile
-    }
-    v1::PlannerMessage cancel;
-    cancel.mutable_cancel()->set_assignment_id(run.assignment);
-    cancel.mutable_cancel()->set_reason(absl::StrCat(
-        "probe ", run.probe, " is ", v1::Probe::State_Name(probe->state()),
-        probe->state() == v1::Probe::RUNNING ? " under another assignment" : "",
-        " in the store"));
-    it->second->Enqueue(std::move(cancel));
-    it->second->running_assignment.clear();
-    it->second->running_probe.clear();
-    spdlog::warn("event=assignment_withdrawn probe={} assignment={} worker={}",
-                 run.probe, run.assignment, run.worker);
-  }
 }
 
 void FleetService::Wake() {
@@ -1479,17 +1140,17 @@ void FleetService::DispatchLoop() {
         return wake_ || stopping_;
       };
       mu_.AwaitWithTimeout(absl::Condition(&woken),
-                           absl::Milliseconds(options_.dispatch_ms));
+                           absl::Milliseconds(policy_.dispatch_ms));
       if (stopping_) return;
       wake_ = false;
     }
-    DispatchOnce();
+    dispatch_.Once();
     const int64_t now = NowMs();
-    if (now - last_poll_ms >= options_.store_poll_ms) {
+    if (now - last_poll_ms >= policy_.store_poll_ms) {
       last_poll_ms = now;
-      PollStore();
+      replica_sync_.Poll();
     }
-    if (now - last_counts_ms >= 1000) {
+    if (now - last_counts_ms >= policy_.probe_counts_ms) {
       last_counts_ms = now;
       absl::StatusOr<std::vector<std::pair<v1::Probe::State, int64_t>>> counts =
           store_->CountProbes();
@@ -1508,132 +1169,6 @@ void FleetService::DispatchLoop() {
         metrics_->ProbeStates(named);
       }
     }
-  }
-}
-
-void FleetService::DispatchOnce() {
-  const int64_t now = NowMs();
-  absl::StatusOr<std::vector<std::string>> requeued =
-      store_->RequeueExpired(now);
-  if (!requeued.ok()) {
-    spdlog::error("event=requeue_failed error=\"{}\"",
-                  std::string(requeued.status().message()));
-  } else {
-    for (const std::string& id : *requeued) {
-      spdlog::warn("event=lease_expired probe={} action=requeued", id);
-      absl::StatusOr<v1::Probe> probe = store_->GetProbe(id);
-      if (probe.ok()) PublishProbe(*probe);
-    }
-  }
-  FailExpired(now);
-
-  struct Idle {
-    std::string worker;
-    std::vector<std::string> gpu_kinds;
-    std::vector<std::string> executors;
-    std::vector<v1::GpuDevice> gpus;
-  };
-  // Claims are write transactions: none is tried while nothing waits.
-  absl::StatusOr<std::vector<v1::Probe>> waiting =
-      store_->ListProbes(v1::Probe::QUEUED, 1);
-  if (!waiting.ok() || waiting->empty()) return;
-  std::vector<Idle> idle;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, stream] : workers_) {
-      if (!stream->running_assignment.empty() || stream->draining) continue;
-      idle.push_back(
-          {id,
-           stream->gpu_kinds,
-           stream->executors,
-           {stream->hello.gpus().begin(), stream->hello.gpus().end()}});
-    }
-  }
-  for (const Idle& worker : idle) {
-    absl::StatusOr<std::optional<v1::Probe>> claimed =
-        store_->ClaimProbe(worker.worker, worker.gpu_kinds, worker.executors,
-                           now, options_.lease_ms);
-    if (!claimed.ok()) {
-      spdlog::error("event=claim_failed worker={} error=\"{}\"", worker.worker,
-                    std::string(claimed.status().message()));
-      continue;
-    }
-    if (!claimed->has_value()) continue;
-    const v1::Probe& probe = **claimed;
-
-    v1::PlannerMessage message;
-    v1::Assignment& assignment = *message.mutable_assignment();
-    assignment.set_assignment_id(probe.assignment_id());
-    assignment.set_probe_id(probe.id());
-    *assignment.mutable_spec() = probe.spec();
-    assignment.set_template_(probe.template_());
-    *assignment.mutable_setup() = probe.request().setup();
-    // Only what is not measured yet (a re-queued probe resumes).
-    const uint32_t repetitions = std::max(1u, probe.request().repetitions());
-    for (uint32_t batch : probe.request().batches()) {
-      for (uint32_t rep = 0; rep < repetitions; ++rep) {
-        const bool done =
-            std::any_of(probe.results().begin(), probe.results().end(),
-                        [&](const v1::BatchResult& r) {
-                          return r.batch() == batch && r.repetition() == rep;
-                        });
-        if (done) continue;
-        v1::BatchRun* run = assignment.add_runs();
-        run->set_batch(batch);
-        run->set_repetition(rep);
-      }
-    }
-    assignment.set_executor(probe.request().executor());
-    for (const v1::GpuDevice& gpu : worker.gpus) {
-      if (gpu.catalog_gpu() == probe.gpu()) {
-        assignment.set_gpu_index(gpu.index());
-        break;
-      }
-    }
-    assignment.set_warmup_steps(probe.request().warmup_steps() == 0
-                                    ? 1
-                                    : probe.request().warmup_steps());
-    assignment.set_steps(
-        probe.request().steps() == 0 ? 3 : probe.request().steps());
-    assignment.set_lease_ms(options_.lease_ms);
-    assignment.set_batch_timeout_s(probe.request().batch_timeout_s() == 0
-                                       ? 600
-                                       : probe.request().batch_timeout_s());
-
-    if (probe.request().has_autotune()) {
-      // Sent even with every run measured: the worker writes the record.
-      FillAutotuneAssignment(probe, &assignment);
-    } else if (assignment.runs().empty()) {
-      absl::StatusOr<v1::Probe> done =
-          store_->FinishAssignment(probe.id(), probe.assignment_id(),
-                                   v1::Probe::SUCCEEDED, "", "", false);
-      if (done.ok()) PublishProbe(*done);
-      continue;
-    }
-    bool sent = false;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = workers_.find(worker.worker);
-      if (it != workers_.end() && it->second->running_assignment.empty() &&
-          !it->second->draining) {
-        it->second->running_assignment = probe.assignment_id();
-        it->second->running_probe = probe.id();
-        sent = it->second->Enqueue(message);
-      }
-    }
-    if (!sent) {
-      // The worker left between the snapshot and now: straight back.
-      (void)store_->FinishAssignment(probe.id(), probe.assignment_id(),
-                                     v1::Probe::QUEUED, "", "",
-                                     /*requeue=*/true);
-      continue;
-    }
-    spdlog::info(
-        "event=probe_assigned probe={} assignment={} worker={} "
-        "runs={} attempt={}",
-        probe.id(), probe.assignment_id(), worker.worker,
-        assignment.runs_size(), probe.attempts());
-    PublishProbe(probe);
   }
 }
 

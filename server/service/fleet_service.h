@@ -5,6 +5,11 @@
 // and a dispatcher thread hands queued probes to idle workers and re-queues
 // those whose lease ran out. All state that must survive a restart is in
 // the store; what lives here (open streams, watchers) is per process.
+//
+// The parts, in server/service/fleet/: the Connect stream (worker_stream),
+// what a worker may send (worker_reports), dispatch and its policy
+// (dispatch), and replicas' changes read back (replica_sync). This class
+// wires them: the unary handlers, the stream callbacks, the watches.
 
 #include <cstdint>
 #include <map>
@@ -12,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -19,37 +25,31 @@
 #include "server/core/catalog/model_catalog.h"
 #include "server/service/access.h"
 #include "server/service/background_worker.h"
+#include "server/service/fleet/dispatch.h"
+#include "server/service/fleet/replica_sync.h"
+#include "server/service/fleet/worker_stream.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/store/store.h"
 
 namespace headroom {
 
-class FleetService final : public v1::Fleet::CallbackService, public Learner {
+class FleetService final : public v1::Fleet::CallbackService,
+                           public Learner,
+                           private WorkerStreamHandler,
+                           private DispatchTarget,
+                           private ReplicaTarget {
  public:
   struct Options {
-    // A running probe whose worker sends nothing for this long goes back
-    // to the queue.
-    int64_t lease_ms = 30000;
-    // How often workers send heartbeats (said in Welcome).
-    int64_t heartbeat_ms = 5000;
-    // How often the dispatcher looks at the queue and the leases when
-    // nothing wakes it.
-    int64_t dispatch_ms = 250;
-    // Replicas: how often probes watched here, and probes run by workers
-    // connected here, are read back from the store, so that what another
-    // planner on the same store did (stored a result, cancelled, re-queued)
-    // reaches watchers and workers here.
-    int64_t store_poll_ms = 1000;
+    // Leases, heartbeats, dispatch and replica-sync periods, hand-backs,
+    // stream backlog: the planner's flags.
+    DispatchPolicy policy;
     std::string planner_version;
     // The message limit: SubmitProbe requests larger than this get
     // INVALID_ARGUMENT, and list pages stay well under it (PageBytes).
     size_t max_request_bytes = 4 << 20;
     // Who may call what; null allows everything.
     std::shared_ptr<const Access> access;
-    // A probe handed back by workers this many times fails instead of
-    // going back to the queue again.
-    uint32_t max_handbacks = 3;
     // Store jobs that may wait on the executor; more: RESOURCE_EXHAUSTED.
     size_t store_queue = 256;
   };
@@ -112,19 +112,32 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
       v1::ListProbesResponse* response) override;
 
  private:
-  class WorkerStream;
   class ProbeWatch;
 
-  // Stream callbacks.
-  void OnHello(WorkerStream* stream, const v1::WorkerHello& hello);
+  // WorkerStreamHandler: on the store executor, in each stream's order.
+  void OnHello(WorkerStream* stream, const v1::WorkerHello& hello) override;
+  void OnHeartbeat(WorkerStream* stream,
+                   const v1::Heartbeat& heartbeat) override;
+  void OnSamples(WorkerStream* stream, const v1::SampleBatch& samples) override;
+  void OnResult(WorkerStream* stream, const v1::ProbeResult& result) override;
+  void OnStreamDone(WorkerStream* stream) override;
+
+  // DispatchTarget and ReplicaTarget: snapshots of the streams under mu_,
+  // and what the dispatcher and the replica sync send through them.
+  std::vector<IdleWorker> IdleWorkers() override;
+  std::vector<ConnectedWorker> ConnectedWorkers() override;
+  bool Assign(const std::string& worker, const v1::Probe& probe,
+              const v1::Assignment& assignment) override;
+  void ProbeChanged(const v1::Probe& probe) override { PublishProbe(probe); }
+  std::vector<std::string> WatchedProbes() override;
+  std::vector<RunningAssignment> RunningAssignments() override;
+  void Withdraw(const RunningAssignment& running,
+                const std::string& reason) override;
+
   // Renews the lease of `assignment_id` only when it is `worker`'s running
   // assignment.
   absl::Status RenewOwnLease(const std::string& worker,
                              const std::string& assignment_id);
-  void OnHeartbeat(WorkerStream* stream, const v1::Heartbeat& heartbeat);
-  void OnSamples(WorkerStream* stream, const v1::SampleBatch& samples);
-  void OnResult(WorkerStream* stream, const v1::ProbeResult& result);
-  void OnStreamDone(WorkerStream* stream);
   // Refuses one message of `worker` (as it named itself): counted, logged,
   // nothing stored; the worker is told by a Rejected naming `key`, or,
   // with `end`, the stream ends with that code and `detail`.
@@ -142,13 +155,8 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
                     bool follow);
 
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
-  // Why no worker connected now can take `probe` (its placement and
-  // executor); empty when one can.
+  // Why no worker connected now can take `probe`; empty when one can.
   std::string NoWorkerFor(const v1::Probe& probe);
-  // Fails queued probes past their expiry (a bounded number per call),
-  // saying why no connected worker could take them; watchers get the final
-  // state.
-  void FailExpired(int64_t now_ms);
   absl::StatusOr<v1::SubmitAutotuneResponse> Autotune(
       const v1::SubmitAutotuneRequest& request);
   // Validates the record of an autotune probe's final result against the
@@ -157,25 +165,12 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   absl::StatusOr<std::string> AcceptAutotuneRecord(
       const v1::Probe& probe, const v1::ProbeResult& result,
       const WorkerStream& stream);
-  // A measured run for the calibration and the answers' evidence from one
-  // batch result (with its model key, source, and the spec and setup when
-  // the model is not a catalog template); nullopt for a compiled-mode batch
-  // or a card the catalog does not know.
-  std::optional<v1::MeasuredRun> RunFor(const v1::Probe& probe,
-                                        const v1::ProbeResult& result,
-                                        const WorkerStream& stream) const;
 
-  // Dispatcher: one pass re-queues expired leases, fails queued probes
-  // past their expiry and hands queued probes to idle workers; Wake() runs a
-  // pass soon.
+  // The dispatcher's thread: a Dispatcher pass every dispatch_ms or when
+  // woken, a ReplicaSync poll every store_poll_ms, the probe gauges;
+  // Wake() runs a pass soon.
   void DispatchLoop();
-  void DispatchOnce();
   void Wake();
-  // Reads back from the store every probe watched here (watchers get what
-  // changed, whichever planner changed it) and every probe a worker here
-  // runs (a probe no longer RUNNING under that assignment is cancelled on
-  // the worker).
-  void PollStore();
 
   // Watchers of `probe_id` get the live `samples`.
   void PublishSamples(const v1::SampleBatch& samples);
@@ -192,6 +187,9 @@ class FleetService final : public v1::Fleet::CallbackService, public Learner {
   PlannerMetrics* metrics_;
   BackgroundWorker* executor_;
   const Options options_;
+  const DispatchPolicy& policy_ = options_.policy;
+  Dispatcher dispatch_;
+  ReplicaSync replica_sync_;
 
   absl::Mutex mu_;
   // Connected workers by id (the newest stream of an id replaces older).

@@ -1,6 +1,7 @@
 #include "server/service/planner_app.h"
 
 #include <chrono>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -161,6 +162,19 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         absl::StrCat("store_poll_ms = ", config.store_poll_ms,
                      " is out of range; allowed 10..60000"));
   }
+  for (const auto& [name, value, low, high] :
+       {std::tuple<const char*, int64_t, int64_t, int64_t>{
+            "dispatch_ms", config.dispatch_ms, 10, 60000},
+        {"max_handbacks", config.max_handbacks, 1, 1000},
+        {"expiries_per_pass", config.expiries_per_pass, 1, 100000},
+        {"worker_last_seen_ms", config.worker_last_seen_ms, 1000, 3600000},
+        {"worker_max_unhandled", config.worker_max_unhandled, 16, 1000000},
+        {"probe_counts_ms", config.probe_counts_ms, 100, 60000}}) {
+    if (value < low || value > high) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " = ", value, " is out of range; allowed ", low, "..", high));
+    }
+  }
   if (config.grpc_memory_bytes < 4 * int64_t{config.max_message_bytes}) {
     return absl::InvalidArgumentError(
         absl::StrCat("grpc_memory_bytes = ", config.grpc_memory_bytes,
@@ -233,11 +247,18 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       std::make_shared<const v1::EnergyCurveSet>(std::move(curves)));
 
   FleetService::Options fleet;
-  fleet.lease_ms = config.probe_lease_ms;
-  fleet.heartbeat_ms = config.worker_heartbeat_ms;
+  fleet.policy.lease_ms = config.probe_lease_ms;
+  fleet.policy.heartbeat_ms = config.worker_heartbeat_ms;
+  fleet.policy.store_poll_ms = config.store_poll_ms;
+  fleet.policy.dispatch_ms = config.dispatch_ms;
+  fleet.policy.max_handbacks = static_cast<uint32_t>(config.max_handbacks);
+  fleet.policy.expiries_per_pass = config.expiries_per_pass;
+  fleet.policy.last_seen_write_ms = config.worker_last_seen_ms;
+  fleet.policy.max_unhandled_messages =
+      static_cast<size_t>(config.worker_max_unhandled);
+  fleet.policy.probe_counts_ms = config.probe_counts_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
   fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
-  fleet.store_poll_ms = config.store_poll_ms;
   fleet.access = access;
   fleet.store_queue = static_cast<size_t>(config.store_queue);
   app->fleet_ = std::make_unique<FleetService>(

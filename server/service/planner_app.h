@@ -67,6 +67,18 @@ struct PlannerConfig {
   // or energy curves made current by another replica, and for probe changes
   // (results, cancels, re-queues) made through another replica. 10..60000.
   int64_t store_poll_ms = 1000;
+  // The fleet's dispatch policy beyond the three above (DispatchPolicy,
+  // server/service/fleet/dispatch.h): how often the dispatcher looks at
+  // the queue unwoken; hand-backs a probe survives; queued probes expired
+  // per pass; how often a connected worker's last-seen time is stored; a
+  // worker stream's messages waiting to be handled, at most.
+  int64_t dispatch_ms = 250;
+  int max_handbacks = 3;
+  int expiries_per_pass = 100;
+  int64_t worker_last_seen_ms = 30000;
+  int worker_max_unhandled = 4096;
+  // How often the headroom_probes{state} gauges are read from the store.
+  int64_t probe_counts_ms = 1000;
   // Answers that import a model run on import_threads threads of their
   // own, import_queue waiting at most (PlannerState::Options).
   int import_threads = 2;

@@ -1,8 +1,10 @@
-#include "server/service/worker_reports.h"
+#include "server/service/fleet/worker_reports.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
@@ -43,6 +45,59 @@ std::optional<Rejection> CheckPeak(const char* field, double gb,
 }
 
 }  // namespace
+
+absl::Status CheckFleetId(const std::string& id, const char* field) {
+  if (id.empty() || id.size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be 1..", kMaxIdLength, " characters; got ", id.size()));
+  }
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+          c == '-' || c == ':')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " may hold letters, digits, '.', '_', '-' and ':' only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<Rejection> CheckHello(const v1::WorkerHello& hello,
+                                    const std::string& identity) {
+  const std::string& id = hello.worker_id();
+  absl::Status valid = CheckFleetId(id, "hello.worker_id");
+  if (valid.ok() && !hello.node_name().empty()) {
+    valid = CheckFleetId(hello.node_name(), "hello.node_name");
+  }
+  if (!valid.ok()) {
+    return Rejection{WorkerRejection::kMalformed, std::string(valid.message())};
+  }
+  if (absl::Status bounded = CheckHelloInventory(hello); !bounded.ok()) {
+    return Rejection{WorkerRejection::kInventoryTooLarge,
+                     std::string(bounded.message())};
+  }
+  // A certificate names its worker: it may say hello as that worker only.
+  if (absl::StartsWith(identity, "cert:") && id != identity.substr(5)) {
+    return Rejection{
+        WorkerRejection::kIdentityMismatch,
+        absl::StrCat("hello.worker_id '", id, "' is not the identity '",
+                     Cut(identity), "' this connection proved")};
+  }
+  return std::nullopt;
+}
+
+std::optional<Rejection> CheckResultIds(const v1::ProbeResult& result) {
+  const std::string& key = result.key();
+  if (key.empty() || key.size() > kMaxResultKeyLength) {
+    return Rejection{WorkerRejection::kMalformed,
+                     absl::StrCat("result.key must be 1..", kMaxResultKeyLength,
+                                  " characters; got ", key.size())};
+  }
+  if (absl::Status ids = CheckFleetId(result.probe_id(), "result.probe_id");
+      !ids.ok()) {
+    return Rejection{WorkerRejection::kMalformed, std::string(ids.message())};
+  }
+  return std::nullopt;
+}
 
 absl::Status CheckHelloInventory(const v1::WorkerHello& hello) {
   RETURN_IF_ERROR(

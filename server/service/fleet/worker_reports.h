@@ -1,5 +1,5 @@
-#ifndef HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
-#define HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+#ifndef HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_
+#define HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_
 
 // What a worker may report (issue 19, item 4): the bounds of a hello's
 // inventory, the runs a batch result may name, the values it may carry,
@@ -30,6 +30,16 @@ inline constexpr double kMaxGpuMemoryGb = 1024;
 // (allocator rounding, NVML's binary units): beyond it the number is wrong.
 inline constexpr double kPeakSlack = 1.05;
 
+// Ids the fleet takes from outside (worker ids, node names, probe ids):
+// 1..kMaxIdLength characters.
+inline constexpr size_t kMaxIdLength = 128;
+// A result's key, as the worker names it, at most this long.
+inline constexpr size_t kMaxResultKeyLength = 256;
+
+// OK when `id` is 1..kMaxIdLength letters, digits, '.', '_', '-' or ':'
+// (ids name hosts and pods); INVALID_ARGUMENT naming `field` otherwise.
+absl::Status CheckFleetId(const std::string& id, const char* field);
+
 // OK when every part of `hello` is within the bounds above (the worker id
 // and node name are checked by the caller); INVALID_ARGUMENT names the
 // field, its size and the bound.
@@ -41,6 +51,18 @@ struct Rejection {
   WorkerRejection reason;
   std::string detail;
 };
+
+// nullopt when `hello` may register on a stream whose caller proved
+// `identity` (empty on a planner running open): its worker id and node
+// name are ids (malformed otherwise), its inventory is within bounds
+// (inventory_too_large), and a certificate identity "cert:<id>" says hello
+// as that worker only (identity_mismatch).
+std::optional<Rejection> CheckHello(const v1::WorkerHello& hello,
+                                    const std::string& identity);
+
+// nullopt when `result` names itself well enough to be looked up: a key of
+// 1..kMaxResultKeyLength characters and a probe id (malformed otherwise).
+std::optional<Rejection> CheckResultIds(const v1::ProbeResult& result);
 
 // The memory, GB, of the card `probe` runs on at the worker that said
 // `hello`: what that device reported (the first whose catalog GPU is the
@@ -74,4 +96,4 @@ std::string Cut(const std::string& text, size_t max = 200);
 
 }  // namespace headroom
 
-#endif  // HEADROOM_SERVER_SERVICE_WORKER_REPORTS_H_
+#endif  // HEADROOM_SERVER_SERVICE_FLEET_WORKER_REPORTS_H_

@@ -3,7 +3,7 @@
 // attack found on the fleet gets a named refusal, nothing stored, and the
 // planner goes on serving.
 
-#include "server/service/worker_reports.h"
+#include "server/service/fleet/worker_reports.h"
 
 #include <chrono>
 #include <cmath>

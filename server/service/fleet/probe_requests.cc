@@ -1,0 +1,98 @@
+#include "server/service/fleet/probe_requests.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/input_limits.h"
+#include "server/core/common/status_macros.h"
+#include "server/core/planner/fit_planner.h"
+#include "server/service/fleet/worker_reports.h"
+#include "server/service/reply.h"
+
+namespace headroom {
+
+absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
+                                   const ModelCatalog& catalog,
+                                   size_t max_request_bytes, int64_t now_ms) {
+  RETURN_IF_ERROR(CheckSize(request, max_request_bytes));
+  // The request is stored with the probe and listed by ListProbes: bounded
+  // so that no probe can make a listing fail for everyone.
+  if (request.ByteSizeLong() > kMaxStoredProbeRequestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request is ", request.ByteSizeLong(),
+        " bytes; a stored probe request allows up to ",
+        kMaxStoredProbeRequestBytes,
+        " (256 KiB): send an ONNX graph without its weights, or a spec"));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"gpu", request.gpu()},
+        {"worker", request.worker()},
+        {"executor", request.executor()},
+        {"learn_key", request.learn_key()},
+        {"model.template", request.model().template_()}}) {
+    RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
+  }
+  ASSIGN_OR_RETURN(ResolvedModel model,
+                   ResolveModelRef(request.model(), request.setup(), catalog));
+  RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));
+  v1::Probe probe;
+  switch (request.placement_case()) {
+    case v1::SubmitProbeRequest::kGpu: {
+      absl::StatusOr<GpuInfo> gpu = FindGpu(request.gpu());
+      if (!gpu.ok()) {
+        return absl::Status(gpu.status().code(),
+                            absl::StrCat("gpu: ", gpu.status().message()));
+      }
+      probe.set_gpu(gpu->name);
+      break;
+    }
+    case v1::SubmitProbeRequest::kWorker:
+      RETURN_IF_ERROR(CheckFleetId(request.worker(), "worker"));
+      break;
+    case v1::SubmitProbeRequest::PLACEMENT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
+          "or worker (a worker id from ListWorkers)");
+  }
+  if (request.repetitions() > kMaxRepetitions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetitions = ", request.repetitions(),
+                     " is out of range; allowed 0..", kMaxRepetitions));
+  }
+  const std::string& executor = request.executor();
+  if (!executor.empty() && executor != "torch" && executor != "cuda" &&
+      executor != "sim") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor = \"", executor.substr(0, 32),
+                     "\"; allowed \"torch\", \"cuda\", \"sim\" or empty"));
+  }
+  if (request.steps() > kMaxSteps || request.warmup_steps() > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps and warmup_steps must be 0..", kMaxSteps, "; got ",
+                     request.steps(), " and ", request.warmup_steps()));
+  }
+  if (!(request.batch_timeout_s() >= 0 && request.batch_timeout_s() <= 86400)) {
+    return absl::InvalidArgumentError(
+        "batch_timeout_s is out of range; allowed 0..86400 seconds");
+  }
+  if (request.expires_s() > kMaxExpiresS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expires_s = ", request.expires_s(), " is out of range; allowed 0..",
+        kMaxExpiresS, " seconds (30 days; 0 = never)"));
+  }
+  *probe.mutable_request() = request;
+  probe.set_template_(model.template_name);
+  *probe.mutable_spec() = model.spec();
+  probe.set_created_unix_ms(now_ms);
+  probe.set_updated_unix_ms(probe.created_unix_ms());
+  *probe.mutable_request() = request;
+  probe.set_template_(model.template_name);
+  *probe.mutable_spec() = model.spec();
+  probe.set_created_unix_ms(now_ms);
+  probe.set_updated_unix_ms(now_ms);
+  return probe;
+}
+
+}  // namespace headroom

@@ -1,0 +1,37 @@
+#ifndef HEADROOM_SERVER_SERVICE_FLEET_PROBE_REQUESTS_H_
+#define HEADROOM_SERVER_SERVICE_FLEET_PROBE_REQUESTS_H_
+
+// What an operator (or the planner's learner) may ask a probe to be, and
+// the queued probe a request becomes. Plain functions over the API
+// messages; FleetService stores the probe and wakes the dispatcher.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "headroom/v1/fleet.pb.h"
+#include "server/core/catalog/model_catalog.h"
+
+namespace headroom {
+
+// Bounds of a SubmitProbeRequest.
+inline constexpr int kMaxProbeBatches = 64;
+inline constexpr uint32_t kMaxRepetitions = 10;
+inline constexpr uint32_t kMaxSteps = 1000;
+// expires_s at most 30 days.
+inline constexpr uint32_t kMaxExpiresS = 30 * 24 * 3600;
+
+// The probe `request` asks for, not yet stored: its request, the model
+// resolved against `catalog` (template name and spec), a catalog GPU for a
+// gpu placement, created at `now_ms`. INVALID_ARGUMENT (NOT_FOUND for an
+// unknown template or GPU) names the field and the allowed range: a
+// request over `max_request_bytes` or the stored-request bound, an empty
+// placement, a bad worker id, executor, batch list, repetitions, steps,
+// batch timeout or expiry.
+absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
+                                   const ModelCatalog& catalog,
+                                   size_t max_request_bytes, int64_t now_ms);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_SERVER_SERVICE_FLEET_PROBE_REQUESTS_H_

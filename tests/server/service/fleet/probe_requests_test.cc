@@ -1,0 +1,119 @@
+// The probe a SubmitProbeRequest becomes, and each bound it is refused
+// for, with the message the operator gets.
+
+#include "server/service/fleet/probe_requests.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+const ModelCatalog& Catalog() {
+  static const ModelCatalog* catalog = [] {
+    auto loaded = ModelCatalog::LoadDirectory(std::string(HEADROOM_SOURCE_DIR) +
+                                              "/models");
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return new ModelCatalog(loaded.ok() ? *std::move(loaded) : ModelCatalog());
+  }();
+  return *catalog;
+}
+
+v1::SubmitProbeRequest Request() {
+  v1::SubmitProbeRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.set_gpu("L4");
+  request.add_batches(8);
+  request.add_batches(16);
+  return request;
+}
+
+std::string RefusalOf(const v1::SubmitProbeRequest& request) {
+  absl::StatusOr<v1::Probe> probe = NewProbe(request, Catalog(), 4 << 20, 5);
+  EXPECT_FALSE(probe.ok());
+  return std::string(probe.status().message());
+}
+
+TEST(NewProbeTest, AGoodRequestBecomesAQueuedProbeOfTheCatalogModel) {
+  absl::StatusOr<v1::Probe> probe = NewProbe(Request(), Catalog(), 4 << 20, 5);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->gpu(), "L4");
+  EXPECT_EQ(probe->template_(), "bert-base");
+  EXPECT_EQ(probe->spec().name(), "bert-base");
+  EXPECT_EQ(probe->request().batches_size(), 2);
+  EXPECT_EQ(probe->created_unix_ms(), 5);
+  EXPECT_EQ(probe->updated_unix_ms(), 5);
+
+  v1::SubmitProbeRequest pinned = Request();
+  pinned.set_worker("gpu-node-1");
+  probe = NewProbe(pinned, Catalog(), 4 << 20, 5);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->gpu(), "");
+  EXPECT_EQ(probe->request().worker(), "gpu-node-1");
+}
+
+TEST(NewProbeTest, EachBoundIsRefusedNamingTheField) {
+  v1::SubmitProbeRequest request = Request();
+  request.clear_gpu();
+  EXPECT_EQ(RefusalOf(request),
+            "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
+            "or worker (a worker id from ListWorkers)");
+
+  request = Request();
+  request.set_worker("a b");
+  EXPECT_EQ(RefusalOf(request),
+            "worker may hold letters, digits, '.', '_', '-' and ':' only");
+
+  request = Request();
+  request.set_repetitions(11);
+  EXPECT_EQ(RefusalOf(request),
+            "repetitions = 11 is out of range; allowed 0..10");
+
+  request = Request();
+  request.set_executor("rocm");
+  EXPECT_EQ(RefusalOf(request),
+            "executor = \"rocm\"; allowed \"torch\", \"cuda\", \"sim\" or "
+            "empty");
+
+  request = Request();
+  request.set_steps(1001);
+  EXPECT_EQ(RefusalOf(request),
+            "steps and warmup_steps must be 0..1000; got 1001 and 0");
+
+  request = Request();
+  request.set_batch_timeout_s(-1);
+  EXPECT_EQ(RefusalOf(request),
+            "batch_timeout_s is out of range; allowed 0..86400 seconds");
+
+  request = Request();
+  request.set_expires_s(kMaxExpiresS + 1);
+  EXPECT_EQ(RefusalOf(request),
+            "expires_s = 2592001 is out of range; allowed 0..2592000 seconds "
+            "(30 days; 0 = never)");
+
+  request = Request();
+  request.set_gpu("Z9000");
+  EXPECT_THAT(RefusalOf(request), HasSubstr("gpu: "));
+
+  request = Request();
+  request.clear_batches();
+  EXPECT_THAT(RefusalOf(request), HasSubstr("batches"));
+
+  request = Request();
+  request.set_learn_key(std::string(300, 'k'));
+  EXPECT_THAT(RefusalOf(request),
+              HasSubstr("learn_key is 300 bytes; allowed up to 256"));
+}
+
+TEST(NewProbeTest, ARequestOverTheMessageLimitIsRefused) {
+  absl::StatusOr<v1::Probe> probe = NewProbe(Request(), Catalog(), 8, 5);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headroom
