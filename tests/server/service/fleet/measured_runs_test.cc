@@ -7,14 +7,14 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/io/catalog_files.h"
 #include "server/service/fleet/probe_requests.h"
 
 namespace headroom {
 namespace {
 
 v1::Probe BertOnL4(const std::string& executor) {
-  auto catalog =
-      ModelCatalog::LoadDirectory(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  auto catalog = LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
   EXPECT_TRUE(catalog.ok()) << catalog.status();
   v1::SubmitProbeRequest request;
   request.mutable_model()->set_template_("bert-base");

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/io/catalog_files.h"
 
 namespace headroom {
 namespace {
@@ -15,8 +16,8 @@ using ::testing::HasSubstr;
 
 const ModelCatalog& Catalog() {
   static const ModelCatalog* catalog = [] {
-    auto loaded = ModelCatalog::LoadDirectory(std::string(HEADROOM_SOURCE_DIR) +
-                                              "/models");
+    auto loaded =
+        LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     return new ModelCatalog(loaded.ok() ? *std::move(loaded) : ModelCatalog());
   }();
