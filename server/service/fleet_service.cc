@@ -62,26 +62,25 @@ class FleetService::ProbeWatch
         }
       }
       // SendSnapshot frees it once the snapshot is read.
-      if (snapshot_pending) {
-        done = true;
+      if (service_->Of(this).snapshot_pending) {
+        service_->Of(this).done = true;
         return;
       }
     }
     delete this;
   }
 
-  // What this watcher was sent; guarded by FleetService::mu_. Nothing is
-  // published to it until its snapshot is (cursor.synced).
-  WatchCursor cursor;
-  // The first snapshot is being read on the store executor; the call ended
-  // meanwhile (done), so SendSnapshot frees it.
-  bool snapshot_pending = false;
-  bool done = false;
-
  private:
-  FleetService* service_;
+  friend class FleetService;
+  FleetService* const service_;
+  // Reached only through service_->Of(this), under its mu_.
+  WatchState state_;
   std::string probe_id_;
 };
+
+FleetService::WatchState& FleetService::Of(ProbeWatch* watch) {
+  return watch->state_;
+}
 
 FleetService::FleetService(std::shared_ptr<const ModelCatalog> catalog,
                            Store* store, PlannerMetrics* metrics,
@@ -184,7 +183,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
       refused =
           Refusal{WorkerRejection::kMalformed, grpc::StatusCode::UNAVAILABLE,
                   "hello refused: the planner is shutting down"};
-    } else if (stream->registered) {
+    } else if (Of(stream).registered) {
       refused = Refusal{WorkerRejection::kDuplicateHello,
                         grpc::StatusCode::FAILED_PRECONDITION,
                         "hello refused: sent twice on one stream"};
@@ -214,7 +213,7 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
       }
       if (!refused.has_value()) {
         // Ended under mu_, so its OnDone cannot run (and free it) first.
-        old.replaced = true;
+        Of(&old).replaced = true;
         old.End(grpc::Status(grpc::StatusCode::ABORTED,
                              "replaced by a newer connection of the worker"));
         spdlog::warn(
@@ -225,15 +224,15 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
     }
     if (!refused.has_value()) {
       workers_[id] = stream;
-      stream->registered = true;
-      stream->hello = hello;
-      stream->gpu_kinds = kinds;
-      stream->executors.assign(hello.executors().begin(),
-                               hello.executors().end());
-      stream->running_assignment = hello.running_assignment_id();
-      stream->last_seen_written_ms = now;
+      Of(stream).registered = true;
+      Of(stream).hello = hello;
+      Of(stream).gpu_kinds = kinds;
+      Of(stream).executors.assign(hello.executors().begin(),
+                                  hello.executors().end());
+      Of(stream).running_assignment = hello.running_assignment_id();
+      Of(stream).last_seen_written_ms = now;
       for (const v1::GpuDevice& gpu : hello.gpus()) {
-        stream->gauges.push_back(metrics_->GpuSeries(
+        Of(stream).gauges.push_back(metrics_->GpuSeries(
             absl::StrCat(gpu.index()), gpu.uuid(), gpu.name(),
             hello.hostname().empty() ? hello.worker_id() : hello.hostname()));
       }
@@ -296,14 +295,14 @@ void FleetService::OnHeartbeat(WorkerStream* stream,
   bool registered = false;
   {
     absl::MutexLock lock(&mu_);
-    registered = stream->registered;
-    if (registered && heartbeat.draining()) stream->draining = true;
+    registered = Of(stream).registered;
+    if (registered && heartbeat.draining()) Of(stream).draining = true;
     const int64_t now = NowMs();
     if (registered &&
-        now - stream->last_seen_written_ms >= policy_.last_seen_write_ms) {
-      stream->last_seen_written_ms = now;
+        now - Of(stream).last_seen_written_ms >= policy_.last_seen_write_ms) {
+      Of(stream).last_seen_written_ms = now;
       refresh.emplace();
-      *refresh->mutable_hello() = stream->hello;
+      *refresh->mutable_hello() = Of(stream).hello;
       refresh->set_connected(true);
       refresh->set_last_seen_unix_ms(now);
     }
@@ -318,7 +317,7 @@ void FleetService::OnHeartbeat(WorkerStream* stream,
   std::string worker;
   {
     absl::MutexLock lock(&mu_);
-    worker = stream->hello.worker_id();
+    worker = Of(stream).hello.worker_id();
   }
   if (!RenewOwnLease(worker, heartbeat.assignment_id()).ok()) {
     v1::PlannerMessage cancel;
@@ -334,9 +333,9 @@ void FleetService::OnSamples(WorkerStream* stream,
   std::vector<PlannerMetrics::GpuGauges> gauges;
   {
     absl::MutexLock lock(&mu_);
-    if (!stream->registered) return;
-    stream->samples_received += samples.samples_size();
-    gauges = stream->gauges;
+    if (!Of(stream).registered) return;
+    Of(stream).samples_received += samples.samples_size();
+    gauges = Of(stream).gauges;
   }
   metrics_->SamplesReceived(samples.samples_size());
   if (samples.samples_size() == 0) return;
@@ -356,8 +355,8 @@ void FleetService::OnResult(WorkerStream* stream,
   v1::WorkerHello hello;
   {
     absl::MutexLock lock(&mu_);
-    registered = stream->registered;
-    if (registered) hello = stream->hello;
+    registered = Of(stream).registered;
+    if (registered) hello = Of(stream).hello;
   }
   if (!registered) {
     stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -433,9 +432,9 @@ void FleetService::OnResult(WorkerStream* stream,
   {
     // The worker is done with it, whether the planner takes its word.
     absl::MutexLock lock(&mu_);
-    if (stream->running_assignment == result.assignment_id()) {
-      stream->running_assignment.clear();
-      stream->running_probe.clear();
+    if (Of(stream).running_assignment == result.assignment_id()) {
+      Of(stream).running_assignment.clear();
+      Of(stream).running_probe.clear();
     }
   }
   if (!IsFinal(probe->state()) || probe->worker() != worker ||
@@ -501,18 +500,18 @@ void FleetService::OnStreamDone(WorkerStream* stream) {
   std::optional<v1::WorkerStatus> gone;
   {
     absl::MutexLock lock(&mu_);
-    if (!stream->registered) return;
+    if (!Of(stream).registered) return;
     // Its GPUs' series go unless a newer connection of it uses them.
-    for (const PlannerMetrics::GpuGauges& gauges : stream->gauges) {
+    for (const PlannerMetrics::GpuGauges& gauges : Of(stream).gauges) {
       metrics_->ReleaseGpuSeries(gauges);
     }
-    stream->gauges.clear();
-    auto it = workers_.find(stream->hello.worker_id());
+    Of(stream).gauges.clear();
+    auto it = workers_.find(Of(stream).hello.worker_id());
     if (it != workers_.end() && it->second == stream) workers_.erase(it);
     metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
-    if (!stream->replaced) {
+    if (!Of(stream).replaced) {
       gone.emplace();
-      *gone->mutable_hello() = stream->hello;
+      *gone->mutable_hello() = Of(stream).hello;
       gone->set_connected(false);
       gone->set_last_seen_unix_ms(NowMs());
     }
@@ -555,8 +554,8 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
         }
         if (it != workers_.end()) {
           worker.set_connected(true);
-          worker.set_samples_received(it->second->samples_received);
-          worker.set_running_probe(it->second->running_probe);
+          worker.set_samples_received(Of(it->second).samples_received);
+          worker.set_running_probe(Of(it->second).running_probe);
           worker.set_last_seen_unix_ms(now);
         }
         if (BoundEntry(&worker, budget)) {
@@ -575,8 +574,8 @@ std::map<std::string, v1::Target> FleetService::NodeInventory() {
   std::map<std::string, v1::Target> inventory;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, stream] : workers_) {
-    if (!stream->registered || stream->hello.gpus().empty()) continue;
-    const v1::WorkerHello& hello = stream->hello;
+    if (!Of(stream).registered || Of(stream).hello.gpus().empty()) continue;
+    const v1::WorkerHello& hello = Of(stream).hello;
     const std::string& node =
         hello.node_name().empty() ? hello.hostname() : hello.node_name();
     if (node.empty() || inventory.count(node) != 0) continue;
@@ -610,12 +609,12 @@ std::vector<ConnectedWorker> FleetService::ConnectedWorkers() {
   std::vector<ConnectedWorker> connected;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, stream] : workers_) {
-    if (!stream->registered) continue;
+    if (!Of(stream).registered) continue;
     connected.push_back(
         {id,
-         {stream->hello.gpus().begin(), stream->hello.gpus().end()},
-         stream->executors,
-         stream->draining});
+         {Of(stream).hello.gpus().begin(), Of(stream).hello.gpus().end()},
+         Of(stream).executors,
+         Of(stream).draining});
   }
   return connected;
 }
@@ -624,12 +623,12 @@ std::vector<IdleWorker> FleetService::IdleWorkers() {
   std::vector<IdleWorker> idle;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, stream] : workers_) {
-    if (!stream->running_assignment.empty() || stream->draining) continue;
+    if (!Of(stream).running_assignment.empty() || Of(stream).draining) continue;
     idle.push_back(
         {id,
-         stream->gpu_kinds,
-         stream->executors,
-         {stream->hello.gpus().begin(), stream->hello.gpus().end()}});
+         Of(stream).gpu_kinds,
+         Of(stream).executors,
+         {Of(stream).hello.gpus().begin(), Of(stream).hello.gpus().end()}});
   }
   return idle;
 }
@@ -640,12 +639,12 @@ bool FleetService::Assign(const std::string& worker, const v1::Probe& probe,
   *message.mutable_assignment() = assignment;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker);
-  if (it == workers_.end() || !it->second->running_assignment.empty() ||
-      it->second->draining) {
+  if (it == workers_.end() || !Of(it->second).running_assignment.empty() ||
+      Of(it->second).draining) {
     return false;
   }
-  it->second->running_assignment = probe.assignment_id();
-  it->second->running_probe = probe.id();
+  Of(it->second).running_assignment = probe.assignment_id();
+  Of(it->second).running_probe = probe.id();
   return it->second->Enqueue(std::move(message));
 }
 
@@ -662,9 +661,9 @@ std::vector<RunningAssignment> FleetService::RunningAssignments() {
   std::vector<RunningAssignment> running;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, stream] : workers_) {
-    if (!stream->running_assignment.empty()) {
+    if (!Of(stream).running_assignment.empty()) {
       running.push_back(
-          {id, stream->running_probe, stream->running_assignment});
+          {id, Of(stream).running_probe, Of(stream).running_assignment});
     }
   }
   return running;
@@ -675,15 +674,15 @@ void FleetService::Withdraw(const RunningAssignment& running,
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(running.worker);
   if (it == workers_.end() ||
-      it->second->running_assignment != running.assignment) {
+      Of(it->second).running_assignment != running.assignment) {
     return;  // finished or replaced meanwhile
   }
   v1::PlannerMessage cancel;
   cancel.mutable_cancel()->set_assignment_id(running.assignment);
   cancel.mutable_cancel()->set_reason(reason);
   it->second->Enqueue(std::move(cancel));
-  it->second->running_assignment.clear();
-  it->second->running_probe.clear();
+  Of(it->second).running_assignment.clear();
+  Of(it->second).running_probe.clear();
   spdlog::warn("event=assignment_withdrawn probe={} assignment={} worker={}",
                running.probe, running.assignment, running.worker);
 }
@@ -694,13 +693,13 @@ absl::StatusOr<Learner::Worker> FleetService::WorkerFor(
   std::optional<Worker> simulated;
   int connected = 0;
   for (const auto& [id, stream] : workers_) {
-    if (!stream->registered || stream->draining) continue;
+    if (!Of(stream).registered || Of(stream).draining) continue;
     ++connected;
-    for (const v1::GpuDevice& device : stream->hello.gpus()) {
+    for (const v1::GpuDevice& device : Of(stream).hello.gpus()) {
       const std::string kind = CatalogGpuForDriverName(device.name());
       absl::StatusOr<GpuInfo> card = FindGpu(kind);
       if (kind.empty() || !card.ok()) continue;
-      const auto& executors = stream->executors;
+      const auto& executors = Of(stream).executors;
       const bool has = [&](const char* name) {
         return std::find(executors.begin(), executors.end(), name) !=
                executors.end();
@@ -909,7 +908,7 @@ absl::StatusOr<std::string> FleetService::AcceptAutotuneRecord(
   v1::WorkerHello hello;
   {
     absl::MutexLock lock(&mu_);
-    hello = stream.hello;
+    hello = Of(&stream).hello;
   }
   const v1::GpuDevice* gpu = nullptr;
   for (const v1::GpuDevice& device : hello.gpus()) {
@@ -970,7 +969,7 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
     if (request->follow()) watches_.emplace(request->id(), watch);
     // The snapshot is read on the store executor, which sends it; the
     // watch is not freed before.
-    watch->snapshot_pending = true;
+    Of(watch).snapshot_pending = true;
   }
   const std::string id = request->id();
   const bool follow = request->follow();
@@ -991,8 +990,8 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
 void FleetService::SendSnapshot(ProbeWatch* watch,
                                 absl::StatusOr<v1::Probe> probe, bool follow) {
   absl::MutexLock lock(&mu_);
-  watch->snapshot_pending = false;
-  if (watch->done) {
+  Of(watch).snapshot_pending = false;
+  if (Of(watch).done) {
     // The call ended before its snapshot was read (cancelled, shutdown).
     delete watch;
     return;
@@ -1001,7 +1000,7 @@ void FleetService::SendSnapshot(ProbeWatch* watch,
     watch->End(ToGrpcStatus(probe.status()));
     return;
   }
-  watch->Enqueue(SnapshotEvent(*probe, &watch->cursor));
+  watch->Enqueue(SnapshotEvent(*probe, &Of(watch).cursor));
   if (!follow || IsFinal(probe->state())) {
     watch->End(grpc::Status::OK);
   }
@@ -1034,8 +1033,8 @@ grpc::ServerUnaryReactor* FleetService::CancelProbe(
           cancel.mutable_cancel()->set_assignment_id(before.assignment_id());
           cancel.mutable_cancel()->set_reason("probe cancelled by an operator");
           it->second->Enqueue(std::move(cancel));
-          it->second->running_assignment.clear();
-          it->second->running_probe.clear();
+          Of(it->second).running_assignment.clear();
+          Of(it->second).running_probe.clear();
         }
       }
       spdlog::info("event=probe_cancel probe={} state={}", probe.id(),
@@ -1101,7 +1100,7 @@ void FleetService::PublishSamples(const v1::SampleBatch& samples) {
   absl::MutexLock lock(&mu_);
   auto [begin, end] = watches_.equal_range(samples.probe_id());
   for (auto it = begin; it != end; ++it) {
-    if (it->second->cursor.synced) {
+    if (Of(it->second).cursor.synced) {
       it->second->Enqueue(event, /*droppable=*/true);
     }
   }
@@ -1112,8 +1111,8 @@ void FleetService::PublishProbe(const v1::Probe& probe) {
   auto [begin, end] = watches_.equal_range(probe.id());
   for (auto it = begin; it != end; ++it) {
     ProbeWatch& watch = *it->second;
-    if (!watch.cursor.synced) continue;
-    for (v1::ProbeEvent& event : NewEvents(probe, &watch.cursor)) {
+    if (!Of(&watch).cursor.synced) continue;
+    for (v1::ProbeEvent& event : NewEvents(probe, &Of(&watch).cursor)) {
       watch.Enqueue(std::move(event));
     }
     if (IsFinal(probe.state())) watch.End(grpc::Status::OK);

@@ -26,6 +26,7 @@
 #include "server/service/access.h"
 #include "server/service/background_worker.h"
 #include "server/service/fleet/dispatch.h"
+#include "server/service/fleet/probe_watches.h"
 #include "server/service/fleet/replica_sync.h"
 #include "server/service/fleet/worker_stream.h"
 #include "server/service/learner.h"
@@ -198,6 +199,27 @@ class FleetService final : public v1::Fleet::CallbackService,
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_run_stored_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
+
+  // What this service keeps about a stream (its registration), only under
+  // mu_: the analysis checks every access through these.
+  // What a watcher was sent (ProbeWatch's, only under mu_). Nothing is
+  // published to it until its snapshot is (cursor.synced). While its first
+  // snapshot is read on the store executor the call may end (done): then
+  // SendSnapshot frees it.
+  struct WatchState {
+    WatchCursor cursor;
+    bool snapshot_pending = false;
+    bool done = false;
+  };
+  WatchState& Of(ProbeWatch* watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WorkerStream::Registration& Of(WorkerStream* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stream->registration_;
+  }
+  const WorkerStream::Registration& Of(const WorkerStream* stream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stream->registration_;
+  }
   std::thread dispatcher_;
 };
 

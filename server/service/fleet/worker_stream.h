@@ -40,8 +40,6 @@ class WorkerStreamHandler {
   virtual void OnStreamDone(WorkerStream* stream) = 0;
 };
 
-// The fields below the constructor are the handler's: guarded by its lock
-// (FleetService::mu_), never read by the stream itself.
 class WorkerStream
     : public QueuedWriter<
           grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>,
@@ -67,19 +65,23 @@ class WorkerStream
 
   const std::string identity;
 
-  // Guarded by the handler's lock.
-  bool registered = false;
-  bool replaced = false;
-  v1::WorkerHello hello;
-  std::vector<std::string> gpu_kinds;
-  std::vector<std::string> executors;
-  std::string running_assignment;
-  std::string running_probe;
-  // The worker is stopping: it gets no new assignment.
-  bool draining = false;
-  uint64_t samples_received = 0;
-  int64_t last_seen_written_ms = 0;
-  std::vector<PlannerMetrics::GpuGauges> gauges;
+  // What the handler (FleetService) keeps about this stream. Only the
+  // handler reaches it, through its own accessor that requires its lock,
+  // so clang checks every access.
+  struct Registration {
+    bool registered = false;
+    bool replaced = false;
+    v1::WorkerHello hello;
+    std::vector<std::string> gpu_kinds;
+    std::vector<std::string> executors;
+    std::string running_assignment;
+    std::string running_probe;
+    // The worker is stopping: it gets no new assignment.
+    bool draining = false;
+    uint64_t samples_received = 0;
+    int64_t last_seen_written_ms = 0;
+    std::vector<PlannerMetrics::GpuGauges> gauges;
+  };
 
  private:
   // Runs on the store executor, in read order.
@@ -92,6 +94,9 @@ class WorkerStream
   // Read by gRPC; moved into a job once read.
   v1::WorkerMessage incoming_;
   std::shared_ptr<SerialQueue> handled_;
+
+  friend class FleetService;
+  Registration registration_;
 };
 
 }  // namespace headroom
