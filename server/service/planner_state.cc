@@ -37,6 +37,8 @@ PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
       metrics_(metrics),
       executor_(executor),
       options_(options),
+      worker_(1, /*nice=*/10),
+      evidence_worker_(1, /*nice=*/10),
       import_pool_(options.import_threads, /*nice=*/10) {}
 
 void PlannerState::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
