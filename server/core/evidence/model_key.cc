@@ -3,7 +3,6 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
