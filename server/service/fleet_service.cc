@@ -397,10 +397,11 @@ void FleetService::OnResult(WorkerStream* stream,
     const std::optional<v1::MeasuredRun> run =
         MeasuredRunFor(*probe, result, worker);
     // The planner's key, not the worker's: one per run of this assignment.
+    v1::Probe updated;
     absl::StatusOr<bool> stored = store_->RecordProbeResult(
         probe->id(), result.assignment_id(), worker,
-        StoredResultKey(probe->id(), result.assignment_id(), batch), batch,
-        run);
+        StoredResultKey(probe->id(), result.assignment_id(), batch), batch, run,
+        &updated);
     if (stored.status().code() == absl::StatusCode::kFailedPrecondition) {
       reject(WorkerRejection::kNotLeased,
              std::string(stored.status().message()));
@@ -423,7 +424,8 @@ void FleetService::OnResult(WorkerStream* stream,
                                   : batch.oom()            ? "oom"
                                   : !batch.error().empty() ? "error"
                                                            : "measured");
-    if (*stored) PublishStored(probe->id());
+    // The probe as the store left it, read in the same transaction.
+    if (*stored) PublishProbe(updated);
   }
   if (!result.final() && !result.handed_back()) {
     acknowledge();
@@ -1117,11 +1119,6 @@ void FleetService::PublishProbe(const v1::Probe& probe) {
     }
     if (IsFinal(probe.state())) watch.End(grpc::Status::OK);
   }
-}
-
-void FleetService::PublishStored(const std::string& probe_id) {
-  absl::StatusOr<v1::Probe> probe = store_->GetProbe(probe_id);
-  if (probe.ok()) PublishProbe(*probe);
 }
 
 void FleetService::Wake() {

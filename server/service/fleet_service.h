@@ -180,8 +180,6 @@ class FleetService final : public v1::Fleet::CallbackService,
   // same snapshot published twice, or by two paths, is sent once; a probe
   // in a final state ends them.
   void PublishProbe(const v1::Probe& probe);
-  // PublishProbe of the probe as stored now.
-  void PublishStored(const std::string& probe_id);
 
   std::shared_ptr<const ModelCatalog> catalog_;
   Store* store_;
