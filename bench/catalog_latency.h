@@ -1,14 +1,15 @@
 #ifndef HEADROOM_BENCH_CATALOG_LATENCY_H_
 #define HEADROOM_BENCH_CATALOG_LATENCY_H_
 
-// The catalog CheckFit the isolation benchmarks time, alone and under load:
-// bert-base by name, two batches on two cards, one call at a time.
+// Times the catalog CheckFit (catalog_request.h) one call at a time, for the
+// isolation benchmarks' phases alone and under load.
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <vector>
 
+#include "bench/catalog_request.h"
 #include "bench/closed_loop.h"
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -21,16 +22,6 @@ struct Latency {
   size_t calls = 0;
   size_t failed = 0;
 };
-
-inline v1::CheckFitRequest CatalogRequest() {
-  v1::CheckFitRequest request;
-  request.mutable_model()->set_template_("bert-base");
-  request.add_batches(8);
-  request.add_batches(64);
-  request.add_targets()->set_gpu("L4");
-  request.add_targets()->set_gpu("H100");
-  return request;
-}
 
 // Sequential catalog CheckFits for `seconds` (at most 1,000,000 calls).
 inline Latency MeasureCatalog(v1::Fit::Stub* stub, double seconds) {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/catalog_request.h"
 #include "bench/llama2_7b.h"
 #include "benchmark/benchmark.h"
 #include "headroom/v1/planner.pb.h"
@@ -56,21 +57,10 @@ const Fixture* GetFixture(benchmark::State& state) {
   return fixture;
 }
 
-// bert-base at 2 batches on 2 GPUs.
-v1::CheckFitRequest BertRequest() {
-  v1::CheckFitRequest request;
-  request.mutable_model()->set_template_("bert-base");
-  request.add_batches(8);
-  request.add_batches(64);
-  request.add_targets()->set_gpu("L4");
-  request.add_targets()->set_gpu("H100");
-  return request;
-}
-
 void BM_CheckFitTemplate(benchmark::State& state) {
   const Fixture* fixture = GetFixture(state);
   if (fixture == nullptr) return;
-  const v1::CheckFitRequest request = BertRequest();
+  const v1::CheckFitRequest request = bench::CatalogRequest();
   for (auto _ : state) {
     auto response = fixture->planner->CheckFit(request);
     if (!response.ok()) {
@@ -88,7 +78,7 @@ BENCHMARK(BM_CheckFitTemplate);
 void BM_CheckFitTemplateAnchored(benchmark::State& state) {
   const Fixture* fixture = GetFixture(state);
   if (fixture == nullptr) return;
-  const v1::CheckFitRequest request = BertRequest();
+  const v1::CheckFitRequest request = bench::CatalogRequest();
   for (auto _ : state) {
     auto response =
         fixture->planner->CheckFit(request, fixture->evidence.get());
