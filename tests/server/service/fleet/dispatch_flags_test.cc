@@ -33,6 +33,12 @@ TEST(DispatchFlagsTest, AValueOutOfRangeIsRefusedAtStart) {
        "worker_max_unhandled = 8 is out of range; allowed 16..1000000"},
       {[](PlannerConfig* c) { c->probe_counts_ms = 99; },
        "probe_counts_ms = 99 is out of range; allowed 100..60000"},
+      {[](PlannerConfig* c) { c->store_threads = 0; },
+       "store_threads = 0 is out of range; allowed 1..64"},
+      {[](PlannerConfig* c) { c->store_queue = 100001; },
+       "store_queue = 100001 is out of range; allowed 1..100000"},
+      {[](PlannerConfig* c) { c->db_pool = 65; },
+       "--db_pool must be 1..64 store connections; got 65"},
   };
   for (const Case& bad : cases) {
     PlannerConfig config = TestPlannerConfig();
