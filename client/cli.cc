@@ -18,6 +18,7 @@
 #include "client/microbatch_commands.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
+#include "client/setup_flags.h"
 #include "common/client_channel.h"
 #include "common/shipped_files.h"
 
@@ -78,21 +79,14 @@ struct Parsed {
 
 // The flags of a model and its training setup (fit, probe submit,
 // microbatch plan and autotune).
-void AddModelFlags(CLI::App* app, Options& o) {
+void AddModelFlags(CLI::App* app, Options& o, bool compile_flag = true) {
   app->add_option("--model", o.model,
                   "catalog template, or a spec, config.json or ONNX file");
   app->add_option("--onnx", o.onnx,
                   "an ONNX model file (its weights are not sent)");
   app->add_option("--gpu", o.gpu,
                   "GPU names or sizes in GB, comma-separated (headroom gpus)");
-  app->add_option("--precision", o.precision, "fp32, bf16 or fp16 (mixed)");
-  app->add_option("--optimizer", o.optimizer, "adamw, sgd or sgd-momentum");
-  app->add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
-  app->add_flag("--fused_attention", o.fused_attention,
-                "fused (flash) attention");
-  app->add_option("--positions", o.positions,
-                  "sequence length / tokens per sample (0: the model's "
-                  "standard)");
+  AddSetupFlags(app, o, compile_flag);
 }
 
 void AddJson(CLI::App* app, Options& o) {
@@ -334,9 +328,7 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
               "config.json or .onnx)");
   inspect->add_option("model", o.model, "TEMPLATE|FILE")->required();
   inspect->add_option("--batch", o.batch, "batch");
-  inspect->add_option("--positions", o.positions,
-                      "sequence length / tokens per sample (0: the model's "
-                      "standard)");
+  AddSetupFlags(inspect, o);
   AddJson(inspect, o);
   actions[inspect] = [&] { return ModelInspect(o, out, err); };
   CLI::App* convert =
@@ -361,7 +353,7 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
     return MicrobatchSelect(p.record, p.policy, o.json, out, err);
   };
   CLI::App* plan = command(microbatch, "plan", "a microbatch plan");
-  AddModelFlags(plan, o);
+  AddModelFlags(plan, o, /*compile_flag=*/false);
   AddPlanFlags(plan, p.plan);
   plan->add_option("--cache_key", p.plan.cache_key,
                    "a cache key (or record) JSON file to look up");
@@ -369,7 +361,7 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   actions[plan] = [&] { return MicrobatchPlan(o, p.plan, out, err); };
   CLI::App* autotune =
       command(microbatch, "autotune", "measure candidates on a worker");
-  AddModelFlags(autotune, o);
+  AddModelFlags(autotune, o, /*compile_flag=*/false);
   AddPlanFlags(autotune, p.plan);
   AddProbeRunFlags(autotune, p.probe);
   autotune->add_option("--policy", p.policy, "max_batch or max_throughput");

@@ -17,6 +17,7 @@
 #include "client/cli_json.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
+#include "client/setup_flags.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -206,32 +207,10 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
         "--gpu is required: catalog names or sizes in GB, e.g. --gpu "
         "L4,H100,48");
   }
-  v1::TrainingSetup* setup = request.mutable_setup();
-  if (options.precision == "fp32") {
-    setup->set_precision(v1::TrainingSetup::FP32);
-  } else if (options.precision == "bf16") {
-    setup->set_precision(v1::TrainingSetup::BF16_MIXED);
-  } else if (options.precision == "fp16") {
-    setup->set_precision(v1::TrainingSetup::FP16_MIXED);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--precision '", options.precision,
-                     "' is unknown; allowed fp32, bf16, fp16"));
+  if (absl::Status status = FillSetup(options, request.mutable_setup());
+      !status.ok()) {
+    return status;
   }
-  if (options.optimizer == "adamw") {
-    setup->set_optimizer(v1::TrainingSetup::ADAMW);
-  } else if (options.optimizer == "sgd") {
-    setup->set_optimizer(v1::TrainingSetup::SGD);
-  } else if (options.optimizer == "sgd-momentum") {
-    setup->set_optimizer(v1::TrainingSetup::SGD_MOMENTUM);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer '", options.optimizer,
-                     "' is unknown; allowed adamw, sgd, sgd-momentum"));
-  }
-  setup->set_activation_checkpointing(options.checkpointing);
-  setup->set_fused_attention(options.fused_attention);
-  setup->set_positions(options.positions);
   request.set_coverage(options.coverage);
   request.set_learn(options.learn);
   request.set_include_simulated(options.include_simulated);
@@ -786,7 +765,10 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   std::vector<std::string> assumptions;
   absl::StatusOr<v1::ModelSpec> spec = ResolveSpec(options, &assumptions);
   if (!spec.ok()) return Fail(err, spec.status().ToString());
-  v1::TrainingSetup setup = CalibrationSetup();
+  v1::TrainingSetup setup;
+  if (absl::Status status = FillSetup(options, &setup); !status.ok()) {
+    return Fail(err, status.ToString());
+  }
   // An ONNX graph's lengths were bound by its conversion, not rescaled.
   std::error_code ec;
   const bool onnx = std::filesystem::is_regular_file(options.model, ec) &&
@@ -800,7 +782,20 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   v1::ModelReport report;
   report.set_model(spec->name());
   report.set_params(static_cast<double>(profile->params));
-  report.set_trainable_params(static_cast<double>(CountTrainableParams(*spec)));
+  const ModelStates& states = profile->states;
+  report.set_trainable_params(static_cast<double>(states.trainable));
+  report.set_adapter_params(static_cast<double>(states.adapter_params));
+  report.set_frozen_params(static_cast<double>(
+      states.params - (states.trainable - states.adapter_params)));
+  report.set_quantized_params(static_cast<double>(states.quantized_params));
+  v1::ModelStatesGb* gb = report.mutable_states();
+  gb->set_weights(states.weights / 1e9);
+  gb->set_gradients(states.gradients / 1e9);
+  gb->set_optimizer_state(states.states / 1e9);
+  gb->set_half_copies(states.half_copies / 1e9);
+  gb->set_update_temporaries(states.update_temporaries / 1e9);
+  gb->set_in_backward_buffers(states.in_backward_buffers / 1e9);
+  gb->set_dequantized(states.dequantized / 1e9);
   report.set_batch(static_cast<uint32_t>(batch));
   SetComponentsGb(profile->BytesAt(batch), report.mutable_components());
   SetComponentsGb(profile->update_bytes, report.mutable_update_components());
@@ -822,9 +817,9 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
         "a cut-down template: ", spec->name(), " is ", cut,
         "; these figures are for this template, not the full model"));
   }
-  report.add_assumptions(
-      "setup: fp32 weights and activations, AdamW, no checkpointing, "
-      "attention as the spec declares (the calibration runs' setup)");
+  for (std::string& a : SetupAssumptions(*spec, setup, states)) {
+    report.add_assumptions(std::move(a));
+  }
   for (std::string& a : assumptions) report.add_assumptions(std::move(a));
   if (options.json) {
     out << CliJson(report) << "\n";
@@ -832,8 +827,11 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   }
   out << std::fixed << std::setprecision(3);
   out << report.model() << ": " << profile->params << " parameters ("
-      << CountTrainableParams(*spec) << " trained), batch " << batch
-      << "; GB before factors\n";
+      << states.trainable << " trained"
+      << (states.adapter_params != 0
+              ? absl::StrCat(", of them ", states.adapter_params, " adapters")
+              : "")
+      << "), batch " << batch << "; GB before factors\n";
   out << std::left << std::setw(28) << "layer" << std::right << std::setw(7)
       << "repeat" << std::setw(14) << "params" << std::setw(10) << "outputs"
       << std::setw(10) << "attention" << std::setw(10) << "internal"

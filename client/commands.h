@@ -42,10 +42,22 @@ struct Options {
   std::string onnx;
   std::string batch;
   std::string gpu;
+  // The training setup (setup_flags.h turns these into a TrainingSetup).
   std::string precision = "fp32";
   std::string optimizer = "adamw";
   bool checkpointing = false;
+  // Deprecated: --attention sdpa.
   bool fused_attention = false;
+  std::string attention;
+  bool optimizer_in_backward = false;
+  uint32_t lora_rank = 0;
+  std::string lora_targets;
+  double lora_dropout = 0;
+  std::string quant_base;
+  std::string freeze;
+  uint32_t train_last_blocks = 0;
+  uint32_t grad_accum = 0;
+  bool compile = false;
   // fit: queue a probe to learn a prior-only model (CheckFitRequest.learn),
   // and let simulated runs anchor the answer.
   bool learn = false;

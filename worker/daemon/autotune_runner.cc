@@ -46,9 +46,13 @@ std::string AttentionInWords(const v1::PlanMicrobatchRequest& request,
   std::string words = backend == "flash"   ? "flash (fused; no score matrix)"
                       : backend == "sdpa"  ? "sdpa (fused; no score matrix)"
                       : backend == "eager" ? "eager (score matrix materialized)"
-                      : request.setup().fused_attention()
-                          ? "fused (setup.fused_attention)"
-                          : "unfused (setup.fused_attention off)";
+                      : request.setup().attention() == v1::TrainingSetup::EAGER
+                          ? "eager (setup.attention)"
+                      : request.setup().attention() !=
+                                  v1::TrainingSetup::ATTENTION_UNSPECIFIED ||
+                              request.setup().fused_attention()
+                          ? "fused (setup.attention)"
+                          : "the model's own (setup.attention unset)";
   return simulated ? absl::StrCat(words, ", simulated") : words;
 }
 

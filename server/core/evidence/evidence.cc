@@ -21,7 +21,7 @@ std::vector<Prior> PriorsOf(const v1::FactorSet& set) {
   for (const v1::SourceFit& fit : set.page().sources()) {
     if (!fit.usable_as_prior()) continue;
     for (v1::MeasurementSource source :
-         {v1::TORCH_HARNESS, v1::CUDA_PROBE, v1::SIM}) {
+         {v1::TORCH_HARNESS, v1::TORCH_COMPILE, v1::CUDA_PROBE, v1::SIM}) {
       if (fit.source() != SourceName(source)) continue;
       Prior prior;
       prior.source = source;

@@ -3,6 +3,10 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -72,7 +76,41 @@ ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
                                ? v1::TrainingSetup::ADAMW
                                : setup.optimizer());
   normalized.set_activation_checkpointing(setup.activation_checkpointing());
-  normalized.set_fused_attention(setup.fused_attention());
+  // SDPA and FlashAttention keep the same tensors: one key, written as the
+  // deprecated flag so keys of setups without the newer fields stay as
+  // they were.
+  normalized.set_fused_attention(
+      setup.attention() == v1::TrainingSetup::SDPA ||
+      setup.attention() == v1::TrainingSetup::FLASH ||
+      (setup.attention() == v1::TrainingSetup::ATTENTION_UNSPECIFIED &&
+       setup.fused_attention()));
+  if (setup.attention() == v1::TrainingSetup::EAGER) {
+    normalized.set_attention(v1::TrainingSetup::EAGER);
+  }
+  normalized.set_optimizer_in_backward(setup.optimizer_in_backward());
+  if (setup.lora().rank() != 0) {
+    v1::Lora* lora = normalized.mutable_lora();
+    lora->set_rank(setup.lora().rank());
+    std::vector<std::string> targets(setup.lora().targets().begin(),
+                                     setup.lora().targets().end());
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+    for (std::string& target : targets) lora->add_targets(std::move(target));
+    lora->set_dropout(setup.lora().dropout());
+    normalized.set_quant_base(setup.quant_base());
+  }
+  if (setup.freeze().layers_size() != 0 ||
+      setup.freeze().train_last_blocks() != 0) {
+    v1::Freeze* freeze = normalized.mutable_freeze();
+    std::vector<std::string> layers(setup.freeze().layers().begin(),
+                                    setup.freeze().layers().end());
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    for (std::string& layer : layers) freeze->add_layers(std::move(layer));
+    freeze->set_train_last_blocks(setup.freeze().train_last_blocks());
+  }
+  if (setup.grad_accum() > 1) normalized.set_grad_accum(setup.grad_accum());
+  normalized.set_compile(setup.compile());
   normalized.set_positions(setup.positions() != 0 ? setup.positions()
                                                   : spec_positions);
   const std::string setup_bytes = DeterministicBytes(normalized);
@@ -89,11 +127,16 @@ ModelKey ModelKeyOf(const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
 }
 
 v1::MeasurementSource MeasuredBy(const v1::MeasuredRun& run) {
+  if (run.measured_by() == v1::TORCH_HARNESS && run.setup().compile()) {
+    return v1::TORCH_COMPILE;
+  }
   if (run.measured_by() != v1::MEASUREMENT_SOURCE_UNSPECIFIED) {
     return run.measured_by();
   }
   if (run.simulated()) return v1::SIM;
-  if (absl::StartsWith(run.source(), "probe ")) return v1::TORCH_HARNESS;
+  if (absl::StartsWith(run.source(), "probe ")) {
+    return run.setup().compile() ? v1::TORCH_COMPILE : v1::TORCH_HARNESS;
+  }
   return v1::REFERENCE;
 }
 
@@ -101,6 +144,8 @@ const char* SourceName(v1::MeasurementSource source) {
   switch (source) {
     case v1::TORCH_HARNESS:
       return "torch-harness";
+    case v1::TORCH_COMPILE:
+      return "torch-compile";
     case v1::CUDA_PROBE:
       return "cuda-probe";
     case v1::SIM:

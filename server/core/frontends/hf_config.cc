@@ -274,6 +274,35 @@ const std::vector<std::string>& SupportedHfModelTypes() {
   return *types;
 }
 
+namespace {
+
+void SetDropout(double p, v1::Layer* layer) {
+  if (layer->has_attention()) layer->mutable_attention()->set_dropout(p);
+  if (layer->has_block()) {
+    for (v1::Layer& child : *layer->mutable_block()->mutable_layers()) {
+      SetDropout(p, &child);
+    }
+  }
+}
+
+// The dropout on attention probabilities in training, from the config's
+// own key (what eager attention then saves a mask for); a config without
+// one of these keys is taken as none.
+void SetAttentionDropout(const hf::Json& config, HfConversion* out) {
+  for (const char* key : {"attention_probs_dropout_prob", "attn_pdrop",
+                          "attention_dropout", "dropout_rate"}) {
+    if (!config.contains(key) || !config.at(key).is_number()) continue;
+    const double p = config.at(key).get<double>();
+    if (!(p > 0 && p < 1)) return;
+    for (v1::Layer& layer : *out->spec.mutable_layers()) SetDropout(p, &layer);
+    out->notes.push_back(absl::StrCat("Attention dropout ", p, " (", key,
+                                      "): eager attention saves its mask."));
+    return;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<HfConversion> SpecFromHfConfig(absl::string_view config_json,
                                               const HfOptions& options) {
   ASSIGN_OR_RETURN(const hf::Json config, hf::ParseConfig(config_json));
@@ -308,6 +337,7 @@ absl::StatusOr<HfConversion> SpecFromHfConfig(absl::string_view config_json,
                                model_type,
                                "; keys it does not set take transformers ",
                                c.config_class, " defaults."));
+  SetAttentionDropout(config, &out);
   spec.set_notes(absl::StrJoin(out.notes, " "));
 
   double params = 0;

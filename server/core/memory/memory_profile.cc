@@ -1,10 +1,13 @@
 #include "server/core/memory/memory_profile.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/memory/training_setup.h"
 
 namespace headroom {
 namespace {
@@ -22,10 +25,26 @@ struct Activations {
 };
 
 struct Context {
-  double act_bytes;  // bytes per activation element: 4 (fp32) or 2 (mixed)
-  bool fused_attention;
+  const v1::TrainingSetup* setup;
+  double act_bytes;  // bytes per activation element: 4 (fp32) or 2 (16-bit)
   bool checkpointing;
   double position_scale;  // setup positions / spec positions, for inherited
+  // LoRA: the adapted linears, the rank, and the bytes each adapted linear
+  // saves per input value (its input as the adapter's matmul sees it, and
+  // the dropout mask) and per rank-R intermediate value.
+  std::set<std::string> lora_targets;
+  double lora_rank = 0;
+  double lora_input_bytes = 0;
+  double lora_rank_bytes = 0;
+
+  bool Adapted(const char* target) const {
+    return lora_targets.count(target) != 0;
+  }
+  // What an adapted linear saves per sample: `positions` rows of `in`
+  // values into the adapter.
+  double LoraBytes(double positions, double in) const {
+    return positions * (in * lora_input_bytes + lora_rank * lora_rank_bytes);
+  }
 };
 
 double Positions(const Layer& layer, double inherited) {
@@ -68,6 +87,16 @@ Activations BlockActivations(const Layers& layers, double positions,
   return total;
 }
 
+// What an MLP's adapted projections save for one pass of `p` positions.
+double MlpLoraBytes(const Context& ctx, double p, double hidden, double ffn,
+                    bool gated) {
+  double bytes = 0;
+  if (gated && ctx.Adapted("gate")) bytes += ctx.LoraBytes(p, hidden);
+  if (ctx.Adapted("up")) bytes += ctx.LoraBytes(p, hidden);
+  if (ctx.Adapted("down")) bytes += ctx.LoraBytes(p, ffn);
+  return bytes;
+}
+
 Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
   const double b = ctx.act_bytes;
   Activations out;
@@ -93,6 +122,10 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       } else {
         bytes[kOutputs] += o * b;
         out.largest = o * b;
+        if (ctx.Adapted("linear")) {
+          bytes[kInternal] +=
+              ctx.LoraBytes(p, static_cast<double>(l.in_features()));
+        }
       }
       out.boundary = o * b;
       break;
@@ -127,15 +160,26 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
                           p * static_cast<double>(a.hidden())) *
                          b;
-      if (ctx.fused_attention || a.fused()) {
+      if (FusedAttention(a, *ctx.setup)) {
         bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
       } else {
         // Softmax saves its probabilities, batch x heads x q x k; their
         // backward holds the gradient of the probabilities and of the scores.
-        bytes[kAttention] += heads * p * keys * b;
-        out.transient = heads * p * keys * 2.0 * b;
-        out.largest = heads * p * keys * b;
+        // Attention dropout adds its one-byte mask and the dropped
+        // probabilities the value matmul saves.
+        const double scores = heads * p * keys;
+        bytes[kAttention] += scores * (a.dropout() > 0 ? 1.0 + 2.0 * b : b);
+        out.transient = scores * 2.0 * b;
+        out.largest = scores * b;
       }
+      const double kin = static_cast<double>(
+          a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden());
+      if (ctx.Adapted("q")) {
+        bytes[kInternal] += ctx.LoraBytes(p, static_cast<double>(a.hidden()));
+      }
+      if (ctx.Adapted("k")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+      if (ctx.Adapted("v")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+      if (ctx.Adapted("o")) bytes[kInternal] += ctx.LoraBytes(p, heads * hd);
       out.boundary = p * static_cast<double>(a.hidden()) * b;
       out.largest = std::max(
           {out.largest, out.boundary, p * heads * hd * b, kv_p * kvh * hd * b});
@@ -148,6 +192,8 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
       bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
       out.boundary = p * static_cast<double>(m.hidden()) * b;
       out.largest = p * static_cast<double>(std::max(m.ffn(), m.hidden())) * b;
+      bytes[kInternal] += MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                                       static_cast<double>(m.ffn()), m.gated());
       break;
     }
     case Layer::kMoe: {
@@ -157,6 +203,10 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
                           (m.gated() ? 3.0 : 2.0);
       bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
       bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
+      // Each token passes through top_k routed and every shared expert.
+      bytes[kInternal] +=
+          active * MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                                static_cast<double>(m.ffn()), m.gated());
       out.boundary = p * static_cast<double>(m.hidden()) * b;
       out.largest = out.boundary;
       break;
@@ -219,33 +269,27 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
   return out;
 }
 
-absl::Status ValidateSetup(const v1::TrainingSetup& setup) {
-  if (setup.positions() > (uint64_t{1} << 32)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.positions = ", setup.positions(),
-                     " is out of range; allowed 0 (the model's standard) .. ",
-                     uint64_t{1} << 32));
-  }
-  if (!v1::TrainingSetup::Precision_IsValid(setup.precision())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.precision = ", setup.precision(),
-                     " is unknown; allowed FP32, BF16_MIXED, FP16_MIXED"));
-  }
-  if (!v1::TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("setup.optimizer = ", setup.optimizer(),
-                     " is unknown; allowed ADAMW, SGD, SGD_MOMENTUM"));
-  }
-  return absl::OkStatus();
-}
-
 Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
                     double* default_positions) {
   Context ctx;
-  const bool mixed = setup.precision() == v1::TrainingSetup::BF16_MIXED ||
-                     setup.precision() == v1::TrainingSetup::FP16_MIXED;
-  ctx.act_bytes = mixed ? 2.0 : 4.0;
-  ctx.fused_attention = setup.fused_attention();
+  ctx.setup = &setup;
+  ctx.act_bytes = ActivationBytes(setup);
+  ctx.lora_targets = LoraTargets(setup);
+  if (!ctx.lora_targets.empty()) {
+    // PEFT keeps adapters in fp32 and casts each adapted linear's input to
+    // it: under 16-bit weights that fp32 copy is what the A matmul saves;
+    // under autocast the 16-bit copy autocast makes of it; in fp32 the
+    // input itself (already counted) unless dropout made a new one.
+    // Dropout adds its one-byte mask.
+    const bool dropout = setup.lora().dropout() > 0;
+    ctx.lora_rank = setup.lora().rank();
+    ctx.lora_input_bytes = TrueHalfPrecision(setup) ? 4.0
+                           : MixedPrecision(setup)  ? 2.0
+                           : dropout                ? 4.0
+                                                    : 0.0;
+    if (dropout) ctx.lora_input_bytes += 1.0;
+    ctx.lora_rank_bytes = MixedPrecision(setup) ? 2.0 : 4.0;
+  }
   ctx.checkpointing = setup.activation_checkpointing();
   *default_positions = static_cast<double>(spec.positions());
   ctx.position_scale = 1.0;
@@ -300,53 +344,52 @@ ComponentArray MemoryProfile::PeakBytesAt(uint64_t batch,
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup) {
   RETURN_IF_ERROR(ValidateSetup(setup));
+  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(spec, setup));
   MemoryProfile profile;
-  profile.params = CountParams(spec);
+  profile.states = ComputeModelStates(frozen, setup);
+  profile.params = profile.states.params;
   double default_positions = 0;
-  const Context ctx = MakeContext(spec, setup, &default_positions);
-  const bool mixed = ctx.act_bytes == 2.0;
+  const Context ctx = MakeContext(frozen.spec, setup, &default_positions);
   const Activations act =
-      BlockActivations(spec.layers(), default_positions, ctx);
+      BlockActivations(frozen.spec.layers(), default_positions, ctx);
+  // Under gradient accumulation a step's batch runs as grad_accum
+  // microbatches: the activations are one microbatch's.
+  const double microbatches =
+      setup.grad_accum() > 1 ? static_cast<double>(setup.grad_accum()) : 1.0;
   profile.per_sample_bytes = act.bytes;
   profile.per_sample_bytes[kTransient] = act.transient;
+  for (double& bytes : profile.per_sample_bytes) bytes /= microbatches;
+  profile.largest_tensor_per_sample = act.largest / microbatches;
 
-  // Everything proportional to parameters. The step's memory peaks at one of
-  // two moments:
-  //  - backward start: fp32 weights, gradients and the optimizer's state,
-  //    every saved activation, and the backward's first buffers (the
-  //    transient); under autocast also the half-precision weight copies the
-  //    forward saved. The gradients count as resident: zero_grad() zeroes
-  //    them in place before PyTorch 2.0 and with set_to_none=False, which is
-  //    what the shipped calibration runs show; with set_to_none=True they are
-  //    allocated during the backward, and this is an upper bound by at most
-  //    4 bytes per trained parameter.
+  // Everything proportional to parameters (ModelStates, training_setup.h).
+  // The step's memory peaks at one of two moments:
+  //  - backward start: the weights as stored, gradients and the
+  //    optimizer's state, every saved activation, and the backward's first
+  //    buffers (the transient, and a quantized base's one dequantized
+  //    weight); under autocast also the 16-bit copies of the trained
+  //    weights the forward cached. The gradients count as resident:
+  //    zero_grad() zeroes them in place before PyTorch 2.0 and with
+  //    set_to_none=False, which is what the shipped calibration runs show;
+  //    with set_to_none=True they are allocated during the backward, and
+  //    this is an upper bound by at most one gradient per trained
+  //    parameter. Under gradient accumulation they are resident between
+  //    microbatches anyway; stepped in backward, only one tensor's is.
   //  - optimizer update: weights, state, gradients, and the update's
-  //    temporaries (PyTorch's multi-tensor AdamW builds one fp32 intermediate
-  //    per trainable parameter; SGD with momentum one for the update); the
-  //    activations are gone by then.
-  double state_per_param = 0;
-  double update_temporaries_per_param = 0;
-  switch (setup.optimizer()) {
-    case v1::TrainingSetup::SGD:
-      break;
-    case v1::TrainingSetup::SGD_MOMENTUM:
-      state_per_param = 4.0;
-      update_temporaries_per_param = 4.0;
-      break;
-    default:  // AdamW: two fp32 moments
-      state_per_param = 8.0;
-      update_temporaries_per_param = 4.0;
-      break;
+  //    temporaries (PyTorch's multi-tensor AdamW builds one intermediate
+  //    per trainable parameter; a one-tensor-at-a-time step only the
+  //    largest tensor's); the activations are gone by then.
+  const ModelStates& st = profile.states;
+  const double resident = st.weights + st.states;
+  if (setup.optimizer_in_backward()) {
+    profile.fixed_bytes[kOptimizer] =
+        resident + st.in_backward_buffers + st.half_copies;
+    profile.update_bytes[kOptimizer] = resident + st.in_backward_buffers;
+  } else {
+    profile.fixed_bytes[kOptimizer] = resident + st.gradients + st.half_copies;
+    profile.update_bytes[kOptimizer] =
+        resident + st.gradients + st.update_temporaries;
   }
-  // Frozen parameters keep their weights (and the half-precision cast).
-  const double all = static_cast<double>(profile.params);
-  const double trainable = static_cast<double>(CountTrainableParams(spec));
-  const double resident = all * 4.0 + trainable * state_per_param;
-  profile.fixed_bytes[kOptimizer] =
-      resident + trainable * 4.0 + (mixed ? all * 2.0 : 0.0);
-  profile.update_bytes[kOptimizer] =
-      resident + trainable * (4.0 + update_temporaries_per_param);
-  profile.largest_tensor_per_sample = act.largest;
+  profile.fixed_bytes[kTransient] = st.dequantized;
   return profile;
 }
 
@@ -373,8 +416,10 @@ double PeakGb(const ComponentArray& bytes, const ComponentArray& factors) {
 }
 
 absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
-    const v1::ModelSpec& spec, const v1::TrainingSetup& setup) {
+    const v1::ModelSpec& original, const v1::TrainingSetup& setup) {
   RETURN_IF_ERROR(ValidateSetup(setup));
+  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(original, setup));
+  const v1::ModelSpec& spec = frozen.spec;
   double default_positions = 0;
   const Context ctx = MakeContext(spec, setup, &default_positions);
   std::vector<LayerShare> shares;

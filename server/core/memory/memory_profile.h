@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/model.pb.h"
+#include "server/core/memory/training_setup.h"
 
 namespace headroom {
 
@@ -52,6 +53,9 @@ Moment PeakMoment(const ComponentArray& backward, const ComponentArray& update,
 // on B. Every component is non-decreasing in B, and so is the peak.
 struct MemoryProfile {
   uint64_t params = 0;
+  // The weights, gradients and optimizer state the optimizer component
+  // sums, by kind (training_setup.h).
+  ModelStates states;
   ComponentArray fixed_bytes{};
   ComponentArray per_sample_bytes{};
   ComponentArray update_bytes{};

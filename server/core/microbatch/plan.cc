@@ -113,16 +113,18 @@ absl::StatusOr<v1::TrainingSetup> MicrobatchSetup(
   v1::TrainingSetup setup = request.setup();
   if (request.context() != 0) setup.set_positions(request.context());
   const std::string& backend = request.attention_backend();
+  // FlashAttention and SDPA keep the same tensors; SDPA also runs in fp32.
   if (backend == "flash" || backend == "sdpa") {
-    setup.set_fused_attention(true);
+    setup.set_attention(v1::TrainingSetup::SDPA);
   } else if (backend == "eager") {
-    setup.set_fused_attention(false);
+    setup.set_attention(v1::TrainingSetup::EAGER);
   } else if (!backend.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention_backend = '", backend.substr(0, 64),
-                     "' is unknown; allowed '' (keep setup.fused_attention), "
+                     "' is unknown; allowed '' (keep setup.attention), "
                      "flash, sdpa, eager"));
   }
+  if (!backend.empty()) setup.clear_fused_attention();
   return setup;
 }
 

@@ -13,6 +13,7 @@
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/memory/training_setup.h"
 
 namespace headroom {
 namespace {
@@ -132,6 +133,7 @@ FitPlanner::FitPlanner(std::shared_ptr<const ModelCatalog> catalog,
   }
   priors_ = PriorsOf(factor_set_);
   prior_ = ChoosePrior(priors_);
+  compile_prior_ = ChoosePrior(priors_, v1::TORCH_COMPILE);
   for (const std::string& name : catalog_->Names()) {
     absl::StatusOr<const v1::ModelSpec*> spec = catalog_->Find(name);
     if (spec.ok()) template_architecture_[name] = CanonicalArchitecture(**spec);
@@ -294,6 +296,24 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     setup.clear_positions();
   }
   ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
+  // Under gradient accumulation a batch is grad_accum microbatches: it must
+  // divide, and a largest batch is a whole number of microbatches.
+  const uint64_t accum = std::max<uint32_t>(1, setup.grad_accum());
+  for (int i = 0; i < request.batches_size(); ++i) {
+    if (request.batches(i) % accum != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batches[", i, "] = ", request.batches(i),
+                       " is not a multiple of setup.grad_accum = ", accum,
+                       "; allowed multiples of ", accum));
+    }
+  }
+  const auto whole_steps = [accum](uint64_t batch) {
+    return static_cast<uint32_t>(batch / accum * accum);
+  };
+  for (std::string& assumption :
+       SetupAssumptions(*spec, setup, profile.states)) {
+    assumptions.push_back(std::move(assumption));
+  }
   // The evidence: the model's own runs when there are any, else the prior.
   // Without evidence (offline, tests) no key is needed.
   ModelKey key = evidence == nullptr ? ModelKey{}
@@ -305,7 +325,22 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   if (evidence != nullptr) {
     key.id = anchor != nullptr ? anchor->key.id : KeyId(key.canonical);
   }
-  const Prior& prior = anchor != nullptr ? anchor->prior : prior_;
+  // A compiled step is answered by the compiled runs' prior when the set
+  // has one.
+  const bool compiled_prior =
+      setup.compile() && compile_prior_.source == v1::TORCH_COMPILE;
+  if (setup.compile() && anchor == nullptr) {
+    assumptions.push_back(
+        compiled_prior
+            ? "torch.compile: factors fitted to compiled measurements "
+              "(torch-compile)"
+            : "torch.compile: no compiled measurements in this factor set "
+              "yet; answered with the eager prior (compiled steps usually "
+              "save fewer activations)");
+  }
+  const Prior& prior = anchor != nullptr ? anchor->prior
+                       : compiled_prior  ? compile_prior_
+                                         : prior_;
   const ComponentArray factors = prior.factors;
   const double k = *KAtCoverage(prior.k90, prior.k95, coverage);
   const VerdictRule rule{factor_set_.headroom(), k};
@@ -414,9 +449,9 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
             on_card, factors, target.memory_gb, rule.headroom, buckets,
             coverage, std::max<uint64_t>(1, anchor->largest_batch), fits_only);
         if (fits_only) {
-          result->set_max_batch_fits(static_cast<uint32_t>(max));
+          result->set_max_batch_fits(whole_steps(max));
         } else {
-          result->set_max_batch_not_does_not_fit(static_cast<uint32_t>(max));
+          result->set_max_batch_not_does_not_fit(whole_steps(max));
         }
       }
       continue;
@@ -445,12 +480,12 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       result->add_verdicts(
           ToApiVerdict(Verdict(peak, target.memory_gb, target_rule)));
     }
-    result->set_max_batch_fits(static_cast<uint32_t>(
-        MaxBatch(anchored, target_factors, target.memory_gb, target_rule,
-                 /*fits_only=*/true)));
-    result->set_max_batch_not_does_not_fit(static_cast<uint32_t>(
-        MaxBatch(anchored, target_factors, target.memory_gb, target_rule,
-                 /*fits_only=*/false)));
+    result->set_max_batch_fits(
+        whole_steps(MaxBatch(anchored, target_factors, target.memory_gb,
+                             target_rule, /*fits_only=*/true)));
+    result->set_max_batch_not_does_not_fit(
+        whole_steps(MaxBatch(anchored, target_factors, target.memory_gb,
+                             target_rule, /*fits_only=*/false)));
   }
   return response;
 }

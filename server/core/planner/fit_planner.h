@@ -101,6 +101,8 @@ class FitPlanner {
   std::map<std::string, const v1::Regime*> regimes_;
   std::vector<Prior> priors_;
   Prior prior_;
+  // The compiled runs' prior when the set has one (else another source's).
+  Prior compile_prior_;
   // Each catalog template's CanonicalArchitecture, keyed once.
   std::map<std::string, std::string> template_architecture_;
 

@@ -434,7 +434,8 @@ absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
       if (key == "checkpointing") {
         setup->set_activation_checkpointing(on);
       } else {
-        setup->set_fused_attention(on);
+        setup->set_attention(on ? v1::TrainingSetup::SDPA
+                                : v1::TrainingSetup::ATTENTION_UNSPECIFIED);
       }
     } else if (key == "coverage") {
       double coverage = 0;

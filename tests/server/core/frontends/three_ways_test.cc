@@ -108,9 +108,15 @@ double Gap(double a, double b) { return std::abs(a - b) / b; }
 // The spec with attention computed eagerly (transformers'
 // attn_implementation="eager"): the Hugging Face front-end marks attention
 // fused, as transformers' default scaled_dot_product_attention is.
+// Eager attention without the config's attention dropout: the catalog
+// templates and the ONNX exports (inference graphs) carry no dropout, and
+// these tests compare the architectures.
 void ClearFused(google::protobuf::RepeatedPtrField<v1::Layer>* layers) {
   for (v1::Layer& layer : *layers) {
-    if (layer.has_attention()) layer.mutable_attention()->set_fused(false);
+    if (layer.has_attention()) {
+      layer.mutable_attention()->set_fused(false);
+      layer.mutable_attention()->clear_dropout();
+    }
     if (layer.has_block()) ClearFused(layer.mutable_block()->mutable_layers());
   }
 }

@@ -205,7 +205,10 @@ TEST_F(FitPlannerTest, ConvertsAnOnnxGraphWithTheSetupsPositions) {
   EXPECT_THAT(response->assumptions(),
               ::testing::ElementsAre(
                   "batch axis: symbolic dimension 'batch' (x axis 0)",
-                  "symbolic dimension 'seq' bound to 1000 positions"));
+                  "symbolic dimension 'seq' bound to 1000 positions",
+                  "positions 1000 per sample: a batch padded to its longest "
+                  "sample peaks at the longest, so this is the longest "
+                  "length"));
 
   request.mutable_setup()->set_positions(0);
   EXPECT_THAT(planner_->CheckFit(request).status().message(),

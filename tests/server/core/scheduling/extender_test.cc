@@ -228,7 +228,7 @@ TEST(ExtenderInputTest, AnnotationsSayWhatIsWrong) {
   EXPECT_EQ(setup.optimizer(), v1::TrainingSetup::SGD);
   EXPECT_EQ(setup.positions(), 512u);
   EXPECT_TRUE(setup.activation_checkpointing());
-  EXPECT_TRUE(setup.fused_attention());
+  EXPECT_EQ(setup.attention(), v1::TrainingSetup::SDPA);
   EXPECT_EQ((*full)->coverage(), 0.9);
 }
 

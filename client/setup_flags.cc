@@ -1,0 +1,174 @@
+#include "client/setup_flags.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace headroom::cli {
+namespace {
+
+using v1::TrainingSetup;
+
+template <typename Enum>
+struct Word {
+  const char* word;
+  Enum value;
+};
+
+template <typename Enum, size_t N>
+absl::Status Lookup(const char* flag, const std::string& value,
+                    const Word<Enum> (&words)[N], Enum* out) {
+  std::vector<std::string> allowed;
+  for (const Word<Enum>& w : words) {
+    if (value == w.word) {
+      *out = w.value;
+      return absl::OkStatus();
+    }
+    allowed.push_back(w.word);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(flag, " '", value,
+                                                 "' is unknown; allowed ",
+                                                 absl::StrJoin(allowed, ", ")));
+}
+
+constexpr Word<TrainingSetup::Precision> kPrecisions[] = {
+    {"fp32", TrainingSetup::FP32},
+    {"bf16", TrainingSetup::BF16_MIXED},
+    {"fp16", TrainingSetup::FP16_MIXED},
+    {"bf16-true", TrainingSetup::BF16_TRUE},
+    {"fp16-true", TrainingSetup::FP16_TRUE},
+};
+
+constexpr Word<TrainingSetup::Optimizer> kOptimizers[] = {
+    {"adamw", TrainingSetup::ADAMW},
+    {"adamw-fused", TrainingSetup::ADAMW_FUSED},
+    {"adamw-loop", TrainingSetup::ADAMW_LOOP},
+    {"adam8bit", TrainingSetup::ADAM8BIT},
+    {"paged-adamw8bit", TrainingSetup::PAGED_ADAMW8BIT},
+    {"adafactor", TrainingSetup::ADAFACTOR},
+    {"lion", TrainingSetup::LION},
+    {"sgd", TrainingSetup::SGD},
+    {"sgd-momentum", TrainingSetup::SGD_MOMENTUM},
+};
+
+constexpr Word<TrainingSetup::Attention> kAttention[] = {
+    {"eager", TrainingSetup::EAGER},
+    {"sdpa", TrainingSetup::SDPA},
+    {"flash", TrainingSetup::FLASH},
+};
+
+constexpr Word<TrainingSetup::BaseQuant> kQuant[] = {
+    {"nf4", TrainingSetup::NF4},
+    {"int8", TrainingSetup::INT8},
+};
+
+std::vector<std::string> List(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    part = absl::StripAsciiWhitespace(part);
+    if (!part.empty()) out.emplace_back(part);
+  }
+  return out;
+}
+
+}  // namespace
+
+void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
+  app->add_option("--precision", o.precision,
+                  "fp32, bf16 or fp16 (mixed), bf16-true or fp16-true "
+                  "(16-bit weights, gradients and state)");
+  app->add_option("--optimizer", o.optimizer,
+                  "adamw, adamw-fused, adamw-loop, adam8bit, "
+                  "paged-adamw8bit, adafactor, lion, sgd or sgd-momentum");
+  app->add_flag("--optimizer_in_backward", o.optimizer_in_backward,
+                "step each parameter during backward (no full set of "
+                "gradients)");
+  app->add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
+  app->add_option("--attention", o.attention,
+                  "eager, sdpa or flash (default: the model's own)");
+  app->add_flag("--fused_attention", o.fused_attention,
+                "deprecated: --attention sdpa");
+  app->add_option("--lora_rank", o.lora_rank, "LoRA adapters of this rank");
+  app->add_option("--lora_targets", o.lora_targets,
+                  "q,k,v,o,gate,up,down or all-linear (default q,v)");
+  app->add_option("--lora_dropout", o.lora_dropout,
+                  "dropout on the adapters' input, 0 <= p < 1");
+  app->add_option("--quant_base", o.quant_base,
+                  "nf4 or int8: the frozen base stored quantized (QLoRA)");
+  app->add_option("--freeze", o.freeze,
+                  "top-level layer names to freeze, comma-separated "
+                  "(name* is a prefix)");
+  app->add_option("--train_last_blocks", o.train_last_blocks,
+                  "freeze all but the last N copies of the last repeated "
+                  "block");
+  app->add_option("--grad_accum", o.grad_accum,
+                  "microbatches per step (the batch is divided)");
+  if (compile_flag) app->add_flag("--compile", o.compile, "torch.compile");
+  app->add_option("--positions", o.positions,
+                  "sequence length / tokens per sample, the longest when "
+                  "batches are padded (0: the model's standard)");
+}
+
+absl::Status FillSetup(const Options& o, TrainingSetup* setup) {
+  TrainingSetup::Precision precision = TrainingSetup::FP32;
+  if (absl::Status s =
+          Lookup("--precision", o.precision, kPrecisions, &precision);
+      !s.ok()) {
+    return s;
+  }
+  setup->set_precision(precision);
+  TrainingSetup::Optimizer optimizer = TrainingSetup::ADAMW;
+  if (absl::Status s =
+          Lookup("--optimizer", o.optimizer, kOptimizers, &optimizer);
+      !s.ok()) {
+    return s;
+  }
+  setup->set_optimizer(optimizer);
+  if (!o.attention.empty()) {
+    TrainingSetup::Attention attention = TrainingSetup::ATTENTION_UNSPECIFIED;
+    if (absl::Status s =
+            Lookup("--attention", o.attention, kAttention, &attention);
+        !s.ok()) {
+      return s;
+    }
+    setup->set_attention(attention);
+  } else if (o.fused_attention) {
+    setup->set_attention(TrainingSetup::SDPA);
+  }
+  if (!o.quant_base.empty()) {
+    TrainingSetup::BaseQuant quant = TrainingSetup::BASE_QUANT_UNSPECIFIED;
+    if (absl::Status s = Lookup("--quant_base", o.quant_base, kQuant, &quant);
+        !s.ok()) {
+      return s;
+    }
+    setup->set_quant_base(quant);
+  }
+  setup->set_activation_checkpointing(o.checkpointing);
+  setup->set_optimizer_in_backward(o.optimizer_in_backward);
+  setup->set_positions(o.positions);
+  if (o.lora_rank != 0 || !o.lora_targets.empty() || o.lora_dropout != 0) {
+    v1::Lora* lora = setup->mutable_lora();
+    lora->set_rank(o.lora_rank);
+    for (std::string& target : List(o.lora_targets)) {
+      lora->add_targets(std::move(target));
+    }
+    lora->set_dropout(o.lora_dropout);
+  }
+  for (std::string& layer : List(o.freeze)) {
+    setup->mutable_freeze()->add_layers(std::move(layer));
+  }
+  if (o.train_last_blocks != 0) {
+    setup->mutable_freeze()->set_train_last_blocks(o.train_last_blocks);
+  }
+  setup->set_grad_accum(o.grad_accum);
+  setup->set_compile(o.compile);
+  return absl::OkStatus();
+}
+
+}  // namespace headroom::cli
