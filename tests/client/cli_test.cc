@@ -92,8 +92,9 @@ TEST(CliTest, AConfigWithoutModelTypeIsNeitherSpecNorHfConfig) {
   const Result r =
       RunHeadroom({"fit", "--model", path, "--batch", "8", "--gpu", "L4"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--model " + path + " is neither a model spec"));
-  EXPECT_THAT(r.err, HasSubstr("model_type"));
+  EXPECT_THAT(r.err, HasSubstr("--model: " + path + " is not a model file"));
+  EXPECT_THAT(r.err, HasSubstr("\"model_type\""));
+  EXPECT_THAT(r.err, HasSubstr("\"layers\""));
   EXPECT_THAT(r.err, Not(HasSubstr("Cannot find field")));
 }
 
