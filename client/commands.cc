@@ -12,7 +12,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/catalog_commands.h"
 #include "client/cli_json.h"
 #include "client/model_commands.h"
@@ -321,13 +323,25 @@ void AddClientAssumptions(const Options& options,
   }
   if (spec == nullptr) return;
   if (options.positions == 0 && spec->positions() > 0) {
-    response.add_assumptions(
-        full_model
-            ? absl::StrCat("positions ", spec->positions(), " (",
-                           spec->input_source(), " Set --positions.)")
-            : absl::StrCat(
-                  "positions ", spec->positions(),
-                  " (the model's standard sequence length; set --positions)"));
+    if (!full_model) {
+      response.add_assumptions(absl::StrCat(
+          "positions ", spec->positions(),
+          " (the model's standard sequence length; set --positions)"));
+    } else {
+      // The conversion's own words: "2048 positions per sample:
+      // max_position_embeddings 131072 capped at 2048 (a training length;
+      // pass seq_len to change)."
+      std::string why = spec->input_source();
+      const std::string lead =
+          absl::StrCat(spec->positions(), " positions per sample: ");
+      if (absl::StartsWith(why, lead)) why = why.substr(lead.size());
+      absl::StrReplaceAll({{" (a training length; pass seq_len to change)",
+                            ", a training length"}},
+                          &why);
+      response.add_assumptions(
+          absl::StrCat("positions ", spec->positions(), " (the config's ",
+                       absl::StripSuffix(why, "."), "; set --positions)"));
+    }
   }
   // Where a catalog model came from the planner says itself (the catalog
   // front-end, frontend_registry.cc).

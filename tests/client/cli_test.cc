@@ -149,7 +149,10 @@ TEST(CliTest, CatalogsAreListed) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("bert-base"));
   EXPECT_THAT(r.out,
-              HasSubstr("cut-down: reduced to 1 of its 12 encoder layers"));
+              HasSubstr("cut-down: reduced to 1 of its 12 encoder layers "
+                        "(full model: bert-base-uncased)"));
+  EXPECT_THAT(r.out, HasSubstr("full model: models/hf/llama-3.2-1b.json "
+                               "(meta-llama/Llama-3.2-1B)"));
   r = RunHeadroom({"models", "--json"});
   EXPECT_THAT(r.out, HasSubstr("\"params\": 31120896"));
 }
