@@ -27,25 +27,41 @@ int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
   }
   nlohmann::json json = nlohmann::json::array();
   if (!options.json) {
-    out << std::left << std::setw(22) << "template" << std::right
-        << std::setw(14) << "params" << std::setw(10) << "positions"
-        << "  family; cut-down\n";
+    out << std::left << std::setw(24) << "model" << std::right << std::setw(14)
+        << "params" << std::setw(10) << "positions"
+        << "  family; cut-down or full model\n";
   }
   for (const std::string& name : catalog->Names()) {
     const v1::ModelSpec* spec = *catalog->Find(name);
     const uint64_t params = CountParams(*spec);
     const std::string cut = CutDownRemark(*spec);
+    // A cut-down template names the full model shipped for it; a full model
+    // the published file it came from.
+    const std::string full_model = catalog->FullModelOf(name);
+    const FullModelSource* source = catalog->FullModelSourceOf(name);
     if (options.json) {
       json.push_back({{"name", name},
                       {"family", spec->family()},
                       {"params", params},
                       {"positions", spec->positions()},
-                      {"cutDown", cut}});
+                      {"cutDown", cut},
+                      {"fullModel", full_model},
+                      {"file", source != nullptr ? "models/" + source->file
+                                                 : "models/" + name + ".json"},
+                      {"hub", source != nullptr ? source->hub : ""}});
       continue;
     }
-    out << std::left << std::setw(22) << name << std::right << std::setw(14)
+    std::string remark;
+    if (!cut.empty()) {
+      remark = "; cut-down: " + cut +
+               (full_model.empty() ? "" : " (full model: " + full_model + ")");
+    } else if (source != nullptr) {
+      remark = absl::StrCat("; full model: models/", source->file, " (",
+                            source->hub, ")");
+    }
+    out << std::left << std::setw(24) << name << std::right << std::setw(14)
         << params << std::setw(10) << spec->positions() << "  "
-        << spec->family() << (cut.empty() ? "" : "; cut-down: " + cut) << "\n";
+        << spec->family() << remark << "\n";
   }
   if (options.json) out << json.dump(2) << "\n";
   return kExitAnswer;

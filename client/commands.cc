@@ -12,7 +12,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/catalog_commands.h"
 #include "client/cli_json.h"
 #include "client/model_commands.h"
@@ -39,21 +41,6 @@
 #include "server/service/pages/calibration_plot.h"
 
 namespace headroom::cli {
-namespace {
-
-// A Hugging Face config.json names its model_type; a spec file never does.
-bool IsHfConfig(const std::string& json) {
-  return json.find("\"model_type\"") != std::string::npos;
-}
-
-// A --model value that names a file, not a template: template names have
-// no path separator and no file extension.
-bool LooksLikeFile(const std::string& model) {
-  return model.find('/') != std::string::npos ||
-         absl::EndsWith(model, ".json") || absl::EndsWith(model, ".onnx");
-}
-
-}  // namespace
 
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
@@ -115,43 +102,28 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
         "give one model: --model (a catalog template, a spec or config.json "
         "file) or --onnx (an ONNX model file)");
   }
+  // The model's kind is the front-end registry's to decide
+  // (frontend_registry.h); a bare name is a catalog entry.
   std::error_code ec;
-  const std::string& onnx =
-      !options.onnx.empty() ? options.onnx
-      : std::filesystem::is_regular_file(options.model, ec) &&
-              IsOnnxFile(options.model)
-          ? options.model
-          : std::string();
-  if (!onnx.empty()) {
-    // The planner reads the graph's shapes only: its weights stay here.
-    absl::StatusOr<std::string> graph = ReadOnnxGraph(onnx);
-    if (!graph.ok()) return graph.status();
-    request.mutable_model()->set_onnx(std::move(*graph));
-  } else if (std::filesystem::is_regular_file(options.model, ec)) {
-    absl::StatusOr<std::string> text = ReadFile(options.model);
-    if (!text.ok()) return text.status();
-    if (IsHfConfig(*text)) {
-      // A Hugging Face config.json: the planner converts it.
-      request.mutable_model()->set_hf_config(std::move(*text));
-    } else if (text->find("\"layers\"") == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model ", options.model,
-          " is neither a model spec (it has no \"layers\") nor a Hugging "
-          "Face config.json (it has no \"model_type\"); add model_type to a "
-          "config.json, or convert the model with headroom model convert"));
-    } else {
-      absl::StatusOr<v1::ModelSpec> spec = ParseSpecJson(*text, options.model);
-      if (!spec.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--model ", options.model, ": ", spec.status().message()));
-      }
-      *request.mutable_model()->mutable_spec() = std::move(*spec);
+  const std::string& path =
+      !options.onnx.empty() ? options.onnx : options.model;
+  if (!options.onnx.empty() || std::filesystem::is_regular_file(path, ec)) {
+    absl::StatusOr<v1::ModelRef> model = ReadModelFile(path);
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(!options.onnx.empty() ? "--onnx: " : "--model: ",
+                       model.status().message()));
     }
-  } else if (LooksLikeFile(options.model)) {
+    if (!options.onnx.empty() && !model->has_onnx()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--onnx ", path, " is not an ONNX model; pass it as --model"));
+    }
+    *request.mutable_model() = std::move(*model);
+  } else if (NamesAFile(options.model)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--model ", options.model,
-        ": no such file (a catalog template is a bare name: see headroom "
-        "models)"));
+        ": no such file (a catalog template or full model is a bare name: "
+        "see headroom models)"));
   } else {
     request.mutable_model()->set_template_(options.model);
   }
@@ -309,11 +281,12 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
 namespace {
 
 // What the answer rests on that the user did not say: the positions a
-// template or spec was taken at.
+// template or spec was taken at (a full model: its converted config's).
 void AddClientAssumptions(const Options& options,
                           const v1::CheckFitRequest& request,
                           v1::CheckFitResponse& response) {
   const v1::ModelSpec* spec = nullptr;
+  bool full_model = false;
   absl::StatusOr<ModelCatalog> catalog;
   if (request.model().has_spec()) {
     spec = &request.model().spec();
@@ -323,15 +296,34 @@ void AddClientAssumptions(const Options& options,
       absl::StatusOr<const v1::ModelSpec*> found =
           catalog->Find(request.model().template_());
       if (found.ok()) spec = *found;
+      full_model =
+          catalog->FullModelSourceOf(request.model().template_()) != nullptr;
     }
   }
   if (spec == nullptr) return;
   if (options.positions == 0 && spec->positions() > 0) {
-    response.add_assumptions(absl::StrCat(
-        "positions ", spec->positions(),
-        " (the model's standard sequence length; set --positions)"));
+    if (!full_model) {
+      response.add_assumptions(absl::StrCat(
+          "positions ", spec->positions(),
+          " (the model's standard sequence length; set --positions)"));
+    } else {
+      // The conversion's own words: "2048 positions per sample:
+      // max_position_embeddings 131072 capped at 2048 (a training length;
+      // pass seq_len to change)."
+      std::string why = spec->input_source();
+      const std::string lead =
+          absl::StrCat(spec->positions(), " positions per sample: ");
+      if (absl::StartsWith(why, lead)) why = why.substr(lead.size());
+      absl::StrReplaceAll({{" (a training length; pass seq_len to change)",
+                            ", a training length"}},
+                          &why);
+      response.add_assumptions(
+          absl::StrCat("positions ", spec->positions(), " (the config's ",
+                       absl::StripSuffix(why, "."), "; set --positions)"));
+    }
   }
-  // That a template is cut down the planner says itself (FitPlanner).
+  // Where a catalog model came from the planner says itself (the catalog
+  // front-end, frontend_registry.cc).
 }
 
 }  // namespace
@@ -715,38 +707,20 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
 
 namespace {
 
-// The spec named by --model: a catalog template, a spec file, a Hugging
-// Face config.json (its assumed defaults appended to `assumptions`) or an
-// ONNX model (its notes are in the spec's notes).
-absl::StatusOr<v1::ModelSpec> ResolveSpec(
-    const Options& options, std::vector<std::string>* assumptions) {
+// The spec named by --model, resolved by its front-end as the planner would
+// (a catalog name, a spec file, a Hugging Face config.json, an ONNX model) at
+// `setup`; `ref` is the model as read.
+absl::StatusOr<ResolvedModel> ResolveSpec(const Options& options,
+                                          const v1::TrainingSetup& setup,
+                                          const ModelCatalog& catalog,
+                                          v1::ModelRef* ref) {
   std::error_code ec;
-  if (std::filesystem::is_regular_file(options.model, ec) &&
-      IsOnnxFile(options.model)) {
-    ASSIGN_OR_RETURN(std::string graph, ReadOnnxGraph(options.model));
-    OnnxOptions onnx;
-    onnx.positions = options.positions;
-    // The batch axis and the conversion's notes are in the spec's
-    // input_source and notes, which inspect prints.
-    ASSIGN_OR_RETURN(OnnxConversion converted, SpecFromOnnx(graph, onnx));
-    return std::move(converted.spec);
-  }
   if (std::filesystem::is_regular_file(options.model, ec)) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(options.model));
-    if (IsHfConfig(text)) {
-      HfOptions hf;
-      hf.seq_len = options.positions;
-      ASSIGN_OR_RETURN(HfConversion converted, SpecFromHfConfig(text, hf));
-      for (std::string& a : converted.assumed_defaults) {
-        assumptions->push_back("default " + a);
-      }
-      return std::move(converted.spec);
-    }
-    return ParseSpecJson(text, options.model);
+    ASSIGN_OR_RETURN(*ref, ReadModelFile(options.model));
+  } else {
+    ref->set_template_(options.model);
   }
-  ASSIGN_OR_RETURN(ModelCatalog catalog, LoadModelCatalog(options.models_dir));
-  ASSIGN_OR_RETURN(const v1::ModelSpec* spec, catalog.Find(options.model));
-  return *spec;
+  return ResolveModelRef(*ref, setup, catalog);
 }
 
 }  // namespace
@@ -762,18 +736,24 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
     return Fail(err, "--batch '" + options.batch +
                          "' is out of range; allowed 1..1048576 (one value)");
   }
-  std::vector<std::string> assumptions;
-  absl::StatusOr<v1::ModelSpec> spec = ResolveSpec(options, &assumptions);
-  if (!spec.ok()) return Fail(err, spec.status().ToString());
-  v1::TrainingSetup setup;
-  if (absl::Status status = FillSetup(options, &setup); !status.ok()) {
+  // A file needs no catalog: inspecting one works without --models_dir.
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
+  std::error_code ec;
+  if (!catalog.ok() && std::filesystem::is_regular_file(options.model, ec)) {
+    catalog = ModelCatalog();
+  }
+  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  v1::TrainingSetup asked;
+  if (absl::Status status = FillSetup(options, &asked); !status.ok()) {
     return Fail(err, status.ToString());
   }
-  // An ONNX graph's lengths were bound by its conversion, not rescaled.
-  std::error_code ec;
-  const bool onnx = std::filesystem::is_regular_file(options.model, ec) &&
-                    IsOnnxFile(options.model);
-  setup.set_positions(onnx ? 0 : options.positions);
+  v1::ModelRef ref;
+  absl::StatusOr<ResolvedModel> resolved =
+      ResolveSpec(options, asked, *catalog, &ref);
+  if (!resolved.ok()) return Fail(err, resolved.status().ToString());
+  const v1::ModelSpec* spec = &resolved->spec();
+  // A conversion that bound the lengths (ONNX) is not rescaled again.
+  const v1::TrainingSetup setup = ProfileSetup(ref, asked);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
   if (!profile.ok()) return Fail(err, profile.status().ToString());
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
@@ -812,15 +792,25 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
     report.add_assumptions("input shapes: " + spec->input_source());
   }
   if (!spec->notes().empty()) report.add_assumptions("notes: " + spec->notes());
-  if (const std::string cut = CutDownRemark(*spec); !cut.empty()) {
-    report.add_assumptions(absl::StrCat(
-        "a cut-down template: ", spec->name(), " is ", cut,
-        "; these figures are for this template, not the full model"));
+  // The front-end's lines (where a catalog model came from, a config's
+  // assumed defaults), less those the spec's notes already hold.
+  const bool from_config =
+      ref.has_hf_config() ||
+      catalog->FullModelSourceOf(resolved->template_name) != nullptr;
+  const std::string origin =
+      catalog->OriginNotice(resolved->template_name, "the answer is");
+  for (const std::string& a : resolved->assumptions) {
+    if (absl::StrContains(spec->notes(), a)) continue;
+    if (!origin.empty() && a == origin) {
+      report.add_assumptions(
+          catalog->OriginNotice(resolved->template_name, "these figures are"));
+    } else {
+      report.add_assumptions(from_config ? "default " + a : a);
+    }
   }
   for (std::string& a : SetupAssumptions(*spec, setup, states)) {
     report.add_assumptions(std::move(a));
   }
-  for (std::string& a : assumptions) report.add_assumptions(std::move(a));
   if (options.json) {
     out << CliJson(report) << "\n";
     return 0;

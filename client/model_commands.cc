@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -13,6 +14,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/frontends/frontend_registry.h"
 #include "server/core/frontends/hf_config.h"
 #include "server/core/frontends/onnx_import.h"
 #include "server/core/frontends/onnx_strip.h"
@@ -42,14 +44,12 @@ std::ostream* WriteSpec(const v1::ModelSpec& spec, const std::string& out_path,
   return &out;
 }
 
-int ConvertOnnx(const std::string& path, uint64_t positions,
-                const std::string& out_path, std::ostream& out,
-                std::ostream& err) {
-  absl::StatusOr<std::string> graph = ReadOnnxGraph(path);
-  if (!graph.ok()) return Fail(err, std::string(graph.status().message()));
+int ConvertOnnx(const std::string& path, const std::string& graph,
+                uint64_t positions, const std::string& out_path,
+                std::ostream& out, std::ostream& err) {
   OnnxOptions options;
   options.positions = positions;
-  absl::StatusOr<OnnxConversion> converted = SpecFromOnnx(*graph, options);
+  absl::StatusOr<OnnxConversion> converted = SpecFromOnnx(graph, options);
   if (!converted.ok()) {
     return Fail(err, absl::StrCat(path, ": ", converted.status().message()));
   }
@@ -67,12 +67,35 @@ int ConvertOnnx(const std::string& path, uint64_t positions,
 
 }  // namespace
 
-bool IsOnnxFile(const std::string& path) {
-  if (absl::EndsWithIgnoreCase(path, ".onnx")) return true;
+absl::StatusOr<v1::ModelRef> ReadModelFile(const std::string& path) {
+  std::error_code size_error;
+  const uintmax_t bytes = std::filesystem::file_size(path, size_error);
+  if (size_error || !std::filesystem::is_regular_file(path, size_error)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open ", path));
+  }
+  // What the registry judges: the whole text of a JSON file, the first bytes
+  // of a binary one (an ONNX file is read again below without its weights).
   std::ifstream file(path, std::ios::binary);
-  char first = 0;
-  // ModelProto.ir_version: field 1, varint.
-  return file.get(first) && first == '\x08';
+  std::string head(static_cast<size_t>(std::min<uintmax_t>(
+                       bytes, static_cast<uintmax_t>(kMaxModelTextBytes))),
+                   '\0');
+  if (!file.read(head.data(), static_cast<std::streamsize>(head.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  }
+  ASSIGN_OR_RETURN(const ModelFrontend* frontend, FrontendForFile(path, head));
+  v1::ModelRef ref;
+  if (frontend->source() == v1::ModelRef::kOnnx) {
+    ASSIGN_OR_RETURN(std::string graph, ReadOnnxGraph(path));
+    RETURN_IF_ERROR(frontend->SetFromFile(path, std::move(graph), &ref));
+    return ref;
+  }
+  if (bytes > kMaxModelTextBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", bytes, " bytes; ", frontend->description(),
+                     " is allowed up to ", kMaxModelTextBytes));
+  }
+  RETURN_IF_ERROR(frontend->SetFromFile(path, std::move(head), &ref));
+  return ref;
 }
 
 absl::StatusOr<std::string> ReadOnnxGraph(const std::string& path) {
@@ -105,23 +128,20 @@ absl::StatusOr<std::string> ReadOnnxGraph(const std::string& path) {
 int ModelConvert(const std::string& path, uint64_t positions,
                  const std::string& out_path, std::ostream& out,
                  std::ostream& err) {
-  if (IsOnnxFile(path)) {
-    return ConvertOnnx(path, positions, out_path, out, err);
+  absl::StatusOr<v1::ModelRef> ref = ReadModelFile(path);
+  if (!ref.ok()) return Fail(err, std::string(ref.status().message()));
+  if (ref->has_onnx()) {
+    return ConvertOnnx(path, ref->onnx(), positions, out_path, out, err);
   }
-  // Refuse an oversized file before reading it into memory.
-  std::error_code size_error;
-  const uintmax_t bytes = std::filesystem::file_size(path, size_error);
-  if (size_error) return Fail(err, absl::StrCat("cannot open ", path));
-  if (bytes > kMaxHfConfigBytes) {
-    return Fail(err, absl::StrCat(path, " is ", bytes,
-                                  " bytes; a config.json is allowed up to ",
-                                  kMaxHfConfigBytes));
+  if (!ref->has_hf_config()) {
+    return Fail(err, absl::StrCat(path,
+                                  " is already a spec; model convert takes a "
+                                  "Hugging Face config.json or an ONNX model"));
   }
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return Fail(err, std::string(text.status().message()));
   HfOptions options;
   options.seq_len = positions;
-  absl::StatusOr<HfConversion> converted = SpecFromHfConfig(*text, options);
+  absl::StatusOr<HfConversion> converted =
+      SpecFromHfConfig(ref->hf_config(), options);
   if (!converted.ok()) {
     return Fail(err, absl::StrCat(path, ": ", converted.status().message()));
   }

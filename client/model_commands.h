@@ -8,13 +8,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "headroom/v1/planner.pb.h"
 
 namespace headroom::cli {
 
-// Whether `path` holds an ONNX model: its name ends in ".onnx", or its first
-// byte is the tag of ModelProto.ir_version (exporters write it first). JSON
-// (a spec or a config.json) starts with '{'.
-bool IsOnnxFile(const std::string& path);
+// Reads the model file `path` into the ModelRef field its front-end fills,
+// the kind decided by the front-end registry (frontend_registry.h): an ONNX
+// model without its weight data (ReadOnnxGraph), a Hugging Face config.json
+// or a spec (up to kMaxModelTextBytes). INVALID_ARGUMENT naming the file for
+// a missing, oversized or unrecognized file or a spec that does not parse.
+absl::StatusOr<v1::ModelRef> ReadModelFile(const std::string& path);
 
 // Reads an ONNX model file (up to kMaxOnnxFileBytes) without its weight
 // data, in one pass that holds only what it keeps (onnx_strip.h): the bytes
@@ -23,15 +26,15 @@ bool IsOnnxFile(const std::string& path);
 absl::StatusOr<std::string> ReadOnnxGraph(const std::string& path);
 
 // headroom model convert FILE [--positions N] -o OUT: converts a Hugging
-// Face config.json or an ONNX model into a spec in the catalog's JSON format
-// (models/*.json) and writes it to OUT, then prints the parameter count,
-// each default assumed for a key the config left out (for ONNX: the batch
-// axis and what the conversion decided), and the conversion notes. With OUT
-// empty or "-" the spec goes to `out` and the rest to `err`, so stdout stays
-// JSON. positions 0 takes the config's own length (see HfOptions::seq_len);
-// for ONNX it binds the graph's symbolic lengths. Returns 0, or 2 for a
-// missing, oversized or unconvertible file or an unwritable OUT (the reason
-// goes to `err`).
+// Face config.json or an ONNX model (ReadModelFile) into a spec in the
+// catalog's JSON format (models/*.json) and writes it to OUT, then prints the
+// parameter count, each default assumed for a key the config left out (for
+// ONNX: the batch axis and what the conversion decided), and the conversion
+// notes. With OUT empty or "-" the spec goes to `out` and the rest to `err`, so
+// stdout stays JSON. positions 0 takes the config's own length (see
+// HfOptions::seq_len); for ONNX it binds the graph's symbolic lengths. Returns
+// 0, or 2 for a missing, oversized or unconvertible file or an unwritable OUT
+// (the reason goes to `err`).
 int ModelConvert(const std::string& path, uint64_t positions,
                  const std::string& out_path, std::ostream& out,
                  std::ostream& err);

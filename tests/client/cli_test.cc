@@ -92,8 +92,9 @@ TEST(CliTest, AConfigWithoutModelTypeIsNeitherSpecNorHfConfig) {
   const Result r =
       RunHeadroom({"fit", "--model", path, "--batch", "8", "--gpu", "L4"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--model " + path + " is neither a model spec"));
-  EXPECT_THAT(r.err, HasSubstr("model_type"));
+  EXPECT_THAT(r.err, HasSubstr("--model: " + path + " is not a model file"));
+  EXPECT_THAT(r.err, HasSubstr("\"model_type\""));
+  EXPECT_THAT(r.err, HasSubstr("\"layers\""));
   EXPECT_THAT(r.err, Not(HasSubstr("Cannot find field")));
 }
 
@@ -148,7 +149,10 @@ TEST(CliTest, CatalogsAreListed) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("bert-base"));
   EXPECT_THAT(r.out,
-              HasSubstr("cut-down: reduced to 1 of its 12 encoder layers"));
+              HasSubstr("cut-down: reduced to 1 of its 12 encoder layers "
+                        "(full model: bert-base-uncased)"));
+  EXPECT_THAT(r.out, HasSubstr("full model: models/hf/llama-3.2-1b.json "
+                               "(meta-llama/Llama-3.2-1B)"));
   r = RunHeadroom({"models", "--json"});
   EXPECT_THAT(r.out, HasSubstr("\"params\": 31120896"));
 }

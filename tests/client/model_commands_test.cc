@@ -70,8 +70,13 @@ TEST(ModelConvertCommandTest, ConvertsAnOnnxFile) {
   // No ".onnx" suffix: the content says what it is.
   const std::string path = ::testing::TempDir() + "mlp-block.model";
   std::ofstream(path, std::ios::binary) << g.Serialize();
-  EXPECT_TRUE(IsOnnxFile(path));
-  EXPECT_FALSE(IsOnnxFile(kHfDir + "gpt2.json"));
+  absl::StatusOr<v1::ModelRef> read = ReadModelFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->has_onnx());
+  EXPECT_LT(read->onnx().size(), 64u << 10);  // read without its 8 MB
+  read = ReadModelFile(kHfDir + "gpt2.json");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->has_hf_config());
 
   std::ostringstream out, err;
   ASSERT_EQ(ModelConvert(path, 256, "-", out, err), 0) << err.str();

@@ -29,6 +29,12 @@ out=$("$prefix/bin/headroom" model inspect bert-base)
   echo "check_install: headroom model inspect from / printed: ${out:0:200}" >&2
   exit 1
 }
+# The full models of models/hf/ are installed with the catalog.
+out=$("$prefix/bin/headroom" model inspect llama-3.2-1b)
+[[ $out == "llama-3.2-1b: 1235814400 parameters"* && $out == *"models/hf/llama-3.2-1b.json"* ]] || {
+  echo "check_install: headroom model inspect llama-3.2-1b from / printed: ${out:0:200}" >&2
+  exit 1
+}
 [[ -x $prefix/bin/headroom_torch_probe.py ]] || {
   echo "check_install: the torch harness is not beside headroom-worker" >&2
   exit 1

@@ -25,6 +25,58 @@ absl::Status ModelCatalog::Add(v1::ModelSpec spec) {
   return absl::OkStatus();
 }
 
+absl::Status ModelCatalog::AddFullModel(v1::ModelSpec spec,
+                                        FullModelSource source) {
+  const std::string name = spec.name();
+  RETURN_IF_ERROR(Add(std::move(spec)));
+  full_models_.emplace(name, std::move(source));
+  return absl::OkStatus();
+}
+
+absl::Status ModelCatalog::LinkFullModel(absl::string_view template_name,
+                                         absl::string_view full_model) {
+  if (cut_down_.count(std::string(template_name)) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", template_name.substr(0, 64),
+                     "' is not a cut-down template of the catalog"));
+  }
+  if (full_models_.count(std::string(full_model)) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", full_model.substr(0, 64), "' is not a full model of the catalog"));
+  }
+  full_model_of_[std::string(template_name)] = std::string(full_model);
+  return absl::OkStatus();
+}
+
+const FullModelSource* ModelCatalog::FullModelSourceOf(
+    absl::string_view name) const {
+  auto it = full_models_.find(std::string(name));
+  return it == full_models_.end() ? nullptr : &it->second;
+}
+
+std::string ModelCatalog::FullModelOf(absl::string_view name) const {
+  auto it = full_model_of_.find(std::string(name));
+  return it == full_model_of_.end() ? "" : it->second;
+}
+
+std::string ModelCatalog::OriginNotice(absl::string_view name,
+                                       absl::string_view subject) const {
+  if (const FullModelSource* full = FullModelSourceOf(name); full != nullptr) {
+    return absl::StrCat("the full model: ", name, " is models/", full->file,
+                        ", the config.json of ", full->hub,
+                        " as published, converted by the Hugging Face "
+                        "front-end");
+  }
+  const std::string cut = CutDownRemarkOf(name);
+  if (cut.empty()) return "";
+  const std::string full = FullModelOf(name);
+  return absl::StrCat(
+      "a cut-down template: ", name, " is ", absl::StripSuffix(cut, "."), "; ",
+      subject, " for this template, not the full model",
+      full.empty() ? ""
+                   : absl::StrCat(" (the full model: --model ", full, ")"));
+}
+
 std::string ModelCatalog::CutDownRemarkOf(absl::string_view name) const {
   auto it = cut_down_.find(std::string(name));
   return it == cut_down_.end() ? "" : it->second;

@@ -8,8 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
-#include "server/core/frontends/hf_config.h"
-#include "server/core/frontends/onnx_import.h"
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
@@ -172,88 +170,12 @@ absl::Status CheckBatches(
   return absl::OkStatus();
 }
 
-bool ImportsModel(const v1::ModelRef& model) {
-  switch (model.source_case()) {
-    case v1::ModelRef::kTemplate:
-      return false;
-    case v1::ModelRef::kSpec:
-      return model.spec().ByteSizeLong() > kSmallSpecBytes;
-    default:
-      return true;
-  }
-}
-
-absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
-                                              const v1::TrainingSetup& setup,
-                                              const ModelCatalog& catalog) {
-  ResolvedModel resolved;
-  switch (model.source_case()) {
-    case v1::ModelRef::kTemplate: {
-      ASSIGN_OR_RETURN(const v1::ModelSpec* spec,
-                       catalog.Find(model.template_()));
-      resolved.catalog_spec = spec;
-      resolved.template_name = spec->name();
-      // A template named after a model may be a part of it, as measured:
-      // every answer says so.
-      if (const std::string cut = catalog.CutDownRemarkOf(spec->name());
-          !cut.empty()) {
-        resolved.assumptions.push_back(
-            absl::StrCat("a cut-down template: ", spec->name(), " is ", cut,
-                         "; the answer is for this template, not the full "
-                         "model"));
-      }
-      return resolved;
-    }
-    case v1::ModelRef::kSpec:
-      RETURN_IF_ERROR(ValidateSpec(model.spec()));
-      resolved.owned_spec = model.spec();
-      return resolved;
-    case v1::ModelRef::kHfConfig: {
-      HfOptions options;
-      options.seq_len = setup.positions();
-      absl::StatusOr<HfConversion> converted =
-          SpecFromHfConfig(model.hf_config(), options);
-      if (!converted.ok()) {
-        return absl::Status(
-            converted.status().code(),
-            absl::StrCat("model.hf_config: ", converted.status().message()));
-      }
-      resolved.owned_spec = std::move(converted->spec);
-      resolved.assumptions = std::move(converted->assumed_defaults);
-      return resolved;
-    }
-    case v1::ModelRef::kOnnx: {
-      OnnxOptions options;
-      options.positions = setup.positions();
-      absl::StatusOr<OnnxConversion> converted =
-          SpecFromOnnx(model.onnx(), options);
-      if (!converted.ok()) {
-        return absl::Status(
-            converted.status().code(),
-            absl::StrCat("model.onnx: ", converted.status().message()));
-      }
-      resolved.owned_spec = std::move(converted->spec);
-      resolved.assumptions = std::move(converted->notes);
-      return resolved;
-    }
-    case v1::ModelRef::SOURCE_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      "model is empty; set model.template (a catalog name), model.spec, "
-      "model.hf_config or model.onnx");
-}
-
 absl::StatusOr<ModelKey> FitPlanner::KeyOf(
     const v1::CheckFitRequest& request) const {
   ASSIGN_OR_RETURN(
       ResolvedModel model,
       ResolveModelRef(request.model(), request.setup(), *catalog_));
-  v1::TrainingSetup setup = request.setup();
-  if (request.model().source_case() == v1::ModelRef::kOnnx) {
-    setup.clear_positions();
-  }
-  return KeyFor(model, setup);
+  return KeyFor(model, ProfileSetup(request.model(), request.setup()));
 }
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
@@ -289,12 +211,10 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
         " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
   }
 
-  // An ONNX graph's lengths are resolved by its conversion (setup.positions
-  // bound its symbolic dimensions); they are not rescaled again.
-  v1::TrainingSetup setup = request.setup();
-  if (request.model().source_case() == v1::ModelRef::kOnnx) {
-    setup.clear_positions();
-  }
+  // A conversion that bound setup.positions (an ONNX graph's symbolic
+  // lengths) is not rescaled again.
+  const v1::TrainingSetup setup =
+      ProfileSetup(request.model(), request.setup());
   ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
   // Under gradient accumulation a batch is grad_accum microbatches: it must
   // divide, and a largest batch is a whole number of microbatches.

@@ -16,6 +16,7 @@
 #include "headroom/v1/planner.pb.h"
 #include "server/core/catalog/model_catalog.h"
 #include "server/core/evidence/evidence.h"
+#include "server/core/frontends/frontend_registry.h"
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
@@ -26,39 +27,6 @@ inline constexpr int kMaxTargetsPerRequest = 64;
 
 // Writes component byte counts (in Component order) as GB.
 void SetComponentsGb(const ComponentArray& bytes, v1::ComponentsGb* out);
-
-// A request's model made concrete: a catalog spec (not copied) or one the
-// request carried or a front-end derived, with the defaults it assumed.
-struct ResolvedModel {
-  const v1::ModelSpec* catalog_spec = nullptr;
-  v1::ModelSpec owned_spec;
-  // The catalog template's name; empty for inline specs and configs.
-  std::string template_name;
-  std::vector<std::string> assumptions;
-
-  const v1::ModelSpec& spec() const {
-    return catalog_spec != nullptr ? *catalog_spec : owned_spec;
-  }
-};
-
-// Serialized size up to which an inline spec answers as fast as a catalog
-// template: it is validated layer by layer, so its cost grows with its size
-// (the 7B decoder of bench/ is 298 bytes and answers in microseconds).
-inline constexpr size_t kSmallSpecBytes = 4096;
-
-// Whether answering for `model` imports it (a Hugging Face config, an ONNX
-// graph or an inline spec over kSmallSpecBytes: parsing and conversion, up
-// to seconds for a large graph) rather than finding it in the catalog or
-// validating a small spec (microseconds). The service runs imports on their
-// own bounded pool and answers the rest on the calling thread.
-bool ImportsModel(const v1::ModelRef& model);
-
-// Resolves model.template / model.spec / model.hf_config; INVALID_ARGUMENT
-// or NOT_FOUND name the field. `catalog` must outlive the result.
-
-absl::StatusOr<ResolvedModel> ResolveModelRef(const v1::ModelRef& model,
-                                              const v1::TrainingSetup& setup,
-                                              const ModelCatalog& catalog);
 
 // OK when `batches` has 1..max_entries entries, each 1..kMaxBatch; else
 // INVALID_ARGUMENT naming the field ("batches[2] = 0 ...").

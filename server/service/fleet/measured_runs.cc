@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/evidence/model_key.h"
+#include "server/core/frontends/frontend_registry.h"
 #include "server/core/memory/model_spec.h"
 
 namespace headroom {
@@ -27,8 +28,8 @@ std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
   run.set_family(probe.spec().family());
   // The key and shape of what was measured: a template's spec is the
   // catalog's; any other model's spec travels with the run.
-  v1::TrainingSetup setup = probe.request().setup();
-  if (probe.request().model().has_onnx()) setup.clear_positions();
+  const v1::TrainingSetup setup =
+      ProfileSetup(probe.request().model(), probe.request().setup());
   *run.mutable_setup() = setup;
   if (probe.template_().empty()) *run.mutable_spec() = probe.spec();
   run.set_model_key(ModelKeyOf(probe.spec(), setup).id);

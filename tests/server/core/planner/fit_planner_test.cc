@@ -3,6 +3,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/memory/model_spec.h"
+#include "server/io/catalog_files.h"
+#include "server/io/files.h"
 #include "tests/server/core/frontends/onnx_test_graphs.h"
 
 namespace headroom {
@@ -225,6 +227,53 @@ TEST_F(FitPlannerTest, RejectsMissingModel) {
   request.clear_model();
   EXPECT_THAT(planner_->CheckFit(request).status().message(),
               HasSubstr("model is empty"));
+}
+
+// A full model asked by name answers as its config.json sent as
+// model.hf_config does (same parameters, peaks and model key), and names the
+// file it came from.
+TEST(FitPlannerFullModelTest, ByNameAnswersAsTheConfigFileDoes) {
+  absl::StatusOr<ModelCatalog> loaded =
+      LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto catalog = std::make_shared<ModelCatalog>(std::move(*loaded));
+  const FitPlanner planner(catalog, LinFactors("fs-test", 1.0), 0.95);
+  absl::StatusOr<std::string> config =
+      ReadFile(std::string(HEADROOM_SOURCE_DIR) + "/models/hf/qwen2.5-7b.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (uint64_t positions : {0u, 4096u}) {
+    v1::CheckFitRequest by_name;
+    by_name.mutable_model()->set_template_("qwen2.5-7b");
+    by_name.add_batches(1);
+    by_name.add_batches(8);
+    by_name.add_targets()->set_gpu("H100");
+    by_name.mutable_setup()->set_positions(positions);
+    v1::CheckFitRequest by_file = by_name;
+    by_file.mutable_model()->set_hf_config(*config);
+
+    absl::StatusOr<v1::CheckFitResponse> named = planner.CheckFit(by_name);
+    absl::StatusOr<v1::CheckFitResponse> filed = planner.CheckFit(by_file);
+    ASSERT_TRUE(named.ok()) << named.status();
+    ASSERT_TRUE(filed.ok()) << filed.status();
+    EXPECT_EQ(named->model(), "qwen2.5-7b");
+    EXPECT_EQ(named->params(), filed->params());
+    EXPECT_EQ(named->params(), CountParams(**catalog->Find("qwen2.5-7b")));
+    ASSERT_EQ(named->estimates_size(), 2);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_DOUBLE_EQ(named->estimates(i).peak_gb(),
+                       filed->estimates(i).peak_gb())
+          << positions;
+    }
+    ASSERT_GE(named->assumptions_size(), 1);
+    EXPECT_THAT(named->assumptions(0),
+                HasSubstr("the full model: qwen2.5-7b is "
+                          "models/hf/qwen2.5-7b.json, the config.json of "
+                          "Qwen/Qwen2.5-7B as published"));
+    absl::StatusOr<ModelKey> named_key = planner.KeyOf(by_name);
+    absl::StatusOr<ModelKey> filed_key = planner.KeyOf(by_file);
+    ASSERT_TRUE(named_key.ok() && filed_key.ok());
+    EXPECT_EQ(named_key->id, filed_key->id) << positions;
+  }
 }
 
 }  // namespace
