@@ -379,7 +379,9 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   //    per trainable parameter; a one-tensor-at-a-time step only the
   //    largest tensor's); the activations are gone by then.
   const ModelStates& st = profile.states;
-  const double resident = st.weights + st.states;
+  // Paged optimizer state is CUDA managed memory: the driver pages it to
+  // the host when the card runs short, and torch's allocator never sees it.
+  const double resident = st.weights + st.states - st.paged_states;
   if (setup.optimizer_in_backward()) {
     profile.fixed_bytes[kOptimizer] =
         resident + st.in_backward_buffers + st.half_copies;

@@ -448,9 +448,14 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         kernel = "flash (setup), no score matrix";
         break;
       default:
-        kernel = absl::StrCat(
-            "the model's default: ", fused, " layer(s) fused (sdpa), ", eager,
-            " eager (probabilities saved); set attention to choose");
+        kernel = eager == 0 ? absl::StrCat("the model's default, sdpa (", fused,
+                                           " layers; no score matrix)")
+                 : fused == 0
+                     ? absl::StrCat("the model's default, eager (", eager,
+                                    " layers; probabilities saved)")
+                     : absl::StrCat("the model's default: ", fused,
+                                    " layers sdpa, ", eager, " eager");
+        kernel += "; --attention eager|sdpa|flash chooses";
     }
     out.push_back(absl::StrCat("attention: ", kernel));
   }
@@ -463,8 +468,8 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         "longest, so this is the longest length"));
   }
   if (states.adapter_params != 0) {
-    std::vector<std::string> names(LoraTargets(setup).begin(),
-                                   LoraTargets(setup).end());
+    const std::set<std::string> targets = LoraTargets(setup);
+    const std::vector<std::string> names(targets.begin(), targets.end());
     out.push_back(absl::StrCat(
         "LoRA rank ", setup.lora().rank(), " on ", absl::StrJoin(names, ","),
         ": ", Count(states.adapter_params),
@@ -495,8 +500,9 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
   if (states.paged_states > 0) {
     out.push_back(absl::StrCat(
         "paged optimizer state (", Gb(states.paged_states),
-        ") is counted as resident; the driver may page it to the host under "
-        "memory pressure, and torch's allocator peak does not see it"));
+        ") is not in the peak: it lives in CUDA managed memory, which the "
+        "driver pages to the host under pressure and torch's allocator does "
+        "not count"));
   }
   if (setup.grad_accum() > 1) {
     out.push_back(absl::StrCat(

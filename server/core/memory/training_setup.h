@@ -76,7 +76,8 @@ struct ModelStates {
   double in_backward_buffers = 0;
   // The largest quantized weight dequantized for compute (a transient).
   double dequantized = 0;
-  // Paged optimizer state (included in `states`).
+  // Paged optimizer state (included in `states`; the peak leaves it out:
+  // managed memory the driver pages to the host under pressure).
   double paged_states = 0;
 };
 ModelStates ComputeModelStates(const FrozenSpec& frozen,

@@ -2,6 +2,7 @@
 
 #include "server/core/memory/training_setup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -92,6 +93,9 @@ TEST(TrainingSetupTest, EightBitAdamKeepsBlockScalesAndSmallTensorsIn32Bits) {
   setup.set_optimizer(TrainingSetup::PAGED_ADAMW8BIT);
   const MemoryProfile paged = Profile(Linear(), setup);
   EXPECT_DOUBLE_EQ(paged.states.paged_states, p.states.states);
+  // Managed memory: out of the peak.
+  EXPECT_DOUBLE_EQ(paged.fixed_bytes[kOptimizer],
+                   p.fixed_bytes[kOptimizer] - p.states.states);
 }
 
 TEST(TrainingSetupTest, AdafactorFactorsMatricesAndNotVectors) {
@@ -162,6 +166,12 @@ TEST(TrainingSetupTest, LoraTrainsAdaptersOnlyInFp32) {
   EXPECT_DOUBLE_EQ(
       p.per_sample_bytes[kInternal] - base.per_sample_bytes[kInternal],
       2 * 10.0 * 4 * 4);
+  // The answer says what trains (and does not hang on the target set).
+  const auto said = SetupAssumptions(Block(), setup, p.states);
+  EXPECT_TRUE(std::any_of(said.begin(), said.end(), [](const std::string& a) {
+    return a.find("LoRA rank 4 on q,v: 128 adapter parameters") !=
+           std::string::npos;
+  })) << said.size();
   // all-linear adds k, o and the MLP's three: 7 adapted linears.
   setup.mutable_lora()->add_targets("all-linear");
   const MemoryProfile all = Profile(Block(), setup);
