@@ -317,8 +317,12 @@ int EnergyCurvesPromote(const Options& options, bool rollback,
 int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
                       const EnergyProbeOptions& energy, std::ostream& out,
                       std::ostream& err) {
+  // The model and placement as `fit` reads them; generation runs at batch
+  // 1, which no flag sets.
+  Options model = options;
+  model.batch = "1";
   absl::StatusOr<v1::CheckFitRequest> fit =
-      FitRequest(options, /*require_targets=*/false);
+      FitRequest(model, /*require_targets=*/false);
   if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
   v1::SubmitEnergyProbeRequest request;
   *request.mutable_model() = fit->model();

@@ -213,6 +213,18 @@ TEST_F(EnergyIntegrationTest, ProbesRefitToTheSimsHiddenTruth) {
   EXPECT_EQ(refit.current_version(), "ec-2");
   EXPECT_EQ(refit.stored_runs(), 4 * 3 * kRepetitions);
 
+  for (const v1::CurveFitSummary& c : refit.curves()) {
+    if (!c.refit()) continue;
+    std::printf("energy: %s %s held out %.2f pp, current set %s pp\n",
+                c.arch().c_str(), c.quant().c_str(), c.heldout_mae(),
+                c.has_current_heldout_mae()
+                    ? absl::StrCat(c.current_heldout_mae()).c_str()
+                    : "none");
+  }
+  std::printf("energy: %s %s: %s\n", refit.curve_set().version().c_str(),
+              refit.promoted() ? "promoted" : "kept",
+              refit.promotion_reason().c_str());
+
   worker::SimGpuConfig config;
   config.kind = "L4";
   config.seed = 7;
