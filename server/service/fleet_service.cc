@@ -419,8 +419,7 @@ void FleetService::OnResult(WorkerStream* stream,
     if (const std::optional<v1::EnergyRun> energy =
             EnergyRunFor(*probe, result, worker, NowMs() / 1000)) {
       absl::StatusOr<bool> added = store_->AddEnergyRun(
-          StoredResultKey(probe->id(), result.assignment_id(), batch),
-          *energy);
+          StoredResultKey(probe->id(), result.assignment_id(), batch), *energy);
       if (!added.ok()) {
         spdlog::error("event=energy_run_not_stored key={} error=\"{}\"",
                       Cut(key), std::string(added.status().message()));

@@ -195,9 +195,9 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
     v1::PromoteEnergyCurveSetResponse promoted;
     grpc::ClientContext context;
     context.set_deadline(In(30));
-    ASSERT_TRUE(planner_->energy
-                    ->PromoteEnergyCurveSet(&context, promote, &promoted)
-                    .ok());
+    ASSERT_TRUE(
+        planner_->energy->PromoteEnergyCurveSet(&context, promote, &promoted)
+            .ok());
   }
   EXPECT_EQ(Estimate().curves_version(), "ec-2");
 
