@@ -306,5 +306,44 @@ TEST_F(EnergyIntegrationTest, ProbesRefitToTheSimsHiddenTruth) {
   EXPECT_EQ(Estimate(n0, "nf4").curves_version(), "ec-1");
 }
 
+// Over the wire: a bad quantization is INVALID_ARGUMENT naming the field,
+// an unknown GPU NOT_FOUND, and SubmitProbe refuses an energy plan.
+TEST_F(EnergyIntegrationTest, SubmitEnergyProbeRefusesBadInput) {
+  const auto submit = [&](const v1::SubmitEnergyProbeRequest& request,
+                          v1::SubmitProbeResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    return fleet_->SubmitEnergyProbe(&context, request, response);
+  };
+  v1::SubmitEnergyProbeRequest request;
+  request.mutable_model()->set_template_("gpt2");
+  request.set_gpu("L4");
+  request.add_quants("fp4");
+  v1::SubmitProbeResponse response;
+  grpc::Status status = submit(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("quants[0]"), std::string::npos)
+      << status.error_message();
+  request.clear_quants();
+  request.set_gpu("Voodoo5");
+  status = submit(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("gpu: "), std::string::npos);
+
+  v1::SubmitProbeRequest sneaky;
+  sneaky.mutable_model()->set_template_("gpt2");
+  sneaky.set_gpu("L4");
+  sneaky.add_batches(1);
+  sneaky.mutable_energy()->add_quants("fp16");
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  status = fleet_->SubmitProbe(&context, sneaky, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("energy is set by SubmitEnergyProbe"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace headroom
