@@ -71,6 +71,7 @@ struct Parsed {
   ProbeOptions probe;
   MicrobatchPlanOptions plan;
   EnergyOptions energy;
+  EnergyProbeOptions energy_probe;
   std::string policy;
   std::string record;
   std::string output;
@@ -414,9 +415,50 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   energy_refit->add_flag("--merge_anchors", e.merge_anchors,
                          "keep existing anchors");
   energy_refit->add_option("--out", e.out, "write the new curve set here");
+  energy_refit->add_flag("--stored", e.stored,
+                         "refit on the planner from the energy runs it "
+                         "stored (energy probes)");
+  energy_refit->add_flag("--include_simulated", e.include_simulated,
+                         "with --stored: use simulated runs too");
+  energy_refit->add_flag("--force", e.force,
+                         "with --stored: make the new set current even if "
+                         "the promotion rule would keep the current one");
   AddEnergyCurves(energy_refit, e);
   energy_refit->add_flag("--json", e.json, "print JSON instead of a table");
-  actions[energy_refit] = [&] { return EnergyRefit(e, out, err); };
+  actions[energy_refit] = [&] {
+    if (e.stored) return EnergyRefitStored(o, e, out, err);
+    if (e.include_simulated || e.force) {
+      return Fail(err, "--include_simulated and --force need --stored");
+    }
+    return EnergyRefit(e, out, err);
+  };
+  CLI::App* energy_probe = command(
+      energy, "probe", "measure generation energy on a worker (queue a probe)");
+  energy_probe->add_option("--model", o.model,
+                           "catalog template, or a spec, config.json or ONNX "
+                           "file");
+  energy_probe->add_option("--gpu", o.gpu, "a catalog GPU kind, e.g. L4");
+  energy_probe->add_option("--quant", p.energy_probe.quant,
+                           "fp16,nf4,int8 (default: all three)");
+  energy_probe->add_option("--prompt_tokens", p.energy_probe.prompt_tokens,
+                           "prompt length (0 = 64)");
+  energy_probe->add_option("--new_tokens", p.energy_probe.new_tokens,
+                           "tokens generated in the window (0 = 128)");
+  energy_probe->add_option("--repetitions", p.probe.repetitions,
+                           "windows per quantization (0 = 1)");
+  energy_probe->add_option("--batch_timeout_s", p.energy_probe.batch_timeout_s,
+                           "seconds per quantization (0 = 600)");
+  energy_probe->add_option("--worker", p.probe.worker, "run on this worker id");
+  energy_probe->add_option("--executor", p.probe.executor,
+                           "torch or sim (default: the worker's)");
+  energy_probe->add_flag("--watch", p.probe.watch,
+                         "follow the probe to its end (exit 1 if it fails)");
+  energy_probe->add_option("--watch_timeout_s", p.probe.watch_timeout_s,
+                           "longest wait in seconds");
+  AddJson(energy_probe, o);
+  actions[energy_probe] = [&] {
+    return EnergyProbeSubmit(o, p.probe, p.energy_probe, out, err);
+  };
   CLI::App* energy_plot = command(energy, "plot", "plot one architecture");
   energy_plot->add_option("--arch", e.arch, "GPU architecture");
   energy_plot->add_option("--svg", e.svg, "the SVG file to write");

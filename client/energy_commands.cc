@@ -8,9 +8,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "client/rpc.h"
+#include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
@@ -115,6 +119,11 @@ void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
         << "B outside (x" << Fixed(answer.extrapolation_ratio(), 2) << ")";
   }
   out << "\n";
+  if (!answer.points_near_n().empty()) {
+    out << "  points near N   " << answer.points_near_n() << " (nearest anchor "
+        << Fixed(answer.nearest_anchor_b(), 2) << "B); curves "
+        << answer.curves_version() << "\n";
+  }
 }
 
 void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out) {
@@ -139,6 +148,13 @@ void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out) {
         Optional(c.has_previous_loo_mae(), c.previous_loo_mae(), 3).c_str(),
         crossover ? Fixed(*crossover, 3).c_str() : "none", notes.c_str());
     out << line;
+    if (c.refit() && (c.has_heldout_mae() || c.has_current_heldout_mae())) {
+      out << "  held out on the new points: "
+          << Optional(c.has_heldout_mae(), c.heldout_mae(), 3)
+          << " pp, current set "
+          << Optional(c.has_current_heldout_mae(), c.current_heldout_mae(), 3)
+          << " pp\n";
+    }
   }
 }
 
@@ -295,6 +311,101 @@ int EnergyCurvesPromote(const Options& options, bool rollback,
   if (!status.ok()) return FailRpc(err, options, status);
   out << response.current_version() << " is now current (was "
       << response.previous_version() << ")\n";
+  return 0;
+}
+
+int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
+                      const EnergyProbeOptions& energy, std::ostream& out,
+                      std::ostream& err) {
+  // The model and placement as `fit` reads them; generation runs at batch
+  // 1, which no flag sets.
+  Options model = options;
+  model.batch = "1";
+  absl::StatusOr<v1::CheckFitRequest> fit =
+      FitRequest(model, /*require_targets=*/false);
+  if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
+  v1::SubmitEnergyProbeRequest request;
+  *request.mutable_model() = fit->model();
+  if (!probe.worker.empty()) {
+    if (!fit->targets().empty()) {
+      return Fail(err, "give --gpu KIND or --worker ID, not both");
+    }
+    request.set_worker(probe.worker);
+  } else if (fit->targets_size() == 1 && fit->targets(0).has_gpu()) {
+    request.set_gpu(fit->targets(0).gpu());
+  } else {
+    return Fail(err,
+                "--gpu KIND (one catalog GPU, e.g. --gpu L4) or --worker ID "
+                "is required");
+  }
+  for (absl::string_view quant :
+       absl::StrSplit(energy.quant, ',', absl::SkipWhitespace())) {
+    request.add_quants(std::string(absl::StripAsciiWhitespace(quant)));
+  }
+  request.set_prompt_tokens(energy.prompt_tokens);
+  request.set_new_tokens(energy.new_tokens);
+  request.set_repetitions(probe.repetitions);
+  request.set_executor(probe.executor);
+  request.set_batch_timeout_s(energy.batch_timeout_s);
+  request.set_expires_s(probe.expires_s);
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::SubmitProbeResponse response;
+  const grpc::Status status =
+      stub->SubmitEnergyProbe(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (!response.warning().empty()) {
+    err << "warning: " << response.warning() << "\n";
+  }
+  if (options.json && !probe.watch) {
+    out << CliJson(response.probe()) << "\n";
+    return 0;
+  }
+  if (!options.json) {
+    out << "submitted energy probe " << response.probe().id() << " ("
+        << absl::StrJoin(response.probe().request().energy().quants(), ",")
+        << ", " << response.probe().request().energy().new_tokens()
+        << " new tokens)\n";
+  }
+  if (!probe.watch) return 0;
+  return ProbeWatch(options, probe, response.probe().id(), out, err);
+}
+
+int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
+                      std::ostream& out, std::ostream& err) {
+  if (!energy.runs.empty() || energy.from_anchors) {
+    return Fail(err,
+                "--stored refits on the planner from its stored runs; "
+                "--runs and --from_anchors refit a file offline (give one)");
+  }
+  v1::RefitEnergyRequest request;
+  request.set_stored(true);
+  request.set_include_simulated(energy.include_simulated);
+  request.set_force(energy.force);
+  request.set_subtract_idle(energy.subtract_idle);
+  request.set_merge_anchors(energy.merge_anchors);
+  auto stub = v1::Energy::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::RefitEnergyResponse response;
+  const grpc::Status status = stub->RefitEnergy(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, options, status);
+  if (options.json || energy.json) {
+    out << CliJson(response) << "\n";
+    return 0;
+  }
+  PrintRefit(response, out);
+  out << "runs: " << response.stored_runs() << " stored";
+  if (response.simulated_runs_excluded() > 0) {
+    out << " (" << response.simulated_runs_excluded()
+        << " simulated left out; --include_simulated uses them)";
+  }
+  out << "\n"
+      << response.curve_set().version() << " stored; "
+      << (response.promoted() ? "promoted: " : "not promoted: ")
+      << response.promotion_reason() << "; current is "
+      << response.current_version() << "\n";
   return 0;
 }
 

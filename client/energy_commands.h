@@ -6,10 +6,12 @@
 // Each command returns the process exit code: 0 on success, 2 for bad input
 // (flags, files, values), 1 when an output file cannot be written.
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
 #include "client/commands.h"
+#include "client/fleet_commands.h"
 #include "headroom/v1/energy.pb.h"
 
 namespace headroom::cli {
@@ -34,6 +36,21 @@ struct EnergyOptions {
   std::string out;
   // plot: the SVG file to write; the SVG goes to `out` when empty.
   std::string svg;
+  // refit --stored: ask the planner to refit from the energy runs it stored
+  // (simulated ones with include_simulated), with the promotion rule
+  // (force overrides).
+  bool stored = false;
+  bool include_simulated = false;
+  bool force = false;
+};
+
+// headroom energy probe: what SubmitEnergyProbe is asked.
+struct EnergyProbeOptions {
+  // fp16,nf4,int8 (comma-separated; empty = all three).
+  std::string quant;
+  uint32_t prompt_tokens = 0;
+  uint32_t new_tokens = 0;
+  double batch_timeout_s = 0;
 };
 
 // headroom energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8
@@ -63,6 +80,20 @@ int EnergyCurvesList(const Options& options, std::ostream& out,
 // the server.
 int EnergyCurvesPromote(const Options& options, bool rollback,
                         std::ostream& out, std::ostream& err);
+
+// headroom energy probe --model M [--quant fp16,nf4,int8] --gpu KIND|--worker
+// ID [--prompt_tokens P] [--new_tokens N] [--repetitions R] [--executor
+// torch|sim] [--watch]: queues an energy probe (Fleet.SubmitEnergyProbe) and
+// prints its id, or follows it, one line per quantization's window.
+int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
+                      const EnergyProbeOptions& energy, std::ostream& out,
+                      std::ostream& err);
+
+// headroom energy refit --stored [--include_simulated] [--force] [--json]:
+// the planner refits from its stored energy runs, stores the set as ec-N
+// and says whether the promotion rule made it current.
+int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
+                      std::ostream& out, std::ostream& err);
 
 // The answer as the CLI prints it, for the RPC path to reuse: JSON (pretty,
 // explicit nulls) or text.

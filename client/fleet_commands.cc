@@ -28,6 +28,13 @@ void PrintResult(const v1::BatchResult& r, std::ostream& out) {
   out << " rep " << r.repetition() << ": ";
   if (!r.error().empty()) {
     out << "error: " << r.error();
+  } else if (r.has_generation()) {
+    const v1::GenerationEnergy& g = r.generation();
+    out << std::fixed << std::setprecision(1) << g.j_per_1k_tokens()
+        << " J per 1k tokens, " << g.tokens_per_s() << " tokens/s, "
+        << g.tokens_generated() << " tokens in " << std::setprecision(3)
+        << g.window_s() << " s, " << g.energy_j() << " J, idle "
+        << std::setprecision(1) << g.idle_w() << " W";
   } else if (r.oom()) {
     out << "OOM";
   } else {
@@ -47,9 +54,13 @@ void PrintResult(const v1::BatchResult& r, std::ostream& out) {
 
 void PrintProbe(const v1::Probe& p, std::ostream& out) {
   out << p.id() << " " << StateName(p.state()) << " " << p.spec().name()
-      << " on " << (p.gpu().empty() ? p.request().worker() : p.gpu())
-      << " batches " << absl::StrJoin(p.request().batches(), ",")
-      << " attempts " << p.attempts();
+      << " on " << (p.gpu().empty() ? p.request().worker() : p.gpu());
+  if (p.request().has_energy()) {
+    out << " energy " << absl::StrJoin(p.request().energy().quants(), ",");
+  } else {
+    out << " batches " << absl::StrJoin(p.request().batches(), ",");
+  }
+  out << " attempts " << p.attempts();
   if (!p.worker().empty()) out << " worker " << p.worker();
   if (!p.error().empty()) out << " error: " << p.error();
   out << "\n";

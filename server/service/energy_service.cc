@@ -1,6 +1,9 @@
 #include "server/service/energy_service.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/calibration/promotion.h"
@@ -14,6 +17,12 @@
 #include "spdlog/spdlog.h"
 
 namespace headroom {
+namespace {
+
+// Stored energy runs one refit reads at most.
+constexpr int kMaxRefitRuns = 100000;
+
+}  // namespace
 
 grpc::ServerUnaryReactor* EnergyService::EstimateEnergy(
     grpc::CallbackServerContext* context,
@@ -51,22 +60,85 @@ grpc::ServerUnaryReactor* EnergyService::RefitEnergy(
       if (base == nullptr) {
         return absl::FailedPreconditionError("no energy curves are loaded");
       }
+      if (!request->stored() && request->include_simulated()) {
+        return absl::InvalidArgumentError(
+            "include_simulated needs stored (it says which stored runs to "
+            "use)");
+      }
+      // The request's runs, then (stored) the planner's own.
+      v1::RefitEnergyRequest runs = *request;
+      int stored_runs = 0;
+      int64_t simulated_excluded = 0;
+      if (request->stored()) {
+        ASSIGN_OR_RETURN(std::vector<v1::EnergyRun> stored,
+                         state_.store()->ListEnergyRuns(
+                             request->include_simulated(), kMaxRefitRuns));
+        ASSIGN_OR_RETURN(const auto counts, state_.store()->CountEnergyRuns());
+        if (!request->include_simulated()) simulated_excluded = counts.second;
+        // A quantized window whose fp16 partner failed (or is not stored
+        // yet) has nothing to be compared with: left out, not an error.
+        std::set<std::tuple<std::string, std::string, double>> fp16;
+        for (const v1::EnergyRun& run : stored) {
+          if (run.quant() == "fp16") {
+            fp16.insert({run.gpu(), run.model(), run.params_b()});
+          }
+        }
+        for (v1::EnergyRun& run : stored) {
+          if (run.quant() != "fp16" &&
+              fp16.count({run.gpu(), run.model(), run.params_b()}) == 0) {
+            continue;
+          }
+          ++stored_runs;
+          *runs.add_runs() = std::move(run);
+        }
+      }
+      if (runs.runs().empty() && request->stored()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no stored energy runs to refit from",
+                         simulated_excluded > 0
+                             ? absl::StrCat(" (", simulated_excluded,
+                                            " simulated runs left out: pass "
+                                            "include_simulated to use them)")
+                             : " (submit energy probes first)",
+                         "; the current curves ", base->version(), " stay"));
+      }
       ASSIGN_OR_RETURN(
           v1::RefitEnergyResponse refit,
           headroom::RefitEnergy(
-              *base, *request,
-              absl::StrCat(request->runs_size(), " measured energy runs")));
+              *base, runs,
+              absl::StrCat(request->runs_size(), " energy runs of the request",
+                           request->stored()
+                               ? absl::StrCat(" and ", stored_runs, " stored",
+                                              request->include_simulated()
+                                                  ? " (simulated included)"
+                                                  : " (simulated left out)")
+                               : "")));
+      const EnergyPromotion decision =
+          DecideEnergyPromotion(refit, request->force());
       // Under refit_mu_ like a factor-set change, so SyncWithStore never
       // reinstalls the curves this replaces.
       absl::MutexLock refit_lock(state_.refit_mu());
-      ASSIGN_OR_RETURN(
-          v1::EnergyCurveSet stored,
-          state_.store()->AddEnergyCurveSet(refit.curve_set(), true));
-      spdlog::info("event=energy_refit version={} runs={}", stored.version(),
-                   request->runs_size());
+      ASSIGN_OR_RETURN(v1::EnergyCurveSet stored,
+                       state_.store()->AddEnergyCurveSet(refit.curve_set(),
+                                                         decision.promote));
+      spdlog::info(
+          "event=energy_refit version={} runs={} stored_runs={} promoted={} "
+          "reason=\"{}\"",
+          stored.version(), runs.runs_size(), stored_runs, decision.promote,
+          decision.reason);
       *refit.mutable_curve_set() = stored;
-      state_.SetEnergyCurves(
-          std::make_shared<const v1::EnergyCurveSet>(std::move(stored)));
+      refit.set_promoted(decision.promote);
+      refit.set_promotion_reason(decision.reason);
+      refit.set_request_runs(request->runs_size());
+      refit.set_stored_runs(stored_runs);
+      refit.set_simulated_runs_excluded(static_cast<int>(simulated_excluded));
+      if (decision.promote) {
+        refit.set_current_version(stored.version());
+        state_.SetEnergyCurves(
+            std::make_shared<const v1::EnergyCurveSet>(std::move(stored)));
+      } else {
+        refit.set_current_version(base->version());
+      }
       return refit;
     }();
     Reply(reactor, std::move(answer), response);

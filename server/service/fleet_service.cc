@@ -412,6 +412,20 @@ void FleetService::OnResult(WorkerStream* stream,
                     std::string(stored.status().message()));
       return;
     }
+    // An energy window, accepted for the assignment the worker holds, is
+    // also an energy run, stored under the same key: also for a duplicate
+    // (the first attempt may have failed here), and not acknowledged until
+    // it is stored, so a result re-sent after a failure stores it once.
+    if (const std::optional<v1::EnergyRun> energy =
+            EnergyRunFor(*probe, result, worker, NowMs() / 1000)) {
+      absl::StatusOr<bool> added = store_->AddEnergyRun(
+          StoredResultKey(probe->id(), result.assignment_id(), batch), *energy);
+      if (!added.ok()) {
+        spdlog::error("event=energy_run_not_stored key={} error=\"{}\"",
+                      Cut(key), std::string(added.status().message()));
+        return;
+      }
+    }
     if (*stored && run.has_value()) {
       std::function<void()> callback;
       {
@@ -791,8 +805,38 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
         return absl::InvalidArgumentError(
             "learn_key is set by the planner only (CheckFitRequest.learn)");
       }
+      if (request->has_energy()) {
+        return absl::InvalidArgumentError(
+            "energy is set by SubmitEnergyProbe only; send the energy probe "
+            "there");
+      }
       v1::SubmitProbeResponse out;
       ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(*request));
+      if (std::string why = NoWorkerFor(out.probe()); !why.empty()) {
+        out.set_warning(absl::StrCat(why, kStaysQueued));
+      }
+      return out;
+    }();
+    Reply(reactor, std::move(answer), response);
+  });
+}
+
+grpc::ServerUnaryReactor* FleetService::SubmitEnergyProbe(
+    grpc::CallbackServerContext* context,
+    const v1::SubmitEnergyProbeRequest* request,
+    v1::SubmitProbeResponse* response) {
+  if (auto* refused = RefuseUnary(options_.access.get(), context,
+                                  "/headroom.v1.Fleet/SubmitEnergyProbe")) {
+    return refused;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return DeferToStore(reactor, [this, request, response, reactor] {
+    auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
+      RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
+      ASSIGN_OR_RETURN(const v1::SubmitProbeRequest probe,
+                       EnergyProbeRequest(*request));
+      v1::SubmitProbeResponse out;
+      ASSIGN_OR_RETURN(*out.mutable_probe(), Submit(probe));
       if (std::string why = NoWorkerFor(out.probe()); !why.empty()) {
         out.set_warning(absl::StrCat(why, kStaysQueued));
       }

@@ -96,6 +96,10 @@ class FleetService final : public v1::Fleet::CallbackService,
       grpc::CallbackServerContext* context,
       const v1::SubmitProbeRequest* request,
       v1::SubmitProbeResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitEnergyProbe(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitEnergyProbeRequest* request,
+      v1::SubmitProbeResponse* response) override;
   grpc::ServerUnaryReactor* SubmitAutotune(
       grpc::CallbackServerContext* context,
       const v1::SubmitAutotuneRequest* request,

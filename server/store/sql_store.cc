@@ -469,8 +469,34 @@ absl::Status SharedSchema(Tx& tx) {
       "(assignment_id)");
 }
 
+// Legacy + 2: measured energy runs (issue 21), a table of their own. Old
+// databases gain it empty; nothing else changes, so they stay readable.
+const char kEnergyRunsTable[] = R"sql(
+CREATE TABLE energy_runs (
+  seq $SERIAL,
+  key $SORTED NOT NULL UNIQUE,
+  gpu text NOT NULL,
+  arch text NOT NULL,
+  simulated integer NOT NULL,
+  body $BLOB NOT NULL
+);
+CREATE INDEX energy_runs_by_simulated ON energy_runs (simulated, seq);
+)sql";
+
+std::string Substituted(const SqlDialect& d, const std::string& sql) {
+  return absl::StrReplaceAll(sql, {{"$BIGINT", d.bigint_type},
+                                   {"$BLOB", d.blob_type},
+                                   {"$SERIAL", d.serial_key},
+                                   {"$SORTED", d.sorted_text}});
+}
+
+absl::Status EnergyRunsSchema(Tx& tx) {
+  return tx.Script("creating energy_runs",
+                   Substituted(tx.dialect(), kEnergyRunsTable));
+}
+
 // The schema as this build's migrations leave it, for a new database.
-absl::Status CreateSchema(Tx& tx) {
+absl::Status CreateSchemaBeforeEnergyRuns(Tx& tx) {
   const SqlDialect& d = tx.dialect();
   return tx.Script("creating the schema", absl::StrReplaceAll(
                                               R"sql(
@@ -563,10 +589,15 @@ CREATE TABLE autotune_cache (
                                                {"$SORTED", d.sorted_text}}));
 }
 
+absl::Status CreateSchema(Tx& tx) {
+  RETURN_IF_ERROR(CreateSchemaBeforeEnergyRuns(tx));
+  return EnergyRunsSchema(tx);
+}
+
 // Migrations after the legacy version: migration i brings a database to
 // legacy version + i + 1.
 using Migration = absl::Status (*)(Tx&);
-const Migration kMigrations[] = {&SharedSchema};
+const Migration kMigrations[] = {&SharedSchema, &EnergyRunsSchema};
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               kSqlStoreMigrations);
 
@@ -784,6 +815,66 @@ absl::StatusOr<std::vector<v1::MeasuredRun>> SqlStore::ListRuns() {
     return absl::OkStatus();
   }));
   return runs;
+}
+
+// --- Energy runs ---
+
+absl::StatusOr<bool> SqlStore::AddEnergyRun(const std::string& key,
+                                            const v1::EnergyRun& run) {
+  bool added = false;
+  RETURN_IF_ERROR(Write([&](Tx& tx) -> absl::Status {
+    ASSIGN_OR_RETURN(SqlRows rows,
+                     tx.Query("finding an energy run",
+                              "SELECT 1 FROM energy_runs WHERE key = ?",
+                              SqlParams().Text(key)));
+    if (!rows.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(tx.Exec(
+        "storing an energy run",
+        "INSERT INTO energy_runs (key, gpu, arch, simulated, body) VALUES "
+        "(?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+        SqlParams()
+            .Text(key)
+            .Text(run.gpu())
+            .Text(run.arch())
+            .Int(run.simulated() ? 1 : 0)
+            .Bytes(DeterministicBytes(run))));
+    added = true;
+    return absl::OkStatus();
+  }));
+  return added;
+}
+
+absl::StatusOr<std::vector<v1::EnergyRun>> SqlStore::ListEnergyRuns(
+    bool include_simulated, int limit) {
+  std::vector<v1::EnergyRun> runs;
+  RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
+    ASSIGN_OR_RETURN(
+        SqlRows rows,
+        tx.Query("listing energy runs",
+                 "SELECT body FROM energy_runs WHERE simulated <= ? "
+                 "ORDER BY seq LIMIT ?",
+                 SqlParams().Int(include_simulated ? 1 : 0).Int(limit)));
+    for (int i = 0; i < rows.size(); ++i) {
+      ASSIGN_OR_RETURN(runs.emplace_back(),
+                       Parse<v1::EnergyRun>(rows.Bytes(i, 0), "energy run"));
+    }
+    return absl::OkStatus();
+  }));
+  return runs;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> SqlStore::CountEnergyRuns() {
+  std::pair<int64_t, int64_t> counts;
+  RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
+    ASSIGN_OR_RETURN(
+        SqlRows rows,
+        tx.Query("counting energy runs",
+                 "SELECT COUNT(*), COALESCE(SUM(simulated), 0) FROM "
+                 "energy_runs"));
+    counts = {rows.Int(0, 0), rows.Int(0, 1)};
+    return absl::OkStatus();
+  }));
+  return counts;
 }
 
 // --- Energy curve sets ---

@@ -22,7 +22,7 @@ namespace headroom {
 
 // How many migrations SqlStore adds, the same for both backends, after
 // each backend's legacy version (sql_dialect.h).
-inline constexpr int kSqlStoreMigrations = 1;
+inline constexpr int kSqlStoreMigrations = 2;
 
 class SqlStore : public Store {
  public:
@@ -69,6 +69,11 @@ class SqlStore : public Store {
       const std::string& mode) override;
   absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
       v1::EnergyCurveSet set, bool make_current) override;
+  absl::StatusOr<bool> AddEnergyRun(const std::string& key,
+                                    const v1::EnergyRun& run) override;
+  absl::StatusOr<std::vector<v1::EnergyRun>> ListEnergyRuns(
+      bool include_simulated, int limit) override;
+  absl::StatusOr<std::pair<int64_t, int64_t>> CountEnergyRuns() override;
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
       override;
   absl::Status SetCurrentEnergyCurveSet(const std::string& version) override;

@@ -103,6 +103,26 @@ class EnergyCurveStore {
       const std::string& after_version, int limit) = 0;
 };
 
+// Measured energy runs (from energy probes), each stored once under a key.
+class EnergyRunStore {
+ public:
+  virtual ~EnergyRunStore() = default;
+
+  // Stores `run` under `key` (the probe result's stored key); a key stored
+  // already keeps its run (a re-sent result is one run). Returns whether it
+  // was new.
+  virtual absl::StatusOr<bool> AddEnergyRun(const std::string& key,
+                                            const v1::EnergyRun& run) = 0;
+
+  // Stored energy runs in the order they were stored; simulated ones only
+  // with `include_simulated`. At most `limit` (the oldest first).
+  virtual absl::StatusOr<std::vector<v1::EnergyRun>> ListEnergyRuns(
+      bool include_simulated, int limit) = 0;
+
+  // How many are stored, and how many of those are simulated.
+  virtual absl::StatusOr<std::pair<int64_t, int64_t>> CountEnergyRuns() = 0;
+};
+
 // Serve-while-train runs for density rankings.
 class DensityRunStore {
  public:
@@ -265,6 +285,7 @@ class WorkerStore {
 class Store : public FactorSetStore,
               public RunStore,
               public EnergyCurveStore,
+              public EnergyRunStore,
               public DensityRunStore,
               public ProbeQueue,
               public AutotuneCache,

@@ -134,6 +134,33 @@ TEST(CliTest, EnergyNamesItsFlags) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+// Issue 21: energy probe needs a placement; refit's server flags need
+// --stored; both go to the planner once the flags are right.
+TEST(CliTest, EnergyProbeAndStoredRefitCheckTheirFlags) {
+  Result r = RunHeadroom({"energy", "probe", "--model", "gpt2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--gpu KIND (one catalog GPU, e.g. --gpu L4) "
+                               "or --worker ID is required"));
+  r = RunHeadroom(
+      {"energy", "probe", "--model", "gpt2", "--gpu", "L4", "--worker", "w-1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not both"));
+  r = RunHeadroom({"energy", "probe", "--model", "gpt2", "--gpu", "L4",
+                   "--quant", "fp16,nf4", "--new_tokens", "64"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the planner"));
+  r = RunHeadroom({"energy", "refit", "--include_simulated"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err,
+              HasSubstr("--include_simulated and --force need --stored"));
+  r = RunHeadroom({"energy", "refit", "--stored", "--runs", "x.jsonl"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--runs and --from_anchors refit a file"));
+  r = RunHeadroom({"energy", "refit", "--stored", "--include_simulated"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the planner"));
+}
+
 TEST(CliTest, AnUnreachablePlannerExitsThree) {
   const Result r =
       RunHeadroom({"fit", "--model", "gpt2", "--batch", "8", "--gpu", "L4"});

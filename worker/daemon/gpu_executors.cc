@@ -69,9 +69,122 @@ bool Cancelled(const std::atomic<StopReason>& stop) {
 
 }  // namespace
 
+ExecutionOutcome TorchExecutor::RunEnergy(const v1::Assignment& assignment,
+                                          ExecutionSink* sink,
+                                          const std::atomic<StopReason>& stop) {
+  ExecutionOutcome outcome;
+  const v1::EnergyProbePlan& plan = assignment.energy();
+  const std::string config_path =
+      TempPath(absl::StrCat(assignment.assignment_id(), "-hf"));
+  if (!plan.hf_config().empty()) {
+    std::ofstream config(config_path);
+    config << plan.hf_config();
+    if (!config) {
+      outcome.error = absl::StrCat("cannot write ", config_path);
+      return outcome;
+    }
+  }
+  for (const v1::BatchRun& run : assignment.runs()) {
+    if (stop.load() != StopReason::kNone) {
+      outcome.handed_back = stop.load() == StopReason::kShutdown;
+      if (Cancelled(stop)) outcome.error = "cancelled";
+      break;
+    }
+    v1::BatchResult result;
+    result.set_batch(run.batch());
+    result.set_repetition(run.repetition());
+    result.set_mode(run.mode());
+    if (plan.hf_config().empty()) {
+      result.set_error(
+          "the torch harness generates from a Hugging Face config only: "
+          "submit the energy probe with the model's config.json (hf_config), "
+          "or run it on a sim worker");
+      sink->BatchDone(run, std::move(result));
+      continue;
+    }
+    // One process per quantization: a fresh CUDA context and allocator.
+    const std::vector<std::string> argv = {
+        options_.python,
+        options_.harness,
+        "generate",
+        "--hf_config",
+        config_path,
+        "--quant",
+        run.mode(),
+        "--prompt_tokens",
+        absl::StrCat(plan.prompt_tokens()),
+        "--new_tokens",
+        absl::StrCat(plan.new_tokens()),
+        "--warmup",
+        absl::StrCat(std::min(10u, std::max(1u, assignment.warmup_steps()))),
+        "--device",
+        absl::StrCat("cuda:", assignment.gpu_index())};
+    RunSampler sampler(options_, assignment.gpu_index(), run, sink);
+    nlohmann::json line;
+    std::string harness_error;
+    const ProcessResult process = RunProcess(
+        argv,
+        std::chrono::milliseconds(
+            static_cast<int64_t>(assignment.batch_timeout_s() * 1000)),
+        [&](const std::string& text) {
+          nlohmann::json event =
+              nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (!event.is_object()) return;
+          const std::string kind = event.value("event", "");
+          if (kind == "generation") line = std::move(event);
+          if (kind == "error") harness_error = event.value("error", "");
+        },
+        [&] { return Cancelled(stop); });
+    const std::optional<gpu::SamplerSummary> summary = sampler.Finish();
+    if (Cancelled(stop)) {
+      outcome.error = "cancelled";
+      break;
+    }
+    if (summary.has_value()) {
+      result.set_samples(static_cast<uint64_t>(summary->samples));
+    }
+    const auto number = [&](const char* key) -> std::optional<double> {
+      auto it = line.find(key);
+      if (it == line.end() || !it->is_number()) return std::nullopt;
+      return it->get<double>();
+    };
+    if (line.is_object() && line.value("error", "").empty()) {
+      v1::GenerationEnergy* generation = result.mutable_generation();
+      generation->set_quant(run.mode());
+      generation->set_prompt_tokens(plan.prompt_tokens());
+      generation->set_tokens_generated(
+          static_cast<uint64_t>(number("tokens_generated").value_or(0)));
+      generation->set_energy_j(number("energy_j").value_or(0));
+      generation->set_idle_w(number("idle_w").value_or(0));
+      generation->set_window_s(number("window_s").value_or(0));
+      generation->set_tokens_per_s(number("tokens_per_s").value_or(0));
+      generation->set_j_per_1k_tokens(number("j_per_1k_tokens").value_or(0));
+      generation->set_params(
+          static_cast<uint64_t>(number("params").value_or(0)));
+    } else if (line.is_object()) {
+      result.set_oom(line.value("oom", false));
+      if (!result.oom()) result.set_error(line.value("error", ""));
+    } else if (process.timed_out) {
+      result.set_error(
+          absl::StrCat("timed out after ", assignment.batch_timeout_s(), " s"));
+    } else {
+      result.set_error(absl::StrCat(
+          "harness exited with ", process.exit_code, " and no generation",
+          harness_error.empty() ? "" : ": " + harness_error, "; stderr: ",
+          process.stderr_tail.substr(process.stderr_tail.size() > 600
+                                         ? process.stderr_tail.size() - 600
+                                         : 0)));
+    }
+    sink->BatchDone(run, std::move(result));
+  }
+  std::filesystem::remove(config_path);
+  return outcome;
+}
+
 ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
                                     ExecutionSink* sink,
                                     const std::atomic<StopReason>& stop) {
+  if (assignment.has_energy()) return RunEnergy(assignment, sink, stop);
   ExecutionOutcome outcome;
   const std::string spec_path = TempPath(assignment.assignment_id());
   {
@@ -136,9 +249,8 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
     if (summary.has_value()) {
       result.set_samples(static_cast<uint64_t>(summary->samples));
       result.set_device_peak_gb(summary->PeakOverBaselineBytes() / 1e9);
-      if (summary->energy_delta_mj) {
-        result.set_energy_j(*summary->energy_delta_mj / 1000.0);
-      }
+      // Energy is the harness's: the counter over the timed steps only, not
+      // this sampler's difference over the whole process.
     }
     if (result_line.is_object()) {
       result.set_oom(result_line.value("oom", false));
@@ -155,6 +267,10 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
           result.set_peak_reserved_gb(*v / 1e9);
         }
         if (auto v = number("step_seconds")) result.set_step_seconds(*v);
+        if (auto v = number("energy_j")) result.set_energy_j(*v);
+        if (auto v = number("steps"); v && *v >= 0 && *v <= 1e6) {
+          result.set_timed_steps(static_cast<uint32_t>(*v));
+        }
       }
       result.set_error(result_line.value("error", ""));
     } else if (process.timed_out) {
@@ -179,6 +295,11 @@ ExecutionOutcome CudaExecutor::Run(const v1::Assignment& assignment,
                                    ExecutionSink* sink,
                                    const std::atomic<StopReason>& stop) {
   ExecutionOutcome outcome;
+  if (assignment.has_energy()) {
+    outcome.error =
+        "the cuda executor does not run energy probes; use torch or sim";
+    return outcome;
+  }
   v1::BatchRun run;
   if (!assignment.runs().empty()) run = assignment.runs(0);
   RunSampler sampler(options_, assignment.gpu_index(), run, sink);

@@ -35,6 +35,10 @@ class TorchExecutor final : public Executor {
                        const std::atomic<StopReason>& stop) override;
 
  private:
+  // An energy probe: the harness's `generate` per quantization.
+  ExecutionOutcome RunEnergy(const v1::Assignment& assignment,
+                             ExecutionSink* sink,
+                             const std::atomic<StopReason>& stop);
   GpuExecutorOptions options_;
 };
 

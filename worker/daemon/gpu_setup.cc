@@ -38,6 +38,19 @@ std::string TorchVersion(const std::string& python, std::string* why) {
   return version;
 }
 
+// The version of a Python package energy probes use (transformers,
+// bitsandbytes), or "" when it does not import.
+std::string PackageVersion(const std::string& python,
+                           const std::string& package) {
+  std::string version;
+  const ProcessResult result = RunProcess(
+      {python, "-c",
+       absl::StrCat("import ", package, "; print(", package, ".__version__)")},
+      std::chrono::seconds(120),
+      [&](const std::string& line) { version = line; }, nullptr);
+  return result.exit_code == 0 ? version : "";
+}
+
 }  // namespace
 
 absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
@@ -133,6 +146,20 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
         }
         if (!torch.empty()) {
           setup.framework_versions["torch"] = torch;
+          // What energy probes build and quantize with: reported with every
+          // result, and said once where missing.
+          for (const char* package : {"transformers", "bitsandbytes"}) {
+            const std::string version = PackageVersion(options.python, package);
+            if (!version.empty()) {
+              setup.framework_versions[package] = version;
+            } else {
+              setup.notes.push_back(absl::StrCat(
+                  "no ", package, ": energy probes record ",
+                  std::string(package) == "transformers" ? "every quantization"
+                                                         : "NF4 and INT8",
+                  " as failures saying so"));
+            }
+          }
           setup.executors.push_back(
               std::make_unique<TorchExecutor>(gpu_options));
         } else if (want_torch) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "server/core/catalog/gpu_catalog.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
 
@@ -28,6 +29,51 @@ SimExecutor::SimExecutor(SimGpuConfig config)
       std::uniform_real_distribution<double>(0.005, 0.02)(hidden);
   flops_per_second_ =
       std::uniform_real_distribution<double>(30e12, 90e12)(hidden);
+  // The power model: the catalog card's TDP and idle power (an unknown kind
+  // has none, and reports no power or energy).
+  if (absl::StatusOr<GpuInfo> card = FindGpu(config_.kind); card.ok()) {
+    tdp_w_ = card->tdp_w;
+    idle_w_ = card->idle_w;
+    memory_bandwidth_gb_s_ = card->memory_bandwidth_gb_s;
+  }
+  // Drawn from a stream of their own, so the memory truth above stays what
+  // it was for a seed.
+  std::mt19937_64 power(config_.seed * 104729 + 31);
+  const auto draw = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(power);
+  };
+  train_w_ = idle_w_ + draw(0.70, 0.95) * (tdp_w_ - idle_w_);
+  gen_w_ = idle_w_ + draw(0.55, 0.85) * (tdp_w_ - idle_w_);
+  token_overhead_s_ = draw(0.004, 0.012);
+  bandwidth_fraction_ = draw(0.5, 0.8);
+  // The shipped curves' ranges: NF4 costs more than fp16 for small models
+  // and saves for large ones (S - A within s_cap = 75); INT8 costs more at
+  // every size, less so as N grows (S < A).
+  nf4_.a = draw(40, 110);
+  nf4_.s = nf4_.a + draw(20, 70);
+  nf4_.nstar = draw(1, 8);
+  int8_.a = draw(80, 180);
+  int8_.s = int8_.a * draw(0.4, 0.9);
+  int8_.nstar = draw(2, 12);
+}
+
+double SimExecutor::TrueDePct(double n_b, const std::string& quant) const {
+  if (quant == "fp16") return 0;
+  const DeCurve* curve =
+      quant == "nf4" ? &nf4_ : (quant == "int8" ? &int8_ : nullptr);
+  if (curve == nullptr) return -1;
+  const double x = n_b / curve->nstar;
+  return curve->a - curve->s * x / (1 + x);
+}
+
+double SimExecutor::TrueJPer1k(double n_b, const std::string& quant) const {
+  if (quant != "fp16" && quant != "nf4" && quant != "int8") return -1;
+  if (memory_bandwidth_gb_s_ <= 0) return -1;
+  const double token_s =
+      token_overhead_s_ +
+      2 * n_b / (memory_bandwidth_gb_s_ * bandwidth_fraction_);  // GB / GB/s
+  const double fp16 = gen_w_ * token_s * 1000;
+  return fp16 * (1 + TrueDePct(n_b, quant) / 100);
 }
 
 v1::GpuDevice SimExecutor::Device() const {
@@ -40,8 +86,8 @@ v1::GpuDevice SimExecutor::Device() const {
   gpu.set_driver_version("sim");
   gpu.set_cuda_version("sim");
   gpu.set_simulated(true);
-  gpu.set_power_supported(true);
-  gpu.set_energy_supported(true);
+  gpu.set_power_supported(tdp_w_ > 0);
+  gpu.set_energy_supported(tdp_w_ > 0);
   return gpu;
 }
 
@@ -83,6 +129,7 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     outcome.error = std::string(valid.message());
     return outcome;
   }
+  if (assignment.has_energy()) return RunEnergy(assignment, sink, stop);
   const int steps =
       static_cast<int>(assignment.warmup_steps() + assignment.steps());
   const double baseline_mib = 0;
@@ -114,10 +161,12 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       reading.memory_used_bytes = static_cast<uint64_t>(
           (baseline_mib * 1048576.0) +
           (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
-      {
+      if (tdp_w_ > 0) {
         absl::MutexLock lock(&mu_);
-        std::normal_distribution<double> power(300.0, 15.0);
-        const double watts = std::max(50.0, power(rng_));
+        // The card's training power, within idle..TDP.
+        std::normal_distribution<double> noise(1.0, config_.noise);
+        const double watts =
+            std::clamp(train_w_ * noise(rng_), idle_w_, tdp_w_);
         energy_mj_ += watts * config_.sample_ms;  // W * ms = mJ
         reading.power_w = watts;
         reading.total_energy_mj = energy_mj_;
@@ -150,8 +199,101 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       result.set_device_peak_gb(measured * 1.05 + context_gb_);
       const double step_s = StepSeconds(assignment, run.batch(), run.mode());
       result.set_step_seconds(step_s);
-      result.set_energy_j(300.0 * steps * step_s);
+      // The timed steps only (the warm-up is not timed).
+      const uint32_t timed = assignment.steps();
+      result.set_timed_steps(timed);
+      if (tdp_w_ > 0) {
+        double noise;
+        {
+          absl::MutexLock lock(&mu_);
+          noise = std::max(
+              0.5, std::normal_distribution<double>(1.0, config_.noise)(rng_));
+        }
+        result.set_energy_j(train_w_ * timed * step_s * noise);
+      }
     }
+    sink->BatchDone(run, std::move(result));
+  }
+  return outcome;
+}
+
+ExecutionOutcome SimExecutor::RunEnergy(const v1::Assignment& assignment,
+                                        ExecutionSink* sink,
+                                        const std::atomic<StopReason>& stop) {
+  ExecutionOutcome outcome;
+  const double n_b = static_cast<double>(CountParams(assignment.spec())) / 1e9;
+  for (const v1::BatchRun& run : assignment.runs()) {
+    if (stop.load() != StopReason::kNone) {
+      outcome.handed_back = stop.load() == StopReason::kShutdown;
+      if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
+      return outcome;
+    }
+    v1::BatchResult result;
+    result.set_batch(run.batch());
+    result.set_repetition(run.repetition());
+    result.set_mode(run.mode());
+    result.set_simulated(true);
+    const double truth = TrueJPer1k(n_b, run.mode());
+    if (truth <= 0) {
+      result.set_error(tdp_w_ <= 0
+                           ? "the simulated card '" + config_.kind +
+                                 "' is not in the GPU catalog: no power model"
+                           : "unknown quantization '" + run.mode() + "'");
+      sink->BatchDone(run, std::move(result));
+      continue;
+    }
+    const uint64_t tokens = assignment.energy().new_tokens();
+    double energy_j, idle_w;
+    {
+      absl::MutexLock lock(&mu_);
+      std::normal_distribution<double> noise(1.0, config_.noise);
+      energy_j = truth * static_cast<double>(tokens) / 1000 *
+                 std::max(0.5, noise(rng_));
+      idle_w = idle_w_ * std::max(0.5, noise(rng_));
+    }
+    const double window_s = energy_j / gen_w_;
+    // A few samples over a short wall-clock window: the counter rises by
+    // the window's energy.
+    const int total_ms = config_.step_ms;
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t samples = 0;
+    for (int t = 0; t <= total_ms; t += config_.sample_ms) {
+      if (stop.load() != StopReason::kNone) break;
+      GpuReading reading;
+      reading.memory_used_bytes = static_cast<uint64_t>(
+          (context_gb_ + 2 * n_b) * 1e9);  // fp16 weights, at most
+      {
+        absl::MutexLock lock(&mu_);
+        energy_mj_ += energy_j * 1000 * config_.sample_ms /
+                      std::max(1, total_ms + config_.sample_ms);
+        reading.power_w = gen_w_;
+        reading.total_energy_mj = energy_mj_;
+      }
+      sink->Sample(run, t, reading);
+      ++samples;
+      std::this_thread::sleep_until(
+          start + std::chrono::milliseconds(t + config_.sample_ms));
+    }
+    if (stop.load() == StopReason::kCancelled) {
+      outcome.error = "cancelled";
+      return outcome;
+    }
+    if (stop.load() == StopReason::kShutdown) {
+      outcome.handed_back = true;
+      return outcome;
+    }
+    result.set_samples(samples);
+    v1::GenerationEnergy* generation = result.mutable_generation();
+    generation->set_quant(run.mode());
+    generation->set_tokens_generated(tokens);
+    generation->set_prompt_tokens(assignment.energy().prompt_tokens());
+    generation->set_energy_j(energy_j);
+    generation->set_idle_w(idle_w);
+    generation->set_window_s(window_s);
+    generation->set_tokens_per_s(static_cast<double>(tokens) / window_s);
+    generation->set_j_per_1k_tokens(energy_j * 1000 /
+                                    static_cast<double>(tokens));
+    generation->set_params(CountParams(assignment.spec()));
     sink->BatchDone(run, std::move(result));
   }
   return outcome;

@@ -11,7 +11,24 @@
 // modelled (a hidden per-step overhead plus 6 * params * tokens over a hidden
 // FLOP rate), not the wall time it sleeps. Everything it reports is labelled
 // simulated.
+//
+// Power: the card's catalog TDP and idle power (gpu_catalog.h). Training
+// draws idle + u (TDP - idle), u hidden in 0.70-0.95; a memory probe's
+// energy_j is that power times the modelled step time times the timed steps
+// (warm-up excluded), with multiplicative noise.
+//
+// Energy probes (an assignment with `energy`): a hidden generation truth of
+// the shipped curves' form. fp16 J per 1,000 generated tokens at N billion
+// parameters is the generation power (idle + u_gen (TDP - idle), u_gen
+// hidden in 0.55-0.85) times the time per token, a hidden overhead plus the
+// fp16 weights (2 N GB) read at a hidden fraction (0.5-0.8) of the card's
+// bandwidth; a quantization multiplies it by 1 + dE%(N) / 100 with
+// dE%(N) = A - S x / (1 + x), x = N / Nstar, A, S, Nstar hidden per
+// quantization and seed. Each window's energy has multiplicative noise
+// (config.noise); its length is energy / power.
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -50,6 +67,15 @@ class SimExecutor final : public Executor {
   double context_gb() const { return context_gb_; }
   double StepSeconds(const v1::Assignment& assignment, uint32_t batch,
                      const std::string& mode = "") const;
+  // Training power of the card without noise, W.
+  double TrainingWatts() const { return train_w_; }
+  // The hidden generation truth: J per 1,000 generated tokens of a model of
+  // `n_b` billion parameters at `quant` ("fp16", "nf4", "int8") without
+  // noise, and dE% vs fp16 (0 for fp16). -1 for an unknown quantization.
+  double TrueJPer1k(double n_b, const std::string& quant) const;
+  double TrueDePct(double n_b, const std::string& quant) const;
+  double GenerationWatts() const { return gen_w_; }
+  double idle_w() const { return idle_w_; }
 
  private:
   SimGpuConfig config_;
@@ -59,6 +85,22 @@ class SimExecutor final : public Executor {
   double compiled_time_ = 1;
   double step_overhead_s_ = 0;
   double flops_per_second_ = 1;
+  // The card's power model (catalog TDP and idle) and the hidden truth.
+  double tdp_w_ = 0;
+  double idle_w_ = 0;
+  double train_w_ = 0;
+  double gen_w_ = 0;
+  double token_overhead_s_ = 0;
+  double bandwidth_fraction_ = 1;
+  struct DeCurve {
+    double a = 0, s = 0, nstar = 1;
+  };
+  DeCurve nf4_, int8_;
+  double memory_bandwidth_gb_s_ = 0;
+
+  ExecutionOutcome RunEnergy(const v1::Assignment& assignment,
+                             ExecutionSink* sink,
+                             const std::atomic<StopReason>& stop);
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   double energy_mj_ ABSL_GUARDED_BY(mu_) = 0;

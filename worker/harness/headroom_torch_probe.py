@@ -11,7 +11,17 @@ graph. Commands:
   run --spec FILE --batches 1,2,4 [--setup JSON|FILE] [--warmup 1]
       [--steps 3] [--device cuda|cuda:0|cpu] [--positions N]
                                JSON lines: hello, then per batch a
-                               batch_start and a result (README.md)
+                               batch_start and a result (README.md); on a
+                               GPU with NVML the result's energy_j is the
+                               total-energy counter over the timed steps only
+  generate --hf_config FILE --quant fp16|nf4|int8 [--prompt_tokens 64]
+      [--new_tokens 128] [--warmup 1] [--device cuda:0] [--idle_s 1]
+                               an energy probe: idle power first, then the
+                               architecture built with random weights at the
+                               quantization (bitsandbytes for nf4/int8), a
+                               warm-up generation, and NVML's total-energy
+                               counter read around one synchronized
+                               generation window; one "generation" line
 
 Bad input gives one {"event": "error"} line naming the field and exit 2.
 Needs python3 and torch (Debian 12's python3-torch 1.13 or a CUDA torch 2.x).
@@ -1536,6 +1546,78 @@ class _Measurement:
     def __init__(self):
         self.steps = 0
         self.seconds = []
+        # NVML total-energy counter (mJ) at the start of the first timed step
+        # and after the last one; None without NVML.
+        self.energy_start_mj = None
+        self.energy_end_mj = None
+
+    def energy_j(self):
+        if self.energy_start_mj is None or self.energy_end_mj is None:
+            return None
+        return (self.energy_end_mj - self.energy_start_mj) / 1000.0
+
+
+class Nvml:
+    """The few NVML calls the harness makes, through ctypes (no package
+    needed): the total-energy counter (mJ since the driver loaded) and the
+    board power (mW). Raises NvmlError where NVML or the counter is missing."""
+
+    class NvmlError(RuntimeError):
+        pass
+
+    def __init__(self, device):
+        import ctypes
+        self._ctypes = ctypes
+        try:
+            self._lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as error:
+            raise Nvml.NvmlError(f"NVML not found: {error}") from None
+        if self._lib.nvmlInit_v2() != 0:
+            raise Nvml.NvmlError("nvmlInit_v2 failed")
+        self._handle = ctypes.c_void_p()
+        uuid = None
+        props = torch.cuda.get_device_properties(device)
+        if hasattr(props, "uuid"):
+            uuid = str(props.uuid)
+            if not uuid.startswith("GPU-"):
+                uuid = "GPU-" + uuid
+        found = -1
+        if uuid is not None:
+            found = self._lib.nvmlDeviceGetHandleByUUID(
+                uuid.encode(), ctypes.byref(self._handle))
+        if found != 0:
+            # CUDA and NVML order devices alike unless CUDA_VISIBLE_DEVICES
+            # or CUDA_DEVICE_ORDER says otherwise.
+            found = self._lib.nvmlDeviceGetHandleByIndex_v2(
+                ctypes.c_uint(device.index or 0), ctypes.byref(self._handle))
+        if found != 0:
+            raise Nvml.NvmlError(f"NVML has no handle for {device}")
+        self.energy_mj()  # raises when the counter is not supported
+
+    def energy_mj(self):
+        value = self._ctypes.c_ulonglong()
+        if self._lib.nvmlDeviceGetTotalEnergyConsumption(
+                self._handle, self._ctypes.byref(value)) != 0:
+            raise Nvml.NvmlError("this GPU has no total-energy counter "
+                                 "(nvmlDeviceGetTotalEnergyConsumption)")
+        return value.value
+
+    def power_w(self):
+        value = self._ctypes.c_uint()
+        if self._lib.nvmlDeviceGetPowerUsage(self._handle,
+                                             self._ctypes.byref(value)) != 0:
+            raise Nvml.NvmlError("nvmlDeviceGetPowerUsage failed")
+        return value.value / 1000.0
+
+
+def _open_nvml(device):
+    """Nvml for a CUDA device, or None (CPU, or NVML missing)."""
+    if device.type != "cuda":
+        return None
+    try:
+        return Nvml(device)
+    except Nvml.NvmlError:
+        return None
 
 
 def _compile_unavailable():
@@ -1547,7 +1629,7 @@ def _compile_unavailable():
 
 
 def _measure_batch(spec, setup, device, batch, warmup, steps, record,
-                   compile_model=False):
+                   compile_model=False, nvml=None):
     """Builds a fresh model and optimizer and runs warmup + steps training
     steps (the forward through torch.compile when compile_model); raises on
     OOM or any other failure."""
@@ -1573,6 +1655,9 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
         data = program.make_batch(batch, device)
         if cuda:
             torch.cuda.synchronize(device)
+        if nvml is not None and step == warmup:
+            # The counter over the timed steps only, read after a synchronize.
+            record.energy_start_mj = nvml.energy_mj()
         start = time.perf_counter()
         # fp32 runs outside autocast (torch 1.13 rejects a disabled one).
         context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
@@ -1598,17 +1683,20 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
         if step >= warmup:
             record.seconds.append(time.perf_counter() - start)
             record.steps += 1
+            if nvml is not None:
+                record.energy_end_mj = nvml.energy_mj()
 
 
 def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False):
     cuda = device.type == "cuda"
+    nvml = _open_nvml(device)
     for batch in batches:
         _emit({"event": "batch_start", "batch": batch})
         record = _Measurement()
         oom, error = False, ""
         try:
             _measure_batch(spec, setup, device, batch, warmup, steps, record,
-                           compile_model)
+                           compile_model, nvml)
         except Exception as e:  # one batch's failure is its result, not a crash
             oom = _is_oom(e)
             error = "" if oom else f"{type(e).__name__}: {e}"
@@ -1627,7 +1715,135 @@ def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False
                "peak_reserved_bytes": peak_reserved,
                "step_seconds": (sum(record.seconds) / len(record.seconds)
                                 if ok and record.seconds else None),
-               "steps": record.steps, "error": error})
+               "steps": record.steps,
+               "energy_j": record.energy_j() if ok else None,
+               "error": error})
+
+
+# --------------------------------------------------------------------------
+# Energy probes: generation at a quantization
+# --------------------------------------------------------------------------
+
+QUANTS = ("fp16", "nf4", "int8")
+MAX_GENERATION_TOKENS = 8192
+
+
+def _versions():
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    for name in ("transformers", "bitsandbytes"):
+        try:
+            module = __import__(name)
+            versions[name] = getattr(module, "__version__", "unknown")
+        except Exception:  # missing or broken: said by the failure record
+            pass
+    return versions
+
+
+def _quantize_linears(model, quant, device):
+    """Replaces every nn.Linear but the output head with a bitsandbytes
+    NF4 (Linear4bit) or INT8 (Linear8bitLt) layer holding the same weights;
+    moving it to the GPU quantizes it. Raises ImportError without
+    bitsandbytes."""
+    import bitsandbytes as bnb
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear) or child is head:
+                continue
+            bias = child.bias is not None
+            if quant == "nf4":
+                layer = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=bias,
+                                          compute_dtype=torch.float16, quant_type="nf4")
+                layer.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"),
+                                                 requires_grad=False, quant_type="nf4")
+            else:
+                layer = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=bias,
+                                            has_fp16_weights=False, threshold=6.0)
+                layer.weight = bnb.nn.Int8Params(child.weight.data.to("cpu"),
+                                                 requires_grad=False, has_fp16_weights=False)
+            if bias:
+                layer.bias = nn.Parameter(child.bias.data.to("cpu"), requires_grad=False)
+            setattr(parent, name, layer.to(device))
+
+
+def _build_generator(hf_config_path, quant, device):
+    """The Hugging Face architecture of `hf_config_path` with random weights
+    in fp16, quantized as asked; (model, params, vocab)."""
+    try:
+        import transformers
+    except ImportError as error:
+        raise SpecError(f"transformers is not installed: {error}") from None
+    with open(hf_config_path) as f:
+        config_dict = json.load(f)
+    if not isinstance(config_dict, dict) or "model_type" not in config_dict:
+        raise SpecError("--hf_config: a config.json with a model_type is needed")
+    config = transformers.AutoConfig.for_model(**config_dict)
+    # Random weights of the architecture: nothing is downloaded.
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float16)
+    params = sum(p.numel() for p in model.parameters())
+    model.eval()
+    if quant == "fp16":
+        model.to(device)
+    else:
+        _quantize_linears(model, quant, device)
+        model.to(device)  # what was not quantized (embeddings, norms, head)
+    return model, params, int(config.vocab_size)
+
+
+def _generate(model, prompt, new_tokens):
+    out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out.shape[1] - prompt.shape[1]
+
+
+def run_generation(hf_config, quant, device, prompt_tokens, new_tokens, warmup, idle_s):
+    """One energy probe window; emits one "generation" line (with an error
+    instead of figures where the quantization or NVML cannot run here)."""
+    line = {"event": "generation", "quant": quant, "prompt_tokens": prompt_tokens,
+            "versions": _versions()}
+    try:
+        if device.type != "cuda":
+            raise SpecError("an energy probe needs a CUDA device (NVML's energy counter)")
+        nvml = Nvml(device)
+        # Idle power before anything is loaded: reported apart.
+        readings = []
+        end = time.perf_counter() + idle_s
+        while time.perf_counter() < end:
+            readings.append(nvml.power_w())
+            time.sleep(0.05)
+        idle_w = sum(readings) / len(readings) if readings else nvml.power_w()
+        if quant != "fp16":
+            try:
+                import bitsandbytes  # noqa: F401
+            except Exception as error:
+                raise SpecError(f"{quant} needs bitsandbytes, which does not import here: "
+                                f"{type(error).__name__}: {error}") from None
+        model, params, vocab = _build_generator(hf_config, quant, device)
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        prompt = torch.randint(0, vocab, (1, prompt_tokens), generator=generator).to(device)
+        with torch.inference_mode():
+            for _ in range(warmup):
+                _generate(model, prompt, min(new_tokens, 16))
+            torch.cuda.synchronize(device)
+            e0, t0 = nvml.energy_mj(), time.perf_counter()
+            generated = _generate(model, prompt, new_tokens)
+            torch.cuda.synchronize(device)
+            e1, t1 = nvml.energy_mj(), time.perf_counter()
+        window_s = t1 - t0
+        energy_j = (e1 - e0) / 1000.0
+        line.update({"tokens_generated": int(generated), "energy_j": energy_j,
+                     "idle_w": idle_w, "window_s": window_s,
+                     "tokens_per_s": generated / window_s if window_s > 0 else None,
+                     "j_per_1k_tokens": energy_j * 1000.0 / generated if generated else None,
+                     "params": int(params)})
+    except (SpecError, Nvml.NvmlError) as error:
+        line["error"] = str(error)
+    except Exception as error:  # the failure is the result
+        line["oom"] = _is_oom(error)
+        line["error"] = f"{type(error).__name__}: {error}"
+    _emit(line)
 
 
 # --------------------------------------------------------------------------
@@ -1698,7 +1914,35 @@ def main(argv=None):
     run.add_argument("--compile", action="store_true",
                      help="run the forward through torch.compile (torch >= 2.0; "
                           "older torch gives each batch an error result)")
+    gen = sub.add_parser("generate", help="an energy probe's generation window")
+    gen.add_argument("--hf_config", required=True)
+    gen.add_argument("--quant", required=True)
+    gen.add_argument("--prompt_tokens", type=int, default=64)
+    gen.add_argument("--new_tokens", type=int, default=128)
+    gen.add_argument("--warmup", type=int, default=1)
+    gen.add_argument("--device")
+    gen.add_argument("--idle_s", type=float, default=1.0)
     args = parser.parse_args(argv)
+    if args.command == "generate":
+        try:
+            if args.quant not in QUANTS:
+                raise SpecError(f"--quant {args.quant} is unknown; allowed {', '.join(QUANTS)}")
+            for flag, value, low in (("--prompt_tokens", args.prompt_tokens, 1),
+                                     ("--new_tokens", args.new_tokens, 1)):
+                if not low <= value <= MAX_GENERATION_TOKENS:
+                    raise SpecError(f"{flag} {value} is out of range; allowed "
+                                    f"{low}..{MAX_GENERATION_TOKENS}")
+            if not 0 <= args.warmup <= 10:
+                raise SpecError(f"--warmup {args.warmup} is out of range; allowed 0..10")
+            if not 0 <= args.idle_s <= 60:
+                raise SpecError(f"--idle_s {args.idle_s} is out of range; allowed 0..60")
+            device = _device(args.device)
+        except SpecError as error:
+            _emit({"event": "error", "error": str(error)})
+            return EXIT_BAD_INPUT
+        run_generation(args.hf_config, args.quant, device, args.prompt_tokens,
+                       args.new_tokens, args.warmup, args.idle_s)
+        return 0
     try:
         spec = load_spec(args.spec)
         if args.command == "count":

@@ -26,33 +26,41 @@ struct Ambiguous {
 
 // Datasheet figures (NVIDIA and AMD product briefs): memory as marketed in
 // GB, bandwidth in GB/s, dense fp16 tensor TFLOP/s (half the "with
-// sparsity" figure where only that is printed).
+// sparsity" figure where only that is printed), and the maximum board power
+// (TDP) in W from the same datasheet: T4 70 W (T4 datasheet), V100 SXM2
+// 300 W, A100 / A800 SXM 400 W (A100 datasheet), L4 72 W (L4 datasheet,
+// "Max thermal design power (TDP) 72W"), L40S 350 W, RTX 4090 450 W,
+// RTX 4090D 425 W, RTX 3090 350 W, RTX A6000 300 W, A10G 300 W (AWS G5),
+// H100 SXM 700 W, H100 NVL 400 W, H20 400 W, GH200 1000 W (module), H200
+// SXM 700 W, RTX 5090 575 W, RTX PRO 6000 Blackwell 600 W, B200 1000 W,
+// MI300X 750 W (AMD). Idle power: a typical idle-state reading of the board
+// (NVIDIA prints none); only the simulated card uses it.
 const std::vector<GpuInfo>& Entries() {
   static const std::vector<GpuInfo> entries = {
-      {"T4", 16, "turing", 320, 65},
-      {"V100-16GB", 16, "volta", 900, 125},
-      {"V100-32GB", 32, "volta", 900, 125},
-      {"RTX 3090", 24, "ampere", 936, 71},
-      {"RTX A6000", 48, "ampere", 768, 155},
-      {"A10G", 24, "ampere", 600, 70},
-      {"A100-40GB", 40, "ampere", 1555, 312},
-      {"A100-80GB", 80, "ampere", 2039, 312},
-      {"A800", 80, "ampere", 2039, 312},
-      {"L4", 24, "ada", 300, 121},
-      {"RTX 4090", 24, "ada", 1008, 165},
-      {"RTX 4090D", 24, "ada", 1008, 147},
-      {"L40S", 48, "ada", 864, 362},
-      {"H100", 80, "hopper", 3350, 989},
-      {"H100 NVL", 94, "hopper", 3900, 835},
-      {"H20", 96, "hopper", 4000, 148},
-      {"GH200", 96, "hopper", 4000, 989},
-      {"GH200-144GB", 144, "hopper", 4900, 989},
-      {"H200", 141, "hopper", 4800, 989},
-      {"RTX 5090", 32, "blackwell", 1792, 209},
-      {"RTX PRO 6000 Blackwell", 96, "blackwell", 1792, 252},
-      {"B200", 180, "blackwell", 8000, 2250},
+      {"T4", 16, "turing", 320, 65, 70, 10},
+      {"V100-16GB", 16, "volta", 900, 125, 300, 40},
+      {"V100-32GB", 32, "volta", 900, 125, 300, 40},
+      {"RTX 3090", 24, "ampere", 936, 71, 350, 25},
+      {"RTX A6000", 48, "ampere", 768, 155, 300, 22},
+      {"A10G", 24, "ampere", 600, 70, 300, 20},
+      {"A100-40GB", 40, "ampere", 1555, 312, 400, 50},
+      {"A100-80GB", 80, "ampere", 2039, 312, 400, 55},
+      {"A800", 80, "ampere", 2039, 312, 400, 55},
+      {"L4", 24, "ada", 300, 121, 72, 16},
+      {"RTX 4090", 24, "ada", 1008, 165, 450, 20},
+      {"RTX 4090D", 24, "ada", 1008, 147, 425, 20},
+      {"L40S", 48, "ada", 864, 362, 350, 35},
+      {"H100", 80, "hopper", 3350, 989, 700, 70},
+      {"H100 NVL", 94, "hopper", 3900, 835, 400, 60},
+      {"H20", 96, "hopper", 4000, 148, 400, 60},
+      {"GH200", 96, "hopper", 4000, 989, 1000, 90},
+      {"GH200-144GB", 144, "hopper", 4900, 989, 1000, 90},
+      {"H200", 141, "hopper", 4800, 989, 700, 75},
+      {"RTX 5090", 32, "blackwell", 1792, 209, 575, 25},
+      {"RTX PRO 6000 Blackwell", 96, "blackwell", 1792, 252, 600, 30},
+      {"B200", 180, "blackwell", 8000, 2250, 1000, 140},
       // Memory only: no energy curve knows its architecture.
-      {"MI300X", 192, "cdna3", 5300, 1307},
+      {"MI300X", 192, "cdna3", 5300, 1307, 750, 120},
   };
   return entries;
 }

@@ -1,8 +1,8 @@
 #ifndef HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_
 #define HEADROOM_SERVER_CORE_CATALOG_GPU_CATALOG_H_
 
-// The one GPU catalog: datasheet memory, architecture, bandwidth and fp16
-// throughput of the cards Headroom knows by name.
+// The one GPU catalog: datasheet memory, architecture, bandwidth, fp16
+// throughput and board power of the cards Headroom knows by name.
 
 #include <string>
 #include <vector>
@@ -18,6 +18,12 @@ struct GpuInfo {
   std::string arch;  // volta, turing, ampere, ada, hopper, blackwell, cdna3
   double memory_bandwidth_gb_s;
   double fp16_dense_tflops;  // dense (no sparsity) fp16 tensor throughput
+  // Board power limit as the datasheet prints it ("max thermal design
+  // power"), W, and the typical draw of an idle board (idle P-state, no
+  // process), W. NVIDIA publishes no idle figure: idle_w is a typical
+  // reading, used by the simulated card and never by a fit.
+  double tdp_w;
+  double idle_w;
 };
 
 // Largest bare card size accepted anywhere a card is given in GB.

@@ -404,16 +404,21 @@ absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
 
   double n_min = 0, n_max = 0, de = 0, resid = 0;
   std::string borrowed_from = fp16.borrowed_from;
+  std::vector<double> anchor_n;  // of the curve that answers
   if (quant == Quant::kFp16) {
     const v1::Fp16Energy& range = set.fp16_energy().at(
         fp16.borrowed_from.empty() ? arch : fp16.borrowed_from);
     n_min = range.n_min();
     n_max = range.n_max();
+    for (const v1::Fp16Anchor& a : range.anchors()) anchor_n.push_back(a.n());
   } else {
     ASSIGN_OR_RETURN(const v1::EnergyCurve* curve,
                      FindCurve(set, arch, quant, &borrowed_from));
     n_min = curve->n_min();
     n_max = curve->n_max();
+    for (const v1::EnergyAnchor& a : curve->anchors()) {
+      anchor_n.push_back(a.n());
+    }
     de = DePct(*curve, n_b);
     resid = curve->resid_std();
     if (std::optional<double> crossover = CrossoverB(*curve)) {
@@ -436,6 +441,20 @@ absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
   response.set_extrapolation_ratio(below   ? n_min / n_b
                                    : above ? n_b / n_max
                                            : 1);
+  // Measured near N: an anchor within a factor of kNearFactor.
+  double nearest = 0, nearest_log = 0;
+  for (double a : anchor_n) {
+    const double distance = std::fabs(std::log2(n_b / a));
+    if (nearest == 0 || distance < nearest_log) {
+      nearest = a;
+      nearest_log = distance;
+    }
+  }
+  response.set_nearest_anchor_b(nearest);
+  response.set_points_near_n(nearest > 0 && nearest_log <=
+                                                std::log2(kNearFactor) + 1e-12
+                                 ? "measured"
+                                 : "extrapolated");
   return response;
 }
 

@@ -47,6 +47,11 @@ std::string QuantName(Quant quant);
 // "NF4", "INT8" (the curve set's key); "FP16" for fp16.
 std::string QuantKey(Quant quant);
 
+// An answer's points near N count as measured when an anchor of the curve
+// that answered lies within this factor of N (EstimateEnergyResponse.
+// points_near_n).
+inline constexpr double kNearFactor = 2;
+
 // Largest N (billions) a query may ask about.
 inline constexpr double kMaxParamsB = 10000;
 

@@ -108,6 +108,26 @@ std::optional<double> Mae(const std::vector<EnergyPoint>& points,
   return sum / points.size();
 }
 
+// Mean absolute error at the first `first_n` points of `points`, each
+// predicted by the curve fitted to all the others; nullopt when a point
+// left out leaves too few to fit.
+std::optional<double> HeldOutMae(const std::vector<EnergyPoint>& points,
+                                 size_t first_n, double s_cap) {
+  if (static_cast<int>(points.size()) < kMinCurvePoints + 1 || first_n == 0) {
+    return std::nullopt;
+  }
+  double sum = 0;
+  for (size_t k = 0; k < first_n; ++k) {
+    std::vector<EnergyPoint> rest = points;
+    rest.erase(rest.begin() + k);
+    absl::StatusOr<CurveFit> fit = FitCurve(rest, s_cap, "held out");
+    if (!fit.ok()) return std::nullopt;
+    const double x = points[k].n_b / fit->nstar;
+    sum += std::fabs(points[k].de_pct - (fit->a - fit->s * x / (1 + x)));
+  }
+  return sum / first_n;
+}
+
 std::vector<EnergyPoint> PointsOf(const v1::EnergyCurve& curve) {
   std::vector<EnergyPoint> points;
   for (const v1::EnergyAnchor& anchor : curve.anchors()) {
@@ -485,8 +505,26 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
     ASSIGN_OR_RETURN(const CurveFit fit, FitCurve(all, cap, what));
     ASSIGN_OR_RETURN(v1::EnergyCurve curve, FitEnergyCurve(all, cap, what));
     *MutableCurve(&(*set->mutable_curves())[arch], quant) = curve;
-    *response.add_curves() =
+    v1::CurveFitSummary summary =
         Summarize(arch, QuantKey(quant), curve, &fit, previous);
+    // Held out on the new points: the refit without each point in turn,
+    // and the current set's curve (its own or borrowed), which never saw
+    // them.
+    if (std::optional<double> heldout =
+            HeldOutMae(all, new_points.size(), cap)) {
+      summary.set_heldout_mae(*heldout);
+    }
+    std::string borrowed_from;
+    if (absl::StatusOr<const v1::EnergyCurve*> current =
+            FindCurve(base, arch, quant, &borrowed_from);
+        current.ok()) {
+      double sum = 0;
+      for (const EnergyPoint& p : new_points) {
+        sum += std::fabs(p.de_pct - DePct(**current, p.n_b));
+      }
+      summary.set_current_heldout_mae(sum / new_points.size());
+    }
+    *response.add_curves() = summary;
     refit.insert(curve_key);
   }
   for (const std::string& arch : SortedArchs(base)) {
@@ -499,6 +537,39 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
   }
   RETURN_IF_ERROR(ValidateCurveSet(*set));
   return response;
+}
+
+EnergyPromotion DecideEnergyPromotion(const v1::RefitEnergyResponse& refit,
+                                      bool force) {
+  if (force) return {true, "forced"};
+  int judged = 0;
+  for (const v1::CurveFitSummary& curve : refit.curves()) {
+    if (!curve.refit()) continue;
+    ++judged;
+    const std::string name = absl::StrCat(curve.arch(), " ", curve.quant());
+    if (!curve.has_current_heldout_mae()) continue;  // a new curve
+    if (!curve.has_heldout_mae()) {
+      return {false,
+              absl::StrCat(name, ": too few points to hold one out (",
+                           curve.points(), "; need ", kMinCurvePoints + 1,
+                           "), so it cannot be shown no worse than the "
+                           "current curve; kept (force overrides)")};
+    }
+    if (curve.heldout_mae() > curve.current_heldout_mae()) {
+      return {false,
+              absl::StrCat(name, ": held-out error ", curve.heldout_mae(),
+                           " pp is worse than the current curve's ",
+                           curve.current_heldout_mae(),
+                           " pp on the same points; kept (force overrides)")};
+    }
+  }
+  if (judged == 0) {
+    return {false,
+            "no quantized curve was refitted (fp16 runs only); kept (force "
+            "overrides)"};
+  }
+  return {true, absl::StrCat("no worse held out on the ", judged,
+                             " refitted curve", judged == 1 ? "" : "s")};
 }
 
 absl::StatusOr<std::vector<v1::EnergyRun>> ParseEnergyRunsJsonl(

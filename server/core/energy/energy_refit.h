@@ -100,13 +100,31 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitFromAnchors(
 // fp16 runs also replace (or, merging, join) the architecture's fp16
 // anchors. Curves without new points are carried over unchanged. The set's
 // version is left empty for the caller (the store) to assign; trained_on
-// is set from `trained_on`. Every run must be finite and within the
+// is set from `trained_on`. Each refitted curve's summary carries its
+// held-out error on the new points (each predicted by the refit without
+// it, merged anchors included) and the error of `base`'s curve there (its
+// own or borrowed): an architecture that borrowed gets a curve of its own
+// for each quantization it now has points for (FindCurve prefers it).
+// Every run must be finite and within the
 // limits above (params_b within kMaxParamsB, strings within input_limits.h);
 // INVALID_ARGUMENT names the run, the field and the allowed range, or the
 // curve at fault; NOT_FOUND for a GPU the catalog lacks.
 absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
     const v1::EnergyCurveSet& base, const v1::RefitEnergyRequest& request,
     const std::string& trained_on);
+
+// The promotion rule of RefitEnergyRequest.force (energy.proto): promote
+// when forced, or when every refitted curve has a held-out error no worse
+// than the current set's on the same points (a curve the current set lacks
+// counts as no worse; one too small to hold a point out does not). A refit
+// of fp16 anchors only is kept unless forced. `reason` says which curve
+// decided.
+struct EnergyPromotion {
+  bool promote = false;
+  std::string reason;
+};
+EnergyPromotion DecideEnergyPromotion(const v1::RefitEnergyResponse& refit,
+                                      bool force);
 
 // Parses a JSON-lines file of EnergyRun; blank lines are skipped and an
 // error names the line.

@@ -70,7 +70,25 @@ v1::Assignment AssignmentFor(const v1::Probe& probe,
   *assignment.mutable_setup() = probe.request().setup();
   // Only what is not measured yet (a re-queued probe resumes).
   const uint32_t repetitions = std::max(1u, probe.request().repetitions());
+  // An energy probe: one run per quantization (the mode) and repetition.
+  if (probe.request().has_energy()) {
+    *assignment.mutable_energy() = probe.request().energy();
+    for (const std::string& quant : probe.request().energy().quants()) {
+      for (uint32_t rep = 0; rep < repetitions; ++rep) {
+        bool done = false;
+        for (const v1::BatchResult& r : probe.results()) {
+          if (r.mode() == quant && r.repetition() == rep) done = true;
+        }
+        if (done) continue;
+        v1::BatchRun* run = assignment.add_runs();
+        run->set_batch(1);
+        run->set_repetition(rep);
+        run->set_mode(quant);
+      }
+    }
+  }
   for (uint32_t batch : probe.request().batches()) {
+    if (probe.request().has_energy()) break;
     for (uint32_t rep = 0; rep < repetitions; ++rep) {
       bool done = false;
       for (const v1::BatchResult& r : probe.results()) {

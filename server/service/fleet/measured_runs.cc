@@ -15,8 +15,10 @@ namespace headroom {
 std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
                                               const v1::ProbeResult& result,
                                               const std::string& worker) {
-  // The memory model predicts eager execution: compiled runs stay out.
+  // The memory model predicts eager execution: compiled runs stay out;
+  // an energy probe's windows are energy runs, not training runs.
   if (result.batch().mode() == "compiled") return std::nullopt;
+  if (probe.request().has_energy()) return std::nullopt;
   std::string gpu = result.gpu().catalog_gpu();
   if (gpu.empty()) gpu = CatalogGpuForDriverName(result.gpu().name());
   if (gpu.empty()) gpu = probe.gpu();
@@ -68,6 +70,59 @@ std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
   }
   if (batch.has_step_seconds()) run.set_step_seconds(batch.step_seconds());
   if (batch.has_energy_j()) run.set_energy_j(batch.energy_j());
+  run.set_timed_steps(batch.timed_steps());
+  return run;
+}
+
+namespace {
+
+std::string FrameworkOf(const v1::ProbeResult& result) {
+  std::vector<std::string> versions;
+  for (const auto& [name, version] : result.framework_versions()) {
+    versions.push_back(absl::StrCat(name, " ", version));
+  }
+  std::sort(versions.begin(), versions.end());
+  return absl::StrJoin(versions, ", ");
+}
+
+}  // namespace
+
+std::optional<v1::EnergyRun> EnergyRunFor(const v1::Probe& probe,
+                                          const v1::ProbeResult& result,
+                                          const std::string& worker,
+                                          int64_t now_unix) {
+  if (!probe.request().has_energy()) return std::nullopt;
+  const v1::BatchResult& batch = result.batch();
+  if (!batch.has_generation() || !batch.error().empty() || batch.oom()) {
+    return std::nullopt;
+  }
+  std::string gpu = result.gpu().catalog_gpu();
+  if (gpu.empty()) gpu = CatalogGpuForDriverName(result.gpu().name());
+  if (gpu.empty()) gpu = probe.gpu();
+  absl::StatusOr<GpuInfo> card = FindGpu(gpu);
+  if (gpu.empty() || !card.ok()) return std::nullopt;
+  const v1::GenerationEnergy& g = batch.generation();
+  v1::EnergyRun run;
+  run.set_model(probe.template_().empty() ? probe.spec().name()
+                                          : probe.template_());
+  // N as the planner counts the model (the curves' N), not as the worker
+  // says: the two describe the same graph.
+  run.set_params_b(static_cast<double>(CountParams(probe.spec())) / 1e9);
+  run.set_gpu(card->name);
+  run.set_arch(card->arch);
+  run.set_quant(g.quant());
+  run.set_tokens_generated(g.tokens_generated());
+  run.set_energy_j(g.energy_j());
+  run.set_idle_w(g.idle_w());
+  run.set_window_s(g.window_s());
+  run.set_tokens_per_s(g.tokens_per_s());
+  run.set_prompt_tokens(g.prompt_tokens());
+  run.set_framework(FrameworkOf(result));
+  run.set_simulated(batch.simulated() || result.gpu().simulated());
+  run.set_worker(worker);
+  run.set_measured_unix(now_unix);
+  run.set_source(
+      absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
   return run;
 }
 

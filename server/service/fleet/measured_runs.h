@@ -4,10 +4,12 @@
 // A probe's batch result as a measured run: what the calibration and the
 // answers' evidence read. No gRPC, no store.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
 
 namespace headroom {
@@ -20,6 +22,16 @@ namespace headroom {
 std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
                                               const v1::ProbeResult& result,
                                               const std::string& worker);
+
+// The energy run of one window of an energy probe: the catalog GPU and its
+// architecture, N from the model as the planner counts it, the
+// quantization, the window's figures, the framework versions, simulated or
+// not, the worker and `now_unix`. nullopt for a training probe, a result
+// without a window (a failure record) or a card the catalog does not know.
+std::optional<v1::EnergyRun> EnergyRunFor(const v1::Probe& probe,
+                                          const v1::ProbeResult& result,
+                                          const std::string& worker,
+                                          int64_t now_unix);
 
 }  // namespace headroom
 

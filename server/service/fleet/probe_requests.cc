@@ -7,6 +7,7 @@
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/energy/energy_curves.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/fleet/worker_reports.h"
 #include "server/service/reply.h"
@@ -92,6 +93,78 @@ absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
   *probe.mutable_spec() = model.spec();
   probe.set_created_unix_ms(now_ms);
   probe.set_updated_unix_ms(now_ms);
+  return probe;
+}
+
+absl::StatusOr<v1::SubmitProbeRequest> EnergyProbeRequest(
+    const v1::SubmitEnergyProbeRequest& request) {
+  v1::SubmitProbeRequest probe;
+  *probe.mutable_model() = request.model();
+  v1::EnergyProbePlan* plan = probe.mutable_energy();
+  if (request.quants_size() > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quants has ", request.quants_size(),
+                     " entries; allowed fp16, nf4, int8, each at most once"));
+  }
+  bool wanted[3] = {request.quants().empty(), request.quants().empty(),
+                    request.quants().empty()};
+  for (int i = 0; i < request.quants_size(); ++i) {
+    absl::StatusOr<Quant> quant = ParseQuant(request.quants(i).substr(0, 64));
+    if (!quant.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("quants[", i, "]: ", quant.status().message()));
+    }
+    if (wanted[static_cast<int>(*quant)]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("quants[", i, "] = ", QuantName(*quant),
+                       " is named twice; each quantization at most once"));
+    }
+    wanted[static_cast<int>(*quant)] = true;
+  }
+  for (Quant quant : {Quant::kFp16, Quant::kNf4, Quant::kInt8}) {
+    if (wanted[static_cast<int>(quant)]) plan->add_quants(QuantName(quant));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, uint32_t>{"prompt_tokens",
+                                         request.prompt_tokens()},
+        {"new_tokens", request.new_tokens()}}) {
+    if (value > kMaxGenerationTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " = ", value, " is out of range; allowed 0..",
+                       kMaxGenerationTokens, " (0 = the default)"));
+    }
+  }
+  plan->set_prompt_tokens(request.prompt_tokens() == 0
+                              ? kDefaultPromptTokens
+                              : request.prompt_tokens());
+  plan->set_new_tokens(request.new_tokens() == 0 ? kDefaultNewTokens
+                                                 : request.new_tokens());
+  if (request.model().has_hf_config()) {
+    plan->set_hf_config(request.model().hf_config());
+  }
+  const std::string& executor = request.executor();
+  if (!executor.empty() && executor != "torch" && executor != "sim") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor = \"", executor.substr(0, 32),
+        "\"; an energy probe runs on \"torch\", \"sim\" or empty"));
+  }
+  probe.set_executor(executor);
+  switch (request.placement_case()) {
+    case v1::SubmitEnergyProbeRequest::kGpu:
+      probe.set_gpu(request.gpu());
+      break;
+    case v1::SubmitEnergyProbeRequest::kWorker:
+      probe.set_worker(request.worker());
+      break;
+    case v1::SubmitEnergyProbeRequest::PLACEMENT_NOT_SET:
+      break;  // NewProbe names it
+  }
+  probe.add_batches(1);
+  probe.set_repetitions(request.repetitions());
+  probe.set_warmup_steps(1);
+  probe.set_steps(1);
+  probe.set_batch_timeout_s(request.batch_timeout_s());
+  probe.set_expires_s(request.expires_s());
   return probe;
 }
 

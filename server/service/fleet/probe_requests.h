@@ -32,6 +32,21 @@ absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
                                    const ModelCatalog& catalog,
                                    size_t max_request_bytes, int64_t now_ms);
 
+// Bounds of a SubmitEnergyProbeRequest (fleet.proto).
+inline constexpr uint32_t kDefaultPromptTokens = 64;
+inline constexpr uint32_t kDefaultNewTokens = 128;
+inline constexpr uint32_t kMaxGenerationTokens = 8192;
+
+// The probe request an energy probe becomes: batch [1], the quantizations
+// canonical and in fp16, nf4, int8 order (all three when none is named),
+// token counts defaulted, one warm-up generation. INVALID_ARGUMENT names
+// the field and the allowed values: an unknown or repeated quantization,
+// token counts out of range, an executor other than torch, sim or empty.
+// The rest (model, placement, repetitions, timeout, expiry) NewProbe
+// checks.
+absl::StatusOr<v1::SubmitProbeRequest> EnergyProbeRequest(
+    const v1::SubmitEnergyProbeRequest& request);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_SERVER_SERVICE_FLEET_PROBE_REQUESTS_H_

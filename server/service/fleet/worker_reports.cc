@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/calibration/promotion.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/energy/energy_refit.h"
 
 namespace headroom {
 namespace {
@@ -40,6 +43,48 @@ std::optional<Rejection> CheckPeak(const char* field, double gb,
     return Implausible(absl::StrCat(field, " = ", gb,
                                     " GB is more than the card's ",
                                     *card_memory_gb, " GB x ", kPeakSlack));
+  }
+  return std::nullopt;
+}
+
+// An energy probe's window: finite, positive where it must be, and within
+// what one card can do (energy_refit.h's bounds).
+std::optional<Rejection> CheckGeneration(const v1::GenerationEnergy& g,
+                                         const std::string& mode) {
+  if (g.quant() != mode) {
+    return Implausible(absl::StrCat("generation.quant = \"", Cut(g.quant(), 32),
+                                    "\" but the run is \"", Cut(mode, 32),
+                                    "\""));
+  }
+  if (g.tokens_generated() == 0 || g.tokens_generated() > kMaxRunTokens) {
+    return Implausible(
+        absl::StrCat("generation.tokens_generated = ", g.tokens_generated(),
+                     "; allowed 1..", kMaxRunTokens));
+  }
+  for (const auto& [field, value, lo, hi, open] :
+       {std::tuple<const char*, double, double, double, bool>{
+            "generation.energy_j", g.energy_j(), 0, kMaxRunEnergyJ, true},
+        {"generation.window_s", g.window_s(), 0, kMaxWindowSeconds, true},
+        {"generation.idle_w", g.idle_w(), 0, kMaxCardWatts, false},
+        {"generation.tokens_per_s", g.tokens_per_s(), 0, 1e9, false},
+        {"generation.j_per_1k_tokens", g.j_per_1k_tokens(), 0, kMaxJPer1kTokens,
+         true}}) {
+    const bool ok = std::isfinite(value) && value <= hi &&
+                    (open ? value > lo : value >= lo);
+    if (!ok) {
+      return Implausible(absl::StrCat(field, " = ", value, "; allowed ",
+                                      open ? "(" : "[", lo, ", ", hi, "]"));
+    }
+  }
+  // The counter over the window cannot show more than a card can draw.
+  if (g.energy_j() > kMaxCardWatts * g.window_s() * 1.05) {
+    return Implausible(absl::StrCat("generation.energy_j = ", g.energy_j(),
+                                    " J over window_s = ", g.window_s(),
+                                    " s is more than ", kMaxCardWatts, " W"));
+  }
+  if (g.params() > kMaxRunParams) {
+    return Implausible(absl::StrCat("generation.params = ", g.params(),
+                                    "; allowed up to ", kMaxRunParams));
   }
   return std::nullopt;
 }
@@ -183,7 +228,18 @@ std::optional<Rejection> CheckBatchResult(
     std::optional<double> card_memory_gb) {
   const v1::SubmitProbeRequest& request = probe.request();
   bool known = false;
-  if (request.has_autotune()) {
+  if (request.has_energy()) {
+    const auto& quants = request.energy().quants();
+    known =
+        batch.batch() == 1 &&
+        batch.repetition() < std::max(1u, request.repetitions()) &&
+        std::find(quants.begin(), quants.end(), batch.mode()) != quants.end();
+    if (known && batch.has_generation()) {
+      if (auto bad = CheckGeneration(batch.generation(), batch.mode())) {
+        return bad;
+      }
+    }
+  } else if (request.has_autotune()) {
     for (const v1::PlannedMicrobatch& planned :
          request.autotune().plan().candidates()) {
       known =

@@ -75,11 +75,12 @@ std::optional<double> CardMemoryGb(const v1::Probe& probe,
                                    uint32_t gpu_index);
 
 // nullopt when `batch` names a run of `probe`'s request (a requested batch
-// and repetition with mode "", or a planned autotune candidate and its
-// mode at repetition 0) and carries plausible values: every number finite;
-// peaks >= 0 and at most `card_memory_gb` x kPeakSlack (when known); not
-// both OOM and an allocator peak; step seconds > 0; energy >= 0. Otherwise
-// unknown_batch or implausible_value, saying which field.
+// and repetition with mode "", a planned autotune candidate and its mode at
+// repetition 0, or an energy probe's quantization at batch 1; an energy
+// window within energy_refit.h's bounds) and carries plausible values: every
+// number finite; peaks >= 0 and at most `card_memory_gb` x kPeakSlack (when
+// known); not both OOM and an allocator peak; step seconds > 0; energy >= 0.
+// Otherwise unknown_batch or implausible_value, saying which field.
 std::optional<Rejection> CheckBatchResult(const v1::Probe& probe,
                                           const v1::BatchResult& batch,
                                           std::optional<double> card_memory_gb);

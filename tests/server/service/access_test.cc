@@ -94,6 +94,7 @@ TEST(AccessTest, EveryMethodOfTheApiHasTheNeedItsDomainSays) {
       {"/headroom.v1.Fleet/ListWorkers", Need::kRead},
       {"/headroom.v1.Fleet/SubmitProbe", Need::kOperator},
       {"/headroom.v1.Fleet/SubmitAutotune", Need::kOperator},
+      {"/headroom.v1.Fleet/SubmitEnergyProbe", Need::kOperator},
       {"/headroom.v1.Fleet/WatchProbe", Need::kRead},
       {"/headroom.v1.Fleet/CancelProbe", Need::kOperator},
       {"/headroom.v1.Fleet/ListProbes", Need::kRead},

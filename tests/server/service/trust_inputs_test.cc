@@ -174,6 +174,8 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
   EXPECT_EQ(ListCurves().curve_sets_size(), 1);
   EXPECT_EQ(Estimate().quant_j_per_1k(), before.quant_j_per_1k());
 
+  // Three sizes cannot hold one out: the promotion rule keeps ec-1 (the
+  // set is stored as ec-2 all the same), and force makes it current.
   {
     grpc::ClientContext context;
     context.set_deadline(In(30));
@@ -182,6 +184,21 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_EQ(refit.curve_set().version(), "ec-2");
+  EXPECT_FALSE(refit.promoted());
+  EXPECT_THAT(refit.promotion_reason(),
+              HasSubstr("too few points to hold one out"));
+  EXPECT_EQ(refit.current_version(), "ec-1");
+  EXPECT_EQ(Estimate().curves_version(), "ec-1");
+  {
+    v1::PromoteEnergyCurveSetRequest promote;
+    promote.set_version("ec-2");
+    v1::PromoteEnergyCurveSetResponse promoted;
+    grpc::ClientContext context;
+    context.set_deadline(In(30));
+    ASSERT_TRUE(
+        planner_->energy->PromoteEnergyCurveSet(&context, promote, &promoted)
+            .ok());
+  }
   EXPECT_EQ(Estimate().curves_version(), "ec-2");
 
   // Listing pages in storage order, the current one marked.

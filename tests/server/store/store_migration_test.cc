@@ -67,6 +67,14 @@ TEST(StoreMigrationTest, ASchema9SqliteFileReadsBackWhatItHeld) {
     EXPECT_EQ((*store)->AddProbe(v1::Probe())->id(), "p-5");
     EXPECT_EQ((*store)->AddFactorSet(v1::FactorSet(), false)->version(),
               "fs-3");
+    // Energy runs (schema 11) start empty and are stored.
+    EXPECT_EQ(*(*store)->CountEnergyRuns(),
+              (std::pair<int64_t, int64_t>{0, 0}));
+    v1::EnergyRun run;
+    run.set_gpu("L4");
+    run.set_quant("fp16");
+    EXPECT_TRUE(*(*store)->AddEnergyRun("k", run));
+    EXPECT_EQ((*store)->ListEnergyRuns(false, 10)->size(), 1u);
   }
   EXPECT_EQ(SqliteValue(path, "PRAGMA user_version"),
             std::to_string(kSqliteSchemaVersion));
@@ -156,6 +164,8 @@ TEST(StoreMigrationTest, ASchema4PostgresDatabaseReadsBackWhatItHeld) {
             probe.SerializeAsString());
   EXPECT_EQ(*testing::RunSql(url, "SELECT MAX(version) FROM schema_version"),
             std::to_string(kPostgresSchemaVersion));
+  // The energy runs table the last migration adds, empty.
+  EXPECT_EQ(*(*store)->CountEnergyRuns(), (std::pair<int64_t, int64_t>{0, 0}));
   EXPECT_EQ(*testing::RunSql(url,
                              "SELECT string_agg(key, ',') FROM "
                              "probe_results"),

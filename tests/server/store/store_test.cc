@@ -57,6 +57,47 @@ TEST_P(StoreTest, VersionsEnergyCurveSets) {
   EXPECT_EQ((*store)->AddFactorSet(Set(1.0), true)->version(), "fs-1");
 }
 
+// Energy runs (issue 21): stored once per key, in the order stored, the
+// simulated ones only when asked, counted with how many are simulated.
+TEST_P(StoreTest, StoresEnergyRunsOncePerKeyAndFiltersSimulated) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->CountEnergyRuns(), (std::pair<int64_t, int64_t>{0, 0}));
+  const auto run = [](const std::string& quant, bool simulated, double j) {
+    v1::EnergyRun r;
+    r.set_model("llama-1b");
+    r.set_params_b(1.1);
+    r.set_gpu("L4");
+    r.set_arch("ada");
+    r.set_quant(quant);
+    r.set_tokens_generated(128);
+    r.set_energy_j(j);
+    r.set_simulated(simulated);
+    r.set_worker("w-1");
+    r.set_framework("torch 2.5.1");
+    return r;
+  };
+  EXPECT_TRUE(*(*store)->AddEnergyRun("p-1/a/1/0/fp16", run("fp16", true, 60)));
+  EXPECT_TRUE(*(*store)->AddEnergyRun("p-1/a/1/0/nf4", run("nf4", true, 80)));
+  EXPECT_TRUE(
+      *(*store)->AddEnergyRun("p-2/b/1/0/fp16", run("fp16", false, 61)));
+  // The same key again (a re-sent result) keeps the first run.
+  EXPECT_FALSE(*(*store)->AddEnergyRun("p-1/a/1/0/nf4", run("nf4", true, 99)));
+  EXPECT_EQ(*(*store)->CountEnergyRuns(), (std::pair<int64_t, int64_t>{3, 2}));
+  auto all = (*store)->ListEnergyRuns(true, 100);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].quant(), "fp16");
+  EXPECT_EQ((*all)[1].energy_j(), 80);
+  EXPECT_EQ((*all)[1].framework(), "torch 2.5.1");
+  EXPECT_EQ((*all)[2].energy_j(), 61);
+  auto real = (*store)->ListEnergyRuns(false, 100);
+  ASSERT_TRUE(real.ok());
+  ASSERT_EQ(real->size(), 1u);
+  EXPECT_FALSE((*real)[0].simulated());
+  EXPECT_EQ((*store)->ListEnergyRuns(true, 2)->size(), 2u);
+}
+
 // Energy curve sets roll back like factor sets: a promotion is recorded in
 // the history, a set is read by version, and listing pages in storage order.
 TEST_P(StoreTest, PromotesListsAndRecordsEnergyCurveSets) {
