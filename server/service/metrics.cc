@@ -1,6 +1,7 @@
 #include "server/service/metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <set>
@@ -206,11 +207,17 @@ class GpuSeriesTable {
       it = series_.emplace(labels, Series{}).first;
     }
     Series& s = it->second;
-    if (s.reading && !Stale(s, now)) {
-      // The period is the interval between arrivals; a long gap (the series
-      // went stale) starts it again.
-      s.period_ms = std::max<int64_t>(1, now - s.last_ms);
+    if (s.reading && !Stale(s, now) && labels != OtherLabels()) {
+      // The period is the longest of the last kIntervals intervals between
+      // arrivals (a burst does not shorten it); a gap that let the series go
+      // stale starts it again. The shared "other" bucket, fed by many GPUs,
+      // keeps the fallback.
+      s.intervals_ms[s.next_interval] = now - s.last_ms;
+      s.next_interval = (s.next_interval + 1) % kIntervals;
+      s.period_ms = *std::max_element(s.intervals_ms.begin(),
+                                      s.intervals_ms.end());
     } else {
+      s.intervals_ms.fill(0);
       s.period_ms = 0;
     }
     s.reading = true;
@@ -269,11 +276,15 @@ class GpuSeriesTable {
   }
 
  private:
+  static constexpr size_t kIntervals = 4;
   struct Series {
     int users = 0;
     bool reading = false;
     int64_t last_ms = 0;
-    int64_t period_ms = 0;  // 0 until two samples arrived
+    // 0 until two samples arrived (or while they came in the same ms).
+    int64_t period_ms = 0;
+    std::array<int64_t, kIntervals> intervals_ms{};
+    size_t next_interval = 0;
     int64_t fallback_period_ms = 1;
     double fb_used_mib = 0;
     std::optional<double> power_w;

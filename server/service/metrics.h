@@ -113,9 +113,9 @@ class PlannerMetrics {
   // gauges, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ) as a counter. A
   // simulated GPU's series carry simulated="true". A series is exported
   // only while it tells the truth: from its GPU's first sample until that
-  // sample is older than twice the GPU's sample period (the interval
-  // between its last two sample arrivals; the fallback period the fleet
-  // gives until two have arrived), or until its worker goes
+  // sample is older than twice the GPU's sample period (the longest of the
+  // last four intervals between its sample arrivals; the fallback period
+  // the fleet gives until two have arrived), or until its worker goes
   // (ReleaseGpuSeries). The labels come from workers' hellos, so they are
   // bounded: values cut to kMaxLabelBytes, and past kMaxGpuSeries label
   // sets in use every new GPU shares the series labelled "other".
