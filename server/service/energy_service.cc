@@ -282,17 +282,18 @@ absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
   question.batch = request.batch();
   question.flops = FlopsPerStep(model.spec(), request.setup(), request.batch());
 
-  // Measured: the runs of this key (as anchored fit answers find them) on
-  // this card with energy over their timed steps, divided by the steps
-  // their probe ran.
-  const Anchor* anchor =
-      from.evidence == nullptr
-          ? nullptr
-          : from.evidence->Find(key, v1::TORCH_HARNESS,
-                                request.include_simulated());
+  // Measured: the runs of this key (every source's, as anchored fit
+  // answers group them) on this card with energy over their timed steps,
+  // divided by the steps their probe ran; real runs when there are any,
+  // else simulated ones when asked for.
+  std::vector<const Anchor*> anchors;
+  if (from.evidence != nullptr) anchors = from.evidence->FindAll(key);
   int without_probe = 0;
-  if (anchor != nullptr) {
-    std::map<std::string, uint32_t> steps_of_probe;
+  std::map<std::string, uint32_t> steps_of_probe;
+  std::vector<TrainEnergyRun> real, simulated;
+  for (const Anchor* anchor : anchors) {
+    const bool sim = anchor->source == v1::SIM;
+    if (sim && !request.include_simulated()) continue;
     for (size_t i : anchor->group.runs) {
       const v1::MeasuredRun& run = from.evidence->runs()[i];
       if (run.gpu() != gpu.name || !run.has_energy_j() ||
@@ -302,13 +303,11 @@ absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
         continue;
       }
       const std::string probe_id = ProbeIdOf(run);
-      if (probe_id.empty()) {
-        ++without_probe;
-        continue;
-      }
       auto it = steps_of_probe.find(probe_id);
       if (it == steps_of_probe.end()) {
-        absl::StatusOr<v1::Probe> probe = state_.store()->GetProbe(probe_id);
+        absl::StatusOr<v1::Probe> probe =
+            probe_id.empty() ? absl::NotFoundError("no probe")
+                             : state_.store()->GetProbe(probe_id);
         if (!probe.ok()) {
           ++without_probe;
           continue;
@@ -322,9 +321,12 @@ absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
       measured.batch = static_cast<uint32_t>(run.batch());
       measured.joules_per_step = run.energy_j() / it->second;
       measured.worker = run.worker();
-      measured.simulated = run.simulated();
-      question.runs.push_back(std::move(measured));
+      measured.simulated = sim || run.simulated();
+      (measured.simulated ? simulated : real).push_back(std::move(measured));
     }
+  }
+  question.runs = real.empty() ? std::move(simulated) : std::move(real);
+  if (!question.runs.empty() || without_probe > 0) {
     question.steps_source = absl::StrCat(
         "energy_j over each run's timed steps, divided by its probe's steps "
         "(request.steps, 0 = ",
