@@ -11,12 +11,12 @@
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "client/rpc.h"
+#include "common/shipped_files.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_points.h"
 #include "server/core/energy/energy_refit.h"
-#include "common/shipped_files.h"
 #include "server/io/files.h"
 #include "server/service/pages/energy_plot.h"
 
@@ -137,10 +137,9 @@ void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
 
 void PrintTrainEnergy(const v1::TrainEnergyResponse& answer,
                       std::ostream& out) {
-  out << "training energy at batch " << answer.batch() << " on "
-      << answer.gpu() << " (" << answer.tokens_per_step()
-      << " tokens per step, " << Fixed(answer.step_tflop(), 3)
-      << " TFLOP per step)\n";
+  out << "training energy at batch " << answer.batch() << " on " << answer.gpu()
+      << " (" << answer.tokens_per_step() << " tokens per step, "
+      << Fixed(answer.step_tflop(), 3) << " TFLOP per step)\n";
   out << "  per step        " << Fixed(answer.answer().joules_per_step(), 2)
       << " J\n";
   out << "  per 1k tokens   "

@@ -14,8 +14,9 @@ absl::StatusOr<std::vector<MeasuredEnergyPoint>> StoredCurveSetPoints::Points(
   const v1::EnergyCurveSet baseline = sets.front();
   std::vector<MeasuredEnergyPoint> points = PointsFromCurveSets(sets, baseline);
   if (!include_simulated) {
-    points.erase(std::remove_if(points.begin(), points.end(),
-                                [](const MeasuredEnergyPoint& p) { return p.simulated; }),
+    points.erase(std::remove_if(
+                     points.begin(), points.end(),
+                     [](const MeasuredEnergyPoint& p) { return p.simulated; }),
                  points.end());
   }
   return points;

@@ -5,9 +5,8 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_join.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/core/calibration/promotion.h"
 #include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
@@ -17,8 +16,8 @@
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/fleet/dispatch.h"
-#include "server/service/pages/energy_plot.h"
 #include "server/service/grpc_status.h"
+#include "server/service/pages/energy_plot.h"
 #include "server/service/paging.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
@@ -359,8 +358,7 @@ absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
     if (datasheet.ok()) {
       question.j_per_tflop = *datasheet;
     } else {
-      question.j_per_tflop.source =
-          std::string(datasheet.status().message());
+      question.j_per_tflop.source = std::string(datasheet.status().message());
     }
   }
   return headroom::AnswerTrainEnergy(question);

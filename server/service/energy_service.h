@@ -41,9 +41,10 @@ class EnergyService final : public v1::Energy::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::TrainEnergyRequest* request,
       v1::TrainEnergyResponse* response) override;
-  grpc::ServerUnaryReactor* PlotEnergy(grpc::CallbackServerContext* context,
-                                       const v1::PlotEnergyRequest* request,
-                                       v1::PlotEnergyResponse* response) override;
+  grpc::ServerUnaryReactor* PlotEnergy(
+      grpc::CallbackServerContext* context,
+      const v1::PlotEnergyRequest* request,
+      v1::PlotEnergyResponse* response) override;
 
   // The answers of TrainEnergy and PlotEnergy without gRPC. Store I/O:
   // call off the gRPC threads.

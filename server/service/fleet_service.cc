@@ -344,19 +344,20 @@ void FleetService::OnSamples(WorkerStream* stream,
   // says its period, its series lives two heartbeats.
   std::vector<const v1::Sample*> latest(gauges.size(), nullptr);
   for (const v1::Sample& sample : samples.samples()) {
-    if (sample.gpu_index() < gauges.size()) latest[sample.gpu_index()] = &sample;
+    if (sample.gpu_index() < gauges.size())
+      latest[sample.gpu_index()] = &sample;
   }
   for (size_t i = 0; i < latest.size(); ++i) {
     const v1::Sample* last = latest[i];
     if (last == nullptr) continue;
-    metrics_->GpuSample(
-        gauges[i], last->fb_used_mib(),
-        last->has_power_w() ? std::optional<double>(last->power_w())
+    metrics_->GpuSample(gauges[i], last->fb_used_mib(),
+                        last->has_power_w()
+                            ? std::optional<double>(last->power_w())
                             : std::nullopt,
-        last->has_total_energy_mj()
-            ? std::optional<double>(last->total_energy_mj())
-            : std::nullopt,
-        policy_.heartbeat_ms);
+                        last->has_total_energy_mj()
+                            ? std::optional<double>(last->total_energy_mj())
+                            : std::nullopt,
+                        policy_.heartbeat_ms);
   }
   if (!samples.probe_id().empty()) PublishSamples(samples);
 }

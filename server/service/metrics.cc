@@ -214,8 +214,8 @@ class GpuSeriesTable {
       // keeps the fallback.
       s.intervals_ms[s.next_interval] = now - s.last_ms;
       s.next_interval = (s.next_interval + 1) % kIntervals;
-      s.period_ms = *std::max_element(s.intervals_ms.begin(),
-                                      s.intervals_ms.end());
+      s.period_ms =
+          *std::max_element(s.intervals_ms.begin(), s.intervals_ms.end());
     } else {
       s.intervals_ms.fill(0);
       s.period_ms = 0;
@@ -235,11 +235,13 @@ class GpuSeriesTable {
                                 "Framebuffer memory used (in MiB).",
                                 prometheus::MetricType::Gauge,
                                 {}};
-    prometheus::MetricFamily power{kDcgmPower, "Power draw (in W).",
-                                   prometheus::MetricType::Gauge, {}};
+    prometheus::MetricFamily power{
+        kDcgmPower, "Power draw (in W).", prometheus::MetricType::Gauge, {}};
     prometheus::MetricFamily energy{
-        kDcgmEnergy, "Total energy consumption since boot (in mJ).",
-        prometheus::MetricType::Counter, {}};
+        kDcgmEnergy,
+        "Total energy consumption since boot (in mJ).",
+        prometheus::MetricType::Counter,
+        {}};
     const int64_t now = now_ms_();
     absl::MutexLock lock(&mu_);
     for (auto& [labels, s] : series_) {

@@ -7,9 +7,9 @@
 #include <array>
 #include <deque>
 #include <functional>
-#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>

@@ -118,8 +118,8 @@ double LayerForwardFlops(const v1::Layer& layer, double p,
       const v1::Moe& m = layer.moe();
       const double hidden = static_cast<double>(m.hidden());
       const double router = 2 * p * hidden * static_cast<double>(m.experts());
-      const double active = Count(m.top_k(), 1) +
-                            static_cast<double>(m.shared_experts());
+      const double active =
+          Count(m.top_k(), 1) + static_cast<double>(m.shared_experts());
       return router + active * MlpFlops(hidden, static_cast<double>(m.ffn()),
                                         m.gated(), p);
     }
@@ -224,7 +224,8 @@ std::optional<JoulesPerTflop> MeasuredJoulesPerTflop(
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   JoulesPerTflop j;
-  j.value = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  j.value =
+      n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
   std::vector<std::string> shown(ids.begin(), ids.end());
   if (shown.size() > 5) {
     shown.resize(5);

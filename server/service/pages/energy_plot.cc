@@ -54,7 +54,8 @@ bool Drawn(const v1::EnergyCurveSet& set, const std::string& arch,
   }
   for (Quant quant : {Quant::kNf4, Quant::kInt8}) {
     std::string source;
-    if (QuantKey(quant) == p.quant && FindCurve(set, arch, quant, &source).ok()) {
+    if (QuantKey(quant) == p.quant &&
+        FindCurve(set, arch, quant, &source).ok()) {
       return true;
     }
   }
@@ -312,8 +313,8 @@ absl::StatusOr<std::string> EnergyPlotSvg(
     switch (shape % 4) {
       case 0:
         return absl::StrCat("<rect x=\"", Num(x - 4, 1), "\" y=\"",
-                            Num(y - 4, 1), "\" width=\"8\" height=\"8\" fill=\"",
-                            color, "\"");
+                            Num(y - 4, 1),
+                            "\" width=\"8\" height=\"8\" fill=\"", color, "\"");
       case 1:
         return absl::StrCat("<path d=\"M", Num(x, 1), ",", Num(y - 5, 1),
                             " l5,9 l-10,0 z\" fill=\"", color, "\"");
@@ -326,7 +327,9 @@ absl::StatusOr<std::string> EnergyPlotSvg(
     }
   };
   const auto closing = [](size_t shape) {
-    return shape % 4 == 0 ? "</rect>" : shape % 4 == 3 ? "</circle>" : "</path>";
+    return shape % 4 == 0   ? "</rect>"
+           : shape % 4 == 3 ? "</circle>"
+                            : "</path>";
   };
   const auto shape_of = [&](const std::string& worker) {
     return static_cast<size_t>(
@@ -338,7 +341,8 @@ absl::StatusOr<std::string> EnergyPlotSvg(
       if (QuantKey(s.quant) == p->quant) color = s.color;
     }
     absl::StrAppend(
-        &svg, marker(shape_of(p->worker), px(p->params_b), py(p->de_pct), color),
+        &svg,
+        marker(shape_of(p->worker), px(p->params_b), py(p->de_pct), color),
         " class=\"measured\"><title>",
         Escape(absl::StrCat(p->model, " on ", p->gpu, " (", p->quant, ") by ",
                             p->worker.empty() ? "?" : p->worker, ", ",

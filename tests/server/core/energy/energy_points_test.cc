@@ -9,7 +9,7 @@ namespace headroom {
 namespace {
 
 EnergyRunRecord Record(const std::string& quant, double energy_j,
-                    const std::string& worker) {
+                       const std::string& worker) {
   EnergyRunRecord r;
   r.run.set_model("m7");
   r.run.set_params_b(7);
@@ -25,10 +25,10 @@ EnergyRunRecord Record(const std::string& quant, double energy_j,
 }
 
 TEST(EnergyPointsTest, QuantizedRunsAgainstTheirFp16) {
-  const std::vector<MeasuredEnergyPoint> points = PointsFromEnergyRuns(
-      {Record("fp16", 100, "a"), Record("fp16", 120, "a"), Record("nf4", 132, "a"),
-       Record("int8", 90, "b")},
-      false);
+  const std::vector<MeasuredEnergyPoint> points =
+      PointsFromEnergyRuns({Record("fp16", 100, "a"), Record("fp16", 120, "a"),
+                            Record("nf4", 132, "a"), Record("int8", 90, "b")},
+                           false);
   // Worker b has no fp16 run: no point.
   ASSERT_EQ(points.size(), 1u);
   EXPECT_EQ(points[0].arch, "ada");
@@ -37,9 +37,10 @@ TEST(EnergyPointsTest, QuantizedRunsAgainstTheirFp16) {
   EXPECT_EQ(points[0].date_unix, 1764547200);
   EXPECT_NEAR(points[0].de_pct, 20.0, 1e-9);  // 132 / 110 - 1
   // Idle subtracted: (132 - 20) / (110 - 20) - 1.
-  const std::vector<MeasuredEnergyPoint> net = PointsFromEnergyRuns(
-      {Record("fp16", 100, "a"), Record("fp16", 120, "a"), Record("nf4", 132, "a")},
-      true);
+  const std::vector<MeasuredEnergyPoint> net =
+      PointsFromEnergyRuns({Record("fp16", 100, "a"), Record("fp16", 120, "a"),
+                            Record("nf4", 132, "a")},
+                           true);
   ASSERT_EQ(net.size(), 1u);
   EXPECT_NEAR(net[0].de_pct, 100.0 * (112.0 / 90.0 - 1), 1e-9);
 }
@@ -47,8 +48,8 @@ TEST(EnergyPointsTest, QuantizedRunsAgainstTheirFp16) {
 TEST(EnergyPointsTest, OnlyTheAnchorsRefitsAdded) {
   v1::EnergyCurveSet shipped;
   shipped.set_version("ec-1");
-  v1::EnergyAnchor* a = (*shipped.mutable_curves())["ada"].mutable_nf4()
-                            ->add_anchors();
+  v1::EnergyAnchor* a =
+      (*shipped.mutable_curves())["ada"].mutable_nf4()->add_anchors();
   a->set_n(1);
   a->set_de(5);
   a->set_model("old");

@@ -69,8 +69,10 @@ TEST(TrainFlopsTest, CheckpointingAddsAForwardAndPositionsScale) {
 
 TEST(TrainFlopsTest, WindowAndGroupedQueryAttention) {
   v1::ModelSpec spec = Small();
-  auto* attention =
-      spec.mutable_layers(1)->mutable_block()->mutable_layers(0)->mutable_attention();
+  auto* attention = spec.mutable_layers(1)
+                        ->mutable_block()
+                        ->mutable_layers(0)
+                        ->mutable_attention();
   attention->set_window(4);
   // Scores over 4 keys: 2*2*16*4*8 = 2048 instead of 8192.
   EXPECT_DOUBLE_EQ(FlopsPerStep(spec, {}, 1).forward_flops,
@@ -139,7 +141,8 @@ TEST(TrainJoulesPerTflopTest, CudaProbeReportsAndTheirMedian) {
       {{"p-1", "w", 3.0}, {"p-2", "w", 1.0}, {"p-3", "w", 2.0}}, "L4");
   ASSERT_TRUE(j.has_value());
   EXPECT_EQ(j->value, 2.0);
-  EXPECT_THAT(j->source, HasSubstr("median of 3 bf16 GEMM runs (p-1, p-2, p-3)"));
+  EXPECT_THAT(j->source,
+              HasSubstr("median of 3 bf16 GEMM runs (p-1, p-2, p-3)"));
 }
 
 TrainEnergyQuestion Question(uint32_t batch) {
