@@ -120,7 +120,12 @@ void AddProbeRunFlags(CLI::App* app, ProbeOptions& probe) {
 }
 
 void AddEnergyCurves(CLI::App* app, EnergyOptions& energy) {
-  app->add_option("--curves", energy.curves, "the curve set file");
+  app->add_flag("--offline", energy.offline,
+                "compute here from a curves file instead of asking the "
+                "planner");
+  app->add_option("--curves", energy.curves,
+                  "with --offline: the curve set file (default: the shipped "
+                  "energy-curves.json)");
 }
 
 // The deepest subcommand the arguments selected (the top app when none).
@@ -397,15 +402,16 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
 
   EnergyOptions& e = p.energy;
   CLI::App* energy = command(&app, "energy",
-                             "energy per 1k tokens of a model on a GPU "
-                             "(offline), and the server's curve sets");
+                             "energy per 1k tokens of a model on a GPU (the "
+                             "planner's, or --offline), training energy, and "
+                             "the server's curve sets");
   energy->add_option("--params_b", e.params_b, "parameters in billions");
   energy->add_option("--gpu", e.gpu, "a catalog GPU name (headroom gpus)");
   energy->add_option("--arch", e.arch, "GPU architecture (instead of --gpu)");
   energy->add_option("--quant", e.quant, "fp16, nf4 or int8");
   AddEnergyCurves(energy, e);
   energy->add_flag("--json", e.json, "print JSON instead of a table");
-  actions[energy] = [&] { return EnergyEstimate(e, out, err); };
+  actions[energy] = [&] { return EnergyEstimate(o, e, out, err); };
   CLI::App* energy_refit = command(energy, "refit", "refit the curve set");
   energy_refit->add_option("--runs", e.runs, "energy runs (JSON lines)");
   energy_refit->add_flag("--from_anchors", e.from_anchors,
@@ -430,7 +436,7 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
     if (e.include_simulated || e.force) {
       return Fail(err, "--include_simulated and --force need --stored");
     }
-    return EnergyRefit(e, out, err);
+    return EnergyRefit(o, e, out, err);
   };
   CLI::App* energy_probe = command(
       energy, "probe", "measure generation energy on a worker (queue a probe)");
@@ -462,8 +468,20 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   CLI::App* energy_plot = command(energy, "plot", "plot one architecture");
   energy_plot->add_option("--arch", e.arch, "GPU architecture");
   energy_plot->add_option("--svg", e.svg, "the SVG file to write");
+  energy_plot->add_flag("--include_simulated", e.include_simulated,
+                        "draw points measured on simulated GPUs too");
+  energy_plot->add_option("--runs", e.runs,
+                          "with --offline: energy runs (JSON lines) to draw");
   AddEnergyCurves(energy_plot, e);
-  actions[energy_plot] = [&] { return EnergyPlot(e, out, err); };
+  actions[energy_plot] = [&] { return EnergyPlot(o, e, out, err); };
+  CLI::App* energy_train =
+      command(energy, "train", "joules per training step and per 1k tokens");
+  AddModelFlags(energy_train, o);
+  energy_train->add_option("--batch", o.batch, "samples per step");
+  energy_train->add_flag("--include_simulated", o.include_simulated,
+                         "let runs measured on simulated GPUs answer");
+  AddJson(energy_train, o);
+  actions[energy_train] = [&] { return EnergyTrain(o, out, err); };
   CLI::App* curves = command(energy, "curves", "the server's curve sets");
   AddJson(curves, o);
   actions[curves] = [&] { return EnergyCurvesList(o, out, err); };
@@ -568,7 +586,6 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   // The shipped catalogs, found from any working directory; a missing one is
   // reported by the command that needs it.
   o.models_dir = FindShipped(o.models_dir, "models_dir").value_or(o.models_dir);
-  e.curves = FindShipped(e.curves, "curves").value_or(e.curves);
   return action->second();
 }
 

@@ -14,10 +14,12 @@
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "client/rpc.h"
+#include "common/shipped_files.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/common/json_io.h"
 #include "server/core/energy/energy_curves.h"
+#include "server/core/energy/energy_points.h"
 #include "server/core/energy/energy_refit.h"
 #include "server/io/files.h"
 #include "server/service/pages/energy_plot.h"
@@ -35,13 +37,28 @@ std::string Signed(double value, int decimals) {
   return (value >= 0 ? "+" : "") + Fixed(value, decimals);
 }
 
+constexpr char kShippedCurves[] = "data/energy-curves.json";
+
 absl::StatusOr<v1::EnergyCurveSet> LoadCurves(const EnergyOptions& options) {
-  absl::StatusOr<std::string> text = ReadFile(options.curves);
-  if (!text.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "cannot open the curves file ", options.curves, " (pass --curves)"));
+  // The shipped file is found from any directory (FindShipped); a file
+  // given with --curves is read as given.
+  std::string path = options.curves;
+  if (path.empty()) {
+    path = FindShipped(kShippedCurves, "curves").value_or(kShippedCurves);
   }
-  return ParseCurveSet(*text, options.curves);
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open the curves file ", path, " (pass --curves)"));
+  }
+  return ParseCurveSet(*text, path);
+}
+
+// The curves file belongs to --offline: the planner answers from its own.
+int RefuseCurvesOnline(const EnergyOptions& options, std::ostream& err) {
+  return Fail(err, absl::StrCat("--curves ", options.curves,
+                                " needs --offline: the planner answers from "
+                                "its own current curves"));
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
@@ -119,11 +136,30 @@ void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
         << "B outside (x" << Fixed(answer.extrapolation_ratio(), 2) << ")";
   }
   out << "\n";
+  out << "  curves          " << answer.curves_version() << "\n";
   if (!answer.points_near_n().empty()) {
     out << "  points near N   " << answer.points_near_n() << " (nearest anchor "
-        << Fixed(answer.nearest_anchor_b(), 2) << "B); curves "
-        << answer.curves_version() << "\n";
+        << Fixed(answer.nearest_anchor_b(), 2) << "B)\n";
   }
+}
+
+void PrintTrainEnergy(const v1::TrainEnergyResponse& answer,
+                      std::ostream& out) {
+  out << "training energy at batch " << answer.batch() << " on " << answer.gpu()
+      << " (" << answer.tokens_per_step() << " tokens per step, "
+      << Fixed(answer.step_tflop(), 3) << " TFLOP per step)\n";
+  out << "  per step        " << Fixed(answer.answer().joules_per_step(), 2)
+      << " J\n";
+  out << "  per 1k tokens   "
+      << Fixed(answer.answer().joules_per_1k_tokens(), 3) << " J\n";
+  out << "  basis           " << answer.answer().basis() << "\n";
+  if (answer.has_measured()) {
+    out << "  compute model   "
+        << Fixed(answer.compute_model().joules_per_step(), 2) << " J per step, "
+        << Fixed(answer.compute_model().joules_per_1k_tokens(), 3)
+        << " J per 1k tokens (" << answer.compute_model().basis() << ")\n";
+  }
+  out << "  model key       " << answer.model_key() << "\n";
 }
 
 void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out) {
@@ -158,8 +194,8 @@ void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out) {
   }
 }
 
-int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
-                   std::ostream& err) {
+int EnergyEstimate(const Options& planner, const EnergyOptions& options,
+                   std::ostream& out, std::ostream& err) {
   if (options.gpu.empty() == options.arch.empty()) {
     return Fail(err, "give exactly one of --gpu NAME or --arch ARCH");
   }
@@ -178,16 +214,30 @@ int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
                                   "--gpu H100; see headroom gpus), not a size "
                                   "in GB; or give --arch"));
   }
-  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
-  if (!set.ok()) return Fail(err, std::string(set.status().message()));
+  if (!options.offline && !options.curves.empty()) {
+    return RefuseCurvesOnline(options, err);
+  }
   v1::EstimateEnergyRequest request;
   request.set_params_b(options.params_b);
   if (!options.gpu.empty()) request.set_gpu(options.gpu);
   if (!options.arch.empty()) request.set_arch(options.arch);
   request.set_quant(options.quant);
-  absl::StatusOr<v1::EstimateEnergyResponse> answer =
-      EstimateEnergy(*set, request);
-  if (!answer.ok()) return Fail(err, std::string(answer.status().message()));
+  absl::StatusOr<v1::EstimateEnergyResponse> answer;
+  if (options.offline) {
+    absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+    if (!set.ok()) return Fail(err, std::string(set.status().message()));
+    answer = EstimateEnergy(*set, request);
+    if (!answer.ok()) return Fail(err, std::string(answer.status().message()));
+  } else {
+    auto stub = v1::Energy::NewStub(Connect(planner));
+    grpc::ClientContext context;
+    SetDeadline(context, planner);
+    v1::EstimateEnergyResponse response;
+    const grpc::Status status =
+        stub->EstimateEnergy(&context, request, &response);
+    if (!status.ok()) return FailRpc(err, planner, status);
+    answer = std::move(response);
+  }
   if (options.json) {
     out << EnergyAnswerJson(*answer) << "\n";
   } else {
@@ -196,17 +246,22 @@ int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
   return 0;
 }
 
-int EnergyRefit(const EnergyOptions& options, std::ostream& out,
-                std::ostream& err) {
+int EnergyRefit(const Options& planner, const EnergyOptions& options,
+                std::ostream& out, std::ostream& err) {
   if (options.runs.empty() == !options.from_anchors) {
     return Fail(err, "give exactly one of --runs FILE or --from-anchors");
   }
-  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
-  if (!set.ok()) return Fail(err, std::string(set.status().message()));
-  absl::StatusOr<v1::RefitEnergyResponse> refit;
-  if (options.from_anchors) {
-    refit = RefitFromAnchors(*set);
-  } else {
+  if (!options.offline && options.from_anchors) {
+    return Fail(err,
+                "--from-anchors needs --offline: it checks the fitter on a "
+                "curves file's own anchors");
+  }
+  if (!options.offline && !options.curves.empty()) {
+    return RefuseCurvesOnline(options, err);
+  }
+  v1::RefitEnergyRequest request;
+  size_t run_count = 0;
+  if (!options.from_anchors) {
     absl::StatusOr<std::string> text = ReadFile(options.runs);
     if (!text.ok()) return Fail(err, std::string(text.status().message()));
     absl::StatusOr<std::vector<v1::EnergyRun>> runs =
@@ -215,20 +270,37 @@ int EnergyRefit(const EnergyOptions& options, std::ostream& out,
       return Fail(err,
                   absl::StrCat(options.runs, ": ", runs.status().message()));
     }
-    v1::RefitEnergyRequest request;
+    run_count = runs->size();
     for (const v1::EnergyRun& run : *runs) *request.add_runs() = run;
     request.set_subtract_idle(options.subtract_idle);
     request.set_merge_anchors(options.merge_anchors);
-    refit = RefitEnergy(
-        *set, request,
-        absl::StrCat(options.runs, " (", runs->size(), " runs",
-                     options.subtract_idle ? ", idle subtracted" : "", ")"));
   }
-  if (!refit.ok()) return Fail(err, std::string(refit.status().message()));
-  // Offline there is no store to number versions.
-  refit->mutable_curve_set()->set_version("local");
-  refit->mutable_curve_set()->set_created_unix(
-      static_cast<int64_t>(std::time(nullptr)));
+  absl::StatusOr<v1::RefitEnergyResponse> refit;
+  if (!options.offline) {
+    auto stub = v1::Energy::NewStub(Connect(planner));
+    grpc::ClientContext context;
+    SetDeadline(context, planner);
+    v1::RefitEnergyResponse response;
+    const grpc::Status status = stub->RefitEnergy(&context, request, &response);
+    if (!status.ok()) return FailRpc(err, planner, status);
+    refit = std::move(response);
+  } else {
+    absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+    if (!set.ok()) return Fail(err, std::string(set.status().message()));
+    if (options.from_anchors) {
+      refit = RefitFromAnchors(*set);
+    } else {
+      refit = RefitEnergy(
+          *set, request,
+          absl::StrCat(options.runs, " (", run_count, " runs",
+                       options.subtract_idle ? ", idle subtracted" : "", ")"));
+    }
+    if (!refit.ok()) return Fail(err, std::string(refit.status().message()));
+    // Offline there is no store to number versions.
+    refit->mutable_curve_set()->set_version("local");
+    refit->mutable_curve_set()->set_created_unix(
+        static_cast<int64_t>(std::time(nullptr)));
+  }
   if (!options.out.empty()) {
     const absl::Status written =
         WriteFile(options.out, ToJson(refit->curve_set(), /*pretty=*/true));
@@ -238,25 +310,120 @@ int EnergyRefit(const EnergyOptions& options, std::ostream& out,
     out << CliJson(*refit) << "\n";
   } else {
     PrintRefit(*refit, out);
+    if (!options.offline) {
+      out << "stored as " << refit->curve_set().version() << " (current)\n";
+    }
     if (!options.out.empty()) out << "wrote " << options.out << "\n";
   }
   return 0;
 }
 
-int EnergyPlot(const EnergyOptions& options, std::ostream& out,
-               std::ostream& err) {
+int EnergyPlot(const Options& planner, const EnergyOptions& options,
+               std::ostream& out, std::ostream& err) {
   if (options.arch.empty()) return Fail(err, "--arch ARCH is required");
-  absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
-  if (!set.ok()) return Fail(err, std::string(set.status().message()));
-  absl::StatusOr<std::string> svg = EnergyPlotSvg(*set, options.arch);
-  if (!svg.ok()) return Fail(err, std::string(svg.status().message()));
+  if (!options.offline && (!options.curves.empty() || !options.runs.empty())) {
+    return Fail(err,
+                "--curves and --runs need --offline: the planner draws its "
+                "own curves and stored points");
+  }
+  std::string svg;
+  if (options.offline) {
+    absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
+    if (!set.ok()) return Fail(err, std::string(set.status().message()));
+    std::vector<MeasuredEnergyPoint> points;
+    if (!options.runs.empty()) {
+      absl::StatusOr<std::string> text = ReadFile(options.runs);
+      if (!text.ok()) return Fail(err, std::string(text.status().message()));
+      absl::StatusOr<std::vector<v1::EnergyRun>> runs =
+          ParseEnergyRunsJsonl(*text);
+      if (!runs.ok()) {
+        return Fail(err,
+                    absl::StrCat(options.runs, ": ", runs.status().message()));
+      }
+      // A runs file says neither worker nor date: the file names them.
+      std::vector<EnergyRunRecord> records;
+      for (const v1::EnergyRun& run : *runs) {
+        EnergyRunRecord record;
+        record.run = run;
+        record.worker = options.runs;
+        records.push_back(std::move(record));
+      }
+      points = PointsFromEnergyRuns(records, options.subtract_idle);
+    }
+    absl::StatusOr<std::string> drawn =
+        EnergyPlotSvg(*set, options.arch, points);
+    if (!drawn.ok()) return Fail(err, std::string(drawn.status().message()));
+    svg = *std::move(drawn);
+  } else {
+    auto stub = v1::Energy::NewStub(Connect(planner));
+    grpc::ClientContext context;
+    SetDeadline(context, planner);
+    v1::PlotEnergyRequest request;
+    request.set_arch(options.arch);
+    request.set_include_simulated(options.include_simulated);
+    v1::PlotEnergyResponse response;
+    const grpc::Status status = stub->PlotEnergy(&context, request, &response);
+    if (!status.ok()) return FailRpc(err, planner, status);
+    svg = std::move(*response.mutable_svg());
+  }
   if (options.svg.empty()) {
-    out << *svg;
+    out << svg;
     return 0;
   }
-  const absl::Status written = WriteFile(options.svg, *svg);
+  const absl::Status written = WriteFile(options.svg, svg);
   if (!written.ok()) return Fail(err, std::string(written.message()), 1);
   out << "wrote " << options.svg << "\n";
+  return 0;
+}
+
+int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err) {
+  if (planner.batch.empty() || planner.batch.find(',') != std::string::npos) {
+    return Fail(err, "--batch is required: one batch size, e.g. --batch 8");
+  }
+  if (planner.gpu.empty() || planner.gpu.find(',') != std::string::npos) {
+    return Fail(err,
+                "--gpu is required: one catalog GPU name, e.g. --gpu L4 (see "
+                "headroom gpus)");
+  }
+  absl::StatusOr<v1::CheckFitRequest> fit = FitRequest(planner);
+  if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
+  if (fit->targets_size() != 1 || !fit->targets(0).has_gpu()) {
+    return Fail(err, absl::StrCat("--gpu ", planner.gpu,
+                                  ": training energy needs a catalog GPU "
+                                  "name, not a size in GB"));
+  }
+  v1::TrainEnergyRequest request;
+  switch (fit->model().source_case()) {
+    case v1::ModelRef::kTemplate:
+      request.set_template_(fit->model().template_());
+      break;
+    case v1::ModelRef::kSpec:
+      *request.mutable_spec() = fit->model().spec();
+      break;
+    case v1::ModelRef::kHfConfig:
+      request.set_hf_config(fit->model().hf_config());
+      break;
+    case v1::ModelRef::kOnnx:
+      request.set_onnx(fit->model().onnx());
+      break;
+    case v1::ModelRef::SOURCE_NOT_SET:
+      return Fail(err, "give one model: --model or --onnx");
+  }
+  *request.mutable_setup() = fit->setup();
+  request.set_batch(fit->batches(0));
+  request.set_gpu(fit->targets(0).gpu());
+  request.set_include_simulated(planner.include_simulated);
+  auto stub = v1::Energy::NewStub(Connect(planner));
+  grpc::ClientContext context;
+  SetDeadline(context, planner);
+  v1::TrainEnergyResponse response;
+  const grpc::Status status = stub->TrainEnergy(&context, request, &response);
+  if (!status.ok()) return FailRpc(err, planner, status);
+  if (planner.json) {
+    out << CliJson(response) << "\n";
+  } else {
+    PrintTrainEnergy(response, out);
+  }
   return 0;
 }
 

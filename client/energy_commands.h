@@ -2,9 +2,13 @@
 #define HEADROOM_CLIENT_ENERGY_COMMANDS_H_
 
 // `headroom energy ...`: energy per 1,000 generated tokens under weight
-// quantization (DESIGN.md, "Energy"), computed offline from a curves file.
-// Each command returns the process exit code: 0 on success, 2 for bad input
-// (flags, files, values), 1 when an output file cannot be written.
+// quantization (DESIGN.md, "Energy") and training energy per step. The
+// planner answers (EstimateEnergy, RefitEnergy, PlotEnergy, TrainEnergy over
+// gRPC with the usual --server/--tls_*/--token flags); with --offline the
+// estimate, refit and plot are computed here from a curves file. Each
+// command returns the process exit code: 0 on success, 2 for bad input
+// (flags, files, values), 1 when the planner refused or an output file
+// cannot be written, 3 when the planner cannot be reached.
 
 #include <cstdint>
 #include <ostream>
@@ -17,8 +21,11 @@
 namespace headroom::cli {
 
 struct EnergyOptions {
-  // The curve set: energy-curves.json or a refit of it.
-  std::string curves = "data/energy-curves.json";
+  // Compute here from `curves` instead of asking the planner.
+  bool offline = false;
+  // The curve set with --offline: energy-curves.json (the shipped file,
+  // found from any directory, when empty) or a refit of it.
+  std::string curves;
   // estimate: N in billions, a GPU (catalog name) or an architecture, and
   // fp16, nf4 or int8.
   double params_b = 0;
@@ -38,7 +45,9 @@ struct EnergyOptions {
   std::string svg;
   // refit --stored: ask the planner to refit from the energy runs it stored
   // (simulated ones with include_simulated), with the promotion rule
-  // (force overrides).
+  // (force overrides). plot: simulated measured points too (from the
+  // planner); offline, the points come from `runs` (energy runs, JSON
+  // lines) when given.
   bool stored = false;
   bool include_simulated = false;
   bool force = false;
@@ -54,21 +63,34 @@ struct EnergyProbeOptions {
 };
 
 // headroom energy --params-b N --gpu NAME|--arch ARCH --quant fp16|nf4|int8
-// [--json] [--curves FILE]: the answer as text, or as JSON with the issue's
-// field names (crossover_b and borrowed_from null when absent).
-int EnergyEstimate(const EnergyOptions& options, std::ostream& out,
-                   std::ostream& err);
+// [--json] [--offline [--curves FILE]]: the answer (with the curve set's
+// version) as text, or as JSON with the field names (crossover_b
+// and borrowed_from null when absent). `planner` is used without
+// --offline.
+int EnergyEstimate(const Options& planner, const EnergyOptions& options,
+                   std::ostream& out, std::ostream& err);
 
 // headroom energy refit --runs FILE [--subtract-idle] [--merge-anchors]
-// [--out FILE] [--json], or --from-anchors instead of --runs: refits the
-// curves and prints, per curve, its residual and leave-one-out MAE beside
-// the previous ones.
-int EnergyRefit(const EnergyOptions& options, std::ostream& out,
-                std::ostream& err);
+// [--out FILE] [--json]: the planner refits (RefitEnergy) and stores the new
+// set; with --offline [--curves FILE] the refit is computed here, and
+// --from-anchors (offline only) refits the curves from their own anchors.
+// Prints, per curve, its residual and leave-one-out MAE beside the
+// previous ones.
+int EnergyRefit(const Options& planner, const EnergyOptions& options,
+                std::ostream& out, std::ostream& err);
 
-// headroom energy plot --arch ARCH --svg FILE: dE% vs N per quantization.
-int EnergyPlot(const EnergyOptions& options, std::ostream& out,
-               std::ostream& err);
+// headroom energy plot --arch ARCH [--svg FILE] [--include_simulated]: dE%
+// vs N per quantization from the planner's current curves with its measured
+// points (PlotEnergy); with --offline [--curves FILE] [--runs FILE] drawn
+// here, the points from the energy runs file.
+int EnergyPlot(const Options& planner, const EnergyOptions& options,
+               std::ostream& out, std::ostream& err);
+
+// headroom energy train --model M --batch B --gpu KIND [setup flags as fit
+// takes them] [--include_simulated] [--json]: joules per training step and
+// per 1,000 training tokens (TrainEnergy), measured or from the compute
+// model, with the basis named and the compute model's figure beside it.
+int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err);
 
 // headroom energy curves [--json]: the server's stored energy curve sets,
 // every page of ListEnergyCurveSets, the current one starred.
@@ -103,6 +125,9 @@ void PrintEnergyAnswer(const v1::EstimateEnergyResponse& answer,
 
 // A refit as the CLI prints it: one line per curve.
 void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out);
+
+// A training-energy answer as the CLI prints it.
+void PrintTrainEnergy(const v1::TrainEnergyResponse& answer, std::ostream& out);
 
 }  // namespace headroom::cli
 

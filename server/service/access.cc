@@ -39,6 +39,8 @@ constexpr MethodNeed kNeeds[] = {
     {"/headroom.v1.Density/RankDensity", Need::kRead},
     {"/headroom.v1.Density/SubmitDensityRuns", Need::kOperator},
     {"/headroom.v1.Energy/EstimateEnergy", Need::kRead},
+    {"/headroom.v1.Energy/TrainEnergy", Need::kRead},
+    {"/headroom.v1.Energy/PlotEnergy", Need::kRead},
     {"/headroom.v1.Energy/RefitEnergy", Need::kAdmin},
     {"/headroom.v1.Energy/ListEnergyCurveSets", Need::kRead},
     {"/headroom.v1.Energy/PromoteEnergyCurveSet", Need::kAdmin},

@@ -1,17 +1,26 @@
 #include "server/service/energy_service.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/core/calibration/promotion.h"
 #include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/core/energy/train_energy.h"
+#include "server/core/memory/fit_verdict.h"
+#include "server/core/planner/fit_planner.h"
+#include "server/service/fleet/dispatch.h"
 #include "server/service/grpc_status.h"
+#include "server/service/pages/energy_plot.h"
 #include "server/service/paging.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
@@ -23,6 +32,13 @@ namespace {
 constexpr int kMaxRefitRuns = 100000;
 
 }  // namespace
+
+EnergyService::EnergyService(PlannerState* state,
+                             std::unique_ptr<EnergyPointSource> points)
+    : state_(*state),
+      points_(points != nullptr
+                  ? std::move(points)
+                  : std::make_unique<StoredCurveSetPoints>(state->store())) {}
 
 grpc::ServerUnaryReactor* EnergyService::EstimateEnergy(
     grpc::CallbackServerContext* context,
@@ -267,6 +283,262 @@ grpc::ServerUnaryReactor* EnergyService::PromoteEnergyCurveSet(
     }();
     Reply(reactor, std::move(answer), response);
   });
+}
+
+namespace {
+
+// Cuda probes looked at for a card's J/TFLOP: the newest succeeded ones.
+constexpr int kCudaProbesRead = 200;
+
+absl::StatusOr<v1::ModelRef> ModelRefOf(const v1::TrainEnergyRequest& r) {
+  v1::ModelRef ref;
+  switch (r.model_case()) {
+    case v1::TrainEnergyRequest::kTemplate:
+      ref.set_template_(r.template_());
+      break;
+    case v1::TrainEnergyRequest::kSpec:
+      *ref.mutable_spec() = r.spec();
+      break;
+    case v1::TrainEnergyRequest::kHfConfig:
+      ref.set_hf_config(r.hf_config());
+      break;
+    case v1::TrainEnergyRequest::kOnnx:
+      ref.set_onnx(r.onnx());
+      break;
+    case v1::TrainEnergyRequest::MODEL_NOT_SET:
+      return absl::InvalidArgumentError(
+          "model is required: set template, spec, hf_config or onnx");
+  }
+  return ref;
+}
+
+// "p-12" of a run's source "probe p-12 repetition 0"; empty otherwise.
+std::string ProbeIdOf(const v1::MeasuredRun& run) {
+  const std::string prefix = "probe ";
+  if (run.source().rfind(prefix, 0) != 0) return "";
+  const std::string rest = run.source().substr(prefix.size());
+  return rest.substr(0, rest.find(' '));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
+    const v1::TrainEnergyRequest& request) const {
+  if (request.batch() == 0 || request.batch() > kMaxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch = ", request.batch(),
+                     " is out of range; allowed 1..", kMaxBatch));
+  }
+  if (request.gpu().empty()) {
+    return absl::InvalidArgumentError(
+        "gpu is required: a catalog GPU name (see headroom gpus)");
+  }
+  RETURN_IF_ERROR(CheckLength(request.gpu(), "gpu", 128));
+  ASSIGN_OR_RETURN(const GpuInfo gpu, FindGpu(request.gpu()));
+  ASSIGN_OR_RETURN(v1::ModelRef ref, ModelRefOf(request));
+  const PlannerState::Answering from = state_.answering();
+  // The key as CheckFit computes it (and its validation of the setup).
+  v1::CheckFitRequest fit;
+  *fit.mutable_model() = ref;
+  *fit.mutable_setup() = request.setup();
+  fit.add_batches(request.batch());
+  fit.add_targets()->set_gpu(gpu.name);
+  ASSIGN_OR_RETURN(const ModelKey key, from.planner->KeyOf(fit));
+  ASSIGN_OR_RETURN(ResolvedModel model,
+                   ResolveModelRef(ref, request.setup(), *state_.catalog()));
+
+  TrainEnergyQuestion question;
+  question.model_key = key.id;
+  question.gpu = gpu.name;
+  question.batch = request.batch();
+  question.flops = FlopsPerStep(model.spec(), request.setup(), request.batch());
+
+  // Measured: the runs of this key (every source's, as anchored fit
+  // answers group them) on this card with energy over their timed steps,
+  // divided by the steps their probe ran; real runs when there are any,
+  // else simulated ones when asked for.
+  std::vector<const Anchor*> anchors;
+  if (from.evidence != nullptr) anchors = from.evidence->FindAll(key);
+  int without_probe = 0;
+  std::map<std::string, uint32_t> steps_of_probe;
+  std::vector<TrainEnergyRun> real, simulated;
+  for (const Anchor* anchor : anchors) {
+    const bool sim = anchor->source == v1::SIM;
+    if (sim && !request.include_simulated()) continue;
+    for (size_t i : anchor->group.runs) {
+      const v1::MeasuredRun& run = from.evidence->runs()[i];
+      if (run.gpu() != gpu.name || !run.has_energy_j() ||
+          !(run.energy_j() > 0) || !run.has_measured_peak_gb() ||
+          !run.excluded().empty() ||
+          (run.simulated() && !request.include_simulated())) {
+        continue;
+      }
+      const std::string probe_id = ProbeIdOf(run);
+      auto it = steps_of_probe.find(probe_id);
+      if (it == steps_of_probe.end()) {
+        absl::StatusOr<v1::Probe> probe =
+            probe_id.empty() ? absl::NotFoundError("no probe")
+                             : state_.store()->GetProbe(probe_id);
+        if (!probe.ok()) {
+          ++without_probe;
+          continue;
+        }
+        const uint32_t steps = probe->request().steps() == 0
+                                   ? kDefaultProbeSteps
+                                   : probe->request().steps();
+        it = steps_of_probe.emplace(probe_id, steps).first;
+      }
+      TrainEnergyRun measured;
+      measured.batch = static_cast<uint32_t>(run.batch());
+      measured.joules_per_step = run.energy_j() / it->second;
+      measured.worker = run.worker();
+      measured.simulated = sim || run.simulated();
+      (measured.simulated ? simulated : real).push_back(std::move(measured));
+    }
+  }
+  question.runs = real.empty() ? std::move(simulated) : std::move(real);
+  if (!question.runs.empty() || without_probe > 0) {
+    question.steps_source = absl::StrCat(
+        "energy_j over each run's timed steps, divided by its probe's steps "
+        "(request.steps, 0 = ",
+        kDefaultProbeSteps, ")",
+        without_probe > 0
+            ? absl::StrCat("; ", without_probe,
+                           " runs with energy but no stored probe left out")
+            : "");
+  }
+
+  // J/TFLOP: the cuda probes measured on this card, else the datasheet.
+  std::vector<CudaProbeEnergy> probes;
+  ASSIGN_OR_RETURN(
+      std::vector<v1::Probe> succeeded,
+      state_.store()->ListProbes(v1::Probe::SUCCEEDED, kCudaProbesRead));
+  for (const v1::Probe& probe : succeeded) {
+    if (probe.request().executor() != "cuda" || probe.gpu() != gpu.name) {
+      continue;
+    }
+    if (std::optional<double> j = GemmJoulesPerTflopOf(probe.details_json())) {
+      probes.push_back({probe.id(), probe.worker(), *j});
+    }
+  }
+  if (std::optional<JoulesPerTflop> measured =
+          MeasuredJoulesPerTflop(probes, gpu.name)) {
+    question.j_per_tflop = *measured;
+  } else {
+    absl::StatusOr<JoulesPerTflop> datasheet = DatasheetJoulesPerTflop(gpu);
+    if (!datasheet.ok() && question.runs.empty()) return datasheet.status();
+    if (datasheet.ok()) {
+      question.j_per_tflop = *datasheet;
+    } else {
+      question.j_per_tflop.source = std::string(datasheet.status().message());
+    }
+  }
+  return headroom::AnswerTrainEnergy(question);
+}
+
+grpc::ServerUnaryReactor* EnergyService::TrainEnergy(
+    grpc::CallbackServerContext* context, const v1::TrainEnergyRequest* request,
+    v1::TrainEnergyResponse* response) {
+  if (auto* refused = RefuseUnary(state_.access(), context,
+                                  "/headroom.v1.Energy/TrainEnergy")) {
+    return refused;
+  }
+  if (auto* refused = RefuseOversized(context, *request,
+                                      state_.options().max_request_bytes)) {
+    return refused;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto job = [this, reactor, request, response] {
+    Reply(reactor, AnswerTrainEnergy(*request), response);
+  };
+  // Store reads either way; an import (HF config, ONNX, a large spec) on
+  // the import pool, so it never delays the store executor's jobs.
+  absl::StatusOr<v1::ModelRef> ref = ModelRefOf(*request);
+  if (ref.ok() && ImportsModel(*ref)) return state_.DeferImport(reactor, job);
+  return state_.DeferStore(reactor, job);
+}
+
+absl::StatusOr<v1::PlotEnergyResponse> EnergyService::Plot(
+    const v1::PlotEnergyRequest& request) const {
+  RETURN_IF_ERROR(CheckLength(request.arch(), "arch", 64));
+  if (request.arch().empty()) {
+    return absl::InvalidArgumentError("arch is required, e.g. ampere");
+  }
+  const std::shared_ptr<const v1::EnergyCurveSet> curves = state_.energy();
+  if (curves == nullptr) {
+    return absl::FailedPreconditionError("no energy curves are loaded");
+  }
+  ASSIGN_OR_RETURN(std::vector<MeasuredEnergyPoint> points,
+                   points_->Points(request.include_simulated()));
+  ASSIGN_OR_RETURN(std::string svg,
+                   EnergyPlotSvg(*curves, request.arch(), points));
+  v1::PlotEnergyResponse out;
+  out.set_svg(std::move(svg));
+  out.set_curves_version(curves->version());
+  out.set_points(CountDrawnPoints(*curves, request.arch(), points));
+  return out;
+}
+
+grpc::ServerUnaryReactor* EnergyService::PlotEnergy(
+    grpc::CallbackServerContext* context, const v1::PlotEnergyRequest* request,
+    v1::PlotEnergyResponse* response) {
+  if (auto* refused = RefuseUnary(state_.access(), context,
+                                  "/headroom.v1.Energy/PlotEnergy")) {
+    return refused;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return state_.DeferStore(reactor, [this, reactor, request, response] {
+    Reply(reactor, Plot(*request), response);
+  });
+}
+
+std::string EnergyService::EnergyHtml(const HttpServer::Query& query) const {
+  const std::shared_ptr<const v1::EnergyCurveSet> curves = state_.energy();
+  if (curves == nullptr) return "<p>no energy curves are loaded</p>";
+  auto simulated = query.find("include_simulated");
+  const bool include_simulated =
+      simulated != query.end() &&
+      (simulated->second == "1" || simulated->second == "true");
+  std::vector<std::string> archs;
+  if (auto it = query.find("arch"); it != query.end() && !it->second.empty()) {
+    archs.push_back(it->second.substr(0, 64));
+  } else {
+    for (const auto& [arch, quant] : curves->curves()) archs.push_back(arch);
+    std::sort(archs.begin(), archs.end());
+  }
+  std::string html = absl::StrCat(
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>Headroom "
+      "energy</title></head><body style=\"font-family:sans-serif\">"
+      "<h1>Energy per generated token vs fp16</h1><p>curves ",
+      EscapeHtml(curves->version()), "; architectures: ");
+  std::vector<std::string> links;
+  for (const std::string& arch : KnownArchs(*curves)) {
+    links.push_back(absl::StrCat("<a href=\"/energy?arch=", EscapeHtml(arch),
+                                 "\">", EscapeHtml(arch), "</a>"));
+  }
+  absl::StrAppend(&html, absl::StrJoin(links, ", "),
+                  " (<a href=\"/energy?include_simulated=1\">with simulated "
+                  "points</a>)</p>\n");
+  absl::StatusOr<std::vector<MeasuredEnergyPoint>> points =
+      points_->Points(include_simulated);
+  if (!points.ok()) {
+    absl::StrAppend(&html, "<p>cannot read measured points: ",
+                    EscapeHtml(std::string(points.status().message())),
+                    "</p>\n");
+    points = std::vector<MeasuredEnergyPoint>{};
+  }
+  for (const std::string& arch : archs) {
+    absl::StatusOr<std::string> svg = EnergyPlotSvg(*curves, arch, *points);
+    if (!svg.ok()) {
+      absl::StrAppend(&html, "<p>",
+                      EscapeHtml(std::string(svg.status().message())),
+                      "</p>\n");
+      continue;
+    }
+    absl::StrAppend(&html, "<div>", *svg, "</div>\n");
+  }
+  absl::StrAppend(&html, "</body></html>\n");
+  return html;
 }
 
 }  // namespace headroom

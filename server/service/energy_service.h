@@ -4,15 +4,22 @@
 // headroom.v1.Energy: estimates from the installed energy curves, refits
 // from measured energy runs, the stored curve sets and their promotion.
 
+#include <memory>
+#include <string>
+
 #include "headroom/v1/planner.grpc.pb.h"
+#include "server/service/energy_points_source.h"
+#include "server/service/http_server.h"
 #include "server/service/planner_state.h"
 
 namespace headroom {
 
 class EnergyService final : public v1::Energy::CallbackService {
  public:
-  // `state` must outlive the service.
-  explicit EnergyService(PlannerState* state) : state_(*state) {}
+  // `state` must outlive the service. The picture's measured points come
+  // from `points` (null: StoredCurveSetPoints over the state's store).
+  explicit EnergyService(PlannerState* state,
+                         std::unique_ptr<EnergyPointSource> points = nullptr);
 
   grpc::ServerUnaryReactor* EstimateEnergy(
       grpc::CallbackServerContext* context,
@@ -30,9 +37,30 @@ class EnergyService final : public v1::Energy::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::PromoteEnergyCurveSetRequest* request,
       v1::PromoteEnergyCurveSetResponse* response) override;
+  grpc::ServerUnaryReactor* TrainEnergy(
+      grpc::CallbackServerContext* context,
+      const v1::TrainEnergyRequest* request,
+      v1::TrainEnergyResponse* response) override;
+  grpc::ServerUnaryReactor* PlotEnergy(
+      grpc::CallbackServerContext* context,
+      const v1::PlotEnergyRequest* request,
+      v1::PlotEnergyResponse* response) override;
+
+  // The answers of TrainEnergy and PlotEnergy without gRPC. Store I/O:
+  // call off the gRPC threads.
+  absl::StatusOr<v1::TrainEnergyResponse> AnswerTrainEnergy(
+      const v1::TrainEnergyRequest& request) const;
+  absl::StatusOr<v1::PlotEnergyResponse> Plot(
+      const v1::PlotEnergyRequest& request) const;
+
+  // /energy: the current curves of ?arch= (default: every architecture
+  // with curves) with their measured points, as HTML;
+  // ?include_simulated=1 draws simulated points too.
+  std::string EnergyHtml(const HttpServer::Query& query) const;
 
  private:
   PlannerState& state_;
+  std::unique_ptr<EnergyPointSource> points_;
 };
 
 }  // namespace headroom

@@ -234,7 +234,8 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
       for (const v1::GpuDevice& gpu : hello.gpus()) {
         Of(stream).gauges.push_back(metrics_->GpuSeries(
             absl::StrCat(gpu.index()), gpu.uuid(), gpu.name(),
-            hello.hostname().empty() ? hello.worker_id() : hello.hostname()));
+            hello.hostname().empty() ? hello.worker_id() : hello.hostname(),
+            gpu.simulated()));
       }
       metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
     }
@@ -339,12 +340,24 @@ void FleetService::OnSamples(WorkerStream* stream,
   }
   metrics_->SamplesReceived(samples.samples_size());
   if (samples.samples_size() == 0) return;
-  const v1::Sample& last = samples.samples(samples.samples_size() - 1);
-  if (last.gpu_index() < gauges.size()) {
-    const PlannerMetrics::GpuGauges& gpu = gauges[last.gpu_index()];
-    gpu.fb_used_mib->Set(last.fb_used_mib());
-    if (last.has_power_w()) gpu.power_w->Set(last.power_w());
-    if (last.has_total_energy_mj()) gpu.energy_mj->Set(last.total_energy_mj());
+  // Each GPU's latest reading in the batch. Until a GPU's second batch
+  // says its period, its series lives two heartbeats.
+  std::vector<const v1::Sample*> latest(gauges.size(), nullptr);
+  for (const v1::Sample& sample : samples.samples()) {
+    if (sample.gpu_index() < gauges.size())
+      latest[sample.gpu_index()] = &sample;
+  }
+  for (size_t i = 0; i < latest.size(); ++i) {
+    const v1::Sample* last = latest[i];
+    if (last == nullptr) continue;
+    metrics_->GpuSample(gauges[i], last->fb_used_mib(),
+                        last->has_power_w()
+                            ? std::optional<double>(last->power_w())
+                            : std::nullopt,
+                        last->has_total_energy_mj()
+                            ? std::optional<double>(last->total_energy_mj())
+                            : std::nullopt,
+                        policy_.heartbeat_ms);
   }
   if (!samples.probe_id().empty()) PublishSamples(samples);
 }

@@ -117,6 +117,13 @@ void HttpServer::Route() {
   // A GET of a POST route says so; anything else is not here.
   server_->Get(".*", [this](const httplib::Request& request,
                             httplib::Response& response) {
+    if (const std::shared_ptr<const PageRenderer> page = PageFor(request.path);
+        page != nullptr) {
+      Query query;
+      for (const auto& [key, value] : request.params) query.emplace(key, value);
+      response.set_content((*page)(query), "text/html; charset=utf-8");
+      return;
+    }
     const bool post = PostHandlerFor(request.path) != nullptr;
     response.status = post ? 405 : 404;
     response.set_content(ErrorBody(post ? "use POST" : "no such path"),
@@ -163,6 +170,18 @@ void HttpServer::HandlePost(const std::string& path, PostHandler handler) {
   absl::MutexLock lock(&mu_);
   post_handlers_[path] =
       std::make_shared<const PostHandler>(std::move(handler));
+}
+
+void HttpServer::HandlePage(const std::string& path, PageRenderer renderer) {
+  absl::MutexLock lock(&mu_);
+  pages_[path] = std::make_shared<const PageRenderer>(std::move(renderer));
+}
+
+std::shared_ptr<const HttpServer::PageRenderer> HttpServer::PageFor(
+    const std::string& path) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pages_.find(path);
+  return it == pages_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<const HttpServer::PostHandler> HttpServer::PostHandlerFor(

@@ -2,8 +2,9 @@
 #define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 
 // One small HTTP(S) server (cpp-httplib) for /metrics (Prometheus text
-// format over the metrics' families), /healthz, /calibration (HTML) and the
-// POST routes of the scheduler extender.
+// format over the metrics' families), /healthz, /calibration (HTML), pages
+// added with HandlePage (/energy) and the POST routes of the scheduler
+// extender.
 
 #include <functional>
 #include <map>
@@ -62,6 +63,9 @@ class HttpServer {
   // not block for long.
   void HandlePost(const std::string& path, PostHandler handler);
   static constexpr size_t kMaxPostBytes = 64 << 20;
+  // Serves GET `path` with the HTML `renderer` returns for its query.
+  // `renderer` runs on the server's threads.
+  void HandlePage(const std::string& path, PageRenderer renderer);
   // {"Error": message} as JSON (quotes and backslashes escaped, control
   // characters dropped): the body of a refused POST.
   static std::string ErrorBody(const std::string& message);
@@ -76,6 +80,8 @@ class HttpServer {
   // The POST handler of `path`, or null.
   std::shared_ptr<const PostHandler> PostHandlerFor(
       const std::string& path) const;
+  // The page renderer of `path`, or null.
+  std::shared_ptr<const PageRenderer> PageFor(const std::string& path) const;
   void Route();
 
   std::shared_ptr<const prometheus::Collectable> metrics_;
@@ -86,6 +92,8 @@ class HttpServer {
   int port_ = 0;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const PostHandler>> post_handlers_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<const PageRenderer>> pages_
       ABSL_GUARDED_BY(mu_);
 };
 

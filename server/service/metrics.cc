@@ -1,6 +1,7 @@
 #include "server/service/metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <set>
@@ -16,6 +17,16 @@ namespace headroom {
 namespace {
 
 using grpc::experimental::InterceptionHookPoints;
+
+constexpr char kDcgmFbUsed[] = "DCGM_FI_DEV_FB_USED";
+constexpr char kDcgmPower[] = "DCGM_FI_DEV_POWER_USAGE";
+constexpr char kDcgmEnergy[] = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
+
+int64_t SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // go-grpc-prometheus splits "/headroom.v1.Fit/CheckFit" into service
 // "headroom.v1.Fit" and method "CheckFit".
@@ -144,6 +155,157 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 
 }  // namespace
 
+// The DCGM_FI_DEV_* series: one per GPU label set, with the workers using
+// it and its latest reading. Shared by PlannerMetrics and what /metrics
+// serializes; thread-safe.
+class GpuSeriesTable {
+ public:
+  explicit GpuSeriesTable(std::function<int64_t()> now_ms)
+      : now_ms_(std::move(now_ms)) {}
+
+  static std::map<std::string, std::string> OtherLabels() {
+    return {{"gpu", "other"},
+            {"UUID", "other"},
+            {"modelName", "other"},
+            {"Hostname", "other"}};
+  }
+
+  // Counts one more user of `labels`; false (nothing counted) when `cap`
+  // label sets are in use already and `labels` is not one of them.
+  bool Use(const std::map<std::string, std::string>& labels, size_t cap) {
+    absl::MutexLock lock(&mu_);
+    auto it = series_.find(labels);
+    if (it != series_.end()) {
+      ++it->second.users;
+      return true;
+    }
+    if (users_ >= cap) return false;
+    series_[labels].users = 1;
+    ++users_;
+    return true;
+  }
+
+  // One user fewer; the series goes with its last user.
+  void Release(const std::map<std::string, std::string>& labels) {
+    absl::MutexLock lock(&mu_);
+    auto it = series_.find(labels);
+    if (it == series_.end() || --it->second.users > 0) return;
+    series_.erase(it);
+    --users_;
+  }
+
+  void Sample(const std::map<std::string, std::string>& labels, double fb_mib,
+              std::optional<double> power_w, std::optional<double> energy_mj,
+              int64_t fallback_period_ms) {
+    const int64_t now = now_ms_();
+    absl::MutexLock lock(&mu_);
+    auto it = series_.find(labels);
+    if (it == series_.end()) {
+      // The shared "other" bucket has no users; anything else unknown is a
+      // released GPU whose late sample must not bring it back.
+      if (labels != OtherLabels()) return;
+      it = series_.emplace(labels, Series{}).first;
+    }
+    Series& s = it->second;
+    if (s.reading && !Stale(s, now) && labels != OtherLabels()) {
+      // The period is the longest of the last kIntervals intervals between
+      // arrivals (a burst does not shorten it); a gap that let the series go
+      // stale starts it again. The shared "other" bucket, fed by many GPUs,
+      // keeps the fallback.
+      s.intervals_ms[s.next_interval] = now - s.last_ms;
+      s.next_interval = (s.next_interval + 1) % kIntervals;
+      s.period_ms =
+          *std::max_element(s.intervals_ms.begin(), s.intervals_ms.end());
+    } else {
+      s.intervals_ms.fill(0);
+      s.period_ms = 0;
+    }
+    s.reading = true;
+    s.last_ms = now;
+    s.fallback_period_ms = std::max<int64_t>(1, fallback_period_ms);
+    s.fb_used_mib = fb_mib;
+    s.power_w = power_w;
+    if (energy_mj.has_value()) s.energy_mj = energy_mj;
+  }
+
+  // The three families with every series that has a fresh reading; a stale
+  // one loses its reading (it comes back with the GPU's next sample).
+  std::vector<prometheus::MetricFamily> Collect() {
+    prometheus::MetricFamily fb{kDcgmFbUsed,
+                                "Framebuffer memory used (in MiB).",
+                                prometheus::MetricType::Gauge,
+                                {}};
+    prometheus::MetricFamily power{
+        kDcgmPower, "Power draw (in W).", prometheus::MetricType::Gauge, {}};
+    prometheus::MetricFamily energy{
+        kDcgmEnergy,
+        "Total energy consumption since boot (in mJ).",
+        prometheus::MetricType::Counter,
+        {}};
+    const int64_t now = now_ms_();
+    absl::MutexLock lock(&mu_);
+    for (auto& [labels, s] : series_) {
+      if (!s.reading) continue;
+      if (Stale(s, now)) {
+        s.reading = false;
+        s.power_w.reset();
+        s.energy_mj.reset();
+        continue;
+      }
+      prometheus::ClientMetric metric;
+      for (const auto& [name, value] : labels) {
+        metric.label.push_back({name, value});
+      }
+      prometheus::ClientMetric m = metric;
+      m.gauge.value = s.fb_used_mib;
+      fb.metric.push_back(m);
+      if (s.power_w.has_value()) {
+        m = metric;
+        m.gauge.value = *s.power_w;
+        power.metric.push_back(m);
+      }
+      if (s.energy_mj.has_value()) {
+        m = metric;
+        m.counter.value = *s.energy_mj;
+        energy.metric.push_back(m);
+      }
+    }
+    std::vector<prometheus::MetricFamily> families;
+    for (prometheus::MetricFamily* f : {&fb, &power, &energy}) {
+      if (!f->metric.empty()) families.push_back(std::move(*f));
+    }
+    return families;
+  }
+
+ private:
+  static constexpr size_t kIntervals = 4;
+  struct Series {
+    int users = 0;
+    bool reading = false;
+    int64_t last_ms = 0;
+    // 0 until two samples arrived (or while they came in the same ms).
+    int64_t period_ms = 0;
+    std::array<int64_t, kIntervals> intervals_ms{};
+    size_t next_interval = 0;
+    int64_t fallback_period_ms = 1;
+    double fb_used_mib = 0;
+    std::optional<double> power_w;
+    std::optional<double> energy_mj;
+  };
+
+  static bool Stale(const Series& s, int64_t now) {
+    const int64_t period = s.period_ms > 0 ? s.period_ms : s.fallback_period_ms;
+    return now - s.last_ms > 2 * period;
+  }
+
+  const std::function<int64_t()> now_ms_;
+  absl::Mutex mu_;
+  std::map<std::map<std::string, std::string>, Series> series_
+      ABSL_GUARDED_BY(mu_);
+  // Label sets with users (the "other" bucket not counted).
+  size_t users_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 const char* WorkerRejectionName(WorkerRejection reason) {
   switch (reason) {
     case WorkerRejection::kNotLeased:
@@ -175,11 +337,17 @@ const char* WorkerRejectionName(WorkerRejection reason) {
 class EveryFamily : public prometheus::Collectable {
  public:
   EveryFamily(std::shared_ptr<prometheus::Registry> registry,
-              std::vector<prometheus::MetricFamily> declared)
-      : registry_(std::move(registry)), declared_(std::move(declared)) {}
+              std::vector<prometheus::MetricFamily> declared,
+              std::shared_ptr<GpuSeriesTable> gpus)
+      : registry_(std::move(registry)),
+        declared_(std::move(declared)),
+        gpus_(std::move(gpus)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (prometheus::MetricFamily& family : gpus_->Collect()) {
+      families.push_back(std::move(family));
+    }
     std::set<std::string> present;
     for (const prometheus::MetricFamily& family : families) {
       present.insert(family.name);
@@ -193,9 +361,10 @@ class EveryFamily : public prometheus::Collectable {
  private:
   const std::shared_ptr<prometheus::Registry> registry_;
   const std::vector<prometheus::MetricFamily> declared_;
+  const std::shared_ptr<GpuSeriesTable> gpus_;
 };
 
-PlannerMetrics::PlannerMetrics()
+PlannerMetrics::PlannerMetrics(std::function<int64_t()> now_ms)
     : registry_(std::make_shared<prometheus::Registry>()),
       started_(NewCounter("grpc_server_started_total",
                           "Total number of RPCs started on the server.")),
@@ -230,11 +399,6 @@ PlannerMetrics::PlannerMetrics()
           NewCounter("headroom_worker_messages_rejected_total",
                      "Worker messages the planner refused (nothing of them "
                      "stored), by reason.")),
-      dcgm_fb_used_(
-          NewGauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).")),
-      dcgm_power_(NewGauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")),
-      dcgm_energy_(NewGauge("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-                            "Total energy consumption since boot (in mJ).")),
       extender_calls_(NewCounter("headroom_extender_calls_total",
                                  "Kubernetes scheduler extender calls, by verb "
                                  "and outcome (fail_open: answered without "
@@ -242,7 +406,17 @@ PlannerMetrics::PlannerMetrics()
       extender_filtered_out_(
           NewCounter("headroom_extender_nodes_filtered_total",
                      "Nodes the extender's filter dropped.")),
-      known_methods_(KnownMethods()) {
+      known_methods_(KnownMethods()),
+      gpu_table_(std::make_shared<GpuSeriesTable>(
+          now_ms != nullptr ? std::move(now_ms) : SteadyNowMs)) {
+  // Declared here (HELP and TYPE until a GPU reads); gpu_table_ exports
+  // their series. Energy is a counter, as dcgm-exporter exports it.
+  // (The names spelled out, as kDcgm* spell them, so tests/deploy finds
+  // every registered family by its New* call.)
+  NewGauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
+  NewGauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
+  NewCounter("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+             "Total energy consumption since boot (in mJ).");
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* outcome : {"answered", "untouched", "bad_request",
                                 "bad_annotation", "fail_open"}) {
@@ -293,7 +467,7 @@ prometheus::Family<prometheus::Histogram>& PlannerMetrics::NewHistogram(
 
 std::shared_ptr<const prometheus::Collectable> PlannerMetrics::exported()
     const {
-  return std::make_shared<EveryFamily>(registry_, declared_);
+  return std::make_shared<EveryFamily>(registry_, declared_, gpu_table_);
 }
 
 void PlannerMetrics::RpcStarted(const std::string& type,
@@ -422,43 +596,31 @@ void PlannerMetrics::WorkerMessageRejected(WorkerRejection reason) {
 
 PlannerMetrics::GpuGauges PlannerMetrics::GpuSeries(
     const std::string& gpu_index, const std::string& uuid,
-    const std::string& model_name, const std::string& hostname) {
-  std::map<std::string, std::string> labels = {
-      {"gpu", Bounded(gpu_index)},
-      {"UUID", Bounded(uuid)},
-      {"modelName", Bounded(model_name)},
-      {"Hostname", Bounded(hostname)}};
+    const std::string& model_name, const std::string& hostname,
+    bool simulated) {
   GpuGauges gauges;
-  absl::MutexLock lock(&gpu_mu_);
-  auto it = gpu_users_.find(labels);
-  if (it != gpu_users_.end()) {
-    ++it->second;
-    gauges.labels = labels;
-  } else if (gpu_users_.size() < kMaxGpuSeries) {
-    gpu_users_.emplace(labels, 1);
-    gauges.labels = labels;
-  } else {
-    labels = {{"gpu", "other"},
-              {"UUID", "other"},
-              {"modelName", "other"},
-              {"Hostname", "other"}};
-  }
-  gauges.fb_used_mib = &dcgm_fb_used_.Add(labels);
-  gauges.power_w = &dcgm_power_.Add(labels);
-  gauges.energy_mj = &dcgm_energy_.Add(labels);
+  gauges.labels = {{"gpu", Bounded(gpu_index)},
+                   {"UUID", Bounded(uuid)},
+                   {"modelName", Bounded(model_name)},
+                   {"Hostname", Bounded(hostname)}};
+  if (simulated) gauges.labels.emplace("simulated", "true");
+  gauges.other = !gpu_table_->Use(gauges.labels, kMaxGpuSeries);
+  if (gauges.other) gauges.labels = GpuSeriesTable::OtherLabels();
   return gauges;
 }
 
 void PlannerMetrics::ReleaseGpuSeries(const GpuGauges& gauges) {
   // The "other" bucket stays: GPUs past the cap share it.
-  if (gauges.labels.empty()) return;
-  absl::MutexLock lock(&gpu_mu_);
-  auto it = gpu_users_.find(gauges.labels);
-  if (it == gpu_users_.end() || --it->second > 0) return;
-  gpu_users_.erase(it);
-  dcgm_fb_used_.Remove(gauges.fb_used_mib);
-  dcgm_power_.Remove(gauges.power_w);
-  dcgm_energy_.Remove(gauges.energy_mj);
+  if (gauges.other) return;
+  gpu_table_->Release(gauges.labels);
+}
+
+void PlannerMetrics::GpuSample(const GpuGauges& gauges, double fb_used_mib,
+                               std::optional<double> power_w,
+                               std::optional<double> total_energy_mj,
+                               int64_t fallback_period_ms) {
+  gpu_table_->Sample(gauges.labels, fb_used_mib, power_w, total_energy_mj,
+                     fallback_period_ms);
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

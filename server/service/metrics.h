@@ -6,8 +6,10 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -27,6 +29,8 @@
 #include "prometheus/registry.h"
 
 namespace headroom {
+
+class GpuSeriesTable;
 
 // Why the planner refused a worker's message: the fixed label values of
 // headroom_worker_messages_rejected_total{reason}.
@@ -62,7 +66,9 @@ inline constexpr const char* kProbeOutcomes[] = {"measured", "oom", "error",
 // HELP and TYPE lines until their first series.
 class PlannerMetrics {
  public:
-  PlannerMetrics();
+  // `now_ms` is the clock GPU series age by (default: a steady clock in
+  // milliseconds); tests pass their own.
+  explicit PlannerMetrics(std::function<int64_t()> now_ms = nullptr);
   PlannerMetrics(const PlannerMetrics&) = delete;
   PlannerMetrics& operator=(const PlannerMetrics&) = delete;
 
@@ -102,26 +108,36 @@ class PlannerMetrics {
   // (headroom_worker_messages_rejected_total{reason}).
   void WorkerMessageRejected(WorkerRejection reason);
 
-  // One GPU's latest reading, in dcgm-exporter's metric names and units
-  // (DCGM_FI_DEV_FB_USED MiB, DCGM_FI_DEV_POWER_USAGE W,
-  // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION mJ) and labels. The labels come
-  // from workers' hellos, so they are bounded: values cut to
-  // kMaxLabelBytes, and past kMaxGpuSeries label sets in use every new GPU
-  // shares the series labelled "other". Call ReleaseGpuSeries when the
-  // worker goes: the series is removed once no worker uses it.
+  // GPU readings from workers, in dcgm-exporter's metric names, units and
+  // labels: DCGM_FI_DEV_FB_USED (MiB) and DCGM_FI_DEV_POWER_USAGE (W) as
+  // gauges, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ) as a counter. A
+  // simulated GPU's series carry simulated="true". A series is exported
+  // only while it tells the truth: from its GPU's first sample until that
+  // sample is older than twice the GPU's sample period (the longest of the
+  // last four intervals between its sample arrivals; the fallback period
+  // the fleet gives until two have arrived), or until its worker goes
+  // (ReleaseGpuSeries). The labels come from workers' hellos, so they are
+  // bounded: values cut to kMaxLabelBytes, and past kMaxGpuSeries label
+  // sets in use every new GPU shares the series labelled "other".
   static constexpr size_t kMaxLabelBytes = 128;
   static constexpr size_t kMaxGpuSeries = 1024;
+  // A GPU's handle: the labels of its series.
   struct GpuGauges {
-    prometheus::Gauge* fb_used_mib = nullptr;
-    prometheus::Gauge* power_w = nullptr;
-    prometheus::Gauge* energy_mj = nullptr;
-    // The labels the series were made with (empty for the "other" bucket).
     std::map<std::string, std::string> labels;
+    // Past the cap: the shared "other" series (never released).
+    bool other = false;
   };
   GpuGauges GpuSeries(const std::string& gpu_index, const std::string& uuid,
                       const std::string& model_name,
-                      const std::string& hostname);
+                      const std::string& hostname, bool simulated = false);
   void ReleaseGpuSeries(const GpuGauges& gauges);
+  // One reading of the GPU: memory used, power and the energy counter where
+  // the worker reads them. `fallback_period_ms` bounds the series' life
+  // until a second sample says the period.
+  void GpuSample(const GpuGauges& gauges, double fb_used_mib,
+                 std::optional<double> power_w,
+                 std::optional<double> total_energy_mj,
+                 int64_t fallback_period_ms);
 
   // The scheduler extender: one call by verb ("filter", "prioritize") and
   // outcome ("answered", "untouched" for a pod without annotations,
@@ -163,9 +179,6 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Counter>& probe_results_;
   prometheus::Family<prometheus::Counter>& worker_rejections_;
-  prometheus::Family<prometheus::Gauge>& dcgm_fb_used_;
-  prometheus::Family<prometheus::Gauge>& dcgm_power_;
-  prometheus::Family<prometheus::Gauge>& dcgm_energy_;
   prometheus::Family<prometheus::Counter>& extender_calls_;
   prometheus::Family<prometheus::Counter>& extender_filtered_out_;
   // "/pkg.Service/Method" of every registered service's methods.
@@ -177,10 +190,9 @@ class PlannerMetrics {
   static constexpr size_t kKeptFactorSets = 16;
   std::deque<std::pair<std::string, std::vector<std::string>>>
       installed_versions_ ABSL_GUARDED_BY(info_mu_);
-  absl::Mutex gpu_mu_;
-  // Workers using each GPU label set.
-  std::map<std::map<std::string, std::string>, int> gpu_users_
-      ABSL_GUARDED_BY(gpu_mu_);
+  // The GPU series (DCGM_FI_DEV_*, declared as families without series),
+  // shared with what /metrics serializes (exported()).
+  std::shared_ptr<GpuSeriesTable> gpu_table_;
 };
 
 }  // namespace headroom

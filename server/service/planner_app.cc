@@ -349,6 +349,10 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
             config.http_listen, HttpTls(config), app->metrics_->exported(),
             [raw] { return raw->serving_.load(); }, calibration_page));
     app->extender_->Register(app->http_.get());
+    // /energy beside /calibration: the current curves and measured points.
+    app->http_->HandlePage("/energy", [raw](const HttpServer::Query& query) {
+      return raw->energy_->EnergyHtml(query);
+    });
   }
   if (!config.extender_listen.empty()) {
     ASSIGN_OR_RETURN(

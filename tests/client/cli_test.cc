@@ -129,9 +129,13 @@ TEST(CliTest, EnergyNamesItsFlags) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--params_b is required"));
   // Dashes are accepted as well as underscores.
+  r = RunHeadroom({"energy", "--gpu", "H100", "--quant", "nf4", "--params-b",
+                   "7", "--offline"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Without --offline the planner answers: none listens here.
   r = RunHeadroom(
       {"energy", "--gpu", "H100", "--quant", "nf4", "--params-b", "7"});
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.code, 3) << r.err;
 }
 
 // Issue 21: energy probe needs a placement; refit's server flags need

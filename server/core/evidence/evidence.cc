@@ -174,4 +174,11 @@ const Anchor* Evidence::Find(const ModelKey& key,
   return best;
 }
 
+std::vector<const Anchor*> Evidence::FindAll(const ModelKey& key) const {
+  std::vector<const Anchor*> found;
+  auto [begin, end] = by_key_.equal_range(key.canonical);
+  for (auto it = begin; it != end; ++it) found.push_back(&anchors_[it->second]);
+  return found;
+}
+
 }  // namespace headroom

@@ -78,6 +78,11 @@ class Evidence {
   const Anchor* Find(const ModelKey& key, v1::MeasurementSource preferred,
                      bool include_simulated) const;
 
+  // Every source's evidence for `key` (empty when no run has it), for
+  // answers that need runs of one kind (energy on one GPU) whatever source
+  // has the most.
+  std::vector<const Anchor*> FindAll(const ModelKey& key) const;
+
   const AnchorCalibration& calibration() const { return calibration_; }
   const std::vector<v1::MeasuredRun>& runs() const { return runs_; }
   size_t groups() const { return anchors_.size(); }

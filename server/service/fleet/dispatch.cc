@@ -16,7 +16,7 @@ namespace {
 // What 0 means in a probe request (fleet.proto): the API's defaults, not
 // the planner's policy.
 constexpr uint32_t kDefaultWarmupSteps = 1;
-constexpr uint32_t kDefaultSteps = 3;
+constexpr uint32_t kDefaultSteps = kDefaultProbeSteps;
 constexpr double kDefaultBatchTimeoutS = 600;
 
 }  // namespace

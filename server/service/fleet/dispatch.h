@@ -20,6 +20,9 @@
 
 namespace headroom {
 
+// Timed steps a probe runs when its request says 0 (fleet.proto).
+inline constexpr uint32_t kDefaultProbeSteps = 3;
+
 // Every tunable of the fleet's dispatch, streams and replica sync, filled
 // from the planner's flags (PlannerConfig); the defaults are the planner's.
 struct DispatchPolicy {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -46,6 +47,31 @@ double NiceStep(double span, int target) {
   return 10 * magnitude;
 }
 
+bool Drawn(const v1::EnergyCurveSet& set, const std::string& arch,
+           const MeasuredEnergyPoint& p) {
+  if (p.arch != arch || !(p.params_b > 0) || !std::isfinite(p.de_pct)) {
+    return false;
+  }
+  for (Quant quant : {Quant::kNf4, Quant::kInt8}) {
+    std::string source;
+    if (QuantKey(quant) == p.quant &&
+        FindCurve(set, arch, quant, &source).ok()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// "2026-12-01" (UTC).
+std::string Date(int64_t unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%d", &tm);
+  return buffer;
+}
+
 // "0.1", "1", "10" for decade ticks.
 std::string DecadeLabel(double value) {
   return value < 1 ? Num(value, static_cast<int>(-std::log10(value) + 0.5))
@@ -54,8 +80,19 @@ std::string DecadeLabel(double value) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
-                                          const std::string& arch_in) {
+std::string EscapeHtml(const std::string& text) { return Escape(text); }
+
+int CountDrawnPoints(const v1::EnergyCurveSet& set, const std::string& arch_in,
+                     const std::vector<MeasuredEnergyPoint>& points) {
+  const std::string arch = absl::AsciiStrToLower(arch_in);
+  int n = 0;
+  for (const MeasuredEnergyPoint& p : points) n += Drawn(set, arch, p) ? 1 : 0;
+  return n;
+}
+
+absl::StatusOr<std::string> EnergyPlotSvg(
+    const v1::EnergyCurveSet& set, const std::string& arch_in,
+    const std::vector<MeasuredEnergyPoint>& all_points) {
   const std::string arch = absl::AsciiStrToLower(arch_in);
   const std::vector<std::string> known = KnownArchs(set);
   if (std::find(known.begin(), known.end(), arch) == known.end()) {
@@ -77,6 +114,17 @@ absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
         {quant, *curve, set.s_cap().at(QuantKey(quant)), colors[color++]});
   }
 
+  // The measured points of this architecture, for a quantization drawn.
+  std::vector<const MeasuredEnergyPoint*> points;
+  std::vector<std::string> workers;
+  for (const MeasuredEnergyPoint& p : all_points) {
+    if (!Drawn(set, arch, p)) continue;
+    points.push_back(&p);
+    if (std::find(workers.begin(), workers.end(), p.worker) == workers.end()) {
+      workers.push_back(p.worker);
+    }
+  }
+
   // x: whole decades covering a factor of 3 around every measured range and
   // every crossover.
   double lo_n = 1e300, hi_n = 0;
@@ -87,6 +135,10 @@ absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
       lo_n = std::min(lo_n, *c / 3);
       hi_n = std::max(hi_n, *c * 3);
     }
+  }
+  for (const MeasuredEnergyPoint* p : points) {
+    lo_n = std::min(lo_n, p->params_b / 3);
+    hi_n = std::max(hi_n, p->params_b * 3);
   }
   const double x_lo = std::floor(std::log10(lo_n));
   const double x_hi = std::max(std::ceil(std::log10(hi_n)), x_lo + 1);
@@ -111,6 +163,10 @@ absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
       y_min = std::min(y_min, a.de());
       y_max = std::max(y_max, a.de());
     }
+  }
+  for (const MeasuredEnergyPoint* p : points) {
+    y_min = std::min(y_min, p->de_pct);
+    y_max = std::max(y_max, p->de_pct);
   }
   const double step = NiceStep(std::max(y_max - y_min, 1.0), 8);
   y_min = std::floor(y_min / step) * step;
@@ -250,7 +306,77 @@ absl::StatusOr<std::string> EnergyPlotSvg(const v1::EnergyCurveSet& set,
                     "\">saving cap ", Num(s.s_cap, 0), "%</text>\n");
     legend_y += 96;
   }
+  // Measured points: filled, in their quantization's color, a shape per
+  // worker.
+  const auto marker = [&](size_t shape, double x, double y,
+                          const std::string& color) {
+    switch (shape % 4) {
+      case 0:
+        return absl::StrCat("<rect x=\"", Num(x - 4, 1), "\" y=\"",
+                            Num(y - 4, 1),
+                            "\" width=\"8\" height=\"8\" fill=\"", color, "\"");
+      case 1:
+        return absl::StrCat("<path d=\"M", Num(x, 1), ",", Num(y - 5, 1),
+                            " l5,9 l-10,0 z\" fill=\"", color, "\"");
+      case 2:
+        return absl::StrCat("<path d=\"M", Num(x, 1), ",", Num(y - 5, 1),
+                            " l5,5 l-5,5 l-5,-5 z\" fill=\"", color, "\"");
+      default:
+        return absl::StrCat("<circle cx=\"", Num(x, 1), "\" cy=\"", Num(y, 1),
+                            "\" r=\"4\" fill=\"", color, "\"");
+    }
+  };
+  const auto closing = [](size_t shape) {
+    return shape % 4 == 0   ? "</rect>"
+           : shape % 4 == 3 ? "</circle>"
+                            : "</path>";
+  };
+  const auto shape_of = [&](const std::string& worker) {
+    return static_cast<size_t>(
+        std::find(workers.begin(), workers.end(), worker) - workers.begin());
+  };
+  for (const MeasuredEnergyPoint* p : points) {
+    std::string color = "#333";
+    for (const Series& s : series) {
+      if (QuantKey(s.quant) == p->quant) color = s.color;
+    }
+    absl::StrAppend(
+        &svg,
+        marker(shape_of(p->worker), px(p->params_b), py(p->de_pct), color),
+        " class=\"measured\"><title>",
+        Escape(absl::StrCat(p->model, " on ", p->gpu, " (", p->quant, ") by ",
+                            p->worker.empty() ? "?" : p->worker, ", ",
+                            p->date_unix > 0 ? Date(p->date_unix) : "undated",
+                            p->simulated ? ", simulated" : "", ": ",
+                            Num(p->de_pct, 2), "%")),
+        "</title>", closing(shape_of(p->worker)), "\n");
+  }
   const double lx = kLeft + plot_w + 14;
+  if (!points.empty()) {
+    absl::StrAppend(&svg, "<text x=\"", lx, "\" y=\"", legend_y,
+                    "\" font-weight=\"bold\">measured (", points.size(),
+                    ")</text>\n");
+    legend_y += 16;
+    for (size_t w = 0; w < workers.size() && w < 8; ++w) {
+      int64_t first = 0, last = 0;
+      for (const MeasuredEnergyPoint* p : points) {
+        if (p->worker != workers[w] || p->date_unix <= 0) continue;
+        first = first == 0 ? p->date_unix : std::min(first, p->date_unix);
+        last = std::max(last, p->date_unix);
+      }
+      std::string dates = first == 0 ? "undated" : Date(first);
+      if (last > 0 && Date(last) != dates) dates += ".." + Date(last);
+      absl::StrAppend(&svg, marker(w, lx + 4, legend_y - 4, "#333"),
+                      "/>\n<text x=\"", lx + 14, "\" y=\"", legend_y,
+                      "\" font-size=\"10\">",
+                      Escape(absl::StrCat(
+                          (workers[w].empty() ? "?" : workers[w]).substr(0, 18),
+                          " ", dates)),
+                      "</text>\n");
+      legend_y += 14;
+    }
+    legend_y += 8;
+  }
   absl::StrAppend(&svg, "<text x=\"", lx, "\" y=\"", legend_y,
                   "\" fill=\"#555\">solid: measured range</text>\n",
                   "<text x=\"", lx, "\" y=\"", legend_y + 16,

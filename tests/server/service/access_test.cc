@@ -83,6 +83,8 @@ TEST(AccessTest, EveryMethodOfTheApiHasTheNeedItsDomainSays) {
       {"/headroom.v1.Density/RankDensity", Need::kRead},
       {"/headroom.v1.Density/SubmitDensityRuns", Need::kOperator},
       {"/headroom.v1.Energy/EstimateEnergy", Need::kRead},
+      {"/headroom.v1.Energy/TrainEnergy", Need::kRead},
+      {"/headroom.v1.Energy/PlotEnergy", Need::kRead},
       {"/headroom.v1.Energy/RefitEnergy", Need::kAdmin},
       {"/headroom.v1.Energy/ListEnergyCurveSets", Need::kRead},
       {"/headroom.v1.Energy/PromoteEnergyCurveSet", Need::kAdmin},

@@ -36,8 +36,9 @@ int CountLines(const std::string& text, const std::string& prefix) {
   return n;
 }
 
+// What /metrics serializes.
 std::string Scrape(const PlannerMetrics& metrics) {
-  return prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  return prometheus::TextSerializer().Serialize(metrics.exported()->Collect());
 }
 
 grpc::Status CallGeneric(grpc::GenericStub* stub, const std::string& method) {
@@ -110,6 +111,8 @@ TEST(MetricsLabelsTest, GpuSeriesAreCappedAndGoWithTheirWorker) {
   // The same GPU from a second connection shares its series.
   gauges.push_back(metrics.GpuSeries(
       "0", absl::StrCat("GPU-", 0, std::string(1000, 'u')), "L4", "host"));
+  // A series is exported once its GPU reads.
+  for (const auto& g : gauges) metrics.GpuSample(g, 1, 2, 3, 60000);
   std::string text = Scrape(metrics);
   EXPECT_EQ(CountLines(text, "DCGM_FI_DEV_FB_USED{"),
             static_cast<int>(PlannerMetrics::kMaxGpuSeries) + 1);
@@ -119,6 +122,79 @@ TEST(MetricsLabelsTest, GpuSeriesAreCappedAndGoWithTheirWorker) {
   for (const auto& g : gauges) metrics.ReleaseGpuSeries(g);
   text = Scrape(metrics);
   EXPECT_EQ(CountLines(text, "DCGM_FI_DEV_FB_USED{"), 1);  // "other"
+}
+
+// A clock the test moves by hand.
+struct FakeClock {
+  int64_t now_ms = 1000;
+};
+
+TEST(MetricsGpuTest, SimulatedLabelAndEnergyAsACounter) {
+  FakeClock clock;
+  PlannerMetrics metrics([&] { return clock.now_ms; });
+  // Before any GPU reads: the families as HELP and TYPE alone.
+  std::string text = Scrape(metrics);
+  EXPECT_THAT(text, HasSubstr("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION "
+                              "counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE DCGM_FI_DEV_FB_USED gauge"));
+  EXPECT_EQ(CountLines(text, "DCGM_FI_DEV_FB_USED{"), 0);
+  const PlannerMetrics::GpuGauges sim =
+      metrics.GpuSeries("0", "SIM-0", "L4", "sim-host", /*simulated=*/true);
+  const PlannerMetrics::GpuGauges real =
+      metrics.GpuSeries("0", "GPU-0", "NVIDIA H200", "gpu-host");
+  // Registered but not read yet: nothing to tell.
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 0);
+  metrics.GpuSample(sim, 512, 70.5, 123456, 200);
+  metrics.GpuSample(real, 1024, std::nullopt, std::nullopt, 200);
+  text = Scrape(metrics);
+  EXPECT_THAT(text, HasSubstr("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION "
+                              "counter"));
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{Hostname="
+                              "\"sim-host\",UUID=\"SIM-0\",gpu=\"0\","
+                              "modelName=\"L4\",simulated=\"true\"} 123456"));
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_POWER_USAGE{Hostname=\"sim-host\","
+                              "UUID=\"SIM-0\",gpu=\"0\",modelName=\"L4\","
+                              "simulated=\"true\"} 70.5"));
+  // A real GPU has no simulated label, and no power or energy series when
+  // it does not read them.
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_FB_USED{Hostname=\"gpu-host\","
+                              "UUID=\"GPU-0\",gpu=\"0\",modelName=\"NVIDIA "
+                              "H200\"} 1024"));
+  EXPECT_EQ(CountLines(text, "DCGM_FI_DEV_POWER_USAGE{"), 1);
+  EXPECT_EQ(CountLines(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{"), 1);
+}
+
+TEST(MetricsGpuTest, SeriesGoStaleAfterTwoPeriodsAndWithTheirWorker) {
+  FakeClock clock;
+  PlannerMetrics metrics([&] { return clock.now_ms; });
+  const PlannerMetrics::GpuGauges gpu =
+      metrics.GpuSeries("0", "GPU-0", "L4", "host");
+  // First sample: no period yet, the fallback (500 ms) bounds it.
+  metrics.GpuSample(gpu, 1, 50, 1000, 500);
+  clock.now_ms += 1000;
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 1);
+  clock.now_ms += 1;  // 1001 ms > 2 x 500
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 0);
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_POWER_USAGE{"), 0);
+  EXPECT_EQ(
+      CountLines(Scrape(metrics), "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{"), 0);
+  // It reads again: back, and two samples 100 ms apart set its period.
+  metrics.GpuSample(gpu, 2, 50, 2000, 500);
+  clock.now_ms += 100;
+  metrics.GpuSample(gpu, 3, 50, 3000, 500);
+  clock.now_ms += 200;  // 2 x 100: still fresh
+  std::string text = Scrape(metrics);
+  EXPECT_THAT(text, HasSubstr("modelName=\"L4\"} 3"));
+  clock.now_ms += 1;  // past 2 x its 100 ms period, well inside the fallback
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 0);
+  // A fresh reading, then the worker disconnects: gone at once, and a late
+  // sample does not bring it back.
+  metrics.GpuSample(gpu, 4, 50, 4000, 500);
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 1);
+  metrics.ReleaseGpuSeries(gpu);
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 0);
+  metrics.GpuSample(gpu, 5, 50, 5000, 500);
+  EXPECT_EQ(CountLines(Scrape(metrics), "DCGM_FI_DEV_FB_USED{"), 0);
 }
 
 TEST(MetricsLabelsTest, FactorSetSeriesAreKeptForTheLatestVersions) {
