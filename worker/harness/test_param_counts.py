@@ -105,6 +105,7 @@ def compare_counts(probe, headroom, files):
         for setup_label, flags, setup_json in _setups_for(probe, spec):
             where = f"{label}/{setup_label}"
             if setup_label in hung:
+                compared += 1
                 failures.append(where)
                 continue
             try:
@@ -119,6 +120,7 @@ def compare_counts(probe, headroom, files):
                       f"{' '.join(flags)} did not answer in {INSPECT_TIMEOUT_S} s; "
                       "this setup is not asked again (every later template fails)")
                 hung.add(setup_label)
+                compared += 1
                 failures.append(where)
                 continue
             except Exception as error:  # a template either side cannot read
