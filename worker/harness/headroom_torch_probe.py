@@ -34,6 +34,7 @@ import gc
 import itertools
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -72,111 +73,91 @@ class SpecError(ValueError):
 
 
 # --------------------------------------------------------------------------
-# Reading the spec (proto3 JSON of headroom.v1.ModelSpec)
+# Reading the spec and the setup: protobuf's generated Python code
+# (headroom/v1/model_pb2.py, made by protoc --python_out at build time), so
+# the schema is the planner's own proto/headroom/v1/model.proto.
 # --------------------------------------------------------------------------
 
-U64, U32, BOOL, STRING, KERNEL, LAYERS = "u64", "u32", "bool", "string", "kernel", "layers"
+PROTO_ENV = "HEADROOM_PYTHON_PROTO"
+_PROTO = {}  # "model_pb2", "json_format" once imported
 
-NORM_KINDS = ("KIND_UNSPECIFIED", "LAYER", "RMS", "BATCH", "GROUP")
-CELLS = ("CELL_UNSPECIFIED", "RNN", "LSTM", "GRU")
+
+def proto_search_path(flag=None):
+    """Where headroom/v1/model_pb2.py is looked for: --proto_path alone when
+    given; else $HEADROOM_PYTHON_PROTO, then python/ next to this script, the
+    installed share/headroom/python (bin/../share), and the source tree's
+    build/python."""
+    if flag:
+        return [flag]
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.environ[PROTO_ENV]] if os.environ.get(PROTO_ENV) else []
+    paths += [os.path.join(here, "python"),
+              os.path.normpath(os.path.join(here, "..", "share", "headroom", "python")),
+              os.path.normpath(os.path.join(here, "..", "..", "build", "python"))]
+    return paths
+
+
+def load_proto(flag=None):
+    """Imports the generated headroom.v1 modules; SpecError says what is
+    missing and where it looked."""
+    if _PROTO and flag is None:
+        return _PROTO["model_pb2"], _PROTO["json_format"]
+    try:
+        from google.protobuf import json_format
+    except ImportError as error:
+        raise SpecError(f"python3-protobuf is not installed ({error}): install Debian's "
+                        "python3-protobuf or `pip install protobuf`") from None
+    tried = proto_search_path(flag)
+    for path in tried:
+        if os.path.isfile(os.path.join(path, "headroom", "v1", "model_pb2.py")):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+            from headroom.v1 import model_pb2
+            _PROTO.update(model_pb2=model_pb2, json_format=json_format)
+            return model_pb2, json_format
+    raise SpecError("headroom/v1/model_pb2.py (protoc --python_out; `ninja -C build "
+                    "headroom_harness_proto`) is in none of: " + ", ".join(tried) +
+                    f"; pass --proto_path DIR or set {PROTO_ENV}")
+
+
+def _parse_json(text, message, what):
+    """json_format.Parse with unknown fields rejected (as the planner's
+    loader, ignore_unknown = false); the error names the field."""
+    _, json_format = load_proto()
+    try:
+        json_format.Parse(text, message)
+    except json_format.ParseError as error:
+        detail = str(error).split("\n")[0][:400]
+        raise SpecError(f"{what}: {detail}") from None
+    return message
+
+
+def _enum_name(fd, number, path):
+    value = fd.enum_type.values_by_number.get(number)
+    if value is None:
+        allowed = ", ".join(v.name for v in fd.enum_type.values if v.number != 0)
+        raise SpecError(f"{path}.{fd.name} = {number} is unknown; allowed {allowed}")
+    return value.name
+
+
+def _fields(message, path):
+    """The fields of one message as a dict of proto3 values (enums by name,
+    repeated fields as lists)."""
+    out = {}
+    for fd in message.DESCRIPTOR.fields:
+        value = getattr(message, fd.name)
+        if fd.label == fd.LABEL_REPEATED:
+            value = list(value)
+        elif fd.enum_type is not None:
+            value = _enum_name(fd, value, path)
+        out[fd.name] = value
+    return out
+
+
+LAYER_KINDS = ("embedding", "linear", "norm", "attention", "mlp", "moe", "conv",
+               "recurrent", "elementwise", "parameters", "block")
 ELEMENTWISE_OPS = ("OP_UNSPECIFIED", "ACTIVATION", "POOL", "DROPOUT", "ADD",
                    "CONCAT", "SOFTMAX")
-PRECISIONS = ("PRECISION_UNSPECIFIED", "FP32", "BF16_MIXED", "FP16_MIXED")
-OPTIMIZERS = ("OPTIMIZER_UNSPECIFIED", "ADAMW", "SGD", "SGD_MOMENTUM")
-
-# The fields of each layer kind, as in proto/headroom/v1/model.proto.
-LAYER_KINDS = {
-    "embedding": {"num_embeddings": U64, "dim": U64, "lookups": U64},
-    "linear": {"in_features": U64, "out_features": U64, "bias": BOOL,
-               "logits": BOOL, "tied": BOOL},
-    "norm": {"kind": NORM_KINDS, "dim": U64, "no_affine": BOOL, "no_bias": BOOL},
-    "attention": {"hidden": U64, "heads": U64, "kv_heads": U64, "head_dim": U64,
-                  "kv_input_dim": U64, "kv_positions": U64, "qkv_bias": BOOL,
-                  "out_bias": BOOL, "qk_norm": BOOL, "window": U64,
-                  "fused": BOOL},
-    "mlp": {"hidden": U64, "ffn": U64, "gated": BOOL, "bias": BOOL},
-    "moe": {"hidden": U64, "ffn": U64, "experts": U64, "top_k": U64,
-            "shared_experts": U64, "gated": BOOL, "router_bias": BOOL},
-    "conv": {"in_channels": U64, "out_channels": U64, "kernel": KERNEL,
-             "dims": U32, "groups": U64, "bias": BOOL, "transposed": BOOL,
-             "in_positions": U64},
-    "recurrent": {"cell": CELLS, "input_size": U64, "hidden": U64,
-                  "num_layers": U32, "bidirectional": BOOL, "no_bias": BOOL},
-    "elementwise": {"op": ELEMENTWISE_OPS, "dim": U64},
-    "parameters": {"count": U64},
-    "block": {"layers": LAYERS},
-}
-LAYER_COMMON = {"name": STRING, "repeat": U32, "positions": U64, "frozen": BOOL}
-SPEC_FIELDS = {"name": STRING, "family": STRING, "source": STRING,
-               "input_source": STRING, "positions": U64, "layers": LAYERS,
-               "notes": STRING}
-SETUP_FIELDS = {"precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                "activation_checkpointing": BOOL, "fused_attention": BOOL,
-                "positions": U64}
-
-
-def _snake_case(key):
-    # Protobuf's JSON mapping accepts lowerCamelCase and the original names.
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), key)
-
-
-def _convert(value, kind, path):
-    """One JSON value as its proto3 field type; proto3 JSON also allows
-    64-bit integers as strings and enums as their numbers."""
-    if kind == BOOL:
-        if not isinstance(value, bool):
-            raise SpecError(f"{path} = {json.dumps(value)} is not a boolean")
-        return value
-    if kind == STRING:
-        if not isinstance(value, str):
-            raise SpecError(f"{path} = {json.dumps(value)} is not a string")
-        return value
-    if kind in (U64, U32):
-        if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
-            value = int(value)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        limit = (1 << 64) if kind == U64 else (1 << 32)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-            raise SpecError(f"{path} = {json.dumps(value)} is not an unsigned "
-                            f"{'64' if kind == U64 else '32'}-bit integer")
-        return value
-    if isinstance(kind, tuple):  # an enum: its names, index = number
-        if isinstance(value, str) and value in kind:
-            return value
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(kind):
-            return kind[value]
-        raise SpecError(f"{path} = {json.dumps(value)} is unknown; allowed "
-                        f"{', '.join(kind[1:])}")
-    raise AssertionError(kind)
-
-
-def _read_message(obj, fields, path):
-    """The fields of one JSON object by snake_case name; unknown keys are an
-    error, as in the planner's loader (ignore_unknown = false)."""
-    if not isinstance(obj, dict):
-        raise SpecError(f"{path} is not a JSON object")
-    out = {}
-    for key, value in obj.items():
-        name = _snake_case(key)
-        if name not in fields:
-            raise SpecError(f"{path}.{key} is not a field; allowed: "
-                            f"{', '.join(fields)}")
-        if value is None:
-            continue  # proto3 JSON: null means the default
-        kind = fields[name]
-        if kind == KERNEL:
-            if not isinstance(value, list):
-                raise SpecError(f"{path}.{name} is not a list of sizes")
-            out[name] = [_convert(v, U64, f"{path}.{name}[{i}]")
-                         for i, v in enumerate(value)]
-        elif kind == LAYERS:
-            if not isinstance(value, list):
-                raise SpecError(f"{path}.{name} is not a list of layers")
-            out[name] = value
-        else:
-            out[name] = _convert(value, kind, f"{path}.{name}")
-    return out
 
 
 @dataclasses.dataclass
@@ -199,16 +180,6 @@ class Spec:
     layers: list
 
 
-def _default(kind):
-    if kind == BOOL:
-        return False
-    if kind == STRING:
-        return ""
-    if kind == KERNEL:
-        return []
-    if isinstance(kind, tuple):
-        return kind[0]
-    return 0
 
 
 def _check_size(value, path, required):
@@ -218,27 +189,14 @@ def _check_size(value, path, required):
         raise SpecError(f"{path} = {value} is out of range; allowed 1..{MAX_DIMENSION}")
 
 
-def _read_layer(obj, path, inherited_positions, depth):
-    if not isinstance(obj, dict):
-        raise SpecError(f"{path} is not a JSON object")
-    common = {k: v for k, v in obj.items() if _snake_case(k) in LAYER_COMMON}
-    kinds = [k for k in obj if _snake_case(k) not in LAYER_COMMON]
-    unknown = [k for k in kinds if _snake_case(k) not in LAYER_KINDS]
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]} is not a layer kind; allowed: "
-                        f"{', '.join(LAYER_KINDS)}")
-    if not kinds:
+
+def _read_layer(message, path, inherited_positions, depth):
+    kind = message.WhichOneof("kind")
+    if kind is None:
         raise SpecError(f"{path} has no kind; allowed: {', '.join(LAYER_KINDS)}")
-    if len(kinds) > 1:
-        raise SpecError(f"{path} has {len(kinds)} kinds ({', '.join(kinds)}); "
-                        "a layer has exactly one")
-    meta = _read_message(common, LAYER_COMMON, path)
-    kind = _snake_case(kinds[0])
-    schema = LAYER_KINDS[kind]
-    given = _read_message(obj[kinds[0]], schema, f"{path}.{kind}")
-    fields = {name: given.get(name, _default(t)) for name, t in schema.items()}
-    layer = Layer(path=path, name=meta.get("name", ""), repeat=meta.get("repeat", 0),
-                  positions=meta.get("positions", 0), frozen=meta.get("frozen", False),
+    fields = _fields(getattr(message, kind), f"{path}.{kind}")
+    layer = Layer(path=path, name=message.name, repeat=message.repeat,
+                  positions=message.positions, frozen=message.frozen,
                   kind=kind, f=fields, children=[])
     if layer.repeat > MAX_REPEAT:
         raise SpecError(f"{path}.repeat = {layer.repeat} is out of range; "
@@ -329,21 +287,17 @@ def _validate_kind(layer, positions, depth):
 
 def parse_spec(text, what):
     """A Spec from the JSON text of a ModelSpec; SpecError names the field."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"{what} is not JSON: {error}") from None
-    fields = _read_message(obj, SPEC_FIELDS, "spec")
-    name = fields.get("name", "")
+    model_pb2, _ = load_proto()
+    message = _parse_json(text, model_pb2.ModelSpec(), what)
+    name = message.name
     if not name:
         raise SpecError("spec.name is empty; give the model a name (lowercase, digits, dashes)")
-    raw_layers = fields.get("layers", [])
-    if not raw_layers:
+    if not message.layers:
         raise SpecError(f"spec.layers is empty for model '{name}'; a spec needs at least one layer")
-    positions = fields.get("positions", 0)
+    positions = message.positions
     _check_size(positions, "spec.positions", False)
     layers = [_read_layer(layer, f"spec.layers[{i}]", positions, 0)
-              for i, layer in enumerate(raw_layers)]
+              for i, layer in enumerate(message.layers)]
     return Spec(name=name, positions=positions, layers=layers)
 
 
@@ -356,14 +310,118 @@ def load_spec(path):
     return parse_spec(text, f"--spec {path}")
 
 
+# The planner's limits and names (server/core/memory/training_setup.{h,cc}).
+MAX_LORA_RANK = 4096
+MAX_GRAD_ACCUM = 1024
+MAX_FREEZE_NAMES = 256
+MAX_LORA_TARGETS = 16
+LORA_TARGET_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
 @dataclasses.dataclass
 class Setup:
-    """headroom.v1.TrainingSetup with defaults resolved."""
+    """headroom.v1.TrainingSetup with defaults resolved (enums by name)."""
     precision: str = "FP32"
     optimizer: str = "ADAMW"
     activation_checkpointing: bool = False
     fused_attention: bool = False
     positions: int = 0
+    attention: str = "ATTENTION_UNSPECIFIED"
+    optimizer_in_backward: bool = False
+    lora_rank: int = 0
+    lora_targets: list = dataclasses.field(default_factory=list)
+    lora_dropout: float = 0.0
+    quant_base: str = "BASE_QUANT_UNSPECIFIED"
+    freeze_layers: list = dataclasses.field(default_factory=list)
+    train_last_blocks: int = 0
+    grad_accum: int = 0
+    compile: bool = False
+
+    @property
+    def true_half(self):
+        return self.precision in ("BF16_TRUE", "FP16_TRUE")
+
+    @property
+    def half(self):
+        return self.precision != "FP32"
+
+
+def lora_targets(setup):
+    """The linears LoRA adapts (the planner's LoraTargets)."""
+    if setup.lora_rank == 0:
+        return set()
+    if not setup.lora_targets:
+        return {"q", "v"}
+    out = set()
+    for target in setup.lora_targets:
+        if target == "all-linear":
+            out.update(LORA_TARGET_NAMES)
+            out.add("linear")
+        else:
+            out.add(target)
+    return out
+
+
+def _bad(field, value, allowed):
+    return SpecError(f"setup.{field} = {value} is not allowed; {allowed}")
+
+
+def setup_from_message(message):
+    """A Setup from a headroom.v1.TrainingSetup, checked as ValidateSetup."""
+    f = _fields(message, "setup")
+    lora, freeze = message.lora, message.freeze
+    setup = Setup(precision=f["precision"], optimizer=f["optimizer"],
+                  activation_checkpointing=f["activation_checkpointing"],
+                  fused_attention=f["fused_attention"], positions=f["positions"],
+                  attention=f["attention"],
+                  optimizer_in_backward=f["optimizer_in_backward"],
+                  lora_rank=lora.rank, lora_targets=list(lora.targets),
+                  lora_dropout=lora.dropout, quant_base=f["quant_base"],
+                  freeze_layers=list(freeze.layers),
+                  train_last_blocks=freeze.train_last_blocks,
+                  grad_accum=f["grad_accum"], compile=f["compile"])
+    if setup.precision == "PRECISION_UNSPECIFIED":
+        setup.precision = "FP32"
+    if setup.optimizer == "OPTIMIZER_UNSPECIFIED":
+        setup.optimizer = "ADAMW"
+    if setup.positions > MAX_DIMENSION:
+        raise SpecError(f"setup.positions = {setup.positions} is out of range; allowed "
+                        f"0 (the model's standard) .. {MAX_DIMENSION}")
+    if setup.attention == "FLASH" and not setup.half:
+        raise _bad("attention", "FLASH", "FlashAttention runs in 16 bits only: allowed "
+                   "with precision BF16_MIXED, FP16_MIXED, BF16_TRUE or FP16_TRUE")
+    if setup.grad_accum > MAX_GRAD_ACCUM:
+        raise _bad("grad_accum", setup.grad_accum, f"allowed 0 or 1 (none) .. {MAX_GRAD_ACCUM}")
+    if setup.optimizer_in_backward and setup.grad_accum > 1:
+        raise _bad("grad_accum", setup.grad_accum, "optimizer_in_backward steps during "
+                   "every backward, so it allows grad_accum 0 or 1 only")
+    if setup.lora_rank > MAX_LORA_RANK:
+        raise _bad("lora.rank", setup.lora_rank, f"allowed 0 (no adapters) .. {MAX_LORA_RANK}")
+    if setup.lora_rank == 0 and (setup.lora_targets or setup.lora_dropout):
+        raise _bad("lora.rank", 0, "lora.targets and lora.dropout need lora.rank 1 .. 4096")
+    if not 0 <= setup.lora_dropout < 1:
+        raise _bad("lora.dropout", setup.lora_dropout, "allowed 0 <= dropout < 1")
+    if len(setup.lora_targets) > MAX_LORA_TARGETS:
+        raise _bad("lora.targets", f"{len(setup.lora_targets)} entries",
+                   f"allowed at most {MAX_LORA_TARGETS}")
+    for i, target in enumerate(setup.lora_targets):
+        if target != "all-linear" and target not in LORA_TARGET_NAMES:
+            raise _bad(f"lora.targets[{i}]", f"'{target[:64]}'",
+                       "allowed q, k, v, o, gate, up, down, all-linear")
+    if setup.quant_base != "BASE_QUANT_UNSPECIFIED" and setup.lora_rank == 0:
+        raise _bad("quant_base", setup.quant_base, "a quantized base trains only through "
+                   "adapters: set lora.rank 1 .. 4096")
+    if len(setup.freeze_layers) > MAX_FREEZE_NAMES:
+        raise _bad("freeze.layers", f"{len(setup.freeze_layers)} entries",
+                   f"allowed at most {MAX_FREEZE_NAMES}")
+    for i, name in enumerate(setup.freeze_layers):
+        if not name or len(name.encode()) > 256:
+            raise _bad(f"freeze.layers[{i}]", f"a name of {len(name.encode())} bytes",
+                       "allowed a top-level layer name of 1 .. 256 bytes")
+    if setup.train_last_blocks > MAX_REPEAT:
+        raise _bad("freeze.train_last_blocks", setup.train_last_blocks,
+                   f"allowed 0 (off) .. {MAX_REPEAT}")
+    return setup
 
 
 def parse_setup(text):
@@ -377,20 +435,48 @@ def parse_setup(text):
         except OSError as error:
             raise SpecError(f"--setup {text}: not JSON and not a readable file "
                             f"({error.strerror})") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"--setup is not JSON: {error}") from None
-    fields = _read_message(obj, SETUP_FIELDS, "setup")
-    setup = Setup(**fields)
-    if setup.precision == "PRECISION_UNSPECIFIED":
-        setup.precision = "FP32"
-    if setup.optimizer == "OPTIMIZER_UNSPECIFIED":
-        setup.optimizer = "ADAMW"
-    if setup.positions > MAX_DIMENSION:
-        raise SpecError(f"setup.positions = {setup.positions} is out of range; allowed "
-                        f"0 (the model's standard) .. {MAX_DIMENSION}")
-    return setup
+    model_pb2, _ = load_proto()
+    return setup_from_message(_parse_json(text, model_pb2.TrainingSetup(), "--setup"))
+
+
+def _matches(pattern, name):
+    if pattern.endswith("*"):
+        return name.startswith(pattern[:-1])
+    return pattern == name
+
+
+def apply_freeze(spec, setup):
+    """The planner's ApplyFreeze: (spec with the frozen prefix marked and a
+    repeated block split at train_last_blocks, weights_frozen per top-level
+    layer). The leading layers that train nothing are marked later, once
+    the adapters are known (Program)."""
+    layers = [dataclasses.replace(layer) for layer in spec.layers]
+    if setup.train_last_blocks:
+        last = max((i for i, layer in enumerate(layers) if layer.repeat > 1), default=-1)
+        if last < 0:
+            raise SpecError(f"setup.freeze.train_last_blocks = {setup.train_last_blocks}: "
+                            f"model {spec.name} has no repeated block to train the last "
+                            "copies of; use freeze.layers with its layer names")
+        repeat = layers[last].repeat
+        if setup.train_last_blocks < repeat:
+            head = dataclasses.replace(layers[last], repeat=repeat - setup.train_last_blocks,
+                                       frozen=True, name=layers[last].name + " (frozen copies)")
+            layers[last] = dataclasses.replace(layers[last], repeat=setup.train_last_blocks)
+            layers.insert(last, head)
+            last += 1
+        for i in range(last):
+            layers[i] = dataclasses.replace(layers[i], frozen=True)
+    weights_frozen = [setup.lora_rank != 0] * len(layers)
+    for n, pattern in enumerate(setup.freeze_layers):
+        hits = [i for i, layer in enumerate(layers) if _matches(pattern, layer.name)]
+        if not hits:
+            names = [layer.name for layer in spec.layers if layer.name][:24]
+            raise SpecError(f"setup.freeze.layers[{n}] = '{pattern[:64]}' names no top-level "
+                            f"layer of {spec.name}; its layers: "
+                            f"{', '.join(names) or '(unnamed)'}")
+        for i in hits:
+            weights_frozen[i] = True
+    return Spec(name=spec.name, positions=spec.positions, layers=layers), weights_frozen
 
 
 # --------------------------------------------------------------------------
@@ -462,6 +548,9 @@ class Attention(nn.Module):
         self.k = nn.Linear(kv_in, kv_inner, bias=f["qkv_bias"], device=device)
         self.v = nn.Linear(kv_in, kv_inner, bias=f["qkv_bias"], device=device)
         self.o = nn.Linear(inner, f["hidden"], bias=f["out_bias"], device=device)
+        for target in ("q", "k", "v", "o"):
+            getattr(self, target).headroom_target = target
+        self.dropout = f["dropout"]
         if f["qk_norm"]:  # Qwen3: RMS norm on each q and k head
             self.q_norm = nn.Parameter(torch.ones(self.head_dim, device=device))
             self.k_norm = nn.Parameter(torch.ones(self.head_dim, device=device))
@@ -477,7 +566,7 @@ class Attention(nn.Module):
         x = x.view(b, p // chunk, chunk, heads, self.head_dim)
         return x.permute(0, 1, 3, 2, 4).reshape(b * (p // chunk), heads, chunk, self.head_dim)
 
-    def forward(self, x, kv, fused):
+    def forward(self, x, kv, mode):
         b, p, _ = x.shape
         q, k, v = self.q(x), self.k(kv), self.v(kv)
         if self.q_norm is not None:
@@ -500,13 +589,20 @@ class Attention(nn.Module):
             # Hugging Face's repeat_kv: copies each kv head for its query group.
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        if (fused or self.fused) and HAS_SDPA:
-            out = F.scaled_dot_product_attention(q, k, v)
+        p_drop = self.dropout if self.training else 0.0
+        if mode == "flash":
+            out = _flash_attention(q, k, v, p_drop)
+        elif mode == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
         else:
             # Eager attention: the heads x q x k score matrix is materialized
-            # and softmax keeps its probabilities for backward.
+            # and softmax keeps its probabilities (and, with the spec's
+            # attention dropout, the mask and dropped probabilities).
             scores = torch.matmul(q, k.transpose(-1, -2)) * (self.head_dim ** -0.5)
-            out = torch.matmul(torch.softmax(scores, dim=-1), v)
+            probs = torch.softmax(scores, dim=-1)
+            if p_drop:
+                probs = F.dropout(probs, p=p_drop, training=True)
+            out = torch.matmul(probs, v)
         if chunk == p:
             out = out.transpose(1, 2).reshape(b, p, self.heads * self.head_dim)
         else:
@@ -514,6 +610,29 @@ class Attention(nn.Module):
             out = out.view(b, n, self.heads, chunk, self.head_dim).permute(0, 1, 3, 2, 4)
             out = out.reshape(b, padded, self.heads * self.head_dim)[:, :p]
         return self.o(out)
+
+
+def attention_mode(layer_fused, setup):
+    """eager | sdpa | flash for one attention layer (the planner's
+    FusedAttention): the setup's kernel, else the layer's `fused` flag (or
+    the deprecated fused_attention); a fused layer on torch < 2.0 runs eager."""
+    if setup.attention == "EAGER":
+        return "eager"
+    if setup.attention in ("SDPA", "FLASH"):
+        return setup.attention.lower()
+    return "sdpa" if (setup.fused_attention or layer_fused) and HAS_SDPA else "eager"
+
+
+def _flash_attention(q, k, v, p_drop):
+    """SDPA restricted to the FlashAttention-2 kernel."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # torch >= 2.3
+        context = sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    except ImportError:
+        context = torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False,
+                                                 enable_mem_efficient=False)
+    with context:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
 
 
 class Mlp(nn.Module):
@@ -524,6 +643,9 @@ class Mlp(nn.Module):
         self.up = nn.Linear(hidden, ffn, bias=bias, device=device)
         self.gate = nn.Linear(hidden, ffn, bias=bias, device=device) if gated else None
         self.down = nn.Linear(ffn, hidden, bias=bias, device=device)
+        for target in ("up", "gate", "down"):
+            if getattr(self, target) is not None:
+                getattr(self, target).headroom_target = target
 
     def forward(self, x):
         if self.gate is not None:
@@ -628,7 +750,10 @@ class _Builder:
             return module
         if layer.kind == "linear":
             if not f["tied"]:
-                return nn.Linear(f["in_features"], f["out_features"], bias=f["bias"], device=d)
+                module = nn.Linear(f["in_features"], f["out_features"], bias=f["bias"], device=d)
+                # The output head is neither adapted nor quantized (kHead).
+                module.headroom_target = "" if f["logits"] else "linear"
+                return module
             for embedding in reversed(self.embeddings):
                 if tuple(embedding.weight.shape) == (f["out_features"], f["in_features"]):
                     return TiedLinear(embedding, f["bias"], d)
@@ -655,20 +780,156 @@ class _Builder:
         return nn.Identity()  # elementwise: no parameters
 
 
-def build_modules(spec, device):
+class LoraLinear(nn.Module):
+    """PEFT's LoRA Linear in plain PyTorch: the frozen base linear plus
+    lora_B(lora_A(dropout(x))) * alpha / r, A [r, in] (Kaiming uniform) and
+    B [out, r] (zeros) in fp32 (PEFT's default adapter dtype), the input cast
+    to the adapter dtype and the sum cast back to the base's output dtype."""
+
+    ALPHA = 8  # PEFT's LoraConfig default lora_alpha; no effect on memory
+
+    def __init__(self, base, rank, dropout, device):
+        super().__init__()
+        self.base = base
+        base.requires_grad_(False)
+        in_features, out_features = _linear_shape(base)
+        self.lora_A = nn.Linear(in_features, rank, bias=False, device=device,
+                                dtype=torch.float32)
+        self.lora_B = nn.Linear(rank, out_features, bias=False, device=device,
+                                dtype=torch.float32)
+        if device.type != "meta":
+            nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+            nn.init.zeros_(self.lora_B.weight)
+        for adapter in (self.lora_A, self.lora_B):
+            adapter.weight.headroom_adapter = True
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.scaling = self.ALPHA / rank
+
+    def forward(self, x):
+        result = self.base(x)
+        dtype = result.dtype
+        x = x.to(self.lora_A.weight.dtype)
+        result = result + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling
+        return result.to(dtype)
+
+
+def _linear_shape(module):
+    """(in_features, out_features) of an nn.Linear or a bitsandbytes one."""
+    return module.in_features, module.out_features
+
+
+def _targeted(modules):
+    """(parent, child name, linear) for every linear the planner's rules
+    call kLinear (param_tensors.cc): attention q, k, v, o, MLP and expert
+    gate, up, down, standalone non-logits linears; never a head or router."""
+    out = []
+    for parent in modules.modules():
+        for name, child in parent._modules.items():
+            if isinstance(child, nn.Linear) and getattr(child, "headroom_target", ""):
+                out.append((parent, name, child))
+    return out
+
+
+def _quantize_linear(linear, kind, device):
+    """bitsandbytes' Linear4bit (NF4, double quantization, bf16 compute) or
+    Linear8bitLt holding the frozen base weight; SpecError without it."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as error:
+        raise SpecError(f"setup.quant_base = {kind} needs bitsandbytes, which does not "
+                        f"import here ({error})") from None
+    if kind == "NF4":
+        q = bnb.nn.Linear4bit(linear.in_features, linear.out_features,
+                              bias=linear.bias is not None, compute_dtype=torch.bfloat16,
+                              compress_statistics=True, quant_type="nf4")
+        q.weight = bnb.nn.Params4bit(linear.weight.data.to("cpu"), requires_grad=False,
+                                     compress_statistics=True, quant_type="nf4")
+    else:
+        q = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features,
+                                bias=linear.bias is not None, has_fp16_weights=False)
+        q.weight = bnb.nn.Int8Params(linear.weight.data.to("cpu"), requires_grad=False,
+                                     has_fp16_weights=False)
+    if linear.bias is not None:
+        q.bias = nn.Parameter(linear.bias.data.to("cpu"), requires_grad=False)
+    q = q.to(device)  # quantizes on the way to the GPU
+    q.headroom_target = linear.headroom_target
+    return q
+
+
+@dataclasses.dataclass
+class BuiltModel:
+    """The torch modules of a spec under a setup and the spec as trained
+    (freeze applied: the planner's FrozenSpec)."""
+    modules: nn.ModuleList
+    spec: object
+    quantized_params: int
+
+
+def build_model(spec, device, setup=None, quantize=False):
+    """The modules of the spec under the setup, as the planner applies it:
+    freeze (train_last_blocks splits the last repeated block; named layers'
+    weights frozen), LoRA (every base weight frozen, adapters on the
+    targeted linears of layers that still run with gradient), the layers
+    before the first that trains anything marked frozen (run without
+    gradient). With quantize, the targeted base linears become bitsandbytes
+    modules (QLoRA); the count of the weights that would be is always kept."""
+    setup = setup or Setup()
+    frozen_spec, weights_frozen = apply_freeze(spec, setup)
+    builder = _Builder(device)
+    modules = nn.ModuleList(builder.layer(layer, False) for layer in frozen_spec.layers)
+    quantizing = setup.quant_base != "BASE_QUANT_UNSPECIFIED"
+    quantized = sum(linear.weight.numel() for _, _, linear in _targeted(modules)) \
+        if quantizing else 0
+    for i, copies in enumerate(modules):
+        if weights_frozen[i]:
+            copies.requires_grad_(False)
+    targets = lora_targets(setup)
+    for i, copies in enumerate(modules):
+        if not targets or frozen_spec.layers[i].frozen:
+            continue
+        for parent, name, linear in _targeted(copies):
+            if linear.headroom_target not in targets:
+                continue
+            base = _quantize_linear(linear, setup.quant_base, device) \
+                if quantizing and quantize else linear
+            parent._modules[name] = LoraLinear(base, setup.lora_rank, setup.lora_dropout,
+                                               device)
+    if quantizing and quantize:  # base linears that are not adapted
+        for parent, name, linear in _targeted(modules):
+            parent._modules[name] = _quantize_linear(linear, setup.quant_base, device)
+    if setup.freeze_layers or setup.lora_rank:
+        layers = list(frozen_spec.layers)
+        for i, copies in enumerate(modules):
+            if any(p.requires_grad for p in copies.parameters()):
+                break
+            layers[i] = dataclasses.replace(layers[i], frozen=True)
+            copies.requires_grad_(False)
+        frozen_spec = Spec(name=frozen_spec.name, positions=frozen_spec.positions,
+                           layers=layers)
+    return BuiltModel(modules, frozen_spec, quantized)
+
+
+def build_modules(spec, device, setup=None):
     """nn.ModuleList mirroring spec.layers: per layer a list of its `repeat`
     copies; a block copy is a list of its children. Frozen layers have
     requires_grad False."""
-    builder = _Builder(device)
-    return nn.ModuleList(builder.layer(layer, False) for layer in spec.layers)
+    return build_model(spec, device, setup).modules
 
 
-def count_params(spec):
-    """(params, trainable_params) of the spec's torch model, built on meta."""
-    modules = build_modules(spec, torch.device("meta"))
-    params = list(modules.parameters())  # shared (tied) parameters once
-    return (sum(p.numel() for p in params),
-            sum(p.numel() for p in params if p.requires_grad))
+def count_params(spec, setup=None):
+    """The counts of the spec's torch model under the setup, built on meta:
+    params (the base model, adapters excluded), trainable_params
+    (requires_grad, adapters included), frozen_params, adapter_params and
+    quantized_params (the base linear weights QLoRA would replace)."""
+    built = build_model(spec, torch.device("meta"), setup)
+    params = list(built.modules.parameters())  # shared (tied) parameters once
+    adapter = [p for p in params if getattr(p, "headroom_adapter", False)]
+    base = [p for p in params if not getattr(p, "headroom_adapter", False)]
+    return {"params": sum(p.numel() for p in base),
+            "trainable_params": sum(p.numel() for p in params if p.requires_grad),
+            "frozen_params": sum(p.numel() for p in params if not p.requires_grad),
+            "adapter_params": sum(p.numel() for p in adapter),
+            "quantized_params": built.quantized_params}
 
 
 # --------------------------------------------------------------------------
@@ -1350,9 +1611,11 @@ def _apply_step(t, step):
 class Program(nn.Module):
     """The spec's model on a device: forward(data) returns the step's loss."""
 
-    def __init__(self, spec, setup, device):
+    def __init__(self, spec, setup, device, quantize=False):
         super().__init__()
-        self.layers = build_modules(spec, device)
+        built = build_model(spec, device, setup, quantize)
+        self.layers = built.modules
+        spec = built.spec  # freeze applied
         wiring = _Wiring(spec, setup)
         self.units, self.final = wiring.plan(self.layers, setup.activation_checkpointing)
         self.values = wiring.values
@@ -1360,7 +1623,26 @@ class Program(nn.Module):
         keep = {v.vid for v in self.final} | {v.vid for v in wiring.inputs}
         self.free_after = _liveness(self.units, keep)
         self.inputs = wiring.inputs
-        self.fused = setup.fused_attention
+        self.setup = setup
+        self.input_dtype = torch.float32
+
+    def to_true_half(self, dtype):
+        """model.to(dtype) for the base model, as bf16-true / fp16-true
+        training does; LoRA adapters stay fp32 (PEFT's default) and
+        bitsandbytes' quantized weights stay as they are."""
+        for module in self.modules():
+            if isinstance(module, LoraLinear):
+                continue
+            for name, param in module._parameters.items():
+                if (param is not None and param.is_floating_point()
+                        and not getattr(param, "headroom_adapter", False)
+                        and type(param) is nn.Parameter):
+                    module._parameters[name] = nn.Parameter(param.data.to(dtype),
+                                                            requires_grad=param.requires_grad)
+            for name, buf in module._buffers.items():
+                if buf is not None and buf.is_floating_point():
+                    module._buffers[name] = buf.to(dtype)
+        self.input_dtype = dtype
 
     def make_batch(self, batch, device):
         """Synthetic inputs: random floats, token ids and loss targets."""
@@ -1370,7 +1652,7 @@ class Program(nn.Module):
             if v.make[0] == "float":
                 shape = ((batch, s.width) + tuple(s.grid) if s.layout == "spatial"
                          else (batch, s.positions, s.width))
-                data[v.vid] = torch.randn(shape, device=device)
+                data[v.vid] = torch.randn(shape, device=device, dtype=self.input_dtype)
             elif v.make[0] == "ids":
                 shape = (batch, s.positions) if s.width == 1 else (batch, s.positions, s.width)
                 data[v.vid] = torch.randint(0, v.make[1], shape, device=device)
@@ -1432,7 +1714,8 @@ class Program(nn.Module):
             return out.sum(dim=2) if out.dim() == 4 else out
         if kind == "attention":
             x = args[0]
-            return m(x, args[1] if extra.get("cross") else x, self.fused)
+            return m(x, args[1] if extra.get("cross") else x,
+                     attention_mode(m.fused, self.setup))
         if kind == "recurrent":
             return m(args[0])[0]
         if kind == "parameters":
@@ -1526,12 +1809,180 @@ def _autocast_enabled(device_type):
                 else torch.is_autocast_enabled())
 
 
+def _torch_at_least(major, minor):
+    parts = re.findall(r"[0-9]+", torch.__version__)[:2]
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023) in plain PyTorch: one momentum in the
+    parameter dtype; update = sign(beta1*m + (1-beta1)*g), then
+    m = beta2*m + (1-beta2)*g; decoupled weight decay. One tensor at a time."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                m = state["exp_avg"]
+                if group["weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                update = m.mul(beta1).add_(p.grad, alpha=1 - beta1).sign_()
+                p.add_(update, alpha=-group["lr"])
+                m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+        return None
+
+
+class HarnessAdafactor(torch.optim.Optimizer):
+    """transformers' Adafactor algorithm with its defaults (scale_parameter,
+    relative_step, beta1 None, eps (1e-30, 1e-3), clip_threshold 1.0,
+    decay_rate -0.8), used when transformers does not import: a factored
+    fp32 second moment (row and column means) for tensors of two or more
+    dimensions, a full one for vectors, no first moment; one tensor at a
+    time, in fp32 for a 16-bit parameter."""
+
+    def __init__(self, params, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=-0.8):
+        super().__init__(params, dict(eps=eps, clip_threshold=clip_threshold,
+                                      decay_rate=decay_rate))
+
+    @staticmethod
+    def _rms(t):
+        return t.norm(2) / (t.numel() ** 0.5)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            eps1, eps2 = group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.float()
+                state = self.state[p]
+                factored = grad.dim() >= 2
+                if not state:
+                    state["step"] = 0
+                    if factored:
+                        state["exp_avg_sq_row"] = torch.zeros(grad.shape[:-1], device=p.device)
+                        state["exp_avg_sq_col"] = torch.zeros(grad.shape[:-2] + grad.shape[-1:],
+                                                              device=p.device)
+                    else:
+                        state["exp_avg_sq"] = torch.zeros_like(grad)
+                    state["RMS"] = 0
+                state["step"] += 1
+                p32 = p.float() if p.dtype != torch.float32 else p
+                state["RMS"] = float(self._rms(p32))
+                lr = min(1e-2, 1.0 / math.sqrt(state["step"])) * max(eps2, state["RMS"])
+                beta2t = 1.0 - math.pow(state["step"], group["decay_rate"])
+                update = grad ** 2 + eps1
+                if factored:
+                    row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
+                    row.mul_(beta2t).add_(update.mean(dim=-1), alpha=1.0 - beta2t)
+                    col.mul_(beta2t).add_(update.mean(dim=-2), alpha=1.0 - beta2t)
+                    r = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
+                    c = col.unsqueeze(-2).rsqrt()
+                    update = torch.mul(r, c).mul_(grad)
+                else:
+                    sq = state["exp_avg_sq"]
+                    sq.mul_(beta2t).add_(update, alpha=1.0 - beta2t)
+                    update = sq.rsqrt().mul_(grad)
+                update.div_((self._rms(update) / group["clip_threshold"]).clamp_(min=1.0))
+                update.mul_(lr)
+                p32.add_(-update)
+                if p32 is not p:
+                    p.copy_(p32)
+        return None
+
+
+def optimizer_impl(setup, device):
+    """What implements the setup's optimizer here (said in every result),
+    or SpecError when nothing can (a failure record)."""
+    name = setup.optimizer
+    if name == "ADAMW_FUSED":
+        if device.type != "cuda":
+            raise SpecError("setup.optimizer = ADAMW_FUSED: torch.optim.AdamW(fused=True) "
+                            "runs on CUDA only")
+        if not _torch_at_least(2, 0):
+            raise SpecError("setup.optimizer = ADAMW_FUSED needs torch >= 2.0 "
+                            f"(AdamW fused=True), found {torch.__version__}")
+        return "torch.optim.AdamW(fused=True)"
+    if name in ("ADAM8BIT", "PAGED_ADAMW8BIT"):
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as error:
+            raise SpecError(f"setup.optimizer = {name} needs bitsandbytes, which does not "
+                            f"import here ({error})") from None
+        return ("bitsandbytes.optim.Adam8bit" if name == "ADAM8BIT"
+                else "bitsandbytes.optim.PagedAdamW8bit")
+    if name == "ADAFACTOR":
+        try:
+            from transformers.optimization import Adafactor  # noqa: F401
+            return "transformers.optimization.Adafactor (defaults, beta1 None)"
+        except ImportError:
+            return ("the harness's plain-PyTorch Adafactor (transformers does not import; "
+                    "same algorithm and defaults)")
+    return {"ADAMW": "torch.optim.AdamW(foreach=True)",
+            "ADAMW_LOOP": "torch.optim.AdamW(foreach=False)",
+            "LION": "the harness's plain-PyTorch Lion",
+            "SGD": "torch.optim.SGD", "SGD_MOMENTUM": "torch.optim.SGD(momentum=0.9)"}[name]
+
+
 def _make_optimizer(name, params):
+    """The setup's optimizer over params (optimizer_impl checked first)."""
     if name == "SGD":
         return torch.optim.SGD(params, lr=1e-3)
     if name == "SGD_MOMENTUM":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    return torch.optim.AdamW(params, lr=1e-4)
+    if name == "ADAMW_FUSED":
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    if name == "ADAMW_LOOP":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=False)
+    if name == "ADAM8BIT":
+        import bitsandbytes as bnb
+        return bnb.optim.Adam8bit(params, lr=1e-4)
+    if name == "PAGED_ADAMW8BIT":
+        import bitsandbytes as bnb
+        return bnb.optim.PagedAdamW8bit(params, lr=1e-4)
+    if name == "ADAFACTOR":
+        try:
+            from transformers.optimization import Adafactor
+        except ImportError:
+            return HarnessAdafactor(params)
+        return Adafactor(params, lr=None, scale_parameter=True, relative_step=True,
+                         warmup_init=False, beta1=None)
+    if name == "LION":
+        return Lion(params)
+    return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+
+
+class _InBackward:
+    """optimizer_in_backward: one optimizer per parameter, stepped (and its
+    gradient freed) by a post-accumulate-grad hook during backward."""
+
+    def __init__(self, name, params):
+        if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
+            raise SpecError("setup.optimizer_in_backward needs torch >= 2.1 "
+                            "(register_post_accumulate_grad_hook), found "
+                            f"{torch.__version__}")
+        self.optimizers = {p: _make_optimizer(name, [p]) for p in params}
+
+        def hook(p):
+            self.optimizers[p].step()
+            self.optimizers[p].zero_grad(set_to_none=True)
+        self.handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
+
+    def step(self):
+        pass
+
+    def zero_grad(self, set_to_none=True):
+        pass
 
 
 def _grad_scaler():
@@ -1631,53 +2082,78 @@ def _compile_unavailable():
 def _measure_batch(spec, setup, device, batch, warmup, steps, record,
                    compile_model=False, nvml=None):
     """Builds a fresh model and optimizer and runs warmup + steps training
-    steps (the forward through torch.compile when compile_model); raises on
-    OOM or any other failure."""
+    steps as the setup says (precision, optimizer, adapters, freeze,
+    grad_accum microbatches, the forward through torch.compile when
+    compile_model); raises on OOM or any other failure."""
     cuda = device.type == "cuda"
     if compile_model:
         why = _compile_unavailable()
         if why is not None:
             raise SpecError(why)
+    if setup.attention in ("SDPA", "FLASH") and not HAS_SDPA:
+        raise SpecError(f"setup.attention = {setup.attention} needs torch >= 2.0 "
+                        f"(scaled_dot_product_attention), found {torch.__version__}")
+    if setup.attention == "FLASH" and not cuda:
+        raise SpecError("setup.attention = FLASH runs on CUDA only")
+    accum = max(setup.grad_accum, 1)
+    if batch % accum:
+        raise SpecError(f"batch {batch} is not divisible by setup.grad_accum = {accum}")
+    optimizer_impl(setup, device)
     if cuda:
         # Reset before building, so an OOM while building has its own peak.
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    program = Program(spec, setup, device)
+    quantize = setup.quant_base != "BASE_QUANT_UNSPECIFIED"
+    program = Program(spec, setup, device, quantize=quantize)
+    true_half = {"BF16_TRUE": torch.bfloat16, "FP16_TRUE": torch.float16}.get(setup.precision)
+    if true_half is not None:
+        program.to_true_half(true_half)
     program.train()
     trainable = [p for p in program.parameters() if p.requires_grad]
     if not trainable:
         raise SpecError("the spec has no trainable parameters (every layer is frozen)")
-    optimizer = _make_optimizer(setup.optimizer, trainable)
+    if setup.optimizer_in_backward:
+        optimizer = _InBackward(setup.optimizer, trainable)
+    else:
+        optimizer = _make_optimizer(setup.optimizer, trainable)
     forward = torch.compile(program) if compile_model else program
     mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
+    if quantize and mixed is None and true_half is None:
+        mixed = torch.bfloat16  # QLoRA computes in bf16
     scaler = _grad_scaler() if mixed is torch.float16 and cuda else None
+    micro = batch // accum
     for step in range(warmup + steps):
-        data = program.make_batch(batch, device)
         if cuda:
             torch.cuda.synchronize(device)
         if nvml is not None and step == warmup:
             # The counter over the timed steps only, read after a synchronize.
             record.energy_start_mj = nvml.energy_mj()
         start = time.perf_counter()
-        # fp32 runs outside autocast (torch 1.13 rejects a disabled one).
-        context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
-                   else contextlib.nullcontext())
-        with context:
-            if mixed is not None and not _autocast_enabled(device.type):
-                raise SpecError(f"setup.precision = {setup.precision} is not supported "
-                                f"on cpu by torch {torch.__version__}")
-            loss = forward(data)
-        if not loss.requires_grad:
-            raise SpecError("no trainable layer reaches the loss")
+        for _ in range(accum):
+            data = program.make_batch(micro, device)
+            # fp32 runs outside autocast (torch 1.13 rejects a disabled one).
+            context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
+                       else contextlib.nullcontext())
+            with context:
+                if mixed is not None and not _autocast_enabled(device.type):
+                    raise SpecError(f"setup.precision = {setup.precision} is not supported "
+                                    f"on cpu by torch {torch.__version__}")
+                loss = forward(data)
+            if not loss.requires_grad:
+                raise SpecError("no trainable layer reaches the loss")
+            if accum > 1:
+                loss = loss / accum
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            del loss, data
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        del loss, data
         if cuda:
             torch.cuda.synchronize(device)
         if step >= warmup:
@@ -1694,6 +2170,10 @@ def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False
         _emit({"event": "batch_start", "batch": batch})
         record = _Measurement()
         oom, error = False, ""
+        try:
+            impl = optimizer_impl(setup, device)
+        except SpecError as e:
+            impl = None
         try:
             _measure_batch(spec, setup, device, batch, warmup, steps, record,
                            compile_model, nvml)
@@ -1717,7 +2197,7 @@ def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False
                                 if ok and record.seconds else None),
                "steps": record.steps,
                "energy_j": record.energy_j() if ok else None,
-               "error": error})
+               "error": error, "optimizer": impl})
 
 
 # --------------------------------------------------------------------------
@@ -1903,6 +2383,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     count = sub.add_parser("count", help="parameter counts, built on the meta device")
     count.add_argument("--spec", required=True)
+    count.add_argument("--setup")
+    for command in (count,):
+        command.add_argument("--proto_path")
     run = sub.add_parser("run", help="measure training steps at each batch")
     run.add_argument("--spec", required=True)
     run.add_argument("--batches", required=True)
@@ -1911,6 +2394,10 @@ def main(argv=None):
     run.add_argument("--steps", type=int, default=3)
     run.add_argument("--device")
     run.add_argument("--positions", type=int)
+    run.add_argument("--proto_path",
+                     help="folder holding headroom/v1/model_pb2.py (default: "
+                          f"${PROTO_ENV}, then next to this script, share/headroom/python, "
+                          "build/python)")
     run.add_argument("--compile", action="store_true",
                      help="run the forward through torch.compile (torch >= 2.0; "
                           "older torch gives each batch an error result)")
@@ -1944,12 +2431,12 @@ def main(argv=None):
                        args.new_tokens, args.warmup, args.idle_s)
         return 0
     try:
+        load_proto(args.proto_path)
         spec = load_spec(args.spec)
-        if args.command == "count":
-            params, trainable = count_params(spec)
-            _emit({"name": spec.name, "params": params, "trainable_params": trainable})
-            return 0
         setup = parse_setup(args.setup)
+        if args.command == "count":
+            _emit(dict({"name": spec.name}, **count_params(spec, setup)))
+            return 0
         if args.positions is not None:
             if not 1 <= args.positions <= MAX_DIMENSION:
                 raise SpecError(f"--positions {args.positions} is out of range; allowed "
@@ -1969,7 +2456,8 @@ def main(argv=None):
         _emit({"event": "error", "error": str(error)})
         return EXIT_BAD_INPUT
     _emit(_hello(device, params))
-    run_batches(spec, setup, device, batches, args.warmup, args.steps, args.compile)
+    run_batches(spec, setup, device, batches, args.warmup, args.steps,
+                args.compile or setup.compile)
     return 0
 
 

@@ -23,62 +23,137 @@ import sys
 
 EXIT_SKIPPED = 77
 # Generous per-call limits; the whole test takes well under a minute.
-INSPECT_TIMEOUT_S = 60
+INSPECT_TIMEOUT_S = 15
 SMOKE_TIMEOUT_S = 120
 SMOKE_TEMPLATE = "simple-cnn"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESS = os.path.join(HERE, "headroom_torch_probe.py")
+PROTO_PATH = [None]
 
 
-def planner_counts(headroom, path):
-    """(params, trainable_params) from the planner's CLI."""
-    done = subprocess.run([headroom, "model", "inspect", path, "--json"],
+# (label, CLI flags, the same setup as TrainingSetup JSON for the harness).
+SETUPS = [
+    ("fp32", [], {}),
+    ("bf16-true", ["--precision", "bf16-true"], {"precision": "BF16_TRUE"}),
+    ("lora-qv-r8", ["--lora_rank", "8", "--lora_targets", "q,v"],
+     {"lora": {"rank": 8, "targets": ["q", "v"]}}),
+    ("lora-all-r8", ["--lora_rank", "8", "--lora_targets", "all-linear"],
+     {"lora": {"rank": 8, "targets": ["all-linear"]}}),
+    ("qlora-nf4", ["--lora_rank", "8", "--lora_targets", "all-linear",
+                   "--quant_base", "nf4"],
+     {"lora": {"rank": 8, "targets": ["all-linear"]}, "quantBase": "NF4"}),
+    ("last-block", ["--train_last_blocks", "1"], {"freeze": {"trainLastBlocks": 1}}),
+    ("freeze-first", None, None),  # filled per template: its first layer's name
+    ("adafactor", ["--optimizer", "adafactor"], {"optimizer": "ADAFACTOR"}),
+    ("lion", ["--optimizer", "lion"], {"optimizer": "LION"}),
+]
+COUNTS = ("params", "trainable_params", "frozen_params", "adapter_params",
+          "quantized_params")
+
+
+def _camel(name):
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def planner_counts(headroom, path, flags=()):
+    """The five counts from the planner's CLI under the setup flags, or
+    None when the planner refuses the setup (said in its message)."""
+    done = subprocess.run([headroom, "model", "inspect", path, "--json", *flags],
                           capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S,
                           check=False)
+    if done.returncode == 2 and "INVALID_ARGUMENT" in done.stderr:
+        return None
     if done.returncode != 0:
         raise RuntimeError(f"headroom model inspect exited {done.returncode}: "
                            f"{(done.stderr or done.stdout).strip()[:300]}")
     report = json.loads(done.stdout)
-    # Protobuf's JSON mapping may write 64-bit integers as strings.
-    params = int(report["params"])
-    return params, int(report.get("trainableParams", params))
+    # Protobuf's JSON mapping leaves zero fields out.
+    out = {name: int(report.get(_camel(name), report.get(name, 0))) for name in COUNTS}
+    if "trainableParams" not in report and "trainable_params" not in report:
+        out["trainable_params"] = 0
+    return out
+
+
+def _setups_for(probe, spec):
+    for label, flags, setup in SETUPS:
+        if label == "freeze-first":
+            name = next((layer.name for layer in spec.layers if layer.name), None)
+            if name is None:
+                continue
+            flags, setup = ["--freeze", name], {"freeze": {"layers": [name]}}
+        yield label, flags, setup
 
 
 def compare_counts(probe, headroom, files):
-    """Prints the table; returns the names that do not match."""
-    failures = []
-    print(f"{'template':<22} {'planner':>14} {'harness':>14} "
-          f"{'planner train':>14} {'harness train':>14}  result")
+    """Prints one line per template and setup; returns the mismatches and
+    how many (template, setup) pairs were compared."""
+    failures, compared = [], 0
+    hung = set()  # setups the planner timed out on: not asked again
+    print(f"{'template':<22} {'setup':<13} {'planner (params/train/frozen/adapter/quant)':>50}"
+          f"  result")
     for path in files:
         label = os.path.basename(path)[: -len(".json")]
         try:
             spec = probe.load_spec(path)
-            label = spec.name
-            params, trainable = probe.count_params(spec)
-            want_params, want_trainable = planner_counts(headroom, path)
-        except Exception as error:  # a template either side cannot read
+        except Exception as error:
             print(f"{label:<22} ERROR {type(error).__name__}: {error}")
             failures.append(label)
             continue
-        ok = (params, trainable) == (want_params, want_trainable)
-        if not ok:
-            failures.append(label)
-        print(f"{label:<22} {want_params:>14,} {params:>14,} {want_trainable:>14,} "
-              f"{trainable:>14,}  {'ok' if ok else 'MISMATCH'}")
-    return failures
+        label = spec.name
+        for setup_label, flags, setup_json in _setups_for(probe, spec):
+            where = f"{label}/{setup_label}"
+            if setup_label in hung:
+                compared += 1
+                failures.append(where)
+                continue
+            try:
+                setup = probe.parse_setup(json.dumps(setup_json))
+                try:
+                    have = probe.count_params(spec, setup)
+                except probe.SpecError as error:
+                    have = f"refused: {error}"
+                want = planner_counts(headroom, path, flags)
+            except subprocess.TimeoutExpired:
+                print(f"{label:<22} {setup_label:<13} ERROR headroom model inspect "
+                      f"{' '.join(flags)} did not answer in {INSPECT_TIMEOUT_S} s; "
+                      "this setup is not asked again (every later template fails)")
+                hung.add(setup_label)
+                compared += 1
+                failures.append(where)
+                continue
+            except Exception as error:  # a template either side cannot read
+                print(f"{label:<22} {setup_label:<13} ERROR {type(error).__name__}: {error}")
+                failures.append(where)
+                continue
+            if want is None and isinstance(have, str):
+                continue  # both refuse (no repeated block, say)
+            compared += 1
+            if isinstance(have, str) or want is None:
+                print(f"{label:<22} {setup_label:<13} MISMATCH planner {want}, harness {have}")
+                failures.append(where)
+                continue
+            ok = all(have[k] == want[k] for k in COUNTS)
+            if not ok:
+                failures.append(where)
+            text = "/".join(f"{want[k]:,}" for k in COUNTS)
+            print(f"{label:<22} {setup_label:<13} {text:>50}  "
+                  f"{'ok' if ok else 'MISMATCH harness ' + str(have)}")
+    return failures, compared
 
 
 def smallest_template(probe, files):
     for path in files:
         if os.path.basename(path) == SMOKE_TEMPLATE + ".json":
             return path
-    return min(files, key=lambda path: probe.count_params(probe.load_spec(path))[0])
+    return min(files, key=lambda path: probe.count_params(probe.load_spec(path))["params"])
 
 
 def smoke_run(path, want_params):
     """Runs the harness on the CPU at batches 1,2; returns problems found."""
     command = [sys.executable, HARNESS, "run", "--spec", path, "--batches", "1,2",
+               "--proto_path", PROTO_PATH[0],
                "--warmup", "0", "--steps", "1", "--device", "cpu"]
     try:
         done = subprocess.run(command, capture_output=True, text=True,
@@ -124,6 +199,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headroom", required=True, help="the headroom CLI binary")
     parser.add_argument("--models", required=True, help="folder of template specs")
+    parser.add_argument("--proto_path", help="folder of the generated headroom/v1/*_pb2.py")
     args = parser.parse_args()
     try:
         import torch  # noqa: F401  (only whether it imports)
@@ -134,6 +210,13 @@ def main():
     sys.path.insert(0, HERE)
     sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
     import headroom_torch_probe as probe
+    try:
+        probe.load_proto(args.proto_path)
+    except probe.SpecError as error:
+        print(f"FAILED: {error}")
+        return 1
+    PROTO_PATH[0] = os.path.dirname(os.path.dirname(os.path.dirname(
+        probe._PROTO["model_pb2"].__file__)))
 
     if not os.access(args.headroom, os.X_OK):
         print(f"FAILED: --headroom {args.headroom} is not an executable; build it with "
@@ -144,21 +227,22 @@ def main():
         print(f"FAILED: --models {args.models} holds no *.json templates")
         return 1
 
-    failures = compare_counts(probe, args.headroom, files)
+    failures, compared = compare_counts(probe, args.headroom, files)
     smoke = smallest_template(probe, files)
-    smoke_params = probe.count_params(probe.load_spec(smoke))[0]
+    smoke_params = probe.count_params(probe.load_spec(smoke))["params"]
     problems = smoke_run(smoke, smoke_params)
     print(f"\nsmoke run of {os.path.basename(smoke)} on cpu at batches 1,2: "
           f"{'ok' if not problems else 'FAILED'}")
     for problem in problems:
         print(f"  {problem}")
 
-    matched = len(files) - len(failures)
-    print(f"\n{matched} of {len(files)} templates match the planner's counts")
+    matched = compared - len(failures)
+    print(f"\n{matched} of {compared} (template, setup) pairs over {len(files)} templates "
+          "match the planner's five counts")
     if failures:
         print(f"mismatched: {', '.join(failures)}")
     passed = matched + (0 if problems else 1)
-    print(f"{passed} passed, {len(files) + 1 - passed} failed")
+    print(f"{passed} passed, {compared + 1 - passed} failed")
     return 0 if not failures and not problems else 1
 
 
