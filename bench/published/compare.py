@@ -56,7 +56,7 @@ def setup_of(flags):
 
 
 def kind_class(kind):
-    return "allocator" if kind == "allocator_peak" else "reserved/device"
+    return "allocator" if kind == "allocator_peak" else "reserved/smi/other"
 
 
 def run(cmd, timeout, cwd=None):
@@ -183,6 +183,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60,
                     help="seconds per inspect or fit call (1..600)")
     ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument("--json_out", help="also write the JSON to this file")
     args = ap.parse_args()
     if not 1 <= args.timeout <= 600:
         ap.error("--timeout must be within 1..600")
@@ -223,12 +224,15 @@ def main():
             planner.stop()
 
     summary = summarize(results)
+    keep = ("row", "model", "config", "gpu", "setup", "kind", "setup_clear",
+            "measured_gb", "peak_gb", "upper_gb", "err", "covered", "basis", "error")
+    doc = json.dumps({"rows": [{k: r[k] for k in keep if k in r} for r in results],
+                      "summary": summary}, indent=1)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(doc + "\n")
     if args.json:
-        keep = ("row", "model", "config", "gpu", "setup", "kind", "setup_clear",
-                "measured_gb", "peak_gb", "upper_gb", "err", "covered", "basis",
-                "error")
-        print(json.dumps({"rows": [{k: r[k] for k in keep if k in r} for r in results],
-                          "summary": summary}, indent=1))
+        print(doc)
         return 0
 
     print("%-34s %-10s %-16s %8s %8s %8s %8s  %s" % (
@@ -244,12 +248,12 @@ def main():
                 r["row"][:34], r["gpu"], r["setup"], r["measured_gb"], "-", "-", "-",
                 r["error"], tag))
     print()
-    print("%-16s %-18s %5s %9s %11s %8s  %s" % (
+    print("%-18s %-18s %5s %9s %11s %8s  %s" % (
         "kind", "setup", "rows", "predicted", "median|e|%", "covered", "worst"))
     for s in summary:
         med = "-" if s["median_abs_pct"] is None else "%.1f" % s["median_abs_pct"]
         worst = "-" if s["worst_row"] is None else "%s %+.1f%%" % (s["worst_row"], s["worst_pct"])
-        print("%-16s %-18s %5d %9d %11s %4d/%-3d  %s" % (
+        print("%-18s %-18s %5d %9d %11s %4d/%-3d  %s" % (
             s["kind"], s["setup"], s["rows"], s["predicted"], med, s["covered"],
             s["predicted"], worst))
     return 0
