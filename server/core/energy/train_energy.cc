@@ -174,29 +174,10 @@ StepFlops FlopsPerStep(const v1::ModelSpec& spec,
   return flops;
 }
 
-std::optional<double> PublishedTdpW(const std::string& catalog_gpu) {
-  // Board power as published; cards whose figure varies by board partner
-  // or whose catalog entry spans boards are left out (answers then need a
-  // cuda probe's measurement).
-  static const std::map<std::string, double>* const tdp =
-      new std::map<std::string, double>{
-          {"T4", 70},         {"V100-16GB", 300},
-          {"V100-32GB", 300}, {"RTX 3090", 350},
-          {"RTX A6000", 300}, {"A100-40GB", 400},
-          {"A100-80GB", 400}, {"L4", 72},
-          {"RTX 4090", 450},  {"L40S", 350},
-          {"H100", 700},      {"H100 NVL", 400},
-          {"H200", 700},      {"RTX 5090", 575},
-          {"B200", 1000},     {"RTX PRO 6000 Blackwell", 600},
-          {"MI300X", 750},
-      };
-  auto it = tdp->find(catalog_gpu);
-  if (it == tdp->end()) return std::nullopt;
-  return it->second;
-}
-
 absl::StatusOr<JoulesPerTflop> DatasheetJoulesPerTflop(const GpuInfo& gpu) {
-  const std::optional<double> tdp = PublishedTdpW(gpu.name);
+  // The catalog's board power (gpu_catalog.h), as the datasheet prints it.
+  const std::optional<double> tdp =
+      gpu.tdp_w > 0 ? std::optional<double>(gpu.tdp_w) : std::nullopt;
   if (!tdp.has_value() || gpu.fp16_dense_tflops <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no published TDP for ", gpu.name,

@@ -49,14 +49,9 @@ struct JoulesPerTflop {
   std::string source;
 };
 
-// Published board power (TDP) of a catalog GPU in W, or nullopt where the
-// table has none. Datasheet figures (NVIDIA and AMD product briefs; SXM
-// boards where a card comes in several).
-std::optional<double> PublishedTdpW(const std::string& catalog_gpu);
-
 // TDP / dense fp16 tensor TFLOP/s: the card's joules per TFLOP at datasheet
 // peak, a lower bound (a training step runs below peak). FAILED_PRECONDITION
-// names the GPU when the table has no TDP for it.
+// names the GPU when the catalog has no TDP for it.
 absl::StatusOr<JoulesPerTflop> DatasheetJoulesPerTflop(const GpuInfo& gpu);
 
 // One stored cuda probe's GEMM energy on a card (its report's

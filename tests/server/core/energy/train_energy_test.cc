@@ -121,11 +121,14 @@ TEST(TrainJoulesPerTflopTest, DatasheetIsTdpOverPeak) {
   ASSERT_TRUE(j.ok()) << j.status();
   EXPECT_DOUBLE_EQ(j->value, 72.0 / 121.0);
   EXPECT_THAT(j->source, HasSubstr("TDP 72 W / 121 dense fp16 TFLOP/s"));
-  absl::StatusOr<GpuInfo> a10g = FindGpu("A10G");
-  ASSERT_TRUE(a10g.ok());
-  absl::StatusOr<JoulesPerTflop> none = DatasheetJoulesPerTflop(*a10g);
+  // A card the catalog has no board power for needs a cuda probe.
+  GpuInfo unknown = *l4;
+  unknown.name = "L4-unrated";
+  unknown.tdp_w = 0;
+  absl::StatusOr<JoulesPerTflop> none = DatasheetJoulesPerTflop(unknown);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(none.status().message(), HasSubstr("no published TDP for A10G"));
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("no published TDP for L4-unrated"));
 }
 
 TEST(TrainJoulesPerTflopTest, CudaProbeReportsAndTheirMedian) {
