@@ -67,6 +67,47 @@ bool Cancelled(const std::atomic<StopReason>& stop) {
   return stop.load() == StopReason::kCancelled;
 }
 
+// One harness child with the GPU sampled beside it: the last JSON line
+// whose "event" is `kind`, the harness's own "error" line, how the process
+// ended, and the sampler's summary (nullopt without NVML).
+struct HarnessRun {
+  nlohmann::json line;
+  std::string harness_error;
+  ProcessResult process;
+  std::optional<gpu::SamplerSummary> summary;
+};
+
+HarnessRun RunHarness(const GpuExecutorOptions& options,
+                      const v1::Assignment& assignment, const v1::BatchRun& run,
+                      const std::vector<std::string>& argv, const char* kind,
+                      ExecutionSink* sink,
+                      const std::atomic<StopReason>& stop) {
+  HarnessRun out;
+  RunSampler sampler(options, assignment.gpu_index(), run, sink);
+  out.process = RunProcess(
+      argv,
+      std::chrono::milliseconds(
+          static_cast<int64_t>(assignment.batch_timeout_s() * 1000)),
+      [&](const std::string& text) {
+        nlohmann::json event =
+            nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (!event.is_object()) return;
+        const std::string event_kind = event.value("event", "");
+        if (event_kind == kind) out.line = std::move(event);
+        if (event_kind == "error") out.harness_error = event.value("error", "");
+      },
+      [&] { return Cancelled(stop); });
+  out.summary = sampler.Finish();
+  return out;
+}
+
+// A number field of a harness line, nullopt when absent or not a number.
+std::optional<double> JsonNumber(const nlohmann::json& line, const char* key) {
+  auto it = line.find(key);
+  if (it == line.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
 }  // namespace
 
 ExecutionOutcome TorchExecutor::RunEnergy(const v1::Assignment& assignment,
@@ -119,23 +160,12 @@ ExecutionOutcome TorchExecutor::RunEnergy(const v1::Assignment& assignment,
         absl::StrCat(std::min(10u, std::max(1u, assignment.warmup_steps()))),
         "--device",
         absl::StrCat("cuda:", assignment.gpu_index())};
-    RunSampler sampler(options_, assignment.gpu_index(), run, sink);
-    nlohmann::json line;
-    std::string harness_error;
-    const ProcessResult process = RunProcess(
-        argv,
-        std::chrono::milliseconds(
-            static_cast<int64_t>(assignment.batch_timeout_s() * 1000)),
-        [&](const std::string& text) {
-          nlohmann::json event =
-              nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-          if (!event.is_object()) return;
-          const std::string kind = event.value("event", "");
-          if (kind == "generation") line = std::move(event);
-          if (kind == "error") harness_error = event.value("error", "");
-        },
-        [&] { return Cancelled(stop); });
-    const std::optional<gpu::SamplerSummary> summary = sampler.Finish();
+    const HarnessRun harness =
+        RunHarness(options_, assignment, run, argv, "generation", sink, stop);
+    const nlohmann::json& line = harness.line;
+    const std::string& harness_error = harness.harness_error;
+    const ProcessResult& process = harness.process;
+    const std::optional<gpu::SamplerSummary>& summary = harness.summary;
     if (Cancelled(stop)) {
       outcome.error = "cancelled";
       break;
@@ -143,11 +173,7 @@ ExecutionOutcome TorchExecutor::RunEnergy(const v1::Assignment& assignment,
     if (summary.has_value()) {
       result.set_samples(static_cast<uint64_t>(summary->samples));
     }
-    const auto number = [&](const char* key) -> std::optional<double> {
-      auto it = line.find(key);
-      if (it == line.end() || !it->is_number()) return std::nullopt;
-      return it->get<double>();
-    };
+    const auto number = [&](const char* key) { return JsonNumber(line, key); };
     if (line.is_object() && line.value("error", "").empty()) {
       v1::GenerationEnergy* generation = result.mutable_generation();
       generation->set_quant(run.mode());
@@ -221,23 +247,12 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
         "--device",
         absl::StrCat("cuda:", assignment.gpu_index())};
     if (run.mode() == "compiled") argv.push_back("--compile");
-    RunSampler sampler(options_, assignment.gpu_index(), run, sink);
-    nlohmann::json result_line;
-    std::string harness_error;
-    const ProcessResult process = RunProcess(
-        argv,
-        std::chrono::milliseconds(
-            static_cast<int64_t>(assignment.batch_timeout_s() * 1000)),
-        [&](const std::string& line) {
-          nlohmann::json event =
-              nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-          if (!event.is_object()) return;
-          const std::string kind = event.value("event", "");
-          if (kind == "result") result_line = std::move(event);
-          if (kind == "error") harness_error = event.value("error", "");
-        },
-        [&] { return Cancelled(stop); });
-    const std::optional<gpu::SamplerSummary> summary = sampler.Finish();
+    const HarnessRun harness =
+        RunHarness(options_, assignment, run, argv, "result", sink, stop);
+    const nlohmann::json& result_line = harness.line;
+    const std::string& harness_error = harness.harness_error;
+    const ProcessResult& process = harness.process;
+    const std::optional<gpu::SamplerSummary>& summary = harness.summary;
     if (Cancelled(stop)) {
       outcome.error = "cancelled";
       break;
@@ -254,10 +269,8 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
     }
     if (result_line.is_object()) {
       result.set_oom(result_line.value("oom", false));
-      const auto number = [&](const char* key) -> std::optional<double> {
-        auto it = result_line.find(key);
-        if (it == result_line.end() || !it->is_number()) return std::nullopt;
-        return it->get<double>();
+      const auto number = [&](const char* key) {
+        return JsonNumber(result_line, key);
       };
       if (!result.oom()) {
         if (auto v = number("peak_allocated_bytes")) {
