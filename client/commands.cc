@@ -186,6 +186,7 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
   request.set_coverage(options.coverage);
   request.set_learn(options.learn);
   request.set_include_simulated(options.include_simulated);
+  request.set_min_gpus(MinGpusAsked(options));
   return request;
 }
 
@@ -222,6 +223,37 @@ std::string MaxBatchWords(const v1::TargetResult& t) {
   return absl::StrCat(
       words(t.max_batch_fits(), "FITS"), "; ",
       words(t.max_batch_not_does_not_fit(), "FITS or BORDERLINE"));
+}
+
+// --gpus auto: per GPU kind, the smallest count per strategy and the
+// per-GPU breakdown there.
+void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
+  for (const v1::MinGpusTarget& t : r.min_gpus()) {
+    out << "\n"
+        << t.target() << " (" << t.memory_gb()
+        << " GB): smallest GPU count at batch "
+        << (r.estimates_size() > 0 ? r.estimates(0).batch() : 0) << " per GPU";
+    if (!t.cheapest().empty()) out << "; cheapest " << t.cheapest();
+    out << "\n  strategy      fits  not-DNF  nodes  peak/GPU  states  "
+           "gathered  buffers  activations  host/node\n";
+    for (const v1::MinGpusStrategy& s : t.strategies()) {
+      const auto count = [](uint32_t n) {
+        return n == 0 ? std::string(">512") : absl::StrCat(n);
+      };
+      out << "  " << std::left << std::setw(12) << s.strategy() << std::right
+          << std::setw(6) << count(s.gpus_fits()) << std::setw(9)
+          << count(s.gpus_not_does_not_fit());
+      if (s.gpus() == 0) {
+        out << "\n";
+        continue;
+      }
+      out << std::setw(7) << s.nodes() << std::setw(10) << s.peak_gb()
+          << std::setw(8) << s.sharded_states_gb() << std::setw(10)
+          << s.gathered_units_gb() << std::setw(9) << s.buffers_gb()
+          << std::setw(13) << s.activations_gb() << std::setw(11)
+          << s.host_gb_per_node() << "\n";
+    }
+  }
 }
 
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
@@ -274,6 +306,7 @@ void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
     }
     out << "\n  " << MaxBatchWords(t) << "\n";
   }
+  PrintMinGpus(r, out);
 }
 
 }  // namespace

@@ -58,6 +58,14 @@ struct Options {
   uint32_t train_last_blocks = 0;
   uint32_t grad_accum = 0;
   bool compile = false;
+  // The parallel setup: --gpus N or auto (the smallest N per GPU kind),
+  // --parallel, --offload, --tensor_parallel, --nodes, --gpus_per_node.
+  std::string gpus;
+  std::string parallel;
+  std::string offload;
+  uint32_t tensor_parallel = 0;
+  uint32_t nodes = 0;
+  uint32_t gpus_per_node = 0;
   // fit: queue a probe to learn a prior-only model (CheckFitRequest.learn),
   // and let simulated runs anchor the answer.
   bool learn = false;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -63,6 +64,22 @@ constexpr Word<TrainingSetup::Attention> kAttention[] = {
     {"flash", TrainingSetup::FLASH},
 };
 
+constexpr Word<TrainingSetup::Parallel> kParallel[] = {
+    {"ddp", TrainingSetup::DDP},
+    {"fsdp-full", TrainingSetup::FSDP_FULL},
+    {"fsdp-grad-op", TrainingSetup::FSDP_GRAD_OP},
+    {"fsdp-hybrid", TrainingSetup::FSDP_HYBRID},
+    {"zero1", TrainingSetup::ZERO1},
+    {"zero2", TrainingSetup::ZERO2},
+    {"zero3", TrainingSetup::ZERO3},
+};
+
+constexpr Word<TrainingSetup::Offload> kOffload[] = {
+    {"optimizer", TrainingSetup::OPTIMIZER},
+    {"params", TrainingSetup::PARAMS},
+    {"both", TrainingSetup::BOTH},
+};
+
 constexpr Word<TrainingSetup::BaseQuant> kQuant[] = {
     {"nf4", TrainingSetup::NF4},
     {"int8", TrainingSetup::INT8},
@@ -110,6 +127,20 @@ void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
   app->add_option("--grad_accum", o.grad_accum,
                   "microbatches per step (the batch is divided)");
   if (compile_flag) app->add_flag("--compile", o.compile, "torch.compile");
+  app->add_option("--gpus", o.gpus,
+                  "GPUs in all (1..512), or auto: the smallest count per "
+                  "--gpu kind, per strategy");
+  app->add_option("--parallel", o.parallel,
+                  "ddp, fsdp-full, fsdp-grad-op, fsdp-hybrid, zero1, zero2 "
+                  "or zero3 (with --gpus auto and none given: each)");
+  app->add_option("--offload", o.offload,
+                  "optimizer, params or both: to host memory (sharded "
+                  "strategies)");
+  app->add_option("--tensor_parallel", o.tensor_parallel,
+                  "tensor-parallel degree T (divides --gpus)");
+  app->add_option("--nodes", o.nodes, "nodes (hybrid sharding)");
+  app->add_option("--gpus_per_node", o.gpus_per_node,
+                  "GPUs per node (default 8)");
   app->add_option("--positions", o.positions,
                   "sequence length / tokens per sample, the longest when "
                   "batches are padded (0: the model's standard)");
@@ -168,7 +199,36 @@ absl::Status FillSetup(const Options& o, TrainingSetup* setup) {
   }
   setup->set_grad_accum(o.grad_accum);
   setup->set_compile(o.compile);
+  if (!o.gpus.empty() && o.gpus != "auto") {
+    uint32_t gpus = 0;
+    if (!absl::SimpleAtoi(o.gpus, &gpus) || gpus == 0 || gpus > 512) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus '", o.gpus, "' is invalid; allowed 1..512 or auto"));
+    }
+    setup->set_gpus(gpus);
+  }
+  if (!o.parallel.empty()) {
+    TrainingSetup::Parallel parallel = TrainingSetup::PARALLEL_UNSPECIFIED;
+    if (absl::Status s = Lookup("--parallel", o.parallel, kParallel, &parallel);
+        !s.ok()) {
+      return s;
+    }
+    setup->set_parallel(parallel);
+  }
+  if (!o.offload.empty()) {
+    TrainingSetup::Offload offload = TrainingSetup::OFFLOAD_UNSPECIFIED;
+    if (absl::Status s = Lookup("--offload", o.offload, kOffload, &offload);
+        !s.ok()) {
+      return s;
+    }
+    setup->set_offload(offload);
+  }
+  setup->set_tensor_parallel(o.tensor_parallel);
+  setup->set_nodes(o.nodes);
+  setup->set_gpus_per_node(o.gpus_per_node);
   return absl::OkStatus();
 }
+
+bool MinGpusAsked(const Options& o) { return o.gpus == "auto"; }
 
 }  // namespace headroom::cli

@@ -23,6 +23,10 @@ void AddSetupFlags(CLI::App* app, Options& options, bool compile_flag = true);
 // setup has no word for; the planner checks the combinations.
 absl::Status FillSetup(const Options& options, v1::TrainingSetup* setup);
 
+// Whether --gpus auto asks for the smallest GPU count (CheckFitRequest's
+// min_gpus).
+bool MinGpusAsked(const Options& options);
+
 }  // namespace headroom::cli
 
 #endif  // HEADROOM_CLIENT_SETUP_FLAGS_H_

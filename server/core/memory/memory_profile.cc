@@ -392,6 +392,7 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
         resident + st.gradients + st.update_temporaries;
   }
   profile.fixed_bytes[kTransient] = st.dequantized;
+  ApplyParallel(frozen.spec, setup, &profile);
   return profile;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/model.pb.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/memory/training_setup.h"
 
 namespace headroom {
@@ -62,6 +63,9 @@ struct MemoryProfile {
   // The largest single activation tensor per sample: with the fp32 weights
   // a lower bound of any measured peak of this model.
   double largest_tensor_per_sample = 0;
+  // Under a parallel setup (parallel.h), what it did to the optimizer
+  // component and activations: every byte count above is per GPU.
+  ParallelBreakdown parallel;
 
   // Component bytes at backward start at `batch`.
   ComponentArray BytesAt(uint64_t batch) const;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/memory/param_tensors.h"
 
 namespace headroom {
@@ -123,6 +124,9 @@ std::string Count(uint64_t n) {
 }  // namespace
 
 absl::Status ValidateSetup(const TrainingSetup& setup) {
+  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
+    return parallel;
+  }
   if (setup.positions() > (uint64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("setup.positions = ", setup.positions(),

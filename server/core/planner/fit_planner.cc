@@ -11,6 +11,7 @@
 #include "server/core/memory/fit_verdict.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/memory/training_setup.h"
 
 namespace headroom {
@@ -108,6 +109,109 @@ uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
     if (m > from) return std::min(to, m);
   }
   return 0;
+}
+
+absl::Status AnswerMinGpus(const v1::ModelSpec& spec,
+                           const v1::TrainingSetup& setup, uint64_t batch,
+                           const std::vector<ResolvedTarget>& targets,
+                           const ComponentArray& factors,
+                           const VerdictRule& rule, double constant_gb,
+                           const Correction& correction,
+                           v1::CheckFitResponse* response) {
+  std::vector<v1::TrainingSetup::Parallel> strategies;
+  if (setup.parallel() != v1::TrainingSetup::PARALLEL_UNSPECIFIED) {
+    strategies.push_back(setup.parallel());
+  } else {
+    strategies = AllStrategies();
+  }
+  const uint32_t step = std::max<uint32_t>(1, setup.tensor_parallel());
+  for (const ResolvedTarget& target : targets) {
+    v1::MinGpusTarget* out = response->add_min_gpus();
+    out->set_target(target.name);
+    out->set_memory_gb(target.memory_gb);
+    const v1::MinGpusStrategy* cheapest = nullptr;
+    for (v1::TrainingSetup::Parallel strategy : strategies) {
+      absl::Status failed = absl::OkStatus();
+      const auto profile_at = [&](uint32_t n) {
+        v1::TrainingSetup at = setup;
+        at.set_gpus(n);
+        at.set_nodes(0);
+        at.set_parallel(strategy);
+        absl::StatusOr<MemoryProfile> built = BuildProfile(spec, at);
+        if (!built.ok()) {
+          if (failed.ok()) failed = built.status();
+          return MemoryProfile();
+        }
+        return AnchoredProfile(*built, correction, factors, constant_gb, 0);
+      };
+      const auto peak = [&](uint32_t n) {
+        return PeakAt(profile_at(n), factors, batch);
+      };
+      const auto verdict = [&](uint32_t n) {
+        return Verdict(peak(n), target.memory_gb, rule);
+      };
+      v1::MinGpusStrategy* row = out->add_strategies();
+      row->set_strategy(StrategyName(strategy));
+      const uint32_t fits = SolveMinGpus(
+          peak, [&](uint32_t n) { return verdict(n) == FitVerdict::kFits; },
+          target.memory_gb / (rule.k * rule.headroom), step, step);
+      const uint32_t not_dnf = SolveMinGpus(
+          peak,
+          [&](uint32_t n) { return verdict(n) != FitVerdict::kDoesNotFit; },
+          target.memory_gb, step, step);
+      if (!failed.ok()) {
+        // An unusable combination (offload with DDP, ...): no answer for
+        // this strategy, said in the row.
+        out->mutable_strategies()->RemoveLast();
+        continue;
+      }
+      row->set_gpus_fits(fits);
+      row->set_gpus_not_does_not_fit(not_dnf);
+      const uint32_t at = fits != 0 ? fits : not_dnf;
+      if (at == 0) continue;
+      const MemoryProfile p = profile_at(at);
+      const ParallelLayout layout = LayoutOf([&] {
+        v1::TrainingSetup s = setup;
+        s.set_gpus(at);
+        s.set_nodes(0);
+        s.set_parallel(strategy);
+        return s;
+      }());
+      row->set_gpus(at);
+      row->set_nodes(layout.nodes);
+      row->set_peak_gb(PeakAt(p, factors, batch));
+      row->set_upper_gb(row->peak_gb() * rule.k);
+      // The breakdown of the moment that peaks: at backward start the
+      // states, gathered units, buffers and activations; at the update
+      // the states and buckets. The optimizer component's rest (a prior's
+      // constant) counts with the states.
+      Moment moment = Moment::kBackward;
+      const ComponentArray bytes = p.PeakBytesAt(batch, factors, &moment);
+      const double f = factors[kOptimizer] / 1e9;
+      const bool backward = moment == Moment::kBackward;
+      const double gathered = backward ? p.parallel.gathered_units : 0;
+      const double buffers =
+          p.parallel.buckets + (backward ? p.parallel.reduce_scatter : 0);
+      row->set_sharded_states_gb((bytes[kOptimizer] - gathered - buffers) * f);
+      row->set_gathered_units_gb(gathered * f);
+      row->set_buffers_gb(buffers * f);
+      double activations = 0;
+      for (int c = 1; c < kNumComponents; ++c) {
+        activations += bytes[c] * factors[c];
+      }
+      row->set_activations_gb(activations / 1e9);
+      row->set_host_gb_per_node(p.parallel.host_bytes_per_node / 1e9);
+      row->set_collective_gb(p.parallel.collective_gb);
+      row->set_collective_fitted(p.parallel.collective_fitted);
+      if (fits != 0 && (cheapest == nullptr || fits < cheapest->gpus_fits() ||
+                        (fits == cheapest->gpus_fits() &&
+                         row->peak_gb() < cheapest->peak_gb()))) {
+        cheapest = row;
+      }
+    }
+    if (cheapest != nullptr) out->set_cheapest(cheapest->strategy());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -232,6 +336,9 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   };
   for (std::string& assumption :
        SetupAssumptions(*spec, setup, profile.states)) {
+    assumptions.push_back(std::move(assumption));
+  }
+  for (std::string& assumption : ParallelAssumptions(profile.parallel)) {
     assumptions.push_back(std::move(assumption));
   }
   // The evidence: the model's own runs when there are any, else the prior.
@@ -406,6 +513,12 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     result->set_max_batch_not_does_not_fit(
         whole_steps(MaxBatch(anchored, target_factors, target.memory_gb,
                              target_rule, /*fits_only=*/false)));
+  }
+  if (request.min_gpus()) {
+    RETURN_IF_ERROR(AnswerMinGpus(
+        *spec, setup, request.batches(0), targets, factors, rule,
+        prior.constant_gb,
+        anchor != nullptr ? anchor->correction : Correction{}, &response));
   }
   return response;
 }
