@@ -221,6 +221,15 @@ ParamSplit SplitParams(const v1::ModelSpec& spec) {
   return out;
 }
 
+bool KeepsDeepSpeedMixedPrecision(const TrainingSetup& setup) {
+  const TrainingSetup::Parallel strategy = LayoutOf(setup).strategy;
+  const bool deepspeed = strategy == TrainingSetup::ZERO1 ||
+                         strategy == TrainingSetup::ZERO2 ||
+                         strategy == TrainingSetup::ZERO3;
+  return deepspeed && (setup.precision() == TrainingSetup::BF16_MIXED ||
+                       setup.precision() == TrainingSetup::FP16_MIXED);
+}
+
 void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
                    MemoryProfile* profile) {
   ParallelBreakdown& p = profile->parallel;
@@ -239,6 +248,22 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
   // rank holds.
   const double tp_scale = (1.0 - split_fraction) + split_fraction / t;
   ModelStates st = profile->states;
+  if (KeepsDeepSpeedMixedPrecision(setup) && st.quantized_params == 0) {
+    p.deepspeed_mixed = true;
+    // DeepSpeed's bf16 / fp16 mode: the module is held in 16 bits (no
+    // fp32 weights, no autocast copies), gradients are 16-bit, and the
+    // optimizer keeps an fp32 master copy of each trained weight beside
+    // its moments (ZeRO's 2P + 2P + KP, K = 12 for Adam). At the step each
+    // partition's gradients are upcast to fp32; DeepSpeed's fused Adam
+    // needs no other temporaries.
+    const double all = static_cast<double>(st.params + st.adapter_params);
+    const double trained = static_cast<double>(st.trainable);
+    st.weights = 2.0 * all;
+    st.gradients = 2.0 * trained;
+    st.states += 4.0 * trained;
+    st.half_copies = 0;
+    st.update_temporaries = 4.0 * trained;
+  }
   for (double* v :
        {&st.weights, &st.gradients, &st.states, &st.half_copies,
         &st.update_temporaries, &st.in_backward_buffers, &st.paged_states}) {
@@ -313,6 +338,13 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
                    : absl::StrCat("sharded to stage ", l.stage, " over ",
                                   l.shard_degree, " ranks"),
       ", ", Gb(p.states_backward), " at backward start"));
+  if (p.deepspeed_mixed) {
+    out.push_back(
+        "DeepSpeed mixed precision: 16-bit weights and gradients, an fp32 "
+        "master copy of each trained weight in the optimizer state (ZeRO's "
+        "2 + 2 + 12 bytes per parameter for Adam), fp32 gradient partitions "
+        "at the step");
+  }
   if (p.gathered_units > 0) {
     out.push_back(absl::StrCat(
         "gathered units: the root unit and two wrapped blocks (computing and "

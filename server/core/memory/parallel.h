@@ -113,7 +113,15 @@ struct ParallelBreakdown {
   // GB: fitted per strategy from multi-GPU runs, 0 while unfitted.
   double collective_gb = 0;
   bool collective_fitted = false;
+  // DeepSpeed's mixed precision (KeepsDeepSpeedMixedPrecision).
+  bool deepspeed_mixed = false;
 };
+
+// Whether the setup runs DeepSpeed's own mixed precision (a ZeRO strategy
+// under bf16 or fp16 mixed): 16-bit weights and gradients with an fp32
+// master copy in the optimizer state, instead of autocast's fp32 weights
+// and cached 16-bit copies (what DDP and FSDP keep).
+bool KeepsDeepSpeedMixedPrecision(const v1::TrainingSetup& setup);
 
 // Applies the parallel setup to a profile built for one GPU: the
 // optimizer component's fixed and update bytes become the per-GPU model

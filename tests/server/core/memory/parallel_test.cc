@@ -74,6 +74,38 @@ TEST(ParallelTest, ZeroPaperModelStatesExact) {
 // Our mixed-precision accounting (torch autocast: fp32 weights 4P and
 // gradients 4P, AdamW's moments 8P, the 16-bit copies 2P) shards the same
 // way: ZeRO-1 (4 + 4 + 2)P + 8P/N at backward start, ZeRO-3 18P/N.
+// DeepSpeed's bf16 mode through the whole profile: the ZeRO paper's
+// accounting (2P + 2P + 12P for Adam) sharded by stage, at backward start;
+// at the update the fp32 gradient partition joins (4P / N).
+TEST(ParallelTest, ZeroStrategiesKeepDeepSpeedsMixedPrecision) {
+  const v1::ModelSpec spec = Decoder();
+  const double n = 8;
+  for (TrainingSetup::Parallel strategy :
+       {TrainingSetup::ZERO1, TrainingSetup::ZERO2, TrainingSetup::ZERO3}) {
+    TrainingSetup setup = Parallel(strategy, 8);
+    setup.set_precision(TrainingSetup::BF16_MIXED);
+    setup.set_optimizer(TrainingSetup::ADAMW_FUSED);
+    auto profile = BuildProfile(spec, setup);
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    const double p = static_cast<double>(profile->params);
+    const double expected =
+        strategy == TrainingSetup::ZERO1   ? 4 * p + 12 * p / n
+        : strategy == TrainingSetup::ZERO2 ? 2 * p + 14 * p / n
+                                           : 16 * p / n;
+    EXPECT_DOUBLE_EQ(profile->parallel.states_backward, expected)
+        << StrategyName(strategy);
+    EXPECT_DOUBLE_EQ(profile->parallel.states_update, expected + 4 * p / n)
+        << StrategyName(strategy);
+    EXPECT_TRUE(profile->parallel.deepspeed_mixed);
+  }
+  // FSDP under the same precision keeps autocast's layout.
+  TrainingSetup fsdp = Parallel(TrainingSetup::FSDP_FULL, 8);
+  fsdp.set_precision(TrainingSetup::BF16_MIXED);
+  auto profile = BuildProfile(spec, fsdp);
+  ASSERT_TRUE(profile.ok());
+  EXPECT_FALSE(profile->parallel.deepspeed_mixed);
+}
+
 TEST(ParallelTest, MixedPrecisionShardsByStage) {
   const v1::ModelSpec spec = Decoder();
   TrainingSetup one;
