@@ -465,18 +465,19 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
         if (auto v = number("steps"); v && *v >= 0 && *v <= 1e6) {
           result.set_timed_steps(static_cast<uint32_t>(*v));
         }
-        // A multi-GPU run: every rank's peak in rank order, and the host
-        // memory of all ranks.
+        // A multi-GPU run: every rank's peak in rank order. A parallel
+        // setup (one GPU too, run as a group of one): the host memory of
+        // all ranks, which offload needs.
         const uint32_t gpus = assignment.setup().gpus();
         if (gpus > 1) {
           if (auto peaks = JsonNumberList(result_line, "rank_peaks_gb", gpus,
                                           kMaxReportedGb)) {
             for (double peak : *peaks) result.add_rank_peaks_gb(peak);
           }
-          if (auto v = number("host_peak_gb");
-              v && *v >= 0 && *v <= kMaxReportedGb) {
-            result.set_host_peak_gb(*v);
-          }
+        }
+        if (auto v = number("host_peak_gb");
+            v && *v >= 0 && *v <= kMaxReportedGb) {
+          result.set_host_peak_gb(*v);
         }
       }
       result.set_error(result_line.value("error", ""));

@@ -40,6 +40,7 @@ import os
 import platform
 import re
 import resource
+import socket
 import sys
 import threading
 import time
@@ -465,9 +466,7 @@ def _check_parallel(setup):
     if setup.offload in ("PARAMS", "BOTH") and stage != 3:
         raise _bad("offload", setup.offload, "offloading the weights needs sharded weights: "
                    "parallel ZERO3, FSDP_FULL or FSDP_HYBRID")
-    has_parallel = (setup.gpus > 1 or setup.parallel != "PARALLEL_UNSPECIFIED"
-                    or setup.offload != "OFFLOAD_UNSPECIFIED" or tp > 1)
-    if has_parallel and setup.optimizer_in_backward and stage >= 2:
+    if has_parallel(setup) and setup.optimizer_in_backward and stage >= 2:
         raise _bad("optimizer_in_backward", "true", "a step per parameter in backward needs "
                    "unsharded gradients: parallel DDP or ZERO1")
 
@@ -2391,6 +2390,26 @@ MAX_WATCH_WAITS = 24 * 60
 FAULT_ENV = "HEADROOM_HARNESS_FAULT"
 
 
+def has_parallel(setup):
+    """The planner's HasParallel: more than one GPU, or a strategy, offload,
+    tensor parallelism or nodes named."""
+    return (setup.gpus > 1 or setup.parallel != "PARALLEL_UNSPECIFIED"
+            or setup.offload != "OFFLOAD_UNSPECIFIED" or setup.tensor_parallel > 1
+            or setup.nodes > 1)
+
+
+def _single_rank_env():
+    """A group of one started by the harness itself: rank 0 hosts the store
+    on a free loopback port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    return 0, 1, 0, 1
+
+
 def distributed_env():
     """(rank, world_size, local_rank, local_world_size) from the launcher's
     environment, or None when not launched by torch.distributed.run."""
@@ -2466,11 +2485,14 @@ class _Group:
         import torch.distributed as dist
         self.dist = dist
         if device_flag.type == "cuda":
-            if self.local_rank >= torch.cuda.device_count():
-                raise SpecError(f"$LOCAL_RANK {self.local_rank}: only "
+            # Under the launcher cuda:LOCAL_RANK; a group of one keeps the
+            # --device it was given (cuda:N).
+            index = device_flag.index if device_flag.index is not None else self.local_rank
+            if index >= torch.cuda.device_count():
+                raise SpecError(f"cuda:{index} (LOCAL_RANK {self.local_rank}): only "
                                 f"{torch.cuda.device_count()} CUDA device(s) are visible "
                                 "(CUDA_VISIBLE_DEVICES)")
-            self.device = torch.device("cuda", self.local_rank)
+            self.device = torch.device("cuda", index)
             torch.cuda.set_device(self.device)
             self.backend = "nccl"
         else:
@@ -2944,6 +2966,12 @@ def main(argv=None):
                 "(the worker's torch executor starts it so), one process per GPU")
         device = _device(args.device) if env is None else torch.device(
             "cpu" if args.device == "cpu" else "cuda")
+        # A parallel setup on one GPU (the planner counts its buckets or
+        # gathered units too) runs its strategy in a group of one; without
+        # the launcher the harness starts that group itself.
+        parallel = has_parallel(setup)
+        if parallel and env is None:
+            env = _single_rank_env()
         if device.type == "cuda" and not torch.cuda.is_available():
             raise SpecError(f"--device {args.device}: this torch ({torch.__version__}) sees "
                             "no CUDA device")
@@ -2952,7 +2980,7 @@ def main(argv=None):
         meta = Program(spec, setup, torch.device("meta"))
         params = sum(p.numel() for p in meta.parameters())
         del meta
-        group = _Group(env, device) if world > 1 else None
+        group = _Group(env, device) if parallel else None
     except SpecError as error:
         _emit({"event": "error", "error": str(error)})
         return EXIT_BAD_INPUT

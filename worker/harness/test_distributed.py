@@ -219,6 +219,20 @@ def check_refusals(probe, proto_path):
         except probe.SpecError as error:
             if want not in str(error):
                 problems.append(f"setup {setup}: '{error}' does not name {want}")
+    # A parallel setup on one GPU runs its strategy in a group of one, which
+    # the harness starts itself (no launcher): one rank peak.
+    done = subprocess.run([sys.executable, HARNESS, "run", "--spec",
+                           os.path.join(MODELS, "simple-cnn.json"), "--batches", "1",
+                           "--setup", '{"parallel": "DDP"}', "--device", "cpu", "--warmup",
+                           "0", "--steps", "1", "--proto_path", proto_path],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    one = [line for line in lines if line.get("event") == "result"]
+    if (done.returncode != 0 or len(one) != 1 or one[0].get("world_size") != 1
+            or not isinstance(one[0].get("rank_peaks_gb"), list)
+            or len(one[0]["rank_peaks_gb"]) != 1 or one[0].get("error")):
+        problems.append(f"parallel DDP on one GPU: exit {done.returncode}, {lines} "
+                        f"{done.stderr[-300:]}")
     # A multi-GPU setup outside the launcher is bad input, not a one-GPU run.
     done = subprocess.run([sys.executable, HARNESS, "run", "--spec",
                            os.path.join(MODELS, "simple-cnn.json"), "--batches", "1",
@@ -303,7 +317,7 @@ def main():
     checks.case("ddp: an OOM on rank 1 mid-step is the batch's OOM, no hang",
                 check_fault(proto_path))
     checks.case("fsdp-full: a run, or a failure record saying why not", check_fsdp(probe, proto_path))
-    checks.case("setups the harness does not run, and bad parallel setups",
+    checks.case("setups the harness does not run, bad parallel setups, a group of one",
                 check_refusals(probe, proto_path))
     checks.case("fsdp units compute what the plain program computes", check_units(probe))
     print(f"{checks.passed} passed, {len(checks.failed)} failed")

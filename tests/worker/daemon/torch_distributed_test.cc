@@ -244,6 +244,29 @@ TEST(TorchExecutorDistributedTest, IgnoresRankListsThatDoNotFit) {
   }
 }
 
+TEST(TorchExecutorDistributedTest, OneGpuParallelReportsHostMemoryOnly) {
+  // A parallel setup on one GPU runs the harness directly (a group of one):
+  // its host memory is kept, a rank list is not (that is for gpus > 1).
+  GpuExecutorOptions options = Options();
+  options.python = "/bin/sh";
+  options.harness = ::testing::TempDir() + "/one-gpu.sh";
+  std::ofstream(options.harness)
+      << "echo '{\"event\":\"result\",\"batch\":8,\"oom\":false,"
+         "\"peak_allocated_bytes\":3000000000,\"error\":\"\","
+         "\"world_size\":1,\"rank_peaks_gb\":[3.0],\"host_peak_gb\":41.5}'\n";
+  v1::Assignment assignment = MultiGpu(1, {});
+  assignment.mutable_setup()->set_offload(v1::TrainingSetup::PARAMS);
+  Collect sink;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  TorchExecutor(options).Run(assignment, &sink, stop);
+  ASSERT_EQ(sink.results.size(), 1u);
+  EXPECT_TRUE(sink.results[0].error().empty()) << sink.results[0].error();
+  EXPECT_DOUBLE_EQ(sink.results[0].peak_allocated_gb(), 3.0);
+  EXPECT_EQ(sink.results[0].rank_peaks_gb_size(), 0);
+  ASSERT_TRUE(sink.results[0].has_host_peak_gb());
+  EXPECT_DOUBLE_EQ(sink.results[0].host_peak_gb(), 41.5);
+}
+
 TEST(TorchExecutorDistributedTest, AnAssignmentWithoutItsGpusIsAnErrorResult) {
   GpuExecutorOptions options = Options();
   options.python =
