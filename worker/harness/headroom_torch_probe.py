@@ -2221,7 +2221,7 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
         mixed = torch.bfloat16  # QLoRA computes in bf16
     model = program
     if group is not None:
-        model = group.wrap(program, setup, mixed, device)
+        model = group.wrap(program, setup, mixed, device, compile_model)
         torch.manual_seed(1000 + group.rank)  # each rank its own microbatches
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
@@ -2467,6 +2467,10 @@ def parallel_unsupported(setup):
         if not hasattr(fsdp.ShardingStrategy, FSDP_STRATEGIES[setup.parallel]):
             return (f"setup.parallel = {setup.parallel}: ShardingStrategy."
                     f"{FSDP_STRATEGIES[setup.parallel]} is not in torch {torch.__version__}")
+        if setup.quant_base != "BASE_QUANT_UNSPECIFIED":
+            return (f"setup.quant_base = {setup.quant_base} under FSDP is not run by the "
+                    "harness (bitsandbytes' quantized weights are not flattened into FSDP's "
+                    "parameters here); QLoRA runs under DDP")
         if setup.offload == "OPTIMIZER":
             return ("setup.offload = OPTIMIZER under FSDP: FSDP has no optimizer-only offload "
                     "(CPUOffload moves the parameter shards with their gradients and step); "
@@ -2523,7 +2527,7 @@ class _Group:
             raise RuntimeError(f"CUDA out of memory (injected by ${FAULT_ENV} on rank "
                                f"{self.rank} before {phase} of step {step})")
 
-    def wrap(self, program, setup, mixed, device):
+    def wrap(self, program, setup, mixed, device, compile_model=False):
         """The program as the setup's strategy runs it."""
         cuda = device.type == "cuda"
         if setup.parallel not in FSDP_STRATEGIES:  # DDP (PARALLEL_UNSPECIFIED is DDP)
@@ -2551,9 +2555,10 @@ class _Group:
         if cuda:
             kwargs["device_id"] = device
         grads = {p.requires_grad for p in program.parameters()}
-        if len(grads) > 1:
+        if len(grads) > 1 or compile_model:
             # Frozen and trainable weights in one unit (LoRA, freeze): one
-            # flat parameter cannot mix them unless FSDP keeps the originals.
+            # flat parameter cannot mix them unless FSDP keeps the originals;
+            # torch.compile needs them too.
             kwargs["use_orig_params"] = True
         return fsdp.FullyShardedDataParallel(program, **kwargs)
 
