@@ -150,6 +150,22 @@ def check_ddp(probe, proto_path):
     return problems
 
 
+def check_accum(proto_path):
+    """grad_accum 2 under DDP: the first microbatch under no_sync."""
+    spec_path = os.path.join(MODELS, "simple-cnn.json")
+    rc, lines, stderr = torchrun(proto_path, spec_path,
+                                 {"gpus": 2, "parallel": "DDP", "grad_accum": 2}, "4")
+    results = [line for line in lines if line.get("event") == "result"]
+    if rc != 0 or len(results) != 1:
+        return [f"exit {rc}, {len(results)} results: {lines} {stderr}"]
+    result = results[0]
+    peaks = result.get("rank_peaks_gb")
+    if result.get("error") or not isinstance(peaks, list) or len(peaks) != 2 \
+            or result.get("steps") != 1:
+        return [f"grad_accum 2 under DDP: {result}"]
+    return []
+
+
 def check_fault(proto_path):
     spec_path = os.path.join(MODELS, "simple-cnn.json")
     try:
@@ -314,6 +330,7 @@ def main():
     checks = Checks()
     checks.case("ddp: 2 ranks of simple-cnn on gloo, rank peaks and host memory",
                 check_ddp(probe, proto_path))
+    checks.case("ddp: grad_accum 2 (no_sync on the first microbatch)", check_accum(proto_path))
     checks.case("ddp: an OOM on rank 1 mid-step is the batch's OOM, no hang",
                 check_fault(proto_path))
     checks.case("fsdp-full: a run, or a failure record saying why not", check_fsdp(probe, proto_path))
