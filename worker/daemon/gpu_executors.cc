@@ -1,12 +1,20 @@
 #include "worker/daemon/gpu_executors.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "server/core/common/json_io.h"
 #include "worker/daemon/subprocess.h"
@@ -15,11 +23,13 @@
 namespace headroom::worker {
 namespace {
 
-// Samples one GPU while a child runs and forwards each reading to the sink.
+// Samples one GPU while a child runs and forwards each reading to the sink
+// (unless `forward` is false: the sink's stream is one GPU's readings).
 class RunSampler {
  public:
   RunSampler(const GpuExecutorOptions& options, uint32_t cuda_index,
-             const v1::BatchRun& run, ExecutionSink* sink) {
+             const v1::BatchRun& run, ExecutionSink* sink,
+             bool forward = true) {
     if (options.nvml == nullptr) return;
     int nvml_index = -1;
     for (const gpu::GpuInfo& info : options.gpus) {
@@ -32,15 +42,17 @@ class RunSampler {
         options.nvml.get(), static_cast<unsigned>(nvml_index));
     gpu::SamplerOptions sampler;
     sampler.period = std::chrono::milliseconds(options.sample_ms);
-    sampler.on_sample = [sink, run](const gpu::Sample& sample) {
-      GpuReading reading;
-      reading.memory_used_bytes = sample.memory_used_bytes;
-      if (sample.power_mw) reading.power_w = *sample.power_mw / 1000.0;
-      if (sample.energy_mj) {
-        reading.total_energy_mj = static_cast<double>(*sample.energy_mj);
-      }
-      sink->Sample(run, sample.t_ms, reading);
-    };
+    if (forward) {
+      sampler.on_sample = [sink, run](const gpu::Sample& sample) {
+        GpuReading reading;
+        reading.memory_used_bytes = sample.memory_used_bytes;
+        if (sample.power_mw) reading.power_w = *sample.power_mw / 1000.0;
+        if (sample.energy_mj) {
+          reading.total_energy_mj = static_cast<double>(*sample.energy_mj);
+        }
+        sink->Sample(run, sample.t_ms, reading);
+      };
+    }
     sampler_ = std::make_unique<gpu::Sampler>(source_.get(), sampler);
     sampler_->Start();
   }
@@ -67,14 +79,17 @@ bool Cancelled(const std::atomic<StopReason>& stop) {
   return stop.load() == StopReason::kCancelled;
 }
 
-// One harness child with the GPU sampled beside it: the last JSON line
+// One harness child with its GPUs sampled beside it: the last JSON line
 // whose "event" is `kind`, the harness's own "error" line, how the process
-// ended, and the sampler's summary (nullopt without NVML).
+// ended, and the samplers' summary (nullopt without NVML): the first GPU's
+// readings go to the sink; the summary's samples are summed over the GPUs
+// and its peak over baseline is the largest GPU's (device_peak_bytes).
 struct HarnessRun {
   nlohmann::json line;
   std::string harness_error;
   ProcessResult process;
   std::optional<gpu::SamplerSummary> summary;
+  std::optional<double> device_peak_bytes;
 };
 
 HarnessRun RunHarness(const GpuExecutorOptions& options,
@@ -83,7 +98,12 @@ HarnessRun RunHarness(const GpuExecutorOptions& options,
                       ExecutionSink* sink,
                       const std::atomic<StopReason>& stop) {
   HarnessRun out;
-  RunSampler sampler(options, assignment.gpu_index(), run, sink);
+  std::vector<std::unique_ptr<RunSampler>> samplers;
+  const std::vector<uint32_t> gpus = AssignmentGpus(assignment);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    samplers.push_back(std::make_unique<RunSampler>(options, gpus[i], run, sink,
+                                                    /*forward=*/i == 0));
+  }
   out.process = RunProcess(
       argv,
       std::chrono::milliseconds(
@@ -97,7 +117,17 @@ HarnessRun RunHarness(const GpuExecutorOptions& options,
         if (event_kind == "error") out.harness_error = event.value("error", "");
       },
       [&] { return Cancelled(stop); });
-  out.summary = sampler.Finish();
+  for (const std::unique_ptr<RunSampler>& sampler : samplers) {
+    std::optional<gpu::SamplerSummary> summary = sampler->Finish();
+    if (!summary.has_value()) continue;
+    const double peak = summary->PeakOverBaselineBytes();
+    out.device_peak_bytes = std::max(out.device_peak_bytes.value_or(0), peak);
+    if (!out.summary.has_value()) {
+      out.summary = std::move(summary);
+    } else {
+      out.summary->samples += summary->samples;
+    }
+  }
   return out;
 }
 
@@ -108,7 +138,159 @@ std::optional<double> JsonNumber(const nlohmann::json& line, const char* key) {
   return it->get<double>();
 }
 
+// A list of numbers of a harness line: nullopt when absent, not a list, not
+// exactly `size` entries, or any entry not a number in [0, max].
+std::optional<std::vector<double>> JsonNumberList(const nlohmann::json& line,
+                                                  const char* key, size_t size,
+                                                  double max) {
+  auto it = line.find(key);
+  if (it == line.end() || !it->is_array() || it->size() != size) {
+    return std::nullopt;
+  }
+  std::vector<double> out;
+  out.reserve(size);
+  for (const nlohmann::json& value : *it) {
+    if (!value.is_number()) return std::nullopt;
+    const double v = value.get<double>();
+    if (!(v >= 0 && v <= max)) return std::nullopt;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The most a harness figure in GB may be (far above any node's memory).
+constexpr double kMaxReportedGb = 1e6;
+// setup.gpus at most (kMaxGpus in server/core/memory/parallel.h).
+constexpr uint32_t kMaxRunGpus = 512;
+
 }  // namespace
+
+std::vector<uint32_t> AssignmentGpus(const v1::Assignment& assignment) {
+  if (assignment.setup().gpus() > 1 && !assignment.gpu_indices().empty()) {
+    const size_t n =
+        std::min<size_t>(assignment.gpu_indices_size(), kMaxRunGpus);
+    return {assignment.gpu_indices().begin(),
+            assignment.gpu_indices().begin() + n};
+  }
+  return {assignment.gpu_index()};
+}
+
+uint16_t FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+HarnessCommand TorchRunCommand(const GpuExecutorOptions& options,
+                               const v1::Assignment& assignment,
+                               const v1::BatchRun& run,
+                               const std::string& spec_path,
+                               const std::string& setup_json,
+                               uint16_t master_port,
+                               const std::string& parent_visible) {
+  HarnessCommand out;
+  const uint32_t gpus = assignment.setup().gpus();
+  std::vector<std::string> harness_args = {
+      options.harness, "run",
+      "--spec",        spec_path,
+      "--batches",     absl::StrCat(run.batch()),
+      "--setup",       setup_json,
+      "--warmup",      absl::StrCat(assignment.warmup_steps()),
+      "--steps",       absl::StrCat(assignment.steps())};
+  if (gpus <= 1) {
+    out.argv = {options.python};
+    out.argv.insert(out.argv.end(), harness_args.begin(), harness_args.end());
+    out.argv.push_back("--device");
+    out.argv.push_back(absl::StrCat("cuda:", assignment.gpu_index()));
+    if (run.mode() == "compiled") out.argv.push_back("--compile");
+    return out;
+  }
+  if (gpus > kMaxRunGpus) {
+    out.error =
+        absl::StrCat("setup.gpus = ", gpus, " is out of range; allowed ",
+                     "0 or 1 (one GPU) .. ", kMaxRunGpus);
+    return out;
+  }
+  const auto& indices = assignment.gpu_indices();
+  if (static_cast<uint32_t>(indices.size()) != gpus) {
+    out.error =
+        absl::StrCat("assignment.gpu_indices has ", indices.size(),
+                     " entries for setup.gpus = ", gpus,
+                     "; a multi-GPU probe needs one local GPU per rank");
+    return out;
+  }
+  if (indices[0] != assignment.gpu_index()) {
+    out.error = absl::StrCat("assignment.gpu_indices[0] = ", indices[0],
+                             " is not gpu_index ", assignment.gpu_index());
+    return out;
+  }
+  std::set<uint32_t> seen;
+  for (int r = 0; r < indices.size(); ++r) {
+    const uint32_t index = indices[r];
+    if (!seen.insert(index).second) {
+      out.error = absl::StrCat("assignment.gpu_indices[", r, "] = ", index,
+                               " repeats a GPU; each rank needs its own");
+      return out;
+    }
+    if (!options.gpus.empty() &&
+        std::none_of(options.gpus.begin(), options.gpus.end(),
+                     [&](const gpu::GpuInfo& info) {
+                       return info.index == static_cast<int>(index);
+                     })) {
+      out.error = absl::StrCat("assignment.gpu_indices[", r, "] = ", index,
+                               " is not a GPU of this worker (it has ",
+                               options.gpus.size(), ")");
+      return out;
+    }
+  }
+  // The child's CUDA_VISIBLE_DEVICES: the worker's ordinals, or what they
+  // stand for when the worker itself sees a subset.
+  std::vector<std::string> visible;
+  std::vector<std::string> parent;
+  if (!parent_visible.empty()) {
+    parent = absl::StrSplit(parent_visible, ',', absl::SkipWhitespace());
+  }
+  for (int r = 0; r < indices.size(); ++r) {
+    if (parent.empty()) {
+      visible.push_back(absl::StrCat(indices[r]));
+    } else if (indices[r] < parent.size()) {
+      visible.push_back(std::string(parent[indices[r]]));
+    } else {
+      out.error =
+          absl::StrCat("assignment.gpu_indices[", r, "] = ", indices[r],
+                       " is beyond this worker's CUDA_VISIBLE_DEVICES (",
+                       parent.size(), " GPUs)");
+      return out;
+    }
+  }
+  if (master_port == 0) {
+    out.error = "no free loopback port for torch.distributed.run's rendezvous";
+    return out;
+  }
+  out.argv = {
+      "env", absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(visible, ",")),
+      // The rendezvous and NCCL's bootstrap stay on loopback.
+      "NCCL_SOCKET_IFNAME=lo", "GLOO_SOCKET_IFNAME=lo", options.python, "-m",
+      "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
+      "--nproc_per_node", absl::StrCat(gpus), "--max_restarts", "0",
+      "--master_addr", "127.0.0.1", "--master_port", absl::StrCat(master_port)};
+  out.argv.insert(out.argv.end(), harness_args.begin(), harness_args.end());
+  out.argv.push_back("--device");
+  out.argv.push_back("cuda");
+  if (run.mode() == "compiled") out.argv.push_back("--compile");
+  return out;
+}
 
 ExecutionOutcome TorchExecutor::RunEnergy(const v1::Assignment& assignment,
                                           ExecutionSink* sink,
@@ -229,26 +411,25 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
       break;
     }
     // One process per run: a fresh CUDA context and allocator, so one
-    // batch's peak (or OOM) cannot leak into the next.
-    std::vector<std::string> argv = {
-        options_.python,
-        options_.harness,
-        "run",
-        "--spec",
-        spec_path,
-        "--batches",
-        absl::StrCat(run.batch()),
-        "--setup",
-        setup,
-        "--warmup",
-        absl::StrCat(assignment.warmup_steps()),
-        "--steps",
-        absl::StrCat(assignment.steps()),
-        "--device",
-        absl::StrCat("cuda:", assignment.gpu_index())};
-    if (run.mode() == "compiled") argv.push_back("--compile");
-    const HarnessRun harness =
-        RunHarness(options_, assignment, run, argv, "result", sink, stop);
+    // batch's peak (or OOM) cannot leak into the next. A multi-GPU setup
+    // runs one process per rank under torch.distributed.run, all in the
+    // child's process group, which a timeout or cancel stops as one.
+    const char* parent_visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const HarnessCommand command =
+        TorchRunCommand(options_, assignment, run, spec_path, setup,
+                        assignment.setup().gpus() > 1 ? FreeLoopbackPort() : 0,
+                        parent_visible == nullptr ? "" : parent_visible);
+    if (!command.error.empty()) {
+      v1::BatchResult result;
+      result.set_batch(run.batch());
+      result.set_repetition(run.repetition());
+      result.set_mode(run.mode());
+      result.set_error(command.error);
+      sink->BatchDone(run, std::move(result));
+      continue;
+    }
+    const HarnessRun harness = RunHarness(options_, assignment, run,
+                                          command.argv, "result", sink, stop);
     const nlohmann::json& result_line = harness.line;
     const std::string& harness_error = harness.harness_error;
     const ProcessResult& process = harness.process;
@@ -263,7 +444,7 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
     result.set_mode(run.mode());
     if (summary.has_value()) {
       result.set_samples(static_cast<uint64_t>(summary->samples));
-      result.set_device_peak_gb(summary->PeakOverBaselineBytes() / 1e9);
+      result.set_device_peak_gb(harness.device_peak_bytes.value_or(0) / 1e9);
       // Energy is the harness's: the counter over the timed steps only, not
       // this sampler's difference over the whole process.
     }
@@ -283,6 +464,20 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
         if (auto v = number("energy_j")) result.set_energy_j(*v);
         if (auto v = number("steps"); v && *v >= 0 && *v <= 1e6) {
           result.set_timed_steps(static_cast<uint32_t>(*v));
+        }
+        // A multi-GPU run: every rank's peak in rank order. A parallel
+        // setup (one GPU too, run as a group of one): the host memory of
+        // all ranks, which offload needs.
+        const uint32_t gpus = assignment.setup().gpus();
+        if (gpus > 1) {
+          if (auto peaks = JsonNumberList(result_line, "rank_peaks_gb", gpus,
+                                          kMaxReportedGb)) {
+            for (double peak : *peaks) result.add_rank_peaks_gb(peak);
+          }
+        }
+        if (auto v = number("host_peak_gb");
+            v && *v >= 0 && *v <= kMaxReportedGb) {
+          result.set_host_peak_gb(*v);
         }
       }
       result.set_error(result_line.value("error", ""));

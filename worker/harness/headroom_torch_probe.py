@@ -30,6 +30,8 @@ Needs python3 and torch (Debian 12's python3-torch 1.13 or a CUDA torch 2.x).
 import argparse
 import contextlib
 import dataclasses
+import datetime
+import functools
 import gc
 import itertools
 import json
@@ -37,7 +39,10 @@ import math
 import os
 import platform
 import re
+import resource
+import socket
 import sys
+import threading
 import time
 
 try:
@@ -336,6 +341,13 @@ class Setup:
     train_last_blocks: int = 0
     grad_accum: int = 0
     compile: bool = False
+    # The parallel setup (TrainingSetup fields 20..25, server/core/memory/parallel.h).
+    gpus: int = 0
+    parallel: str = "PARALLEL_UNSPECIFIED"
+    offload: str = "OFFLOAD_UNSPECIFIED"
+    tensor_parallel: int = 0
+    nodes: int = 0
+    gpus_per_node: int = 0
 
     @property
     def true_half(self):
@@ -379,7 +391,10 @@ def setup_from_message(message):
                   lora_dropout=lora.dropout, quant_base=f["quant_base"],
                   freeze_layers=list(freeze.layers),
                   train_last_blocks=freeze.train_last_blocks,
-                  grad_accum=f["grad_accum"], compile=f["compile"])
+                  grad_accum=f["grad_accum"], compile=f["compile"],
+                  gpus=f["gpus"], parallel=f["parallel"], offload=f["offload"],
+                  tensor_parallel=f["tensor_parallel"], nodes=f["nodes"],
+                  gpus_per_node=f["gpus_per_node"])
     if setup.precision == "PRECISION_UNSPECIFIED":
         setup.precision = "FP32"
     if setup.optimizer == "OPTIMIZER_UNSPECIFIED":
@@ -421,7 +436,39 @@ def setup_from_message(message):
     if setup.train_last_blocks > MAX_REPEAT:
         raise _bad("freeze.train_last_blocks", setup.train_last_blocks,
                    f"allowed 0 (off) .. {MAX_REPEAT}")
+    _check_parallel(setup)
     return setup
+
+
+MAX_GPUS = 512  # kMaxGpus
+# Sharding stage per strategy (StrategyStage: ZeRO's numbering).
+PARALLEL_STAGE = {"PARALLEL_UNSPECIFIED": 0, "DDP": 0, "FSDP_FULL": 3, "FSDP_GRAD_OP": 2,
+                  "FSDP_HYBRID": 3, "ZERO1": 1, "ZERO2": 2, "ZERO3": 3}
+
+
+def _check_parallel(setup):
+    """The planner's ValidateParallel rules, naming the field."""
+    for field in ("gpus", "nodes", "gpus_per_node", "tensor_parallel"):
+        if getattr(setup, field) > MAX_GPUS:
+            raise _bad(field, getattr(setup, field), f"allowed 0 .. {MAX_GPUS}")
+    tp = max(1, setup.tensor_parallel)
+    if (setup.gpus > 1 and setup.gpus % tp) or (setup.gpus <= 1 and tp > 1 and setup.nodes <= 1):
+        raise _bad("tensor_parallel", setup.tensor_parallel,
+                   f"allowed 0 or 1 (none) or a divisor of gpus ({setup.gpus})")
+    if setup.nodes > 1 and setup.gpus > 1:
+        per_node = setup.gpus_per_node or setup.gpus // setup.nodes
+        if per_node == 0 or per_node * setup.nodes != setup.gpus:
+            raise _bad("nodes", setup.nodes, f"gpus ({setup.gpus}) must be nodes x gpus_per_node")
+    stage = PARALLEL_STAGE[setup.parallel]
+    if setup.offload != "OFFLOAD_UNSPECIFIED" and stage == 0:
+        raise _bad("offload", setup.offload, "offload needs a sharded strategy: parallel ZERO1, "
+                   "ZERO2, ZERO3, FSDP_GRAD_OP, FSDP_FULL or FSDP_HYBRID")
+    if setup.offload in ("PARAMS", "BOTH") and stage != 3:
+        raise _bad("offload", setup.offload, "offloading the weights needs sharded weights: "
+                   "parallel ZERO3, FSDP_FULL or FSDP_HYBRID")
+    if has_parallel(setup) and setup.optimizer_in_backward and stage >= 2:
+        raise _bad("optimizer_in_backward", "true", "a step per parameter in backward needs "
+                   "unsharded gradients: parallel DDP or ZERO1")
 
 
 def parse_setup(text):
@@ -995,12 +1042,18 @@ class Op:
 
 @dataclasses.dataclass
 class Segment:
-    """Ops run under one activation checkpoint (a block copy, or one copy of
-    a repeated layer)."""
+    """Ops run as one unit: under one activation checkpoint (a block copy, or
+    one copy of a repeated layer), and/or as one FSDP wrapped unit (one copy
+    of a top-level repeated layer, run through its _Unit module)."""
     ops: list
     ext: list = None      # vids read from outside, in order
     exports: list = None  # vids produced inside and needed later
     free_after: list = None
+    checkpoint: bool = True
+    # FSDP: (the layer's ModuleList of copies, copy index); the module there
+    # (FSDP(_Unit) once wrapped) runs the segment, so its forward gathers the
+    # unit's parameters.
+    owner: tuple = None
 
 
 def _prod(xs):
@@ -1210,14 +1263,15 @@ class _Wiring:
         return (src.vid, steps), shape
 
     # ---- layers ----
-    def plan(self, modules, checkpointing):
+    def plan(self, modules, checkpointing, fsdp_units=False):
         ops = []
         self._layers(self.spec.layers, modules, self.default_positions, False,
-                     checkpointing, ops)
+                     checkpointing, ops, fsdp_units)
         final = list(self.live)
         return ops, final
 
-    def _layers(self, layers, modules, positions, frozen, checkpointing, ops):
+    def _layers(self, layers, modules, positions, frozen, checkpointing, ops,
+                fsdp_units=False):
         for layer, copies in zip(layers, modules):
             p = layer.positions or positions
             is_frozen = frozen or layer.frozen
@@ -1225,15 +1279,19 @@ class _Wiring:
             # Checkpoint each block copy and each copy of a repeated layer
             # (what the planner's checkpointing assumes), outermost only.
             ckpt = checkpointing and not is_frozen and (layer.kind == "block" or repeat > 1)
-            for module in copies:
+            # FSDP wraps each copy of a top-level repeated layer (the
+            # planner's SplitParams: those are the units, the rest is root).
+            unit = fsdp_units and repeat > 1
+            for j, module in enumerate(copies):
                 target = []
                 if layer.kind == "block":
                     self._block(layer, module, p, is_frozen, checkpointing and not ckpt,
                                 target)
                 else:
                     self._layer(layer, module, p, is_frozen, target)
-                if ckpt:
-                    ops.append(Segment(target))
+                if ckpt or unit:
+                    ops.append(Segment(target, checkpoint=ckpt,
+                                       owner=(copies, j) if unit else None))
                 else:
                     ops.extend(target)
 
@@ -1608,16 +1666,41 @@ def _apply_step(t, step):
     raise AssertionError(name)
 
 
-class Program(nn.Module):
-    """The spec's model on a device: forward(data) returns the step's loss."""
+class _Unit(nn.Module):
+    """One FSDP wrapped unit: a copy of a top-level repeated layer. Its
+    forward runs that copy's ops (the Program's segment function), so FSDP's
+    pre-forward gathers exactly this copy's parameters around them."""
 
-    def __init__(self, spec, setup, device, quantize=False):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, run, checkpoint, *tensors):
+        if checkpoint:
+            return torch_checkpoint.checkpoint(run, *tensors, use_reentrant=False)
+        return run(*tensors)
+
+
+class Program(nn.Module):
+    """The spec's model on a device: forward(data) returns the step's loss.
+    With fsdp_units each copy of a top-level repeated layer sits in a _Unit
+    (for FSDP's auto-wrap policy) and runs through it."""
+
+    def __init__(self, spec, setup, device, quantize=False, fsdp_units=False):
         super().__init__()
         built = build_model(spec, device, setup, quantize)
         self.layers = built.modules
         spec = built.spec  # freeze applied
         wiring = _Wiring(spec, setup)
-        self.units, self.final = wiring.plan(self.layers, setup.activation_checkpointing)
+        self.units, self.final = wiring.plan(self.layers, setup.activation_checkpointing,
+                                             fsdp_units)
+        if fsdp_units:
+            # After planning: the ops keep the leaf modules, which stay the
+            # same objects inside the _Unit (and inside FSDP's wrapper).
+            for copies, layer in zip(self.layers, spec.layers):
+                if (layer.repeat or 1) > 1:
+                    for j in range(len(copies)):
+                        copies[j] = _Unit(copies[j])
         self.values = wiring.values
         _finish_segments(self.units, self.final)
         keep = {v.vid for v in self.final} | {v.vid for v in wiring.inputs}
@@ -1664,9 +1747,14 @@ class Program(nn.Module):
         env = dict(data)
         for unit, free in zip(self.units, self.free_after):
             if isinstance(unit, Segment):
-                outs = torch_checkpoint.checkpoint(self._segment_fn(unit),
-                                                   *[env[v] for v in unit.ext],
-                                                   use_reentrant=False)
+                run, args = self._segment_fn(unit), [env[v] for v in unit.ext]
+                if unit.owner is not None:
+                    copies, j = unit.owner
+                    outs = copies[j](run, unit.checkpoint, *args)
+                elif unit.checkpoint:
+                    outs = torch_checkpoint.checkpoint(run, *args, use_reentrant=False)
+                else:
+                    outs = run(*args)
                 env.update(zip(unit.exports, outs))
             else:
                 env[unit.out] = self._run(unit, env)
@@ -1788,8 +1876,14 @@ class Program(nn.Module):
 # Measuring
 # --------------------------------------------------------------------------
 
+# Under torch.distributed only rank 0 prints (main sets this False on the
+# other ranks), so the worker reads one line per event.
+_EMITS = [True]
+
+
 def _emit(obj):
-    print(json.dumps(obj), flush=True)
+    if _EMITS[0]:
+        print(json.dumps(obj), flush=True)
 
 
 def _is_oom(error):
@@ -1997,6 +2091,10 @@ class _Measurement:
     def __init__(self):
         self.steps = 0
         self.seconds = []
+        # Under torch.distributed on the CPU (no allocator peak): the largest
+        # counted bytes of model states after an optimizer step, or None.
+        self.count_states = False
+        self.counted_bytes = None
         # NVML total-energy counter (mJ) at the start of the first timed step
         # and after the last one; None without NVML.
         self.energy_start_mj = None
@@ -2080,11 +2178,13 @@ def _compile_unavailable():
 
 
 def _measure_batch(spec, setup, device, batch, warmup, steps, record,
-                   compile_model=False, nvml=None):
+                   compile_model=False, nvml=None, group=None):
     """Builds a fresh model and optimizer and runs warmup + steps training
     steps as the setup says (precision, optimizer, adapters, freeze,
     grad_accum microbatches, the forward through torch.compile when
-    compile_model); raises on OOM or any other failure."""
+    compile_model; under a torch.distributed group, the model wrapped as the
+    setup's parallel strategy says, on this rank's own microbatches); raises
+    on OOM or any other failure."""
     cuda = device.type == "cuda"
     if compile_model:
         why = _compile_unavailable()
@@ -2104,23 +2204,43 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     quantize = setup.quant_base != "BASE_QUANT_UNSPECIFIED"
-    program = Program(spec, setup, device, quantize=quantize)
+    fsdp = group is not None and setup.parallel in FSDP_STRATEGIES
+    if group is not None:
+        torch.manual_seed(0)  # every rank builds the same model
+    # FSDP CPU offload: built on the host, each unit moved to the GPU,
+    # sharded and offloaded in turn by FSDP (as offload runs are launched).
+    offload_params = fsdp and setup.offload in ("PARAMS", "BOTH")
+    program = Program(spec, setup, torch.device("cpu") if offload_params else device,
+                      quantize=quantize, fsdp_units=fsdp)
     true_half = {"BF16_TRUE": torch.bfloat16, "FP16_TRUE": torch.float16}.get(setup.precision)
     if true_half is not None:
         program.to_true_half(true_half)
     program.train()
-    trainable = [p for p in program.parameters() if p.requires_grad]
+    mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
+    if quantize and mixed is None and true_half is None:
+        mixed = torch.bfloat16  # QLoRA computes in bf16
+    model = program
+    if group is not None:
+        model = group.wrap(program, setup, mixed, device, compile_model)
+        torch.manual_seed(1000 + group.rank)  # each rank its own microbatches
+    trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
         raise SpecError("the spec has no trainable parameters (every layer is frozen)")
     if setup.optimizer_in_backward:
         optimizer = _InBackward(setup.optimizer, trainable)
     else:
         optimizer = _make_optimizer(setup.optimizer, trainable)
-    forward = torch.compile(program) if compile_model else program
-    mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
-    if quantize and mixed is None and true_half is None:
-        mixed = torch.bfloat16  # QLoRA computes in bf16
-    scaler = _grad_scaler() if mixed is torch.float16 and cuda else None
+    forward = torch.compile(model) if compile_model else model
+    scaler = None
+    if mixed is torch.float16 and cuda:
+        if fsdp:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+            scaler = ShardedGradScaler()
+        else:
+            scaler = _grad_scaler()
+    # DDP all-reduces the gradients of the last microbatch only (no_sync
+    # before it: the gradients stay resident, as the planner counts).
+    ddp = group is not None and not fsdp
     micro = batch // accum
     for step in range(warmup + steps):
         if cuda:
@@ -2129,30 +2249,37 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
             # The counter over the timed steps only, read after a synchronize.
             record.energy_start_mj = nvml.energy_mj()
         start = time.perf_counter()
-        for _ in range(accum):
+        for i in range(accum):
             data = program.make_batch(micro, device)
             # fp32 runs outside autocast (torch 1.13 rejects a disabled one).
             context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
                        else contextlib.nullcontext())
-            with context:
-                if mixed is not None and not _autocast_enabled(device.type):
-                    raise SpecError(f"setup.precision = {setup.precision} is not supported "
-                                    f"on cpu by torch {torch.__version__}")
-                loss = forward(data)
-            if not loss.requires_grad:
-                raise SpecError("no trainable layer reaches the loss")
-            if accum > 1:
-                loss = loss / accum
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
+            sync = (model.no_sync() if ddp and i < accum - 1 else contextlib.nullcontext())
+            with sync:
+                with context:
+                    if mixed is not None and not _autocast_enabled(device.type):
+                        raise SpecError(f"setup.precision = {setup.precision} is not "
+                                        f"supported on cpu by torch {torch.__version__}")
+                    loss = forward(data)
+                if not loss.requires_grad:
+                    raise SpecError("no trainable layer reaches the loss")
+                if group is not None:
+                    group.fault_point(step, "backward")
+                if accum > 1:
+                    loss = loss / accum
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
             del loss, data
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
+        if record.count_states:
+            counted = _state_bytes(model, optimizer)
+            record.counted_bytes = max(record.counted_bytes or 0, counted)
         optimizer.zero_grad(set_to_none=True)
         if cuda:
             torch.cuda.synchronize(device)
@@ -2161,6 +2288,37 @@ def _measure_batch(spec, setup, device, batch, warmup, steps, record,
             record.steps += 1
             if nvml is not None:
                 record.energy_end_mj = nvml.energy_mj()
+
+
+def _storage(t):
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
+def _state_bytes(model, optimizer):
+    """Bytes of the model states a rank holds after an optimizer step:
+    parameters, gradients (DDP's buckets, which they view with
+    gradient_as_bucket_view) and optimizer state, each storage once. The
+    CPU's stand-in for an allocator peak (activations not included)."""
+    seen, total = set(), 0
+
+    def add(t):
+        nonlocal total
+        if not torch.is_tensor(t) or t.device.type == "meta":
+            return
+        storage = _storage(t)
+        key = (storage.data_ptr(), storage.nbytes())
+        if storage.data_ptr() == 0 or key in seen:
+            return
+        seen.add(key)
+        total += storage.nbytes()
+
+    for p in model.parameters():
+        add(p)
+        add(p.grad)
+    for state in getattr(optimizer, "state", {}).values():
+        for value in state.values():
+            add(value)
+    return total
 
 
 def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False):
@@ -2198,6 +2356,357 @@ def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False
                "steps": record.steps,
                "energy_j": record.energy_j() if ok else None,
                "error": error, "optimizer": impl})
+
+
+# --------------------------------------------------------------------------
+# Multi-GPU runs: the same steps under torch.distributed (DDP, FSDP)
+# --------------------------------------------------------------------------
+#
+# The torch executor starts `python -m torch.distributed.run --nnodes 1
+# --nproc_per_node N` with CUDA_VISIBLE_DEVICES = the assignment's GPUs; each
+# rank runs this file with RANK, WORLD_SIZE and LOCAL_RANK set, on
+# cuda:LOCAL_RANK (NCCL), or on the CPU with gloo (the test). Only rank 0
+# prints. A batch that succeeds on every rank ends in an all_gather_object
+# of every rank's figures and rank 0's result line. A failure (an OOM) can
+# strike one rank inside backward while the others wait in a gradient
+# all-reduce, where no in-band flag can reach them; so a failing rank posts
+# its record in the rendezvous store (out of band), rank 0's watcher thread
+# prints the batch's result from it, and the whole group exits
+# EXIT_GROUP_FAILED, which makes torch.distributed.run stop every rank.
+
+FSDP_STRATEGIES = {"FSDP_FULL": "FULL_SHARD", "FSDP_GRAD_OP": "SHARD_GRAD_OP",
+                   "FSDP_HYBRID": "HYBRID_SHARD"}
+# DDP's bucket size (kDdpBucketBytes in parallel.h: 25 MiB, bucket_cap_mb).
+DDP_BUCKET_CAP_MB = 25
+EXIT_GROUP_FAILED = 3
+# How long a failing rank waits for rank 0 to have printed its record, and
+# rank 0's watcher for a batch's end (the executor's batch timeout kills
+# the group before either matters).
+REPORT_WAIT_S = 120
+WATCH_WAIT_S = 60
+MAX_WATCH_WAITS = 24 * 60
+# Test hook: "RANK:STEP" makes that rank raise an injected CUDA OOM after
+# the forward of that step (its peers then wait in backward's all-reduce).
+FAULT_ENV = "HEADROOM_HARNESS_FAULT"
+
+
+def has_parallel(setup):
+    """The planner's HasParallel: more than one GPU, or a strategy, offload,
+    tensor parallelism or nodes named."""
+    return (setup.gpus > 1 or setup.parallel != "PARALLEL_UNSPECIFIED"
+            or setup.offload != "OFFLOAD_UNSPECIFIED" or setup.tensor_parallel > 1
+            or setup.nodes > 1)
+
+
+def _single_rank_env():
+    """A group of one started by the harness itself: rank 0 hosts the store
+    on a free loopback port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    return 0, 1, 0, 1
+
+
+def distributed_env():
+    """(rank, world_size, local_rank, local_world_size) from the launcher's
+    environment, or None when not launched by torch.distributed.run."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    if not all(name in os.environ for name in names):
+        return None
+    values = []
+    for name in names + ("LOCAL_WORLD_SIZE",):
+        text = os.environ.get(name, os.environ["WORLD_SIZE"])
+        if not re.fullmatch(r"[0-9]{1,4}", text):
+            raise SpecError(f"${name} = '{text[:16]}' is not a rank; allowed 0..{MAX_GPUS}")
+        values.append(int(text))
+    rank, world, local, local_world = values
+    if not (1 <= world <= MAX_GPUS and rank < world and local < local_world <= world):
+        raise SpecError(f"$RANK {rank}, $WORLD_SIZE {world}, $LOCAL_RANK {local}, "
+                        f"$LOCAL_WORLD_SIZE {local_world} do not agree")
+    return rank, world, local, local_world
+
+
+def _fsdp_module():
+    """torch.distributed.fsdp, or SpecError saying why it does not import."""
+    try:
+        import torch.distributed.fsdp as fsdp
+        return fsdp
+    except Exception as error:  # Debian's 1.13 under Python 3.11 fails here
+        raise SpecError(f"torch.distributed.fsdp does not import in torch {torch.__version__}: "
+                        f"{type(error).__name__}: {str(error)[:200]}") from None
+
+
+def parallel_unsupported(setup):
+    """Why the harness cannot run this parallel setup (the batches' failure
+    record), or None."""
+    if max(1, setup.tensor_parallel) > 1:
+        return (f"setup.tensor_parallel = {setup.tensor_parallel}: tensor parallel is not run "
+                "by the harness (it runs data parallel: DDP and FSDP)")
+    if setup.nodes > 1:
+        return (f"setup.nodes = {setup.nodes}: the harness runs one node "
+                "(torch.distributed.run --nnodes 1)")
+    if setup.parallel.startswith("ZERO"):
+        try:
+            import deepspeed  # noqa: F401
+        except Exception as error:
+            return (f"setup.parallel = {setup.parallel}: DeepSpeed is not installed in the "
+                    f"harness (import deepspeed: {type(error).__name__}: {str(error)[:120]})")
+        return (f"setup.parallel = {setup.parallel}: DeepSpeed imports, but the harness does "
+                "not run ZeRO (it runs DDP and FSDP)")
+    if setup.optimizer_in_backward:
+        return ("setup.optimizer_in_backward is not run under torch.distributed by the "
+                "harness (a step per parameter in backward would race DDP's all-reduce)")
+    if setup.parallel in FSDP_STRATEGIES:
+        try:
+            fsdp = _fsdp_module()
+        except SpecError as error:
+            return str(error)
+        if not hasattr(fsdp.ShardingStrategy, FSDP_STRATEGIES[setup.parallel]):
+            return (f"setup.parallel = {setup.parallel}: ShardingStrategy."
+                    f"{FSDP_STRATEGIES[setup.parallel]} is not in torch {torch.__version__}")
+        if setup.quant_base != "BASE_QUANT_UNSPECIFIED":
+            return (f"setup.quant_base = {setup.quant_base} under FSDP is not run by the "
+                    "harness (bitsandbytes' quantized weights are not flattened into FSDP's "
+                    "parameters here); QLoRA runs under DDP")
+        if setup.offload == "OPTIMIZER":
+            return ("setup.offload = OPTIMIZER under FSDP: FSDP has no optimizer-only offload "
+                    "(CPUOffload moves the parameter shards with their gradients and step); "
+                    "allowed PARAMS or BOTH under FSDP")
+    return None
+
+
+class _Group:
+    """This rank's view of the torch.distributed job."""
+
+    def __init__(self, env, device_flag):
+        self.rank, self.world, self.local_rank, self.local_world = env
+        if self.local_world == self.world and "MASTER_ADDR" in os.environ:
+            # One node: every rank reaches rank 0's store on loopback.
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+        import torch.distributed as dist
+        self.dist = dist
+        if device_flag.type == "cuda":
+            # Under the launcher cuda:LOCAL_RANK; a group of one keeps the
+            # --device it was given (cuda:N).
+            index = device_flag.index if device_flag.index is not None else self.local_rank
+            if index >= torch.cuda.device_count():
+                raise SpecError(f"cuda:{index} (LOCAL_RANK {self.local_rank}): only "
+                                f"{torch.cuda.device_count()} CUDA device(s) are visible "
+                                "(CUDA_VISIBLE_DEVICES)")
+            self.device = torch.device("cuda", index)
+            torch.cuda.set_device(self.device)
+            self.backend = "nccl"
+        else:
+            self.device = torch.device("cpu")
+            self.backend = "gloo"
+        dist.init_process_group(self.backend)
+        # The rendezvous store, through connections of our own: a client
+        # serves one request at a time, and rank 0's watcher blocks in a wait
+        # while the main thread posts.
+        self.store = self._client()
+        self.watch_store = self._client() if self.rank == 0 else None
+        self.fault = None
+        text = os.environ.get(FAULT_ENV, "")
+        if re.fullmatch(r"[0-9]{1,4}:[0-9]{1,4}", text):
+            rank, step = (int(x) for x in text.split(":"))
+            if rank == self.rank:
+                self.fault = step
+
+    def _client(self):
+        store = self.dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                   is_master=False,
+                                   timeout=datetime.timedelta(seconds=REPORT_WAIT_S))
+        return self.dist.PrefixStore("headroom-harness/", store)
+
+    def fault_point(self, step, phase):
+        if self.fault is not None and self.fault == step:
+            self.fault = None
+            raise RuntimeError(f"CUDA out of memory (injected by ${FAULT_ENV} on rank "
+                               f"{self.rank} before {phase} of step {step})")
+
+    def wrap(self, program, setup, mixed, device, compile_model=False):
+        """The program as the setup's strategy runs it."""
+        cuda = device.type == "cuda"
+        if setup.parallel not in FSDP_STRATEGIES:  # DDP (PARALLEL_UNSPECIFIED is DDP)
+            from torch.nn.parallel import DistributedDataParallel
+            return DistributedDataParallel(
+                program, device_ids=[device.index] if cuda else None,
+                bucket_cap_mb=DDP_BUCKET_CAP_MB, gradient_as_bucket_view=True)
+        fsdp = _fsdp_module()
+        try:
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            policy = ModuleWrapPolicy({_Unit})
+        except ImportError:  # torch < 2.1
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            policy = functools.partial(transformer_auto_wrap_policy,
+                                       transformer_layer_cls={_Unit})
+        kwargs = {"sharding_strategy": getattr(fsdp.ShardingStrategy,
+                                               FSDP_STRATEGIES[setup.parallel]),
+                  "auto_wrap_policy": policy,
+                  "backward_prefetch": fsdp.BackwardPrefetch.BACKWARD_PRE}
+        if mixed is not None:
+            kwargs["mixed_precision"] = fsdp.MixedPrecision(
+                param_dtype=mixed, reduce_dtype=mixed, buffer_dtype=mixed)
+        if setup.offload in ("PARAMS", "BOTH"):
+            kwargs["cpu_offload"] = fsdp.CPUOffload(offload_params=True)
+        if cuda:
+            kwargs["device_id"] = device
+        grads = {p.requires_grad for p in program.parameters()}
+        if len(grads) > 1 or compile_model:
+            # Frozen and trainable weights in one unit (LoRA, freeze): one
+            # flat parameter cannot mix them unless FSDP keeps the originals;
+            # torch.compile needs them too.
+            kwargs["use_orig_params"] = True
+        return fsdp.FullyShardedDataParallel(program, **kwargs)
+
+    def watch(self, index):
+        """Rank 0: a thread that prints batch `index`'s failure record as
+        soon as any rank posts one, and ends the group."""
+        thread = threading.Thread(target=self._watch, args=(index,), daemon=True)
+        thread.start()
+        return thread
+
+    def _watch(self, index):
+        key, store = f"b{index}/end", self.watch_store
+        for _ in range(MAX_WATCH_WAITS):
+            try:
+                store.wait([key], datetime.timedelta(seconds=WATCH_WAIT_S))
+                break
+            except RuntimeError as error:
+                if "timeout" not in str(error).lower():
+                    return  # the store is gone: the launcher is ending the group
+        else:
+            return
+        if store.get(key).decode() == "ok":
+            return
+        first = json.loads(store.get(f"b{index}/fail1").decode())
+        _emit(_group_result(first["batch"], [], failed=first))
+        store.set(f"b{index}/reported", "1")
+        os._exit(EXIT_GROUP_FAILED)
+
+    def ok(self, index):
+        self.store.set(f"b{index}/end", "ok")
+
+    def fail(self, index, mine):
+        """Posts this rank's failure and ends this process once rank 0 has
+        printed (or REPORT_WAIT_S passed); never returns."""
+        order = self.store.add(f"b{index}/failures", 1)
+        self.store.set(f"b{index}/fail{order}", json.dumps(mine))
+        self.store.set(f"b{index}/end", "failed")
+        try:
+            self.store.wait([f"b{index}/reported"],
+                            datetime.timedelta(seconds=REPORT_WAIT_S))
+        except RuntimeError:
+            pass
+        sys.stdout.flush()
+        os._exit(EXIT_GROUP_FAILED)
+
+    def gather(self, mine):
+        out = [None] * self.world
+        self.dist.all_gather_object(out, mine)
+        return out
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
+def _rss_bytes():
+    """This process's peak resident set since it started (ru_maxrss, KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _group_result(batch, ranks, failed=None):
+    """Rank 0's result line: every rank's figures, or the first failure."""
+    if failed is not None:
+        return {"event": "result", "batch": batch, "oom": failed["oom"],
+                "peak_allocated_bytes": failed["peak_bytes"], "peak_reserved_bytes": None,
+                "step_seconds": None, "steps": failed["steps"], "energy_j": None,
+                "error": failed["error"], "optimizer": failed["optimizer"],
+                "world_size": failed["world_size"], "failed_rank": failed["rank"],
+                "rank_peaks_gb": None, "host_peak_gb": None,
+                "peak_source": failed["peak_source"]}
+    peaks = [r["peak_bytes"] for r in ranks]
+    have_peaks = all(p is not None for p in peaks)
+    seconds = [r["step_seconds"] for r in ranks]
+    energies = [r["energy_j"] for r in ranks]
+    return {"event": "result", "batch": batch, "oom": False,
+            "peak_allocated_bytes": max(peaks) if have_peaks else None,
+            "peak_reserved_bytes": (max(r["reserved_bytes"] for r in ranks)
+                                    if all(r["reserved_bytes"] is not None for r in ranks)
+                                    else None),
+            # The slowest rank's mean (the collectives keep them in step).
+            "step_seconds": max(seconds) if all(x is not None for x in seconds) else None,
+            "steps": min(r["steps"] for r in ranks),
+            "energy_j": sum(energies) if all(e is not None for e in energies) else None,
+            "error": "", "optimizer": ranks[0]["optimizer"], "world_size": len(ranks),
+            "rank_peaks_gb": [p / 1e9 for p in peaks] if have_peaks else None,
+            "peak_allocated_gb": max(peaks) / 1e9 if have_peaks else None,
+            "host_peak_gb": sum(r["rss_bytes"] for r in ranks) / 1e9,
+            "peak_source": ranks[0]["peak_source"]}
+
+
+PEAK_SOURCE_CUDA = "torch.cuda.max_memory_allocated"
+PEAK_SOURCE_CPU = ("cpu run: no allocator peak; counted bytes of parameters, gradients "
+                   "(DDP buckets) and optimizer state after a step, activations excluded")
+
+
+def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_model=False):
+    """run_batches under torch.distributed: every rank runs each batch on its
+    own microbatch of `batch` samples; rank 0 prints one result per batch."""
+    device = group.device
+    cuda = device.type == "cuda"
+    nvml = _open_nvml(device)
+    unsupported = parallel_unsupported(setup)
+    for index, batch in enumerate(batches):
+        _emit({"event": "batch_start", "batch": batch})
+        try:
+            impl = optimizer_impl(setup, device)
+        except SpecError:
+            impl = None
+        if unsupported is not None:  # the same on every rank: nobody runs
+            _emit({"event": "result", "batch": batch, "oom": False,
+                   "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                   "step_seconds": None, "steps": 0, "energy_j": None,
+                   "error": unsupported, "optimizer": impl, "world_size": group.world,
+                   "rank_peaks_gb": None, "host_peak_gb": None})
+            continue
+        watcher = group.watch(index) if group.rank == 0 else None
+        record = _Measurement()
+        record.count_states = not cuda
+        oom, error = False, ""
+        try:
+            _measure_batch(spec, setup, device, batch, warmup, steps, record,
+                           compile_model, nvml, group)
+        except Exception as e:  # this rank's failure is the batch's result
+            oom = _is_oom(e)
+            error = "" if oom else f"rank {group.rank}: {type(e).__name__}: {e}"
+        gc.collect()
+        peak = reserved = None
+        if cuda:
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+            reserved = torch.cuda.max_memory_reserved(device)
+            torch.cuda.empty_cache()
+        else:
+            peak = record.counted_bytes
+        ok = not oom and not error
+        mine = {"rank": group.rank, "batch": batch, "world_size": group.world, "oom": oom,
+                "error": error, "optimizer": impl, "peak_bytes": peak,
+                "reserved_bytes": reserved, "rss_bytes": _rss_bytes(), "steps": record.steps,
+                "step_seconds": (sum(record.seconds) / len(record.seconds)
+                                 if ok and record.seconds else None),
+                "energy_j": record.energy_j() if ok else None,
+                "peak_source": PEAK_SOURCE_CUDA if cuda else PEAK_SOURCE_CPU}
+        if not ok:
+            group.fail(index, mine)  # does not return
+        ranks = group.gather(mine)
+        if group.rank == 0:
+            group.ok(index)
+            watcher.join()
+            _emit(_group_result(batch, ranks))
 
 
 # --------------------------------------------------------------------------
@@ -2409,6 +2918,14 @@ def main(argv=None):
     gen.add_argument("--warmup", type=int, default=1)
     gen.add_argument("--device")
     gen.add_argument("--idle_s", type=float, default=1.0)
+    env = None
+    try:
+        env = distributed_env()
+    except SpecError as error:
+        _emit({"event": "error", "error": str(error)})
+        return EXIT_BAD_INPUT
+    if env is not None and env[0] != 0:
+        _EMITS[0] = False  # rank 0 alone prints
     args = parser.parse_args(argv)
     if args.command == "generate":
         try:
@@ -2446,18 +2963,44 @@ def main(argv=None):
         for flag, value, low in (("--warmup", args.warmup, 0), ("--steps", args.steps, 1)):
             if not low <= value <= MAX_STEPS:
                 raise SpecError(f"{flag} {value} is out of range; allowed {low}..{MAX_STEPS}")
-        device = _device(args.device)
+        world = env[1] if env is not None else 1
+        if max(1, setup.gpus) != world:
+            raise SpecError(
+                f"setup.gpus = {setup.gpus} but {world} process(es) run: a multi-GPU setup "
+                f"runs under python -m torch.distributed.run --nproc_per_node {setup.gpus} "
+                "(the worker's torch executor starts it so), one process per GPU")
+        device = _device(args.device) if env is None else torch.device(
+            "cpu" if args.device == "cpu" else "cuda")
+        # A parallel setup on one GPU (the planner counts its buckets or
+        # gathered units too) runs its strategy in a group of one; without
+        # the launcher the harness starts that group itself.
+        parallel = has_parallel(setup)
+        if parallel and env is None:
+            env = _single_rank_env()
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise SpecError(f"--device {args.device}: this torch ({torch.__version__}) sees "
+                            "no CUDA device")
         # Build once on meta: a spec that cannot be built fails here, before
         # any batch, and the hello line can carry the parameter count.
         meta = Program(spec, setup, torch.device("meta"))
         params = sum(p.numel() for p in meta.parameters())
         del meta
+        group = _Group(env, device) if parallel else None
     except SpecError as error:
         _emit({"event": "error", "error": str(error)})
         return EXIT_BAD_INPUT
-    _emit(_hello(device, params))
-    run_batches(spec, setup, device, batches, args.warmup, args.steps,
-                args.compile or setup.compile)
+    compile_model = args.compile or setup.compile
+    if group is None:
+        _emit(_hello(device, params))
+        run_batches(spec, setup, device, batches, args.warmup, args.steps, compile_model)
+        return 0
+    hello = _hello(group.device, params)
+    hello.update({"world_size": group.world, "backend": group.backend,
+                  "parallel": setup.parallel})
+    _emit(hello)
+    run_batches_distributed(spec, setup, group, batches, args.warmup, args.steps,
+                            compile_model)
+    group.close()
     return 0
 
 
