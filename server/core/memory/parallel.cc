@@ -274,14 +274,35 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
                                  setup.offload() == TrainingSetup::BOTH;
   const bool offload_params = setup.offload() == TrainingSetup::PARAMS ||
                               setup.offload() == TrainingSetup::BOTH;
-  if (offload_optimizer) {
-    p.host_bytes_per_gpu += sh.states + sh.update_temporaries;
-    sh.states = 0;
-    sh.update_temporaries = 0;
-  }
-  if (offload_params) {
-    p.host_bytes_per_gpu += sh.weights;
-    sh.weights = 0;
+  const bool fsdp = l.strategy == TrainingSetup::FSDP_FULL ||
+                    l.strategy == TrainingSetup::FSDP_GRAD_OP ||
+                    l.strategy == TrainingSetup::FSDP_HYBRID;
+  if (fsdp && offload_params) {
+    // FSDP's CPU offload moves the weight shards and, with them, the
+    // gradient shards (CPUOffload(offload_params=True) "implicitly enables
+    // gradient offloading to CPU", PyTorch's FSDP docs), so the optimizer
+    // state and step live in host memory too; the GPU keeps the gathered
+    // units and the reduce-scatter buffer.
+    p.host_bytes_per_gpu += sh.weights + sh.gradients + sh.states +
+                            sh.update_temporaries + sh.half_copies;
+    sh.weights = sh.gradients = sh.states = sh.update_temporaries = 0;
+    sh.half_copies = 0;
+  } else {
+    if (offload_optimizer) {
+      // ZeRO-Offload: the fp32 state and the step on the CPU; from stage 2
+      // the gradient partitions go there too.
+      p.host_bytes_per_gpu += sh.states + sh.update_temporaries;
+      sh.states = 0;
+      sh.update_temporaries = 0;
+      if (l.stage >= 2) {
+        p.host_bytes_per_gpu += sh.gradients;
+        sh.gradients = 0;
+      }
+    }
+    if (offload_params) {
+      p.host_bytes_per_gpu += sh.weights;
+      sh.weights = 0;
+    }
   }
   p.host_bytes_per_node =
       p.host_bytes_per_gpu * std::min(l.gpus, l.gpus_per_node);

@@ -216,12 +216,13 @@ TEST(ParallelTest, OffloadMovesStatesToHost) {
   auto off = BuildProfile(spec, setup);
   ASSERT_TRUE(single.ok() && off.ok()) << off.status();
   const ModelStates& st = single->states;
+  // ZeRO-Offload at stage 2: the state, the step and the gradient
+  // partitions on the host; the weights stay.
   EXPECT_DOUBLE_EQ(off->parallel.host_bytes_per_gpu,
-                   (st.states + st.update_temporaries) / 4);
+                   (st.states + st.update_temporaries + st.gradients) / 4);
   EXPECT_DOUBLE_EQ(off->parallel.host_bytes_per_node,
                    off->parallel.host_bytes_per_gpu * 4);
-  EXPECT_DOUBLE_EQ(off->parallel.states_backward,
-                   st.weights + st.gradients / 4);
+  EXPECT_DOUBLE_EQ(off->parallel.states_backward, st.weights);
   // Weights offload needs stage 3; with it, nothing of the states stays.
   setup.set_offload(TrainingSetup::BOTH);
   EXPECT_THAT(BuildProfile(spec, setup).status().message(),
@@ -229,7 +230,22 @@ TEST(ParallelTest, OffloadMovesStatesToHost) {
   setup.set_parallel(TrainingSetup::ZERO3);
   auto both = BuildProfile(spec, setup);
   ASSERT_TRUE(both.ok());
-  EXPECT_DOUBLE_EQ(both->parallel.states_backward, st.gradients / 4);
+  EXPECT_DOUBLE_EQ(both->parallel.states_backward, 0);
+  // FSDP's CPU offload takes the gradient shards with the weights, so the
+  // step runs on the host as well: only gathered units and the
+  // reduce-scatter buffer stay on the GPU.
+  TrainingSetup fsdp = Parallel(TrainingSetup::FSDP_FULL, 4);
+  fsdp.set_offload(TrainingSetup::PARAMS);
+  auto offloaded = BuildProfile(spec, fsdp);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  EXPECT_DOUBLE_EQ(offloaded->parallel.states_backward, 0);
+  EXPECT_DOUBLE_EQ(offloaded->parallel.states_update, 0);
+  EXPECT_NEAR(offloaded->parallel.host_bytes_per_gpu,
+              (st.weights + st.gradients + st.states + st.update_temporaries +
+               st.half_copies) /
+                  4,
+              1e-6);
+  EXPECT_GT(offloaded->parallel.gathered_units, 0);
 }
 
 TEST(ParallelTest, RejectsBadParallelSetups) {
