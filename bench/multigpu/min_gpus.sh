@@ -1,12 +1,14 @@
 #!/bin/bash
-# The smallest GPU count per strategy for Llama-3.1-8B and Llama-3.1-70B
-# (models/hf, the published configs), full fine-tune and LoRA, on H100,
+# The smallest GPU count per strategy for Llama-3-8B (tests/data/hf) and Llama-3.1-70B
+# (models/hf), the published configs, full fine-tune and LoRA, on H100,
 # A100-40GB and L4, as `headroom fit --gpus auto` answers against a running
 # planner: bench/multigpu/min_gpus.sh [HOST:PORT] > bench/multigpu/min_gpus.txt
 set -euo pipefail
 server=${1:-127.0.0.1:50051}
-cli=${HEADROOM:-$(dirname "$0")/../../build/client/headroom}
-for model in llama-3.1-8b llama-3.1-70b; do
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cli=${HEADROOM:-$root/build/client/headroom}
+cd "$root"
+for model in tests/data/hf/meta-llama-3-8b.json llama-3.1-70b; do
   # Full fine-tune in bf16 mixed precision (fp32 master weights, AdamW);
   # LoRA as it is usually run, on bf16 weights (bf16-true), rank 16 on
   # every linear.
