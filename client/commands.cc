@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -235,7 +236,7 @@ void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
         << (r.estimates_size() > 0 ? r.estimates(0).batch() : 0) << " per GPU";
     if (!t.cheapest().empty()) out << "; cheapest " << t.cheapest();
     out << "\n  strategy      fits  not-DNF  nodes  peak/GPU  states  "
-           "gathered  buffers  activations  host/node\n";
+           "gathered  buffers  activations  host/node  collective\n";
     for (const v1::MinGpusStrategy& s : t.strategies()) {
       const auto count = [](uint32_t n) {
         return n == 0 ? std::string(">512") : absl::StrCat(n);
@@ -251,7 +252,10 @@ void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
           << std::setw(8) << s.sharded_states_gb() << std::setw(10)
           << s.gathered_units_gb() << std::setw(9) << s.buffers_gb()
           << std::setw(13) << s.activations_gb() << std::setw(11)
-          << s.host_gb_per_node() << "\n";
+          << s.host_gb_per_node() << std::setw(12)
+          << (s.collective_fitted() ? absl::StrFormat("%.2f", s.collective_gb())
+                                    : std::string("unfitted"))
+          << "\n";
     }
   }
 }

@@ -36,14 +36,21 @@ MAX_OUTPUT = 4 << 20  # bytes read back from one command
 
 def setup_of(flags):
     """The setup a row exercises, named from its flags."""
-    f = dict(zip(flags[::2], flags[1::2]))
+    f = {}
+    for i, token in enumerate(flags):
+        if token.startswith("--"):
+            has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+            f[token] = flags[i + 1] if has_value else ""
+    parallel = ""
+    if "--parallel" in f:
+        parallel = f["--parallel"] + ("+offload " if "--offload" in f else " ")
     if "--quant_base" in f:
-        return "qlora-" + f["--quant_base"]
+        return parallel + "qlora-" + f["--quant_base"]
     if "--lora_rank" in f and f["--lora_rank"] != "0":
-        return "lora"
+        return parallel + "lora"
     opt = f.get("--optimizer", "adamw")
     prec = f.get("--precision", "fp32")
-    name = "full " + prec
+    name = parallel + "full " + prec
     if opt != "adamw":
         name += " " + opt
     if "--optimizer_in_backward" in flags:

@@ -1,5 +1,6 @@
 #include "server/core/calibration/calibrate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -9,8 +10,10 @@
 #include "server/core/calibration/regimes.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/evidence/anchor.h"
+#include "server/core/evidence/evidence.h"
 #include "server/core/evidence/model_key.h"
 #include "server/core/memory/memory_profile.h"
+#include "server/core/memory/parallel.h"
 
 namespace headroom {
 
@@ -306,6 +309,77 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
   return absl::OkStatus();
 }
 
+// Multi-GPU runs (and one-GPU runs under a parallel strategy) do not move
+// the factors: what they hold beyond the counted bytes is their strategy's
+// collective constant. Each is predicted by the prior its source answers
+// with (the factors just fitted); the constant is the median residual of
+// its strategy's runs (FitCollectiveConstant), and the page's multi_gpu
+// columns hold the in-sample and leave-one-run-out predictions.
+absl::Status AddCollectives(const std::vector<v1::MeasuredRun>& runs,
+                            const ModelCatalog& catalog, const PageRules& rules,
+                            v1::FactorSet* set, Predictions* in_sample,
+                            Predictions* heldout) {
+  in_sample->assign(runs.size(), std::nullopt);
+  heldout->assign(runs.size(), std::nullopt);
+  if (runs.empty()) return absl::OkStatus();
+  const std::vector<Prior> priors = PriorsOf(*set);
+  // strategy -> (run index, prediction without the constant)
+  std::map<std::string, std::vector<std::pair<size_t, double>>> by_strategy;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const v1::MeasuredRun& run = runs[i];
+    if (!IsUsable(run) || !run.has_measured_peak_gb()) continue;
+    absl::StatusOr<std::pair<v1::ModelSpec, v1::TrainingSetup>> model =
+        MeasuredModel(run, catalog);
+    if (!model.ok()) continue;
+    absl::StatusOr<MemoryProfile> profile =
+        BuildProfile(model->first, model->second);
+    if (!profile.ok()) continue;
+    const Prior prior = ChoosePrior(priors, MeasuredBy(run));
+    const double predicted =
+        PeakGb(profile->PeakBytesAt(run.batch(), prior.factors),
+               prior.factors) +
+        prior.constant_gb;
+    by_strategy[StrategyName(LayoutOf(model->second).strategy)].push_back(
+        {i, predicted});
+  }
+  for (const auto& [strategy, members] : by_strategy) {
+    std::vector<double> measured, predicted;
+    for (const auto& [i, p] : members) {
+      measured.push_back(runs[i].measured_peak_gb());
+      predicted.push_back(p);
+    }
+    const CollectiveFit fit = FitCollectiveConstant(measured, predicted);
+    std::vector<double> abs_residuals;
+    for (size_t m = 0; m < members.size(); ++m) {
+      (*in_sample)[members[m].first] = predicted[m] + fit.constant_gb;
+      abs_residuals.push_back(
+          std::abs(measured[m] - predicted[m] - fit.constant_gb));
+      // Held out: the constant fitted on the strategy's other runs.
+      std::vector<double> other_measured, other_predicted;
+      for (size_t o = 0; o < members.size(); ++o) {
+        if (o == m) continue;
+        other_measured.push_back(measured[o]);
+        other_predicted.push_back(predicted[o]);
+      }
+      (*heldout)[members[m].first] =
+          predicted[m] +
+          FitCollectiveConstant(other_measured, other_predicted).constant_gb;
+    }
+    std::sort(abs_residuals.begin(), abs_residuals.end());
+    v1::CollectiveConstant* out = set->add_collectives();
+    out->set_strategy(strategy);
+    out->set_constant_gb(fit.constant_gb);
+    out->set_runs(fit.runs);
+    out->set_residual_gb(abs_residuals[abs_residuals.size() / 2]);
+  }
+  if (!by_strategy.empty()) {
+    auto& summary = *set->mutable_page()->mutable_summary();
+    summary["ours_multi_gpu"] = SummarizeColumn(runs, *in_sample, rules);
+    summary["ours_multi_gpu_heldout"] = SummarizeColumn(runs, *heldout, rules);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CalibrationResult> Calibrate(
@@ -313,8 +387,11 @@ absl::StatusOr<CalibrationResult> Calibrate(
     const FitOptions& options, const std::string& trained_on) {
   std::vector<size_t> global_index;
   std::map<int, std::vector<size_t>> by_source;
+  std::vector<size_t> parallel_index;
   for (size_t i = 0; i < all_runs.size(); ++i) {
-    if (InGlobalFit(all_runs[i])) {
+    if (HasParallel(all_runs[i].setup())) {
+      parallel_index.push_back(i);
+    } else if (InGlobalFit(all_runs[i])) {
       global_index.push_back(i);
     } else {
       by_source[MeasuredBy(all_runs[i])].push_back(i);
@@ -326,7 +403,9 @@ absl::StatusOr<CalibrationResult> Calibrate(
   if (!any_usable) {
     // No reference run: the global factors come from whatever was measured.
     global_index.clear();
-    for (size_t i = 0; i < all_runs.size(); ++i) global_index.push_back(i);
+    for (size_t i = 0; i < all_runs.size(); ++i) {
+      if (!HasParallel(all_runs[i].setup())) global_index.push_back(i);
+    }
     by_source.clear();
   }
   const std::vector<v1::MeasuredRun> runs = Subset(all_runs, global_index);
@@ -395,8 +474,16 @@ absl::StatusOr<CalibrationResult> Calibrate(
                                  catalog, options, rules, &set));
   }
 
+  Predictions multi, multi_heldout;
+  RETURN_IF_ERROR(AddCollectives(Subset(all_runs, parallel_index), catalog,
+                                 rules, &set, &multi, &multi_heldout));
+
   result.ours = Expand(ours, global_index, all_runs.size());
   result.ours_heldout = Expand(ours_heldout, global_index, all_runs.size());
+  for (size_t j = 0; j < parallel_index.size(); ++j) {
+    result.ours[parallel_index[j]] = multi[j];
+    result.ours_heldout[parallel_index[j]] = multi_heldout[j];
+  }
   result.ours_anchored = Expand(anchored, global_index, all_runs.size());
   result.samples = std::move(samples);
   return result;

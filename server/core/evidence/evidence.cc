@@ -17,6 +17,7 @@ std::vector<Prior> PriorsOf(const v1::FactorSet& set) {
   global.factors = FactorArray(set.factors());
   global.k90 = set.k90();
   global.k95 = set.k95();
+  global.collectives = set.collectives();
   priors.push_back(global);
   for (const v1::SourceFit& fit : set.page().sources()) {
     if (!fit.usable_as_prior()) continue;
@@ -29,6 +30,7 @@ std::vector<Prior> PriorsOf(const v1::FactorSet& set) {
       prior.k90 = fit.k90();
       prior.k95 = fit.k95();
       prior.constant_gb = fit.constant_gb();
+      prior.collectives = set.collectives();
       priors.push_back(prior);
     }
   }
@@ -114,8 +116,12 @@ std::shared_ptr<const Evidence> Evidence::Build(
       anchor.group.key_id = key.id;
       anchor.group.name =
           model.first.name().empty() ? run.template_() : model.first.name();
-      anchor.group.shape =
-          ShapeOf(*profile, anchor.prior.factors, anchor.prior.constant_gb);
+      // A multi-GPU key's shape carries its strategy's collective
+      // constant, as its answers do.
+      anchor.group.shape = ShapeOf(
+          *profile, anchor.prior.factors,
+          anchor.prior.constant_gb +
+              CollectiveOf(anchor.prior.collectives, model.second).constant_gb);
       evidence->anchors_.push_back(std::move(anchor));
     }
     evidence->anchors_[it->second].group.runs.push_back(i);

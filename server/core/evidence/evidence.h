@@ -28,6 +28,9 @@ struct Prior {
   double k95 = 1;
   // GB added to every peak (SourceFit.constant_gb; 0 for the global).
   double constant_gb = 0;
+  // The set's collective constants per parallel strategy (one set for
+  // every source: they are the multi-GPU runtime's, not the source's).
+  google::protobuf::RepeatedPtrField<v1::CollectiveConstant> collectives;
 };
 
 // The factor set's priors: the global (reference) factors, then each

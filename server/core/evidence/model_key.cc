@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/common/deterministic_bytes.h"
+#include "server/core/memory/parallel.h"
 
 namespace headroom {
 namespace {
@@ -111,6 +112,20 @@ ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
   }
   if (setup.grad_accum() > 1) normalized.set_grad_accum(setup.grad_accum());
   normalized.set_compile(setup.compile());
+  // A parallel setup is keyed by its layout (strategy, GPUs, tensor
+  // parallel, nodes) and offload: a 4-GPU FSDP run anchors 4-GPU FSDP
+  // answers only. One-GPU setups write none of it, so their keys stay.
+  if (HasParallel(setup)) {
+    const ParallelLayout layout = LayoutOf(setup);
+    normalized.set_parallel(layout.strategy);
+    normalized.set_gpus(layout.gpus);
+    normalized.set_offload(setup.offload());
+    if (layout.tensor_parallel > 1) {
+      normalized.set_tensor_parallel(layout.tensor_parallel);
+    }
+    normalized.set_nodes(layout.nodes);
+    normalized.set_gpus_per_node(layout.gpus_per_node);
+  }
   normalized.set_positions(setup.positions() != 0 ? setup.positions()
                                                   : spec_positions);
   const std::string setup_bytes = DeterministicBytes(normalized);

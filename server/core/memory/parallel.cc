@@ -19,7 +19,9 @@ absl::Status Invalid(const std::string& field, const std::string& value,
       absl::StrCat("setup.", field, " = ", value, " is invalid; ", allowed));
 }
 
-std::string Gb(double bytes) { return absl::StrCat(bytes / 1e9, " GB"); }
+std::string Gb(double bytes) {
+  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
+}
 
 }  // namespace
 
@@ -335,8 +337,10 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
   }
   out.push_back(
       p.collective_fitted
-          ? absl::StrCat("collective buffers (NCCL): ", p.collective_gb,
-                         " GB per GPU, fitted from multi-GPU runs")
+          ? absl::StrCat("collective buffers (NCCL, bucket overheads): ",
+                         Gb(p.collective_gb * 1e9),
+                         " per GPU, fitted from measured ",
+                         StrategyName(l.strategy), " runs")
           : absl::StrCat("collective buffers (NCCL, bucket overheads): "
                          "unfitted (no multi-GPU run of ",
                          StrategyName(l.strategy), " measured), counted as 0"));
@@ -404,6 +408,26 @@ CollectiveFit FitCollectiveConstant(const std::vector<double>& measured_gb,
   fit.constant_gb = std::max(0.0, fit.constant_gb);
   fit.runs = static_cast<int>(n);
   return fit;
+}
+
+CollectiveFit CollectiveOf(
+    const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>& fitted,
+    const TrainingSetup& setup) {
+  CollectiveFit out;
+  if (!HasParallel(setup)) return out;
+  const std::string name = StrategyName(LayoutOf(setup).strategy);
+  for (const v1::CollectiveConstant& c : fitted) {
+    if (c.strategy() != name || c.runs() <= 0) continue;
+    out.constant_gb = c.constant_gb();
+    out.runs = c.runs();
+  }
+  return out;
+}
+
+void SetCollective(const CollectiveFit& fit, MemoryProfile* profile) {
+  if (!profile->parallel.active) return;
+  profile->parallel.collective_gb = fit.constant_gb;
+  profile->parallel.collective_fitted = fit.runs > 0;
 }
 
 }  // namespace headroom

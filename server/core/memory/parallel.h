@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/model.pb.h"
 #include "server/core/memory/training_setup.h"
 
@@ -146,6 +147,17 @@ struct CollectiveFit {
 };
 CollectiveFit FitCollectiveConstant(const std::vector<double>& measured_gb,
                                     const std::vector<double>& predicted_gb);
+
+// The constant a factor set fitted for the setup's strategy
+// (FactorSet.collectives): runs 0 and 0 GB for a setup without a parallel
+// strategy or a strategy no multi-GPU run measured.
+CollectiveFit CollectiveOf(
+    const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>& fitted,
+    const v1::TrainingSetup& setup);
+
+// Records the constant in the profile's breakdown (what answers say); the
+// planner adds its GB to the peak with the prior's constant.
+void SetCollective(const CollectiveFit& fit, MemoryProfile* profile);
 
 }  // namespace headroom
 

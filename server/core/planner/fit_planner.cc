@@ -111,13 +111,13 @@ uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
   return 0;
 }
 
-absl::Status AnswerMinGpus(const v1::ModelSpec& spec,
-                           const v1::TrainingSetup& setup, uint64_t batch,
-                           const std::vector<ResolvedTarget>& targets,
-                           const ComponentArray& factors,
-                           const VerdictRule& rule, double constant_gb,
-                           const Correction& correction,
-                           v1::CheckFitResponse* response) {
+absl::Status AnswerMinGpus(
+    const v1::ModelSpec& spec, const v1::TrainingSetup& setup, uint64_t batch,
+    const std::vector<ResolvedTarget>& targets, const ComponentArray& factors,
+    const VerdictRule& rule, double constant_gb,
+    const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
+        collectives,
+    const Correction& correction, v1::CheckFitResponse* response) {
   std::vector<v1::TrainingSetup::Parallel> strategies;
   if (setup.parallel() != v1::TrainingSetup::PARALLEL_UNSPECIFIED) {
     strategies.push_back(setup.parallel());
@@ -142,7 +142,10 @@ absl::Status AnswerMinGpus(const v1::ModelSpec& spec,
           if (failed.ok()) failed = built.status();
           return MemoryProfile();
         }
-        return AnchoredProfile(*built, correction, factors, constant_gb, 0);
+        const CollectiveFit collective = CollectiveOf(collectives, at);
+        SetCollective(collective, &*built);
+        return AnchoredProfile(*built, correction, factors,
+                               constant_gb + collective.constant_gb, 0);
       };
       const auto peak = [&](uint32_t n) {
         return PeakAt(profile_at(n), factors, batch);
@@ -192,7 +195,11 @@ absl::Status AnswerMinGpus(const v1::ModelSpec& spec,
       const double gathered = backward ? p.parallel.gathered_units : 0;
       const double buffers =
           p.parallel.buckets + (backward ? p.parallel.reduce_scatter : 0);
-      row->set_sharded_states_gb((bytes[kOptimizer] - gathered - buffers) * f);
+      // The collective constant rides in the optimizer component too; it is
+      // its own column.
+      row->set_sharded_states_gb(
+          std::max(0.0, (bytes[kOptimizer] - gathered - buffers) * f -
+                            p.parallel.collective_gb));
       row->set_gathered_units_gb(gathered * f);
       row->set_buffers_gb(buffers * f);
       double activations = 0;
@@ -338,6 +345,11 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
        SetupAssumptions(*spec, setup, profile.states)) {
     assumptions.push_back(std::move(assumption));
   }
+  // A parallel setup's per-GPU collective constant, fitted from its
+  // strategy's multi-GPU runs (0 while none was measured, said).
+  const CollectiveFit collective =
+      CollectiveOf(factor_set_.collectives(), setup);
+  SetCollective(collective, &profile);
   for (std::string& assumption : ParallelAssumptions(profile.parallel)) {
     assumptions.push_back(std::move(assumption));
   }
@@ -372,9 +384,10 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   const double k = *KAtCoverage(prior.k90, prior.k95, coverage);
   const VerdictRule rule{factor_set_.headroom(), k};
   const bool global_prior = anchor == nullptr && prior.source == v1::REFERENCE;
+  const double prior_constant_gb = prior.constant_gb + collective.constant_gb;
   const MemoryProfile anchored = AnchoredProfile(
       profile, anchor != nullptr ? anchor->correction : Correction{}, factors,
-      prior.constant_gb, 0);
+      prior_constant_gb, 0);
   const auto& buckets = evidence != nullptr
                             ? evidence->calibration().buckets
                             : std::vector<v1::ExtrapolationBucket>{};
@@ -460,7 +473,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
         }
       }
       const MemoryProfile on_card = AnchoredProfile(
-          profile, anchor->correction, factors, prior.constant_gb, constant);
+          profile, anchor->correction, factors, prior_constant_gb, constant);
       result->set_regime("anchored");
       result->set_gpu_constant_gb(constant);
       result->set_k(k_at(request.batches(0)));
@@ -517,7 +530,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   if (request.min_gpus()) {
     RETURN_IF_ERROR(AnswerMinGpus(
         *spec, setup, request.batches(0), targets, factors, rule,
-        prior.constant_gb,
+        prior.constant_gb, factor_set_.collectives(),
         anchor != nullptr ? anchor->correction : Correction{}, &response));
   }
   return response;

@@ -4,7 +4,10 @@
 
 #include "server/core/evidence/evidence.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <random>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -14,6 +17,9 @@
 #include "server/core/common/json_io.h"
 #include "server/core/evidence/anchor.h"
 #include "server/core/evidence/model_key.h"
+#include "server/core/memory/memory_profile.h"
+#include "server/core/memory/model_spec.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/io/catalog_files.h"
 #include "server/io/files.h"
@@ -268,6 +274,139 @@ TEST(AnchoredEvalTest, LargestBatchOfEveryTemplateFromTheRest) {
     anchored += row.basis().rfind("anchored", 0) == 0;
   }
   EXPECT_GE(anchored, 40);
+}
+
+// Issue 18 item 3: multi-GPU runs go through the same factors and
+// anchoring; what they hold beyond the counted bytes is a per-strategy
+// collective constant fitted from them. Runs made as the shipped factors'
+// prediction plus a known constant per strategy (and noise) give the
+// constants back, leave the factors where the single-GPU runs put them,
+// and anchor answers for their own setup only.
+TEST(CollectiveFitTest, MultiGpuRunsFitTheirStrategysConstant) {
+  const ModelCatalog catalog = LoadCatalog();
+  std::vector<v1::MeasuredRun> runs =
+      LoadRuns(kRoot + "/data/memory-runs.jsonl");
+  auto single = Calibrate(runs, catalog, FitOptions{}, "single");
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->factor_set.collectives_size(), 0);
+  const ComponentArray factors = FactorArray(single->factor_set.factors());
+  const v1::ModelSpec& spec = **catalog.Find("bert-base");
+  const std::map<v1::TrainingSetup::Parallel, double> known = {
+      {v1::TrainingSetup::FSDP_FULL, 0.45}, {v1::TrainingSetup::DDP, 0.21}};
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<double> noise(-0.02, 0.02);
+  for (const auto& [strategy, constant_gb] : known) {
+    for (uint32_t gpus : {2u, 4u}) {
+      for (uint32_t batch : {8u, 16u, 32u}) {
+        v1::MeasuredRun run;
+        run.set_template_("bert-base");
+        run.set_gpu("L4");
+        run.set_batch(batch);
+        run.set_params(CountParams(spec));
+        run.set_simulated(true);
+        run.set_measured_by(v1::SIM);
+        v1::TrainingSetup setup = CalibrationSetup();
+        setup.set_gpus(gpus);
+        setup.set_parallel(strategy);
+        *run.mutable_setup() = setup;
+        auto profile = BuildProfile(spec, setup);
+        ASSERT_TRUE(profile.ok()) << profile.status();
+        const double predicted =
+            PeakGb(profile->PeakBytesAt(batch, factors), factors);
+        double largest = 0;
+        for (uint32_t r = 0; r < gpus; ++r) {
+          run.add_rank_peaks_gb(predicted + constant_gb + noise(rng));
+          largest = std::max(largest, run.rank_peaks_gb(r));
+        }
+        run.set_measured_peak_gb(largest);
+        runs.push_back(run);
+      }
+    }
+  }
+  auto fitted = Calibrate(runs, catalog, FitOptions{}, "with multi-GPU");
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  const v1::FactorSet& set = fitted->factor_set;
+  // The factors are the single-GPU runs' alone.
+  EXPECT_EQ(set.factors().SerializeAsString(),
+            single->factor_set.factors().SerializeAsString());
+  ASSERT_EQ(set.collectives_size(), 2);
+  for (const v1::CollectiveConstant& c : set.collectives()) {
+    v1::TrainingSetup::Parallel strategy;
+    ASSERT_TRUE(ParseStrategy(c.strategy(), &strategy)) << c.strategy();
+    EXPECT_EQ(c.runs(), 6) << c.strategy();
+    // The largest of N ranks sits up to the noise's half-width above.
+    EXPECT_NEAR(c.constant_gb(), known.at(strategy) + 0.01, 0.02)
+        << c.strategy();
+    EXPECT_LT(c.residual_gb(), 0.03) << c.strategy();
+  }
+  const v1::ColumnSummary& heldout =
+      set.page().summary().at("ours_multi_gpu_heldout");
+  EXPECT_EQ(heldout.runs(), 12);
+  EXPECT_LT(heldout.median_abs_err(), 0.02);
+
+  // Answers: a prior answer for a strategy adds its constant and says it
+  // is fitted; one without runs says unfitted; the measured setup is
+  // anchored by its own runs.
+  const auto shared_catalog = std::make_shared<ModelCatalog>(catalog);
+  FitPlanner planner(shared_catalog, set, 0.95);
+  const std::shared_ptr<const Evidence> evidence =
+      Evidence::Build(runs, catalog, PriorsOf(set));
+  const auto ask = [&](v1::TrainingSetup::Parallel strategy, uint32_t gpus,
+                       const Evidence* with) {
+    v1::CheckFitRequest request;
+    request.mutable_model()->set_template_("bert-base");
+    *request.mutable_setup() = CalibrationSetup();
+    request.mutable_setup()->set_gpus(gpus);
+    request.mutable_setup()->set_parallel(strategy);
+    request.set_include_simulated(true);
+    request.add_batches(16);
+    request.add_targets()->set_gpu("L4");
+    auto response = planner.CheckFit(request, with);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : v1::CheckFitResponse();
+  };
+  const auto says = [](const v1::CheckFitResponse& r, const std::string& s) {
+    for (const std::string& a : r.assumptions()) {
+      if (a.find(s) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const v1::CheckFitResponse fsdp =
+      ask(v1::TrainingSetup::FSDP_FULL, 8, nullptr);
+  EXPECT_TRUE(says(fsdp, "fitted from measured fsdp-full runs"));
+  // The same question under a set without the constant is that much lower.
+  FitPlanner bare(shared_catalog, single->factor_set, 0.95);
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  *request.mutable_setup() = CalibrationSetup();
+  request.mutable_setup()->set_gpus(8);
+  request.mutable_setup()->set_parallel(v1::TrainingSetup::FSDP_FULL);
+  request.add_batches(16);
+  request.add_targets()->set_gpu("L4");
+  auto unfitted = bare.CheckFit(request);
+  ASSERT_TRUE(unfitted.ok()) << unfitted.status();
+  EXPECT_TRUE(says(*unfitted, "unfitted"));
+  double fsdp_constant = 0;
+  for (const v1::CollectiveConstant& c : set.collectives()) {
+    if (c.strategy() == "fsdp-full") fsdp_constant = c.constant_gb();
+  }
+  EXPECT_NEAR(fsdp.estimates(0).peak_gb() - unfitted->estimates(0).peak_gb(),
+              fsdp_constant, 1e-6);
+  EXPECT_TRUE(says(ask(v1::TrainingSetup::ZERO2, 8, nullptr), "unfitted"));
+  // Anchored: 4-GPU FSDP has runs, 8-GPU FSDP does not.
+  EXPECT_EQ(ask(v1::TrainingSetup::FSDP_FULL, 4, evidence.get())
+                .estimates(0)
+                .basis()
+                .kind(),
+            v1::Basis::ANCHORED);
+  EXPECT_EQ(ask(v1::TrainingSetup::FSDP_FULL, 8, evidence.get())
+                .estimates(0)
+                .basis()
+                .kind(),
+            v1::Basis::PRIOR);
+  // A one-GPU key is not anchored by them.
+  EXPECT_NE(ModelKeyOf(spec, CalibrationSetup()).id,
+            ModelKeyOf(spec, runs.back().setup()).id);
 }
 
 // The torch harness's runs as a second source: its own factors, held out by
