@@ -5,12 +5,15 @@
 // still runs there); on the 4 x L4 node it succeeds, every batch reports
 // four rank peaks whose largest is the run's peak, samples name every
 // rank's GPU, and each stored measured run keeps the four peaks and the
-// setup. The figures (per-rank peaks beside the planner's per-GPU
-// prediction, made before any run was stored) are printed.
+// setup; a refit fits the FSDP collective constant from them. The figures
+// (per-rank peaks beside the planner's per-GPU prediction, made before any
+// run was stored, and the fitted constant beside the sim's hidden one) are
+// printed.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -27,6 +30,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "worker/daemon/sim_executor.h"
 
 namespace headroom {
 namespace {
@@ -38,6 +42,7 @@ using ::testing::HasSubstr;
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 const std::vector<uint32_t> kBatches = {4, 8, 16};
 constexpr uint32_t kGpus = 4;
+constexpr uint64_t kSeed = 5;
 
 v1::TrainingSetup FourGpuFsdp() {
   v1::TrainingSetup setup;
@@ -59,6 +64,7 @@ class MultiGpuIntegrationTest : public ::testing::Test {
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     fleet_ = v1::Fleet::NewStub(channel);
     fit_ = v1::Fit::NewStub(channel);
+    calibration_ = v1::Calibration::NewStub(channel);
     planner_ = std::make_unique<Child>(std::vector<std::string>{
         HEADROOM_PLANNER_BIN, "--listen=" + address_,
         "--http_listen=", "--models_dir=" + kRoot + "/models",
@@ -82,8 +88,8 @@ class MultiGpuIntegrationTest : public ::testing::Test {
     workers_.push_back(std::make_unique<Child>(std::vector<std::string>{
         HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=" + id,
         "--executors=sim", "--sim_gpu=L4", "--sim_gpus=" + std::to_string(gpus),
-        "--sim_host_memory_gb=128", "--sim_seed=5", "--sim_step_ms=100",
-        "--sample_ms=20", "--backoff_max_ms=400",
+        "--sim_host_memory_gb=128", "--sim_seed=" + std::to_string(kSeed),
+        "--sim_step_ms=100", "--sample_ms=20", "--backoff_max_ms=400",
         "--journal_dir=" + db_ + "." + id, "--log_level=warn"}));
     ASSERT_TRUE(WaitFor(
         [&] { return ::headroom::testing::WorkersConnected(fleet_.get())[id]; },
@@ -131,6 +137,7 @@ class MultiGpuIntegrationTest : public ::testing::Test {
   std::vector<std::unique_ptr<Child>> workers_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
   std::unique_ptr<v1::Fit::Stub> fit_;
+  std::unique_ptr<v1::Calibration::Stub> calibration_;
 };
 
 TEST_F(MultiGpuIntegrationTest, AFourGpuProbeRunsOnlyOnAFourGpuNode) {
@@ -274,6 +281,40 @@ TEST_F(MultiGpuIntegrationTest, AFourGpuProbeRunsOnlyOnAFourGpuNode) {
                 run.rank_peaks_gb(3), largest, prediction,
                 largest / prediction);
   }
+
+  // A refit (dry run, simulated runs included) uses them: the FSDP full
+  // collective constant is fitted from the three runs, beside the sim's
+  // hidden one (the fitted constant also absorbs the factors' mismatch).
+  v1::RefitRequest refit;
+  refit.set_dry_run(true);
+  refit.set_include_simulated(true);
+  v1::RefitResponse refitted;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(120));
+    const grpc::Status status = calibration_->Refit(&context, refit, &refitted);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_FALSE(refitted.stored());
+  const v1::CollectiveConstant* fsdp = nullptr;
+  for (const v1::CollectiveConstant& c : refitted.factor_set().collectives()) {
+    if (c.strategy() == "fsdp-full") fsdp = &c;
+  }
+  ASSERT_NE(fsdp, nullptr) << "the refit fitted no fsdp-full constant";
+  EXPECT_EQ(fsdp->runs(), static_cast<int>(kBatches.size()));
+  EXPECT_TRUE(std::isfinite(fsdp->constant_gb()));
+  worker::SimGpuConfig config;
+  config.kind = "L4";
+  config.seed = kSeed;
+  const worker::SimExecutor sim(config);
+  std::printf(
+      "refit (dry run, %d runs used): fsdp-full collective constant %.3f GB "
+      "fitted from %d runs (median |residual| %.3f GB); the sim's hidden "
+      "constant %.3f GB, rank 0 +%.2f %%\n",
+      refitted.runs_used(), fsdp->constant_gb(), fsdp->runs(),
+      fsdp->residual_gb(), sim.CollectiveGb(v1::TrainingSetup::FSDP_FULL),
+      100 * sim.rank0_extra());
 }
 
 }  // namespace
