@@ -9,9 +9,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli_json.h"
 #include "client/rpc.h"
+#include "client/setup_flags.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "server/core/common/json_io.h"
 
@@ -42,6 +44,15 @@ void PrintResult(const v1::BatchResult& r, std::ostream& out) {
     if (r.has_peak_allocated_gb()) {
       out << "peak " << r.peak_allocated_gb() << " GB";
     }
+    if (!r.rank_peaks_gb().empty()) {
+      out << " (ranks "
+          << absl::StrJoin(r.rank_peaks_gb(), " ",
+                           [](std::string* to, double gb) {
+                             absl::StrAppend(to, absl::StrFormat("%.3f", gb));
+                           })
+          << ")";
+    }
+    if (r.has_host_peak_gb()) out << ", host " << r.host_peak_gb() << " GB";
     if (r.has_device_peak_gb()) {
       out << ", device " << r.device_peak_gb() << " GB";
     }
@@ -93,6 +104,13 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
     out << w.hello().worker_id() << "  "
         << (w.connected() ? "connected" : "disconnected") << "  executors "
         << absl::StrJoin(w.hello().executors(), ",");
+    out << "  gpus " << w.hello().gpus_size() << "  host memory ";
+    if (w.hello().host_memory_bytes() > 0) {
+      out << std::fixed << std::setprecision(1)
+          << static_cast<double>(w.hello().host_memory_bytes()) / 1e9 << " GB";
+    } else {
+      out << "unknown";
+    }
     if (!w.running_probe().empty()) out << "  running " << w.running_probe();
     if (w.connected()) out << "  samples " << w.samples_received();
     out << "\n";
@@ -118,6 +136,11 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
 
 int ProbeSubmit(const Options& options, const ProbeOptions& probe,
                 std::ostream& out, std::ostream& err) {
+  if (MinGpusAsked(options)) {
+    return Fail(err,
+                "--gpus auto asks a fit answer for the smallest count; a probe "
+                "runs on a given count: --gpus 1..16 (one node)");
+  }
   absl::StatusOr<v1::CheckFitRequest> fit =
       FitRequest(options, /*require_targets=*/false);
   if (!fit.ok()) return Fail(err, std::string(fit.status().message()));

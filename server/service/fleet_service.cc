@@ -166,7 +166,9 @@ void FleetService::OnHello(WorkerStream* stream, const v1::WorkerHello& in) {
   std::vector<std::string> kinds;
   for (v1::GpuDevice& gpu : *hello.mutable_gpus()) {
     gpu.set_catalog_gpu(CatalogGpuForDriverName(gpu.name()));
-    if (!gpu.catalog_gpu().empty()) kinds.push_back(gpu.catalog_gpu());
+    // One entry per GPU, "" for a card the catalog does not know: the
+    // claim counts GPUs per kind (Store::ClaimProbe).
+    kinds.push_back(gpu.catalog_gpu());
   }
   // Why the hello is refused: a rejection reason and the status that ends
   // the stream.

@@ -1,5 +1,6 @@
 #include "server/store/probe_transitions.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
@@ -110,6 +111,10 @@ bool MarkCancelled(v1::Probe* probe) {
   probe->set_state(v1::Probe::CANCELLED);
   probe->set_updated_unix_ms(WallClockMs());
   return true;
+}
+
+uint32_t GpusNeeded(const v1::Probe& probe) {
+  return std::max(1u, probe.request().setup().gpus());
 }
 
 }  // namespace headroom

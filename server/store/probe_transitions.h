@@ -53,6 +53,11 @@ int64_t ExpiryDeadlineMs(const v1::Probe& probe);
 // worker took it, it was cancelled, or it has time left).
 bool MarkExpired(v1::Probe* probe, int64_t now_ms, const std::string& error);
 
+// The GPUs of one node a probe needs at once: its setup's gpus (0 and 1
+// alike: one). Stores keep it in a column, so a claim picks only probes
+// the claiming worker has enough GPUs of the kind for.
+uint32_t GpusNeeded(const v1::Probe& probe);
+
 // QUEUED or RUNNING -> CANCELLED; returns false and changes nothing for a
 // probe already in a final state.
 bool MarkCancelled(v1::Probe* probe);

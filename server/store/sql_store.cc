@@ -13,6 +13,7 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <ctime>
 #include <map>
 #include <set>
@@ -495,6 +496,14 @@ absl::Status EnergyRunsSchema(Tx& tx) {
                    Substituted(tx.dialect(), kEnergyRunsTable));
 }
 
+// Legacy + 3: the GPUs of one node a probe needs (GpusNeeded), a column the
+// claim reads. Every probe stored before multi-GPU probes needs one.
+absl::Status ProbeGpusSchema(Tx& tx) {
+  return tx.Script("adding probes.gpus",
+                   "ALTER TABLE probes ADD COLUMN gpus integer NOT NULL "
+                   "DEFAULT 1");
+}
+
 // The schema as this build's migrations leave it, for a new database.
 absl::Status CreateSchemaBeforeEnergyRuns(Tx& tx) {
   const SqlDialect& d = tx.dialect();
@@ -591,13 +600,15 @@ CREATE TABLE autotune_cache (
 
 absl::Status CreateSchema(Tx& tx) {
   RETURN_IF_ERROR(CreateSchemaBeforeEnergyRuns(tx));
-  return EnergyRunsSchema(tx);
+  RETURN_IF_ERROR(EnergyRunsSchema(tx));
+  return ProbeGpusSchema(tx);
 }
 
 // Migrations after the legacy version: migration i brings a database to
 // legacy version + i + 1.
 using Migration = absl::Status (*)(Tx&);
-const Migration kMigrations[] = {&SharedSchema, &EnergyRunsSchema};
+const Migration kMigrations[] = {&SharedSchema, &EnergyRunsSchema,
+                                 &ProbeGpusSchema};
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               kSqlStoreMigrations);
 
@@ -1040,8 +1051,8 @@ absl::StatusOr<v1::Probe> SqlStore::AddProbe(v1::Probe probe) {
     probe.set_state(v1::Probe::QUEUED);
     return tx.Exec("storing probe",
                    "INSERT INTO probes (seq, id, state, gpu, worker_pin, "
-                   "executor, body, background, expires_at_ms) VALUES "
-                   "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "executor, body, background, expires_at_ms, gpus) VALUES "
+                   "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    SqlParams()
                        .Int(seq)
                        .Text(probe.id())
@@ -1051,7 +1062,8 @@ absl::StatusOr<v1::Probe> SqlStore::AddProbe(v1::Probe probe) {
                        .Text(probe.request().executor())
                        .Bytes(ProbeBody(probe))
                        .Int(probe.request().learn_key().empty() ? 0 : 1)
-                       .Int(ExpiryDeadlineMs(probe)));
+                       .Int(ExpiryDeadlineMs(probe))
+                       .Int(GpusNeeded(probe)));
   }));
   probe.clear_results();
   return probe;
@@ -1097,25 +1109,39 @@ absl::StatusOr<std::optional<v1::Probe>> SqlStore::ClaimProbe(
   RETURN_IF_ERROR(Write([&](Tx& tx) -> absl::Status {
     claimed.reset();
     // The claim rule: the oldest queued probe this worker can run (pinned
-    // to it, or unpinned and asking for one of its GPUs; any executor or
-    // one of its executors), learning probes only behind every other. No
-    // claimer holds it right now: its row stays locked until the commit.
+    // to it with no more GPUs than its largest kind holds, or unpinned and
+    // asking for one of its kinds with no more GPUs than it has of that
+    // kind; any executor or one of its executors), learning probes only
+    // behind every other. A worker runs one assignment at a time, so an
+    // idle worker's GPUs are all free. No claimer holds it right now: its
+    // row stays locked until the commit.
+    std::map<std::string, int64_t> count;  // GPUs per kind, ordered
+    int64_t largest = 1;                   // a pinned probe's bound
+    for (const std::string& gpu : gpus) {
+      largest = std::max(largest, ++count[gpu]);
+    }
     SqlParams params;
-    params.Int(v1::Probe::QUEUED).Text(worker);
-    for (const std::string& gpu : gpus) params.Text(gpu);
+    params.Int(v1::Probe::QUEUED).Text(worker).Int(largest);
+    std::string kinds;
+    for (const auto& [kind, n] : count) {
+      absl::StrAppend(&kinds, kinds.empty() ? "" : " OR ",
+                      "(gpu = ? AND gpus <= ?)");
+      params.Text(kind).Int(n);
+    }
+    if (kinds.empty()) kinds = "1 = 0";
     for (const std::string& executor : executors) params.Text(executor);
     ASSIGN_OR_RETURN(
         SqlRows rows,
-        tx.Query("claiming probe",
-                 absl::StrCat("SELECT id FROM probes WHERE state = ? AND "
-                              "(CASE WHEN worker_pin <> '' THEN worker_pin = ? "
-                              "ELSE gpu IN (",
-                              Placeholders(gpus.size()),
-                              ") END) AND (executor = '' OR executor IN (",
-                              Placeholders(executors.size()),
-                              ")) ORDER BY background, seq LIMIT 1",
-                              tx.dialect().skip_locked),
-                 params));
+        tx.Query(
+            "claiming probe",
+            absl::StrCat("SELECT id FROM probes WHERE state = ? AND "
+                         "(CASE WHEN worker_pin <> '' THEN (worker_pin = "
+                         "? AND gpus <= ?) ELSE (",
+                         kinds, ") END) AND (executor = '' OR executor IN (",
+                         Placeholders(executors.size()),
+                         ")) ORDER BY background, seq LIMIT 1",
+                         tx.dialect().skip_locked),
+            params));
     if (rows.empty()) return absl::OkStatus();
     ASSIGN_OR_RETURN(v1::Probe probe,
                      LoadProbe(tx, rows.Bytes(0, 0), /*lock=*/false));

@@ -22,7 +22,7 @@ namespace headroom {
 
 // How many migrations SqlStore adds, the same for both backends, after
 // each backend's legacy version (sql_dialect.h).
-inline constexpr int kSqlStoreMigrations = 2;
+inline constexpr int kSqlStoreMigrations = 3;
 
 class SqlStore : public Store {
  public:

@@ -159,11 +159,17 @@ class ProbeQueue {
   absl::StatusOr<std::vector<v1::Probe>> ListProbes(v1::Probe::State state,
                                                     int limit);
 
-  // Atomically hands the oldest queued probe `worker` can run (pinned to
-  // it, or asking for one of `gpus`, with an executor among `executors`;
-  // learning probes, request.learn_key set, only when no other waits) to
-  // the worker: RUNNING, a new assignment id, a lease until now + lease_ms.
-  // nullopt when none waits. Exactly one caller gets each probe.
+  // Atomically hands the oldest queued probe `worker` can run to the
+  // worker: RUNNING, a new assignment id, a lease until now + lease_ms.
+  // `gpus` is the catalog kind of each of the worker's GPUs, one entry per
+  // GPU ("" for a card the catalog does not know): a kind listed N times is
+  // N GPUs of it. The worker can run a probe pinned to it that needs no
+  // more GPUs (GpusNeeded) than its most numerous kind has (at least one),
+  // or an unpinned probe asking for a kind it holds at least GpusNeeded of,
+  // with an executor among `executors` (or none asked); learning probes,
+  // request.learn_key set, only when no other waits. A probe it cannot hold
+  // does not block the ones behind it. nullopt when none waits. Exactly one
+  // caller gets each probe.
   virtual absl::StatusOr<std::optional<v1::Probe>> ClaimProbe(
       const std::string& worker, const std::vector<std::string>& gpus,
       const std::vector<std::string>& executors, int64_t now_ms,

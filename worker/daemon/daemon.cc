@@ -25,7 +25,7 @@ class WorkerDaemon::Sink final : public ExecutionSink {
     sample.set_assignment_id(assignment_.assignment_id());
     sample.set_batch(run.batch());
     sample.set_t_ms(t_ms);
-    sample.set_gpu_index(assignment_.gpu_index());
+    sample.set_gpu_index(reading.gpu_index.value_or(assignment_.gpu_index()));
     sample.set_fb_used_mib(static_cast<double>(reading.memory_used_bytes) /
                            (1024.0 * 1024.0));
     if (reading.power_w) sample.set_power_w(*reading.power_w);
@@ -220,6 +220,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
     h.set_node_name(options_.node_name.empty() ? options_.hostname
                                                : options_.node_name);
     for (const v1::GpuDevice& gpu : options_.gpus) *h.add_gpus() = gpu;
+    h.set_host_memory_bytes(options_.host_memory_bytes);
     for (const auto& [name, executor] : executors_) h.add_executors(name);
     h.set_version(HEADROOM_VERSION_STRING);
     for (const auto& [name, version] : options_.framework_versions) {
@@ -356,6 +357,29 @@ void WorkerDaemon::StartAssignment(const v1::Assignment& assignment) {
                         absl::StrJoin(have, ", "), ")"),
            /*hand_back=*/false);
     return;
+  }
+  // A multi-GPU assignment: on GPUs this worker has, on an executor that
+  // runs several.
+  if (assignment.setup().gpus() > 1) {
+    std::string why;
+    if (name == "cuda") {
+      why = absl::StrCat("the cuda executor runs on one GPU; setup.gpus = ",
+                         assignment.setup().gpus());
+    }
+    for (uint32_t index : assignment.gpu_indices()) {
+      bool have = false;
+      for (const v1::GpuDevice& gpu : options_.gpus) {
+        have = have || gpu.index() == index;
+      }
+      if (!have && why.empty()) {
+        why = absl::StrCat("gpu_indices names GPU ", index,
+                           ", which this worker does not have");
+      }
+    }
+    if (!why.empty()) {
+      refuse(why, /*hand_back=*/false);
+      return;
+    }
   }
   running_assignment_ = assignment.assignment_id();
   running_probe_ = assignment.probe_id();

@@ -36,6 +36,8 @@ struct DaemonOptions {
   // The node the GPUs are on, as the cluster's scheduler names it.
   std::string node_name;
   std::vector<v1::GpuDevice> gpus;
+  // The node's host memory, bytes (0: not known), said at hello.
+  uint64_t host_memory_bytes = 0;
   std::vector<std::string> notes;
   std::map<std::string, std::string> framework_versions;
   // Reconnect backoff: doubles from min to max, with +-20 % jitter.

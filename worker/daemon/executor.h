@@ -23,6 +23,9 @@ enum class StopReason : int {
 
 // One reading of one GPU.
 struct GpuReading {
+  // The GPU read, for a multi-GPU assignment (one reading per rank); unset:
+  // the assignment's gpu_index.
+  std::optional<uint32_t> gpu_index;
   uint64_t memory_used_bytes = 0;
   std::optional<double> power_w;
   std::optional<double> total_energy_mj;

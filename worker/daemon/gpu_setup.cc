@@ -2,15 +2,24 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/subprocess.h"
 
 namespace headroom::worker {
 namespace {
+
+// A simulated node's host memory at most (GB).
+constexpr double kMaxSimHostGb = 65536;
 
 // The first of `candidates` that exists, or empty.
 std::string FirstExisting(
@@ -52,6 +61,23 @@ std::string PackageVersion(const std::string& python,
 }
 
 }  // namespace
+
+uint64_t HostMemoryBytes(const std::string& meminfo_path) {
+  std::ifstream in(meminfo_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "MemTotal:")) continue;
+    std::vector<std::string> words =
+        absl::StrSplit(line.substr(9), ' ', absl::SkipEmpty());
+    uint64_t kib = 0;
+    if (words.size() != 2 || words[1] != "kB" ||
+        !absl::SimpleAtoi(words[0], &kib) || kib > (uint64_t{1} << 44)) {
+      return 0;
+    }
+    return kib * 1024;
+  }
+  return 0;
+}
 
 absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
   GpuSetup setup;
@@ -115,6 +141,12 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
                                       gpu::CounterRead::Kind::kValue);
         }
         setup.gpus.push_back(std::move(device));
+      }
+      setup.host_memory_bytes = HostMemoryBytes();
+      if (setup.host_memory_bytes == 0) {
+        setup.notes.push_back(
+            "host memory unknown (no MemTotal in /proc/meminfo): offload "
+            "probes cannot be checked against the node");
       }
       const std::filesystem::path dir =
           std::filesystem::path(options.argv0).parent_path();
@@ -204,8 +236,24 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
       return absl::InvalidArgumentError(
           "sim_step_ms must be 1..60000 and sample_ms 1..10000");
     }
+    if (sim.gpus < 1 || sim.gpus > kMaxSimGpus) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sim_gpus = ", sim.gpus, " is out of range; allowed 1..",
+                       kMaxSimGpus, " cards on the simulated node"));
+    }
+    if (!(sim.host_memory_gb > 0 && sim.host_memory_gb <= kMaxSimHostGb)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sim_host_memory_gb = ", sim.host_memory_gb,
+                       " is out of range; allowed (0, ", kMaxSimHostGb, "]"));
+    }
     auto executor = std::make_unique<SimExecutor>(sim);
-    setup.gpus.push_back(executor->Device());
+    for (const v1::GpuDevice& gpu : executor->Devices()) {
+      setup.gpus.push_back(gpu);
+    }
+    // The simulated node's memory, unless real GPUs report the host's.
+    if (setup.host_memory_bytes == 0) {
+      setup.host_memory_bytes = static_cast<uint64_t>(sim.host_memory_gb * 1e9);
+    }
     setup.framework_versions["simulator"] = "headroom-sim 1";
     setup.executors.push_back(std::move(executor));
   }

@@ -5,6 +5,7 @@
 // (CUDA driver + NVML, both loaded at run time) for torch and cuda, a
 // simulated card for sim. What is missing is said in notes, not fatal.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,12 +31,20 @@ struct GpuSetupOptions {
 
 struct GpuSetup {
   std::vector<v1::GpuDevice> gpus;
+  // The node's host memory, bytes: MemTotal of /proc/meminfo for real GPUs,
+  // the simulated node's declared size for sim (0: not known).
+  uint64_t host_memory_bytes = 0;
   std::vector<std::unique_ptr<Executor>> executors;
   std::vector<std::string> notes;
   std::map<std::string, std::string> framework_versions;
 };
 
-// INVALID_ARGUMENT for an unknown executor or simulated GPU; a real
+// MemTotal of a /proc/meminfo-format file, bytes ("MemTotal: N kB", kB
+// being KiB); 0 when the file or the line is missing or malformed.
+uint64_t HostMemoryBytes(const std::string& meminfo_path = "/proc/meminfo");
+
+// INVALID_ARGUMENT for an unknown executor or simulated GPU, a simulated
+// node of other than 1..kMaxSimGpus cards or host memory out of range; a real
 // executor asked for explicitly on a machine without a GPU is
 // FAILED_PRECONDITION with the reason.
 absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options);

@@ -53,6 +53,12 @@ ABSL_FLAG(std::string, executors, "auto",
 ABSL_FLAG(std::string, sim_gpu, "L4", "simulated card kind (catalog name)");
 ABSL_FLAG(double, sim_memory_gb, 0,
           "simulated card memory in GB (0 = the catalog's)");
+ABSL_FLAG(int, sim_gpus, 1,
+          "simulated cards of --sim_gpu on the node (1..16, indices 0..N-1): "
+          "probes asking for several GPUs run on them");
+ABSL_FLAG(double, sim_host_memory_gb, 64,
+          "the simulated node's host memory in GB (offloaded states live "
+          "there)");
 ABSL_FLAG(uint64_t, sim_seed, 1, "seed of the simulated card's hidden truth");
 ABSL_FLAG(int, sim_step_ms, 40, "wall time of one simulated training step");
 ABSL_FLAG(int, sample_ms, 20, "GPU sampling period during a probe");
@@ -160,6 +166,8 @@ int main(int argc, char** argv) {
   setup.sim.kind = absl::GetFlag(FLAGS_sim_gpu);
   setup.sim.memory_gb = absl::GetFlag(FLAGS_sim_memory_gb);
   setup.sim.seed = absl::GetFlag(FLAGS_sim_seed);
+  setup.sim.gpus = absl::GetFlag(FLAGS_sim_gpus);
+  setup.sim.host_memory_gb = absl::GetFlag(FLAGS_sim_host_memory_gb);
   setup.sim.step_ms = absl::GetFlag(FLAGS_sim_step_ms);
   setup.sim.sample_ms = absl::GetFlag(FLAGS_sample_ms);
   setup.sample_ms = absl::GetFlag(FLAGS_sample_ms);
@@ -174,6 +182,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.gpus = gpus->gpus;
+  options.host_memory_bytes = gpus->host_memory_bytes;
   options.worker_id =
       absl::GetFlag(FLAGS_worker_id).empty()
           ? headroom::worker::DefaultWorkerId(options.hostname, options.gpus)

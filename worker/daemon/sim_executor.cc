@@ -55,6 +55,21 @@ SimExecutor::SimExecutor(SimGpuConfig config)
   int8_.a = draw(80, 180);
   int8_.s = int8_.a * draw(0.4, 0.9);
   int8_.nstar = draw(2, 12);
+  // Multi-GPU truths: a stream of their own, so every draw above stays what
+  // it was for a seed.
+  std::mt19937_64 collective(config_.seed * 15485863 + 47);
+  for (double& gb : collective_gb_) {
+    gb = std::uniform_real_distribution<double>(0.2, 0.8)(collective);
+  }
+  rank0_extra_ = std::uniform_real_distribution<double>(0.0, 0.03)(collective);
+}
+
+double SimExecutor::CollectiveGb(v1::TrainingSetup::Parallel strategy) const {
+  const int s = strategy == v1::TrainingSetup::PARALLEL_UNSPECIFIED
+                    ? static_cast<int>(v1::TrainingSetup::DDP)
+                    : static_cast<int>(strategy);
+  if (s < 0 || s >= static_cast<int>(collective_gb_.size())) return 0;
+  return collective_gb_[s];
 }
 
 double SimExecutor::TrueDePct(double n_b, const std::string& quant) const {
@@ -76,11 +91,21 @@ double SimExecutor::TrueJPer1k(double n_b, const std::string& quant) const {
   return fp16 * (1 + TrueDePct(n_b, quant) / 100);
 }
 
-v1::GpuDevice SimExecutor::Device() const {
+std::vector<v1::GpuDevice> SimExecutor::Devices() const {
+  std::vector<v1::GpuDevice> gpus;
+  for (int i = 0; i < std::clamp(config_.gpus, 1, kMaxSimGpus); ++i) {
+    gpus.push_back(Device(static_cast<uint32_t>(i)));
+  }
+  return gpus;
+}
+
+v1::GpuDevice SimExecutor::Device(uint32_t index) const {
   v1::GpuDevice gpu;
-  gpu.set_index(0);
+  gpu.set_index(index);
   gpu.set_name(config_.kind);
-  gpu.set_uuid("SIM-" + config_.kind + "-" + std::to_string(config_.seed));
+  // Card 0 keeps the uuid a one-card node always had.
+  gpu.set_uuid("SIM-" + config_.kind + "-" + std::to_string(config_.seed) +
+               (index == 0 ? "" : "-" + std::to_string(index)));
   gpu.set_memory_bytes(static_cast<uint64_t>(config_.memory_gb * 1e9));
   gpu.set_compute_capability("sim");
   gpu.set_driver_version("sim");
@@ -102,8 +127,22 @@ double SimExecutor::TruePeakGb(const v1::Assignment& assignment, uint32_t batch,
       bytes[c] *= compiled_activation_;
     }
   }
-  return std::max(PeakGb(bytes, factors_),
-                  PeakGb(profile->update_bytes, factors_));
+  const double peak = std::max(PeakGb(bytes, factors_),
+                               PeakGb(profile->update_bytes, factors_));
+  // Several GPUs: the per-GPU profile above plus the collective buffers.
+  if (assignment.setup().gpus() > 1) {
+    return peak + CollectiveGb(assignment.setup().parallel());
+  }
+  return peak;
+}
+
+double SimExecutor::TrueRankPeakGb(const v1::Assignment& assignment,
+                                   uint32_t batch, uint32_t rank,
+                                   const std::string& mode) const {
+  const double truth = TruePeakGb(assignment, batch, mode);
+  if (truth < 0) return truth;
+  return rank == 0 && assignment.setup().gpus() > 1 ? truth * (1 + rank0_extra_)
+                                                    : truth;
 }
 
 double SimExecutor::StepSeconds(const v1::Assignment& assignment,
@@ -130,6 +169,9 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     return outcome;
   }
   if (assignment.has_energy()) return RunEnergy(assignment, sink, stop);
+  if (assignment.setup().gpus() > 1) {
+    return RunParallel(assignment, sink, stop);
+  }
   const int steps =
       static_cast<int>(assignment.warmup_steps() + assignment.steps());
   const double baseline_mib = 0;
@@ -211,6 +253,127 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
         }
         result.set_energy_j(train_w_ * timed * step_s * noise);
       }
+    }
+    sink->BatchDone(run, std::move(result));
+  }
+  return outcome;
+}
+
+ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
+                                          ExecutionSink* sink,
+                                          const std::atomic<StopReason>& stop) {
+  ExecutionOutcome outcome;
+  const uint32_t ranks = assignment.setup().gpus();
+  const int cards = std::clamp(config_.gpus, 1, kMaxSimGpus);
+  if (static_cast<uint32_t>(assignment.gpu_indices_size()) != ranks) {
+    outcome.error = "setup.gpus = " + std::to_string(ranks) +
+                    " but the assignment names " +
+                    std::to_string(assignment.gpu_indices_size()) +
+                    " GPUs (gpu_indices); one per rank is needed";
+    return outcome;
+  }
+  for (uint32_t index : assignment.gpu_indices()) {
+    if (index >= static_cast<uint32_t>(cards)) {
+      outcome.error = "gpu_indices names GPU " + std::to_string(index) +
+                      "; this simulated node has " + std::to_string(cards) +
+                      " (0.." + std::to_string(cards - 1) + ")";
+      return outcome;
+    }
+  }
+  absl::StatusOr<MemoryProfile> profile =
+      BuildProfile(assignment.spec(), assignment.setup());
+  if (!profile.ok()) {
+    outcome.error = std::string(profile.status().message());
+    return outcome;
+  }
+  // Offloaded states live in the node's memory: its processes' resident
+  // set at the peak.
+  const double host_truth_gb = profile->parallel.host_bytes_per_node / 1e9;
+  const int steps =
+      static_cast<int>(assignment.warmup_steps() + assignment.steps());
+  for (const v1::BatchRun& run : assignment.runs()) {
+    if (stop.load() != StopReason::kNone) {
+      outcome.handed_back = stop.load() == StopReason::kShutdown;
+      if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
+      return outcome;
+    }
+    std::vector<double> measured(ranks);
+    double host_gb = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      std::normal_distribution<double> noise(1.0, config_.noise);
+      for (uint32_t r = 0; r < ranks; ++r) {
+        measured[r] = TrueRankPeakGb(assignment, run.batch(), r, run.mode()) *
+                      std::max(0.5, noise(rng_));
+      }
+      if (host_truth_gb > 0) {
+        host_gb = host_truth_gb * std::max(0.5, noise(rng_));
+      }
+    }
+    const double largest = *std::max_element(measured.begin(), measured.end());
+    const bool oom = largest + context_gb_ > config_.memory_gb;
+    const bool host_full = host_gb > config_.host_memory_gb;
+    // Every rank's memory ramps up over the first step to its peak (or to
+    // the card on the rank that runs out, at the end of that step).
+    const int total_ms = oom ? config_.step_ms : steps * config_.step_ms;
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t samples = 0;
+    for (int t = 0; t <= total_ms; t += config_.sample_ms) {
+      if (stop.load() != StopReason::kNone) break;
+      const double ramp = std::min(
+          1.0, static_cast<double>(t + 1) / std::max(1, config_.step_ms));
+      for (uint32_t r = 0; r < ranks; ++r) {
+        const double top_gb =
+            std::min(config_.memory_gb, measured[r] + context_gb_);
+        GpuReading reading;
+        reading.gpu_index = assignment.gpu_indices(static_cast<int>(r));
+        reading.memory_used_bytes = static_cast<uint64_t>(
+            (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
+        if (tdp_w_ > 0) {
+          absl::MutexLock lock(&mu_);
+          std::normal_distribution<double> noise(1.0, config_.noise);
+          const double watts =
+              std::clamp(train_w_ * noise(rng_), idle_w_, tdp_w_);
+          double& counter = *reading.gpu_index == 0
+                                ? energy_mj_
+                                : rank_energy_mj_[*reading.gpu_index];
+          counter += watts * config_.sample_ms;  // W * ms = mJ
+          reading.power_w = watts;
+          reading.total_energy_mj = counter;
+        }
+        sink->Sample(run, t, reading);
+        ++samples;
+      }
+      std::this_thread::sleep_until(
+          start + std::chrono::milliseconds(t + config_.sample_ms));
+    }
+    if (stop.load() == StopReason::kCancelled) {
+      outcome.error = "cancelled";
+      return outcome;
+    }
+    if (stop.load() == StopReason::kShutdown) {
+      outcome.handed_back = true;
+      return outcome;
+    }
+    v1::BatchResult result;
+    result.set_batch(run.batch());
+    result.set_repetition(run.repetition());
+    result.set_mode(run.mode());
+    result.set_oom(oom);
+    result.set_simulated(true);
+    result.set_samples(samples);
+    if (host_gb > 0) result.set_host_peak_gb(host_gb);
+    if (host_full && !oom) {
+      result.set_error("host memory exhausted: offload holds " +
+                       std::to_string(host_gb) + " GB of the node's " +
+                       std::to_string(config_.host_memory_gb) + " GB");
+    } else if (!oom) {
+      for (double gb : measured) result.add_rank_peaks_gb(gb);
+      result.set_peak_allocated_gb(largest);
+      result.set_peak_reserved_gb(largest * 1.05);
+      result.set_device_peak_gb(largest * 1.05 + context_gb_);
+      result.set_step_seconds(StepSeconds(assignment, run.batch(), run.mode()));
+      result.set_timed_steps(assignment.steps());
     }
     sink->BatchDone(run, std::move(result));
   }

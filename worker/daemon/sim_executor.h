@@ -26,12 +26,26 @@
 // dE%(N) = A - S x / (1 + x), x = N / Nstar, A, S, Nstar hidden per
 // quantization and seed. Each window's energy has multiplicative noise
 // (config.noise); its length is energy / power.
+//
+// A simulated node holds config.gpus cards of the kind (indices 0..N-1).
+// An assignment on N > 1 of them (setup.gpus, gpu_indices) follows the same
+// rules as the planner: each rank's truth is the per-GPU profile
+// (BuildProfile with the setup, which applies the parallel strategy) times
+// the hidden factors, plus a hidden per-strategy collective constant
+// (0.2-0.8 GB, drawn from a stream of its own so one-GPU truths stay what
+// they were for a seed); rank 0 holds a hidden 0-3 % more. Each rank has
+// its own noise; the run reports every rank's peak (rank_peaks_gb), the
+// largest as peak_allocated_gb, goes OOM when any rank exceeds the card,
+// and for an offload setup reports host_peak_gb (the profile's host bytes
+// per node, with noise; beyond config.host_memory_gb the run fails saying
+// so). Samples name each rank's GPU. A multi-GPU run reports no energy_j.
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "worker/daemon/executor.h"
@@ -47,7 +61,12 @@ struct SimGpuConfig {
   // Wall time of one simulated training step, and the sampling period.
   int step_ms = 40;
   int sample_ms = 20;
+  // Cards on the simulated node (1..kMaxSimGpus) and its host memory, GB.
+  int gpus = 1;
+  double host_memory_gb = 64;
 };
+
+inline constexpr int kMaxSimGpus = 16;
 
 class SimExecutor final : public Executor {
  public:
@@ -56,8 +75,10 @@ class SimExecutor final : public Executor {
   ExecutionOutcome Run(const v1::Assignment& assignment, ExecutionSink* sink,
                        const std::atomic<StopReason>& stop) override;
 
-  // The inventory entry of the simulated card.
-  v1::GpuDevice Device() const;
+  // The inventory entry of the simulated card `index` (0 by default), and
+  // of every card of the node.
+  v1::GpuDevice Device(uint32_t index = 0) const;
+  std::vector<v1::GpuDevice> Devices() const;
 
   // The hidden truth, for tests: allocator peak in GB of `batch` in `mode`
   // ("" and "eager" alike, or "compiled") without noise, the context
@@ -65,6 +86,14 @@ class SimExecutor final : public Executor {
   double TruePeakGb(const v1::Assignment& assignment, uint32_t batch,
                     const std::string& mode = "") const;
   double context_gb() const { return context_gb_; }
+  // The hidden truth of a multi-GPU assignment, for tests: rank `rank`'s
+  // allocator peak in GB without noise (TruePeakGb with the collective
+  // constant, rank 0's extra on rank 0); the collective constant of a
+  // strategy (PARALLEL_UNSPECIFIED is DDP), GB; rank 0's extra fraction.
+  double TrueRankPeakGb(const v1::Assignment& assignment, uint32_t batch,
+                        uint32_t rank, const std::string& mode = "") const;
+  double CollectiveGb(v1::TrainingSetup::Parallel strategy) const;
+  double rank0_extra() const { return rank0_extra_; }
   double StepSeconds(const v1::Assignment& assignment, uint32_t batch,
                      const std::string& mode = "") const;
   // Training power of the card without noise, W.
@@ -97,6 +126,13 @@ class SimExecutor final : public Executor {
   };
   DeCurve nf4_, int8_;
   double memory_bandwidth_gb_s_ = 0;
+  // Per strategy (TrainingSetup::Parallel, DDP..ZERO3), GB.
+  std::array<double, 8> collective_gb_{};
+  double rank0_extra_ = 0;
+
+  ExecutionOutcome RunParallel(const v1::Assignment& assignment,
+                               ExecutionSink* sink,
+                               const std::atomic<StopReason>& stop);
 
   ExecutionOutcome RunEnergy(const v1::Assignment& assignment,
                              ExecutionSink* sink,
@@ -104,6 +140,8 @@ class SimExecutor final : public Executor {
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   double energy_mj_ ABSL_GUARDED_BY(mu_) = 0;
+  // The energy counters of cards 1..N-1 (card 0's is energy_mj_).
+  std::array<double, kMaxSimGpus> rank_energy_mj_ ABSL_GUARDED_BY(mu_){};
 };
 
 }  // namespace headroom::worker

@@ -1,6 +1,7 @@
 #include "server/service/fleet/dispatch.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/service/fleet_autotune.h"
+#include "server/store/probe_transitions.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
@@ -21,12 +23,61 @@ constexpr double kDefaultBatchTimeoutS = 600;
 
 }  // namespace
 
+namespace {
+
+// A device's catalog kind (as OnHello filled it in, else from its name).
+std::string KindOf(const v1::GpuDevice& device) {
+  return device.catalog_gpu().empty() ? CatalogGpuForDriverName(device.name())
+                                      : device.catalog_gpu();
+}
+
+// How many of `gpus` are of the catalog `kind`; with an empty `kind`, how
+// many the most numerous kind has (cards the catalog does not know count
+// as one kind).
+int GpusOfKind(const std::vector<v1::GpuDevice>& gpus,
+               const std::string& kind) {
+  std::map<std::string, int> count;
+  int largest = 0;
+  for (const v1::GpuDevice& device : gpus) {
+    largest = std::max(largest, ++count[KindOf(device)]);
+  }
+  if (kind.empty()) return largest;
+  auto it = count.find(kind);
+  return it == count.end() ? 0 : it->second;
+}
+
+// The kind a probe's GPUs are taken of on a worker: the probe's, or for a
+// pinned probe the worker's most numerous kind (the first GPU's on a tie).
+std::string KindFor(const v1::Probe& probe,
+                    const std::vector<v1::GpuDevice>& gpus) {
+  if (!probe.gpu().empty()) return probe.gpu();
+  std::string best;
+  int best_count = 0;
+  for (const v1::GpuDevice& device : gpus) {
+    const std::string kind = KindOf(device);
+    int n = 0;
+    for (const v1::GpuDevice& other : gpus) {
+      if (KindOf(other) == kind) ++n;
+    }
+    if (n > best_count) {
+      best = kind;
+      best_count = n;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 std::string NoWorkerFor(const v1::Probe& probe,
                         const std::vector<ConnectedWorker>& workers) {
   const v1::SubmitProbeRequest& request = probe.request();
   const std::string& executor = request.executor();
+  const int needed = static_cast<int>(GpusNeeded(probe));
   int connected = 0;
   bool placed = false;
+  bool runs_executor = false;
+  int largest = 0;  // the most GPUs of the kind on one matching node
   std::set<std::string> kinds;  // the GPU kinds connected, for the reason
   for (const ConnectedWorker& worker : workers) {
     if (worker.draining) continue;
@@ -41,12 +92,26 @@ std::string NoWorkerFor(const v1::Probe& probe,
     if (!here) continue;
     placed = true;
     const auto& executors = worker.executors;
-    if (executor.empty() || std::find(executors.begin(), executors.end(),
-                                      executor) != executors.end()) {
-      return "";
+    if (!executor.empty() && std::find(executors.begin(), executors.end(),
+                                       executor) == executors.end()) {
+      continue;
     }
+    runs_executor = true;
+    const int gpus = std::max(
+        request.has_worker() ? 1 : 0,
+        GpusOfKind(worker.gpus, request.has_worker() ? "" : probe.gpu()));
+    largest = std::max(largest, gpus);
+    if (gpus >= needed) return "";
   }
   if (connected == 0) return "no worker is connected";
+  if (runs_executor) {
+    const std::string kind =
+        request.has_worker() ? "GPU" : probe.gpu().substr(0, 32);
+    return absl::StrCat("needs ", needed, " x ", kind, " on one ",
+                        request.has_worker() ? "worker" : "node", "; the ",
+                        request.has_worker() ? "worker" : "largest node",
+                        " has ", largest);
+  }
   if (placed) {
     return absl::StrCat("no connected worker that matches runs the \"",
                         executor.substr(0, 32), "\" executor");
@@ -101,11 +166,19 @@ v1::Assignment AssignmentFor(const v1::Probe& probe,
     }
   }
   assignment.set_executor(probe.request().executor());
+  // The GPUs its ranks run on: the first GpusNeeded of the kind (an idle
+  // worker's GPUs are all free); gpu_index is rank 0's. One GPU: no list.
+  const std::string kind = KindFor(probe, gpus);
+  const uint32_t needed = GpusNeeded(probe);
+  std::vector<uint32_t> indices;
   for (const v1::GpuDevice& gpu : gpus) {
-    if (gpu.catalog_gpu() == probe.gpu()) {
-      assignment.set_gpu_index(gpu.index());
-      break;
+    if (indices.size() < needed && KindOf(gpu) == kind) {
+      indices.push_back(gpu.index());
     }
+  }
+  if (!indices.empty()) assignment.set_gpu_index(indices.front());
+  if (needed > 1) {
+    for (uint32_t index : indices) assignment.add_gpu_indices(index);
   }
   const v1::SubmitProbeRequest& request = probe.request();
   assignment.set_warmup_steps(request.warmup_steps() == 0

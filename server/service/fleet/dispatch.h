@@ -59,7 +59,9 @@ struct DispatchPolicy {
 // What the dispatcher sees of one connected worker.
 struct IdleWorker {
   std::string worker;
-  // Catalog GPU kinds of its devices, and its executors.
+  // The catalog kind of each of its devices, one entry per GPU ("" for a
+  // card the catalog does not know: Store::ClaimProbe counts them), and its
+  // executors.
   std::vector<std::string> gpu_kinds;
   std::vector<std::string> executors;
   std::vector<v1::GpuDevice> gpus;
@@ -73,14 +75,18 @@ struct ConnectedWorker {
   bool draining = false;
 };
 
-// Why none of `workers` can take `probe` (its placement and executor);
-// empty when one can. Draining workers do not count.
+// Why none of `workers` can take `probe` (its placement, executor and the
+// GPUs of one node it needs: "needs 4 x L4 on one node; the largest node
+// has 1"); empty when one can. Draining workers do not count.
 std::string NoWorkerFor(const v1::Probe& probe,
                         const std::vector<ConnectedWorker>& workers);
 
 // The assignment that sends `probe` (just claimed) to a worker with `gpus`:
 // only the runs not measured yet (a re-queued probe resumes), the request's
 // steps and timeout or their defaults (fleet.proto), the lease of `policy`.
+// A probe needing N > 1 GPUs (GpusNeeded) gets gpu_indices: the first N of
+// its kind (for a pinned probe, the worker's most numerous kind), rank r on
+// gpu_indices[r], gpu_index the first.
 // An autotune probe's candidates are added by the caller.
 v1::Assignment AssignmentFor(const v1::Probe& probe,
                              const std::vector<v1::GpuDevice>& gpus,

@@ -1,6 +1,7 @@
 #include "server/service/fleet/measured_runs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,45 @@
 #include "server/core/memory/model_spec.h"
 
 namespace headroom {
+
+std::string RankPeaksProblem(const v1::BatchResult& batch, uint32_t gpus,
+                             double card_memory_gb) {
+  const auto& peaks = batch.rank_peaks_gb();
+  if (gpus <= 1) {
+    // One GPU: no per-rank list (a single entry must be the peak itself).
+    if (peaks.empty()) return "";
+    if (peaks.size() == 1 && batch.has_peak_allocated_gb() &&
+        std::fabs(peaks[0] - batch.peak_allocated_gb()) <= 1e-6) {
+      return "";
+    }
+    return absl::StrCat("rank_peaks_gb has ", peaks.size(),
+                        " entries for a one-GPU run; allowed none");
+  }
+  if (static_cast<uint32_t>(peaks.size()) != gpus) {
+    return absl::StrCat("rank_peaks_gb has ", peaks.size(),
+                        " entries; setup.gpus = ", gpus, " needs one per rank");
+  }
+  const double bound = card_memory_gb * kRankPeakSlack;
+  double largest = 0;
+  for (int r = 0; r < peaks.size(); ++r) {
+    const double gb = peaks[r];
+    if (!std::isfinite(gb) || gb < 0 || gb > bound) {
+      return absl::StrCat(
+          "rank_peaks_gb[", r, "] = ", gb, " is not a peak; allowed 0..", bound,
+          " GB (the card's ", card_memory_gb, " GB x ", kRankPeakSlack, ")");
+    }
+    largest = std::max(largest, gb);
+  }
+  if (!batch.has_peak_allocated_gb() ||
+      std::fabs(largest - batch.peak_allocated_gb()) > 1e-6) {
+    return absl::StrCat(
+        "rank_peaks_gb's largest, ", largest, " GB, is not peak_allocated_gb (",
+        batch.has_peak_allocated_gb() ? absl::StrCat(batch.peak_allocated_gb())
+                                      : std::string("unset"),
+        "); the run's peak is its largest rank's");
+  }
+  return "";
+}
 
 std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
                                               const v1::ProbeResult& result,
@@ -44,12 +84,22 @@ std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
   run.set_gpu(card->name);
   run.set_batch(batch.batch());
   run.set_params(CountParams(probe.spec()));
+  // A multi-GPU run: every rank's peak, or the reason they cannot stand.
+  const double card_gb =
+      result.gpu().memory_bytes() > 0
+          ? static_cast<double>(result.gpu().memory_bytes()) / 1e9
+          : card->memory_gb;
+  const std::string rank_problem =
+      RankPeaksProblem(batch, std::max(1u, setup.gpus()), card_gb);
   if (!batch.error().empty()) {
     run.set_excluded(absl::StrCat("probe error: ", batch.error()));
   } else if (batch.oom()) {
     run.set_oom_on_gb(card->memory_gb);
+  } else if (!rank_problem.empty()) {
+    run.set_excluded(rank_problem);
   } else if (batch.has_peak_allocated_gb()) {
     run.set_measured_peak_gb(batch.peak_allocated_gb());
+    if (setup.gpus() > 1) *run.mutable_rank_peaks_gb() = batch.rank_peaks_gb();
   } else {
     run.set_excluded("no allocator peak measured (device peak only)");
   }

@@ -14,11 +14,25 @@
 
 namespace headroom {
 
+// A multi-GPU run's rank peaks may exceed the card by this factor at most
+// before they are taken for wrong numbers.
+inline constexpr double kRankPeakSlack = 1.5;
+
+// Why the per-rank peaks of `batch`, a run on `gpus` GPUs of
+// `card_memory_gb` each, cannot stand (empty when they can): with more than
+// one GPU, one entry per rank, each finite, >= 0 and <= the card x
+// kRankPeakSlack, the largest equal to peak_allocated_gb within 1e-6; with
+// one GPU none (or the peak itself). The reason names the field.
+std::string RankPeaksProblem(const v1::BatchResult& batch, uint32_t gpus,
+                             double card_memory_gb);
+
 // The measured run of one batch result of `probe`, run by `worker`: its
-// model key, source, how it was measured, and the spec and setup when the
-// model is not a catalog template. nullopt for a compiled-mode batch (the
-// memory model predicts eager execution) or a card the catalog does not
-// know.
+// model key, source, how it was measured, the setup (setup.gpus, parallel,
+// offload ... with it), and the spec when the model is not a catalog
+// template. A multi-GPU run keeps its rank peaks (rank_peaks_gb); peaks
+// RankPeaksProblem refuses exclude the run, saying why, and none is stored
+// as its peak. nullopt for a compiled-mode batch (the memory model predicts
+// eager execution) or a card the catalog does not know.
 std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
                                               const v1::ProbeResult& result,
                                               const std::string& worker);

@@ -1,5 +1,6 @@
 #include "server/service/fleet/probe_requests.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -8,11 +9,60 @@
 #include "server/core/common/input_limits.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/fleet/worker_reports.h"
 #include "server/service/reply.h"
 
 namespace headroom {
+
+absl::Status CheckProbeParallel(const v1::SubmitProbeRequest& request) {
+  const v1::TrainingSetup& setup = request.setup();
+  if (setup.gpus() > kMaxProbeGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "setup.gpus = ", setup.gpus(),
+        " is out of range for a probe; allowed 0 or 1 (one GPU) .. ",
+        kMaxProbeGpus, " (the GPUs of one node)"));
+  }
+  if (setup.nodes() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "setup.nodes = ", setup.nodes(),
+        "; a probe runs on one node: allowed 0 or 1 (fit answers take more)"));
+  }
+  const uint32_t gpus = std::max(1u, setup.gpus());
+  if (setup.gpus_per_node() != 0 && setup.gpus_per_node() < gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "setup.gpus_per_node = ", setup.gpus_per_node(),
+        " is under setup.gpus = ", gpus,
+        "; a probe runs on one node: allowed 0 or at least setup.gpus"));
+  }
+  if (gpus == 1) return absl::OkStatus();
+  if (request.has_autotune()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.gpus = ", gpus,
+                     ": an autotune probe runs on one GPU; allowed 0 "
+                     "or 1"));
+  }
+  const std::string& executor = request.executor();
+  if (executor == "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "setup.gpus = ", gpus,
+        ": the cuda executor runs on one GPU; allowed 0 or 1 (or executor "
+        "\"torch\" or \"sim\")"));
+  }
+  const v1::TrainingSetup::Parallel strategy = setup.parallel();
+  const bool zero = strategy == v1::TrainingSetup::ZERO1 ||
+                    strategy == v1::TrainingSetup::ZERO2 ||
+                    strategy == v1::TrainingSetup::ZERO3;
+  if (zero && executor != "sim") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "setup.parallel = ", StrategyName(strategy),
+        " needs DeepSpeed, which the torch executor does not run; allowed with "
+        "executor \"torch\" (or empty): ddp, fsdp-full, fsdp-grad-op, "
+        "fsdp-hybrid; every strategy with executor \"sim\""));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
                                    const ModelCatalog& catalog,
@@ -35,6 +85,7 @@ absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
         {"model.template", request.model().template_()}}) {
     RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
   }
+  RETURN_IF_ERROR(CheckProbeParallel(request));
   ASSIGN_OR_RETURN(ResolvedModel model,
                    ResolveModelRef(request.model(), request.setup(), catalog));
   RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));

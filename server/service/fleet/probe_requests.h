@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "headroom/v1/fleet.pb.h"
 #include "server/core/catalog/model_catalog.h"
@@ -21,13 +22,26 @@ inline constexpr uint32_t kMaxSteps = 1000;
 // expires_s at most 30 days.
 inline constexpr uint32_t kMaxExpiresS = 30 * 24 * 3600;
 
+// The GPUs of one node a probe may ask for at once (setup.gpus).
+inline constexpr uint32_t kMaxProbeGpus = 16;
+
+// OK when the request's parallel setup can run as one probe on one node:
+// setup.gpus 0..kMaxProbeGpus (0 and 1: one GPU), setup.nodes 0 or 1,
+// setup.gpus_per_node 0 or at least setup.gpus; with more than one GPU the
+// "sim" executor runs every strategy, "torch" (and an empty executor, which
+// may reach a torch worker) DDP and FSDP only (ZeRO needs DeepSpeed), "cuda"
+// none, and autotune probes none. INVALID_ARGUMENT names the field and the
+// allowed values.
+absl::Status CheckProbeParallel(const v1::SubmitProbeRequest& request);
+
 // The probe `request` asks for, not yet stored: its request, the model
 // resolved against `catalog` (template name and spec), a catalog GPU for a
 // gpu placement, created at `now_ms`. INVALID_ARGUMENT (NOT_FOUND for an
 // unknown template or GPU) names the field and the allowed range: a
 // request over `max_request_bytes` or the stored-request bound, an empty
 // placement, a bad worker id, executor, batch list, repetitions, steps,
-// batch timeout or expiry.
+// batch timeout or expiry, a parallel setup one node cannot run
+// (CheckProbeParallel).
 absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
                                    const ModelCatalog& catalog,
                                    size_t max_request_bytes, int64_t now_ms);

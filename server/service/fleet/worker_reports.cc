@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -177,9 +178,25 @@ absl::Status CheckHelloInventory(const v1::WorkerHello& hello) {
         version, absl::StrCat("hello.framework_versions[", Cut(name, 64), "]"),
         kMaxHelloStringLength));
   }
+  const double host_gb = static_cast<double>(hello.host_memory_bytes()) / 1e9;
+  if (host_gb > kMaxHostMemoryGb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.host_memory_bytes = ", hello.host_memory_bytes(), " (", host_gb,
+        " GB); allowed up to ", kMaxHostMemoryGb, " GB (0 = not known)"));
+  }
+  std::set<std::string> uuids;  // each card once
   for (int i = 0; i < hello.gpus_size(); ++i) {
     const v1::GpuDevice& gpu = hello.gpus(i);
     const std::string field = absl::StrCat("hello.gpus[", i, "]");
+    if (gpu.index() >= kMaxGpuIndex) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".index = ", gpu.index(), "; allowed 0..", kMaxGpuIndex - 1));
+    }
+    if (!gpu.uuid().empty() && !uuids.insert(gpu.uuid()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".uuid = \"", Cut(gpu.uuid(), 64),
+                       "\" is another GPU's too; each card is listed once"));
+    }
     for (const auto& [name, text] :
          {std::pair<const char*, const std::string*>{".name", &gpu.name()},
           {".uuid", &gpu.uuid()},
@@ -269,6 +286,21 @@ std::optional<Rejection> CheckBatchResult(
          batch.device_peak_gb()}}) {
     if (!has) continue;
     if (auto bad = CheckPeak(field, value, card_memory_gb)) return bad;
+  }
+  // A multi-GPU run's per-rank figures: bounded here; each value is
+  // checked where the run is made (MeasuredRunFor excludes a bad one).
+  if (batch.rank_peaks_gb_size() > kMaxGpusPerWorker) {
+    return Rejection{
+        WorkerRejection::kMalformed,
+        absl::StrCat("rank_peaks_gb has ", batch.rank_peaks_gb_size(),
+                     " entries; allowed up to ", kMaxGpusPerWorker,
+                     " (one per rank of one node)")};
+  }
+  if (batch.has_host_peak_gb() &&
+      !(std::isfinite(batch.host_peak_gb()) && batch.host_peak_gb() >= 0 &&
+        batch.host_peak_gb() <= kMaxHostMemoryGb)) {
+    return Implausible(absl::StrCat("host_peak_gb = ", batch.host_peak_gb(),
+                                    "; allowed 0..", kMaxHostMemoryGb, " GB"));
   }
   if (batch.oom() && batch.has_peak_allocated_gb()) {
     return Implausible(

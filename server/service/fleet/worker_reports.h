@@ -26,6 +26,11 @@ inline constexpr size_t kMaxNoteLength = 4096;
 // A GPU's memory at most this many GB (0 = not known): several times
 // today's largest card.
 inline constexpr double kMaxGpuMemoryGb = 1024;
+// A node's host memory at most this many GB (0 = not known): several
+// times today's largest servers.
+inline constexpr double kMaxHostMemoryGb = 65536;
+// A GPU's index (as CUDA numbers a node's devices) is under this.
+inline constexpr uint32_t kMaxGpuIndex = 1024;
 // A measured peak may exceed the card's memory by this factor at most
 // (allocator rounding, NVML's binary units): beyond it the number is wrong.
 inline constexpr double kPeakSlack = 1.05;
@@ -41,8 +46,10 @@ inline constexpr size_t kMaxResultKeyLength = 256;
 absl::Status CheckFleetId(const std::string& id, const char* field);
 
 // OK when every part of `hello` is within the bounds above (the worker id
-// and node name are checked by the caller); INVALID_ARGUMENT names the
-// field, its size and the bound.
+// and node name are checked by the caller): at most kMaxGpusPerWorker GPUs
+// with indices under kMaxGpuIndex and distinct uuids, card and host memory
+// sane;
+// INVALID_ARGUMENT names the field, its value and the bound.
 absl::Status CheckHelloInventory(const v1::WorkerHello& hello);
 
 // Why a worker message was refused: the reason (a fixed label) and what

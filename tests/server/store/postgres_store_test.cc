@@ -129,13 +129,15 @@ TEST_F(PostgresStoreTest, RefusesNewerSchemaChangingNothing) {
   // A database a newer planner created: its schema_version only.
   Sql("CREATE TABLE schema_version (version integer PRIMARY KEY, "
       "applied_unix bigint NOT NULL); "
-      "INSERT INTO schema_version VALUES (7, 0)");
+      "INSERT INTO schema_version VALUES (" +
+      std::to_string(kPostgresSchemaVersion + 1) + ", 0)");
   auto refused = PostgresStore::Open(url());
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find(
-                absl::StrCat("schema version 7 (host=127.0.0.1")),
-            std::string::npos)
+  EXPECT_NE(
+      refused.status().message().find(absl::StrCat(
+          "schema version ", kPostgresSchemaVersion + 1, " (host=127.0.0.1")),
+      std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find(absl::StrCat(
                 "newer than this planner's ", kPostgresSchemaVersion)),
@@ -145,7 +147,7 @@ TEST_F(PostgresStoreTest, RefusesNewerSchemaChangingNothing) {
   EXPECT_EQ(Sql("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public'"),
             "1");
   EXPECT_EQ(Sql("SELECT string_agg(version::text, ',') FROM schema_version"),
-            "7");
+            std::to_string(kPostgresSchemaVersion + 1));
 }
 
 // Callers beyond the pool's connections wait for one rather than fail,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/store/probe_transitions.h"
 #include "tests/server/store/store_fixture.h"
 
 namespace headroom {
@@ -76,6 +77,65 @@ TEST_P(FleetStoreTest, LearningProbesRunAfterOperatorProbes) {
   ASSERT_TRUE(claimed.ok() && claimed->has_value());
   EXPECT_EQ((*claimed)->id(), first->id());
   EXPECT_EQ((*claimed)->request().learn_key(), "mk-0123456789abcdef");
+}
+
+// A probe needing N GPUs goes only to a worker with N of its kind; one
+// that no idle worker can hold does not block the probes behind it.
+TEST_P(FleetStoreTest, AMultiGpuProbeGoesOnlyToAWorkerWithEnoughGpus) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Probe four = QueuedProbe("L4", "sim");
+  four.mutable_request()->mutable_setup()->set_gpus(4);
+  four.mutable_request()->mutable_setup()->set_parallel(
+      v1::TrainingSetup::FSDP_FULL);
+  auto wide = (*store)->AddProbe(four);
+  auto narrow = (*store)->AddProbe(QueuedProbe("L4", "sim"));
+  ASSERT_TRUE(wide.ok() && narrow.ok());
+  EXPECT_EQ(GpusNeeded(*wide), 4u);
+  EXPECT_EQ(GpusNeeded(*narrow), 1u);
+  // One L4: p-1 (4 x L4) is skipped, p-2 behind it is claimed.
+  auto one = (*store)->ClaimProbe("w-1xl4", {"L4"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(one.ok() && one->has_value()) << one.status();
+  EXPECT_EQ((*one)->id(), narrow->id());
+  // Three L4s and an H100: still not four of one kind.
+  auto three = (*store)->ClaimProbe("w-3xl4", {"L4", "L4", "H100", "L4"},
+                                    {"sim"}, 1000, 500);
+  ASSERT_TRUE(three.ok());
+  EXPECT_FALSE(three->has_value());
+  // Four H100s are four GPUs, but not of the kind asked for.
+  auto h100s = (*store)->ClaimProbe(
+      "w-4xh100", {"H100", "H100", "H100", "H100"}, {"sim"}, 1000, 500);
+  ASSERT_TRUE(h100s.ok());
+  EXPECT_FALSE(h100s->has_value());
+  auto four_l4 = (*store)->ClaimProbe("w-4xl4", {"L4", "L4", "L4", "L4"},
+                                      {"sim"}, 1000, 500);
+  ASSERT_TRUE(four_l4.ok() && four_l4->has_value()) << four_l4.status();
+  EXPECT_EQ((*four_l4)->id(), wide->id());
+  EXPECT_EQ((*four_l4)->request().setup().gpus(), 4u);
+  EXPECT_EQ((*four_l4)->worker(), "w-4xl4");
+  // Re-queued (the lease ran out), it is again only for four.
+  ASSERT_EQ((*store)->RequeueExpired(2000)->size(), 2u);
+  auto again = (*store)->ClaimProbe("w-1xl4", {"L4"}, {"sim"}, 3000, 500);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->id(), narrow->id());
+  EXPECT_FALSE((*(*store)->ClaimProbe("w-1xl4b", {"L4"}, {"sim"}, 3000, 500)));
+}
+
+// A probe pinned to a worker needs that many GPUs of the worker's most
+// numerous kind; a pinned one-GPU probe goes to a worker of any inventory.
+TEST_P(FleetStoreTest, APinnedMultiGpuProbeNeedsTheGpusToo) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Probe two = QueuedProbe("", "");
+  two.mutable_request()->set_worker("w-pinned");
+  two.mutable_request()->mutable_setup()->set_gpus(2);
+  ASSERT_TRUE((*store)->AddProbe(two).ok());
+  EXPECT_FALSE(
+      (*(*store)->ClaimProbe("w-pinned", {"L4", "A10G"}, {}, 10, 100)));
+  auto mine =
+      (*store)->ClaimProbe("w-pinned", {"L4", "A10G", "L4"}, {}, 10, 100);
+  ASSERT_TRUE(mine.ok() && mine->has_value());
+  EXPECT_EQ((*mine)->id(), "p-1");
 }
 
 // Runs are counted without reading them (the evidence is rebuilt when the

@@ -75,7 +75,16 @@ TEST(StoreMigrationTest, ASchema9SqliteFileReadsBackWhatItHeld) {
     run.set_quant("fp16");
     EXPECT_TRUE(*(*store)->AddEnergyRun("k", run));
     EXPECT_EQ((*store)->ListEnergyRuns(false, 10)->size(), 1u);
+    // Probes stored before multi-GPU probes (schema 12) need one GPU: the
+    // queued p-4 goes to a one-L4 worker.
+    auto claimed = (*store)->ClaimProbe("w-1", {"L4"}, {}, 1800000000000, 500);
+    ASSERT_TRUE(claimed.ok() && claimed->has_value()) << claimed.status();
+    EXPECT_EQ((*claimed)->id(), "p-4");
   }
+  EXPECT_EQ(SqliteValue(path,
+                        "SELECT group_concat(gpus) FROM "
+                        "(SELECT gpus FROM probes ORDER BY seq)"),
+            "1,1,1,1,1");
   EXPECT_EQ(SqliteValue(path, "PRAGMA user_version"),
             std::to_string(kSqliteSchemaVersion));
   // Binary bodies where JSON was, every run hashed, each result of p-1 in
@@ -164,8 +173,13 @@ TEST(StoreMigrationTest, ASchema4PostgresDatabaseReadsBackWhatItHeld) {
             probe.SerializeAsString());
   EXPECT_EQ(*testing::RunSql(url, "SELECT MAX(version) FROM schema_version"),
             std::to_string(kPostgresSchemaVersion));
-  // The energy runs table the last migration adds, empty.
+  // The energy runs table a migration adds, empty.
   EXPECT_EQ(*(*store)->CountEnergyRuns(), (std::pair<int64_t, int64_t>{0, 0}));
+  // The probes' GPUs the last migration adds: one for every older probe.
+  EXPECT_EQ(*testing::RunSql(url,
+                             "SELECT string_agg(gpus::text, ',') FROM "
+                             "probes"),
+            "1");
   EXPECT_EQ(*testing::RunSql(url,
                              "SELECT string_agg(key, ',') FROM "
                              "probe_results"),

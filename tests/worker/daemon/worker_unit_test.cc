@@ -3,16 +3,23 @@
 // OOM above its card and labels everything simulated.
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/core/catalog/model_catalog.h"
+#include "server/core/memory/memory_profile.h"
 #include "server/io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
+#include "worker/daemon/gpu_setup.h"
 #include "worker/daemon/sim_executor.h"
 #include "worker/daemon/subprocess.h"
 
@@ -110,6 +117,194 @@ TEST(SimExecutorTest, HiddenTruthNoiseAndOom) {
   EXPECT_GT(sink.samples, 2);
   EXPECT_LE(sink.peak, static_cast<uint64_t>(24e9) + 1);
   EXPECT_TRUE(sim.Device().simulated());
+}
+
+// Readings by GPU index, and results.
+class RankCollect : public ExecutionSink {
+ public:
+  void Sample(const v1::BatchRun&, int64_t, const GpuReading& r) override {
+    ASSERT_TRUE(r.gpu_index.has_value());
+    peak[*r.gpu_index] = std::max(peak[*r.gpu_index], r.memory_used_bytes);
+  }
+  void BatchDone(const v1::BatchRun&, v1::BatchResult r) override {
+    results.push_back(std::move(r));
+  }
+  std::map<uint32_t, uint64_t> peak;
+  std::vector<v1::BatchResult> results;
+};
+
+v1::Assignment FourGpuAssignment(const v1::ModelSpec& spec,
+                                 v1::TrainingSetup::Parallel strategy,
+                                 std::vector<uint32_t> batches) {
+  v1::Assignment assignment;
+  assignment.set_assignment_id("p-2.1");
+  *assignment.mutable_spec() = spec;
+  assignment.mutable_setup()->set_gpus(4);
+  assignment.mutable_setup()->set_parallel(strategy);
+  for (uint32_t index : {0u, 1u, 2u, 3u}) assignment.add_gpu_indices(index);
+  assignment.set_warmup_steps(1);
+  assignment.set_steps(2);
+  for (uint32_t batch : batches) assignment.add_runs()->set_batch(batch);
+  return assignment;
+}
+
+SimGpuConfig FourL4s() {
+  SimGpuConfig config;
+  config.kind = "L4";
+  config.memory_gb = 24;
+  config.step_ms = 5;
+  config.sample_ms = 2;
+  config.gpus = 4;
+  return config;
+}
+
+TEST(SimExecutorTest, AFourGpuNodeRunsEachRankUnderTheParallelRules) {
+  auto catalog = LoadModelCatalog(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  SimExecutor sim(FourL4s());
+  const std::vector<v1::GpuDevice> devices = sim.Devices();
+  ASSERT_EQ(devices.size(), 4u);
+  std::set<std::string> uuids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(devices[i].index(), i);
+    EXPECT_EQ(devices[i].name(), "L4");
+    uuids.insert(devices[i].uuid());
+  }
+  EXPECT_EQ(uuids.size(), 4u);
+  EXPECT_EQ(devices[0].uuid(), "SIM-L4-1");  // a one-card node's, as before
+
+  const v1::Assignment assignment = FourGpuAssignment(
+      **catalog->Find("gpt2"), v1::TrainingSetup::FSDP_FULL, {8, 64});
+  RankCollect sink;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  const ExecutionOutcome outcome = sim.Run(assignment, &sink, stop);
+  ASSERT_TRUE(outcome.error.empty()) << outcome.error;
+  ASSERT_EQ(sink.results.size(), 2u);
+  // The hidden collective constant and rank 0's extra, in their ranges.
+  const double collective = sim.CollectiveGb(v1::TrainingSetup::FSDP_FULL);
+  EXPECT_GE(collective, 0.2);
+  EXPECT_LE(collective, 0.8);
+  EXPECT_GE(sim.rank0_extra(), 0);
+  EXPECT_LE(sim.rank0_extra(), 0.03);
+  EXPECT_NE(collective, sim.CollectiveGb(v1::TrainingSetup::DDP));
+  // Each rank near its own truth; the truth is the sharded per-GPU profile
+  // plus the constant, under a one-GPU run's, rank 0 holding its extra.
+  const v1::BatchResult& fits = sink.results[0];
+  ASSERT_EQ(fits.rank_peaks_gb_size(), 4);
+  for (uint32_t r = 0; r < 4; ++r) {
+    const double truth = sim.TrueRankPeakGb(assignment, 8, r);
+    EXPECT_NEAR(fits.rank_peaks_gb(r), truth, 0.15 * truth) << r;
+  }
+  EXPECT_DOUBLE_EQ(sim.TrueRankPeakGb(assignment, 8, 0),
+                   sim.TruePeakGb(assignment, 8) * (1 + sim.rank0_extra()));
+  EXPECT_DOUBLE_EQ(sim.TrueRankPeakGb(assignment, 8, 3),
+                   sim.TruePeakGb(assignment, 8));
+  v1::Assignment one_gpu = assignment;
+  one_gpu.clear_setup();
+  one_gpu.clear_gpu_indices();
+  EXPECT_LT(sim.TruePeakGb(assignment, 8) - collective,
+            sim.TruePeakGb(one_gpu, 8));
+  EXPECT_DOUBLE_EQ(fits.peak_allocated_gb(),
+                   *std::max_element(fits.rank_peaks_gb().begin(),
+                                     fits.rank_peaks_gb().end()));
+  EXPECT_FALSE(fits.oom());
+  EXPECT_FALSE(fits.has_host_peak_gb());  // nothing offloaded
+  EXPECT_FALSE(fits.has_energy_j());
+  // Samples of every rank's GPU; a rank that does not fit is OOM.
+  EXPECT_EQ(sink.peak.size(), 4u);
+  EXPECT_GT(sim.TrueRankPeakGb(assignment, 64, 0) + sim.context_gb(), 24);
+  EXPECT_TRUE(sink.results[1].oom());
+  EXPECT_EQ(sink.results[1].rank_peaks_gb_size(), 0);
+  EXPECT_FALSE(sink.results[1].has_peak_allocated_gb());
+}
+
+TEST(SimExecutorTest, OffloadReportsHostMemoryAndBadRanksAreRefused) {
+  auto catalog = LoadModelCatalog(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  SimExecutor sim(FourL4s());
+  v1::Assignment offload =
+      FourGpuAssignment(**catalog->Find("gpt2"), v1::TrainingSetup::ZERO3, {8});
+  offload.mutable_setup()->set_offload(v1::TrainingSetup::OPTIMIZER);
+  absl::StatusOr<MemoryProfile> profile =
+      BuildProfile(offload.spec(), offload.setup());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  const double host_gb = profile->parallel.host_bytes_per_node / 1e9;
+  ASSERT_GT(host_gb, 0);
+  RankCollect sink;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  ASSERT_TRUE(sim.Run(offload, &sink, stop).error.empty());
+  ASSERT_EQ(sink.results.size(), 1u);
+  EXPECT_NEAR(sink.results[0].host_peak_gb(), host_gb, 0.15 * host_gb);
+  EXPECT_EQ(sink.results[0].rank_peaks_gb_size(), 4);
+
+  // Ranks without a GPU each, or a GPU the node does not have: refused.
+  v1::Assignment short_list = offload;
+  short_list.mutable_gpu_indices()->RemoveLast();
+  EXPECT_EQ(sim.Run(short_list, &sink, stop).error,
+            "setup.gpus = 4 but the assignment names 3 GPUs (gpu_indices); "
+            "one per rank is needed");
+  v1::Assignment elsewhere = offload;
+  elsewhere.set_gpu_indices(3, 9);
+  EXPECT_EQ(sim.Run(elsewhere, &sink, stop).error,
+            "gpu_indices names GPU 9; this simulated node has 4 (0..3)");
+}
+
+// A node of several cards keeps a one-GPU probe's numbers what they were:
+// the multi-GPU truths come from a stream of their own.
+TEST(SimExecutorTest, OneGpuRunsDoNotDependOnTheNodesCardCount) {
+  auto catalog = LoadModelCatalog(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  SimGpuConfig one = FourL4s();
+  one.gpus = 1;
+  SimExecutor single(one);
+  SimExecutor node(FourL4s());
+  v1::Assignment assignment;
+  *assignment.mutable_spec() = **catalog->Find("gpt2");
+  assignment.set_steps(1);
+  for (uint32_t batch : {4u, 8u}) assignment.add_runs()->set_batch(batch);
+  Collect a, b;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  ASSERT_TRUE(single.Run(assignment, &a, stop).error.empty());
+  ASSERT_TRUE(node.Run(assignment, &b, stop).error.empty());
+  ASSERT_EQ(a.results.size(), 2u);
+  ASSERT_EQ(b.results.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(a.results[i].peak_allocated_gb(),
+              b.results[i].peak_allocated_gb());
+    EXPECT_EQ(a.results[i].rank_peaks_gb_size(), 0);
+  }
+  EXPECT_EQ(single.TruePeakGb(assignment, 8), node.TruePeakGb(assignment, 8));
+  EXPECT_EQ(single.context_gb(), node.context_gb());
+}
+
+TEST(GpuSetupTest, HostMemoryAndTheSimulatedNodeAreChecked) {
+  const std::string path =
+      ::testing::TempDir() + "/meminfo-" + std::to_string(getpid());
+  std::ofstream(path) << "MemFree:  100 kB\nMemTotal:       131072 kB\n";
+  EXPECT_EQ(HostMemoryBytes(path), uint64_t{131072} * 1024);
+  std::ofstream(path) << "MemTotal: lots\n";
+  EXPECT_EQ(HostMemoryBytes(path), 0u);
+  EXPECT_EQ(HostMemoryBytes(path + ".missing"), 0u);
+  std::remove(path.c_str());
+  GpuSetupOptions options;
+  options.executors = {"sim"};
+  options.sim.gpus = 4;
+  options.sim.host_memory_gb = 256;
+  absl::StatusOr<GpuSetup> setup = SetUpExecutors(options);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  EXPECT_EQ(setup->gpus.size(), 4u);
+  EXPECT_EQ(setup->host_memory_bytes, uint64_t{256'000'000'000});
+  for (int gpus : {0, 17}) {
+    options.sim.gpus = gpus;
+    EXPECT_EQ(
+        SetUpExecutors(options).status().message(),
+        "sim_gpus = " + std::to_string(gpus) +
+            " is out of range; allowed 1..16 cards on the simulated node");
+  }
+  options.sim.gpus = 1;
+  options.sim.host_memory_gb = -1;
+  EXPECT_EQ(SetUpExecutors(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SimExecutorTest, ShutdownHandsBackCancelStops) {

@@ -287,6 +287,102 @@ TEST_F(DispatchTest, ExpiriesAreSpreadOverPassesByThePolicy) {
   EXPECT_EQ(store_->ListProbes(v1::Probe::FAILED, -1)->size(), 3u);
 }
 
+v1::Probe FourGpuProbe() {
+  v1::Probe probe = QueuedProbe("L4", "sim");
+  probe.mutable_request()->mutable_setup()->set_gpus(4);
+  probe.mutable_request()->mutable_setup()->set_parallel(
+      v1::TrainingSetup::FSDP_FULL);
+  return probe;
+}
+
+std::vector<v1::GpuDevice> L4s(int n) {
+  std::vector<v1::GpuDevice> gpus;
+  for (int i = 0; i < n; ++i) gpus.push_back(Gpu("NVIDIA L4", "L4", i));
+  return gpus;
+}
+
+TEST_F(DispatchTest, AFourGpuProbeGoesToTheNodeWithFourAndBlocksNoOne) {
+  const std::string wide = Add(FourGpuProbe());
+  const std::string narrow = Add(QueuedProbe("L4", "sim"));
+  fleet_.AddWorker("w-1xl4", L4s(1), {"sim"});
+  dispatcher_->Once();
+  // The one-L4 node takes the probe queued behind the one it cannot hold.
+  EXPECT_EQ(fleet_.Placement(),
+            (std::map<std::string, std::string>{{"w-1xl4", narrow}}));
+  EXPECT_EQ(StateOf(wide), v1::Probe::QUEUED);
+  ASSERT_EQ(fleet_.sent.size(), 1u);
+  EXPECT_TRUE(fleet_.sent[0].assignment.gpu_indices().empty());
+  fleet_.AddWorker("w-4xl4", L4s(4), {"sim"});
+  dispatcher_->Once();
+  ASSERT_EQ(fleet_.sent.size(), 2u);
+  EXPECT_EQ(fleet_.sent[1].worker, "w-4xl4");
+  EXPECT_EQ(fleet_.sent[1].probe, wide);
+  EXPECT_THAT(fleet_.sent[1].assignment.gpu_indices(), ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(fleet_.sent[1].assignment.setup().gpus(), 4u);
+}
+
+TEST_F(DispatchTest, AProbeNoNodeCanHoldExpiresSayingHowManyItNeeds) {
+  v1::Probe probe = FourGpuProbe();
+  probe.mutable_request()->set_expires_s(5);
+  const std::string id = Add(probe);
+  fleet_.AddWorker("w-1xl4", L4s(1), {"sim"});
+  fleet_.AddWorker("w-2xl4", L4s(2), {"sim"});
+  now_ms_ = 1000 + 5000;
+  dispatcher_->Once();
+  auto failed = store_->GetProbe(id);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), v1::Probe::FAILED);
+  EXPECT_THAT(failed->error(), HasSubstr("expired: queued longer than 5 s"));
+  EXPECT_THAT(failed->error(),
+              HasSubstr("needs 4 x L4 on one node; the largest node has 2"));
+  EXPECT_TRUE(fleet_.sent.empty());
+}
+
+TEST(NoWorkerForTest, CountsTheGpusOfOneNode) {
+  const v1::Probe four = FourGpuProbe();
+  const ConnectedWorker one{"w-1", L4s(1), {"sim"}};
+  const ConnectedWorker three{"w-3", L4s(3), {"sim", "torch"}};
+  EXPECT_EQ(NoWorkerFor(four, {one, three}),
+            "needs 4 x L4 on one node; the largest node has 3");
+  // Four L4s on a node that does not run the executor are no help.
+  const ConnectedWorker torch_only{"w-4t", L4s(4), {"torch"}};
+  EXPECT_EQ(NoWorkerFor(four, {one, torch_only}),
+            "needs 4 x L4 on one node; the largest node has 1");
+  EXPECT_EQ(NoWorkerFor(four, {torch_only}),
+            "no connected worker that matches runs the \"sim\" executor");
+  const ConnectedWorker four_l4{"w-4", L4s(4), {"sim"}};
+  EXPECT_EQ(NoWorkerFor(four, {one, four_l4}), "");
+  // Pinned: the worker's own GPUs.
+  v1::Probe pinned = Pinned("w-3");
+  pinned.mutable_request()->mutable_setup()->set_gpus(4);
+  EXPECT_EQ(NoWorkerFor(pinned, {three}),
+            "needs 4 x GPU on one worker; the worker has 3");
+}
+
+TEST(AssignmentForTest, AMultiGpuProbeGetsOneGpuPerRankOfItsKind) {
+  v1::Probe probe = FourGpuProbe();
+  probe.set_id("p-1");
+  probe.set_assignment_id("p-1.1");
+  const v1::Assignment assignment =
+      AssignmentFor(probe,
+                    {Gpu("NVIDIA A10G", "A10G", 0), Gpu("NVIDIA L4", "L4", 1),
+                     Gpu("NVIDIA L4", "L4", 2), Gpu("NVIDIA L4", "L4", 4),
+                     Gpu("NVIDIA L4", "L4", 5), Gpu("NVIDIA L4", "L4", 6)},
+                    DispatchPolicy());
+  EXPECT_THAT(assignment.gpu_indices(), ElementsAre(1, 2, 4, 5));
+  EXPECT_EQ(assignment.gpu_index(), 1u);
+  EXPECT_EQ(assignment.setup().parallel(), v1::TrainingSetup::FSDP_FULL);
+  // Pinned: the worker's most numerous kind.
+  v1::Probe pinned = Pinned("w");
+  pinned.mutable_request()->mutable_setup()->set_gpus(2);
+  const v1::Assignment mine =
+      AssignmentFor(pinned,
+                    {Gpu("NVIDIA A10G", "A10G", 0), Gpu("NVIDIA L4", "L4", 1),
+                     Gpu("NVIDIA L4", "L4", 2)},
+                    DispatchPolicy());
+  EXPECT_THAT(mine.gpu_indices(), ElementsAre(1, 2));
+}
+
 TEST(NoWorkerForTest, SaysWhyNoConnectedWorkerCanTakeAProbe) {
   const v1::Probe l4 = QueuedProbe("L4", "cuda");
   EXPECT_EQ(NoWorkerFor(l4, {}), "no worker is connected");

@@ -4,7 +4,9 @@
 
 #include "server/service/fleet/measured_runs.h"
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/io/catalog_files.h"
@@ -80,6 +82,71 @@ TEST(MeasuredRunForTest, OomErrorAndSimulatedRuns) {
   ASSERT_TRUE(run.has_value());
   EXPECT_TRUE(run->simulated());
   EXPECT_EQ(run->measured_by(), v1::SIM);
+}
+
+v1::Probe FourL4s() {
+  v1::Probe probe = BertOnL4("sim");
+  probe.mutable_request()->mutable_setup()->set_gpus(4);
+  probe.mutable_request()->mutable_setup()->set_parallel(
+      v1::TrainingSetup::FSDP_FULL);
+  return probe;
+}
+
+v1::ProbeResult Ranks(std::vector<double> peaks, double peak_gb) {
+  v1::ProbeResult result = Result(peak_gb);
+  result.mutable_gpu()->set_simulated(true);
+  for (double gb : peaks) result.mutable_batch()->add_rank_peaks_gb(gb);
+  return result;
+}
+
+TEST(MeasuredRunForTest, AMultiGpuRunKeepsEveryRanksPeakAndItsSetup) {
+  std::optional<v1::MeasuredRun> run =
+      MeasuredRunFor(FourL4s(), Ranks({3.1, 3.0, 2.9, 3.05}, 3.1), "w-4");
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->excluded(), "");
+  EXPECT_EQ(run->measured_peak_gb(), 3.1);
+  ASSERT_EQ(run->rank_peaks_gb_size(), 4);
+  EXPECT_EQ(run->rank_peaks_gb(3), 3.05);
+  EXPECT_EQ(run->setup().gpus(), 4u);
+  EXPECT_EQ(run->setup().parallel(), v1::TrainingSetup::FSDP_FULL);
+}
+
+TEST(MeasuredRunForTest, BadRankPeaksExcludeTheRunNamingTheField) {
+  const struct {
+    std::vector<double> peaks;
+    double peak_gb;
+    const char* says;
+  } cases[] = {
+      {{3.1, 3.0, 2.9},
+       3.1,
+       "rank_peaks_gb has 3 entries; setup.gpus = 4 needs one per rank"},
+      {{}, 3.1, "rank_peaks_gb has 0 entries"},
+      {{3.1, std::nan(""), 2.9, 3.0}, 3.1, "rank_peaks_gb[1] = nan"},
+      {{3.1, -0.5, 2.9, 3.0}, 3.1, "rank_peaks_gb[1] = -0.5 is not a peak"},
+      // An L4 holds 24 GB: 36 GB (x 1.5) at most.
+      {{3.1, 3.0, 37, 3.0},
+       37,
+       "rank_peaks_gb[2] = 37 is not a peak; allowed 0..36 GB"},
+      {{3.1, 3.0, 2.9, 3.0},
+       3.0,
+       "rank_peaks_gb's largest, 3.1 GB, is not peak_allocated_gb (3)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.says);
+    std::optional<v1::MeasuredRun> run =
+        MeasuredRunFor(FourL4s(), Ranks(c.peaks, c.peak_gb), "w-4");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_NE(run->excluded().find(c.says), std::string::npos)
+        << run->excluded();
+    EXPECT_FALSE(run->has_measured_peak_gb());
+    EXPECT_EQ(run->rank_peaks_gb_size(), 0);
+  }
+  // One GPU: no list, or the peak alone.
+  EXPECT_EQ(MeasuredRunFor(BertOnL4("sim"), Ranks({3.1}, 3.1), "w")->excluded(),
+            "");
+  EXPECT_EQ(
+      MeasuredRunFor(BertOnL4("sim"), Ranks({3.1, 3.0}, 3.1), "w")->excluded(),
+      "rank_peaks_gb has 2 entries for a one-GPU run; allowed none");
 }
 
 TEST(MeasuredRunForTest, CompiledRunsAndUnknownCardsStayOut) {

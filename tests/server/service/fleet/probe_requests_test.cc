@@ -110,6 +110,56 @@ TEST(NewProbeTest, EachBoundIsRefusedNamingTheField) {
               HasSubstr("learn_key is 300 bytes; allowed up to 256"));
 }
 
+v1::SubmitProbeRequest Parallel(uint32_t gpus,
+                                v1::TrainingSetup::Parallel strategy,
+                                const std::string& executor) {
+  v1::SubmitProbeRequest request = Request();
+  request.mutable_setup()->set_gpus(gpus);
+  request.mutable_setup()->set_parallel(strategy);
+  request.set_executor(executor);
+  return request;
+}
+
+TEST(NewProbeTest, AMultiGpuProbeRunsOnOneNodeWithWhatItsExecutorRuns) {
+  // Accepted: every strategy on the sim, DDP and FSDP on torch, 16 GPUs.
+  for (const auto& [strategy, executor] :
+       {std::pair{v1::TrainingSetup::FSDP_FULL, "sim"},
+        {v1::TrainingSetup::ZERO3, "sim"},
+        {v1::TrainingSetup::ZERO1, "sim"},
+        {v1::TrainingSetup::DDP, "torch"},
+        {v1::TrainingSetup::FSDP_GRAD_OP, "torch"},
+        {v1::TrainingSetup::FSDP_FULL, ""}}) {
+    absl::StatusOr<v1::Probe> probe =
+        NewProbe(Parallel(16, strategy, executor), Catalog(), 4 << 20, 5);
+    ASSERT_TRUE(probe.ok()) << executor << " " << probe.status();
+    EXPECT_EQ(probe->request().setup().gpus(), 16u);
+  }
+  EXPECT_EQ(RefusalOf(Parallel(17, v1::TrainingSetup::DDP, "sim")),
+            "setup.gpus = 17 is out of range for a probe; allowed 0 or 1 (one "
+            "GPU) .. 16 (the GPUs of one node)");
+  v1::SubmitProbeRequest two_nodes =
+      Parallel(8, v1::TrainingSetup::FSDP_HYBRID, "sim");
+  two_nodes.mutable_setup()->set_nodes(2);
+  EXPECT_THAT(RefusalOf(two_nodes),
+              HasSubstr("setup.nodes = 2; a probe runs on one node"));
+  v1::SubmitProbeRequest per_node = Parallel(8, v1::TrainingSetup::DDP, "sim");
+  per_node.mutable_setup()->set_gpus_per_node(4);
+  EXPECT_THAT(RefusalOf(per_node),
+              HasSubstr("setup.gpus_per_node = 4 is under setup.gpus = 8"));
+  for (const char* executor : {"torch", ""}) {
+    EXPECT_THAT(RefusalOf(Parallel(4, v1::TrainingSetup::ZERO2, executor)),
+                HasSubstr("setup.parallel = zero2 needs DeepSpeed, which the "
+                          "torch executor does not run"));
+  }
+  EXPECT_THAT(RefusalOf(Parallel(2, v1::TrainingSetup::DDP, "cuda")),
+              HasSubstr("setup.gpus = 2: the cuda executor runs on one GPU"));
+  // One GPU: what it always was, any executor.
+  EXPECT_TRUE(
+      NewProbe(Parallel(1, v1::TrainingSetup::PARALLEL_UNSPECIFIED, "cuda"),
+               Catalog(), 4 << 20, 5)
+          .ok());
+}
+
 TEST(NewProbeTest, ARequestOverTheMessageLimitIsRefused) {
   absl::StatusOr<v1::Probe> probe = NewProbe(Request(), Catalog(), 8, 5);
   ASSERT_FALSE(probe.ok());

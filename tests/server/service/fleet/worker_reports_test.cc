@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
@@ -450,6 +451,18 @@ TEST_F(WorkerReportsTest, OversizedHellosAreRefused) {
                    "hello.framework_versions[torch]"});
   (*cases.back().hello.mutable_framework_versions())["torch"] =
       std::string(300, '2');
+  cases.push_back({"host memory", FakeWorker::H100Hello("big-6"),
+                   "hello.host_memory_bytes = 70000000000000 (70000 GB); "
+                   "allowed up to 65536 GB"});
+  cases.back().hello.set_host_memory_bytes(uint64_t{70000} * 1000000000);
+  cases.push_back({"same card twice", FakeWorker::H100Hello("big-7"),
+                   "hello.gpus[1].uuid = \"GPU-1\" is another GPU's too"});
+  cases.back().hello.mutable_gpus(0)->set_uuid("GPU-1");
+  *cases.back().hello.add_gpus() = cases.back().hello.gpus(0);
+  cases.back().hello.mutable_gpus(1)->set_index(1);
+  cases.push_back({"index", FakeWorker::H100Hello("big-8"),
+                   "hello.gpus[0].index = 5000; allowed 0..1023"});
+  cases.back().hello.mutable_gpus(0)->set_index(5000);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     FakeWorker worker(fleet_.get());
@@ -461,7 +474,7 @@ TEST_F(WorkerReportsTest, OversizedHellosAreRefused) {
     EXPECT_NE(status.error_message().find(c.says), std::string::npos)
         << status.error_message();
   }
-  EXPECT_EQ(Rejected("inventory_too_large"), 5);
+  EXPECT_EQ(Rejected("inventory_too_large"), 8);
   EXPECT_TRUE(::headroom::testing::WorkersConnected(fleet_.get()).empty());
   EXPECT_TRUE(Serving());
 }
@@ -487,6 +500,16 @@ TEST(CheckBatchResultTest, AcceptsTheRequestsRunsWithinTheCard) {
   EXPECT_NE(CheckBatchResult(probe, batch, 80)->detail.find("energy_j"),
             std::string::npos);
   batch.set_energy_j(1);
+  // Per-rank figures: at most one per GPU of a node; a host peak in range.
+  for (int i = 0; i <= kMaxGpusPerWorker; ++i) batch.add_rank_peaks_gb(1);
+  EXPECT_THAT(CheckBatchResult(probe, batch, 80)->detail,
+              ::testing::HasSubstr("rank_peaks_gb has 65 entries"));
+  batch.clear_rank_peaks_gb();
+  batch.set_host_peak_gb(std::nan(""));
+  EXPECT_THAT(CheckBatchResult(probe, batch, 80)->detail,
+              ::testing::HasSubstr("host_peak_gb = nan"));
+  batch.set_host_peak_gb(120);
+  EXPECT_FALSE(CheckBatchResult(probe, batch, 80).has_value());
   batch.set_mode("compiled");
   EXPECT_EQ(CheckBatchResult(probe, batch, 80)->reason,
             WorkerRejection::kUnknownBatch);
