@@ -16,6 +16,7 @@
 #include "server/core/evidence/evidence.h"
 #include "server/core/memory/memory_profile.h"
 #include "server/core/memory/model_spec.h"
+#include "server/core/memory/parallel.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/io/catalog_files.h"
 #include "server/io/files.h"
@@ -256,6 +257,71 @@ void BM_Refit10kRuns(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Refit10kRuns)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// --gpus auto for the inline 7B (bf16 mixed AdamW) on L4, H100 and
+// A100-80GB, every strategy: the smallest N solved from the peak's a + b/N
+// form (CheckFit with min_gpus), against the same answers found by asking
+// for every N from 1 to 512 one at a time, as a client without min_gpus
+// would. The scan checks the solved answer as it goes.
+v1::CheckFitRequest MinGpusRequest() {
+  v1::CheckFitRequest request = bench::Llama2SevenBCheckFitRequest();
+  request.clear_batches();
+  request.add_batches(1);
+  request.set_min_gpus(true);
+  return request;
+}
+
+void BM_MinGpusSolved7B(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  const v1::CheckFitRequest request = MinGpusRequest();
+  for (auto _ : state) {
+    auto response = fixture->planner->CheckFit(request);
+    if (!response.ok() || response->min_gpus_size() != 3) {
+      state.SkipWithError("min_gpus CheckFit failed");
+      return;
+    }
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_MinGpusSolved7B)->Unit(benchmark::kMillisecond);
+
+void BM_MinGpusScanned7B(benchmark::State& state) {
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return;
+  const v1::CheckFitRequest solved_request = MinGpusRequest();
+  auto solved = fixture->planner->CheckFit(solved_request);
+  if (!solved.ok()) {
+    state.SkipWithError("min_gpus CheckFit failed");
+    return;
+  }
+  for (auto _ : state) {
+    for (const v1::MinGpusStrategy& row : solved->min_gpus(0).strategies()) {
+      v1::CheckFitRequest at = solved_request;
+      at.set_min_gpus(false);
+      v1::TrainingSetup::Parallel strategy = v1::TrainingSetup::DDP;
+      ParseStrategy(row.strategy(), &strategy);
+      at.mutable_setup()->set_parallel(strategy);
+      uint32_t first_fits[3] = {0, 0, 0};
+      for (uint32_t n = 1; n <= kMaxGpus; ++n) {
+        at.mutable_setup()->set_gpus(n);
+        auto response = fixture->planner->CheckFit(at);
+        if (!response.ok()) break;
+        for (int t = 0; t < 3; ++t) {
+          if (first_fits[t] == 0 &&
+              response->targets(t).verdicts(0) == v1::FITS) {
+            first_fits[t] = n;
+          }
+        }
+      }
+      if (first_fits[0] != row.gpus_fits()) {
+        state.SkipWithError("the scan and the solved answer differ");
+        return;
+      }
+    }
+  }
+}
+BENCHMARK(BM_MinGpusScanned7B)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 }  // namespace
 }  // namespace headroom
