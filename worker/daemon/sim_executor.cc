@@ -160,6 +160,38 @@ double SimExecutor::StepSeconds(const v1::Assignment& assignment,
   return mode == "compiled" ? seconds * compiled_time_ : seconds;
 }
 
+namespace {
+
+// Stopped inside a batch: a cancel ends the probe, a shutdown hands the
+// unfinished batch back (the planner re-queues it).
+bool StoppedInBatch(const std::atomic<StopReason>& stop,
+                    ExecutionOutcome* outcome) {
+  if (stop.load() == StopReason::kCancelled) {
+    outcome->error = "cancelled";
+    return true;
+  }
+  if (stop.load() == StopReason::kShutdown) {
+    outcome->handed_back = true;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void SimExecutor::AddTrainingPower(GpuReading* reading) {
+  if (tdp_w_ <= 0) return;
+  absl::MutexLock lock(&mu_);
+  // The card's training power, within idle..TDP.
+  std::normal_distribution<double> noise(1.0, config_.noise);
+  const double watts = std::clamp(train_w_ * noise(rng_), idle_w_, tdp_w_);
+  const uint32_t gpu = reading->gpu_index.value_or(0);
+  double& counter = gpu == 0 ? energy_mj_ : rank_energy_mj_[gpu];
+  counter += watts * config_.sample_ms;  // W * ms = mJ
+  reading->power_w = watts;
+  reading->total_energy_mj = counter;
+}
+
 ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
                                   ExecutionSink* sink,
                                   const std::atomic<StopReason>& stop) {
@@ -203,31 +235,13 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       reading.memory_used_bytes = static_cast<uint64_t>(
           (baseline_mib * 1048576.0) +
           (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
-      if (tdp_w_ > 0) {
-        absl::MutexLock lock(&mu_);
-        // The card's training power, within idle..TDP.
-        std::normal_distribution<double> noise(1.0, config_.noise);
-        const double watts =
-            std::clamp(train_w_ * noise(rng_), idle_w_, tdp_w_);
-        energy_mj_ += watts * config_.sample_ms;  // W * ms = mJ
-        reading.power_w = watts;
-        reading.total_energy_mj = energy_mj_;
-      }
+      AddTrainingPower(&reading);
       sink->Sample(run, t, reading);
       ++samples;
       std::this_thread::sleep_until(
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
-    // Stopped inside a batch: a cancel ends the probe, a shutdown hands
-    // the unfinished batch back (the planner re-queues it).
-    if (stop.load() == StopReason::kCancelled) {
-      outcome.error = "cancelled";
-      return outcome;
-    }
-    if (stop.load() == StopReason::kShutdown) {
-      outcome.handed_back = true;
-      return outcome;
-    }
+    if (StoppedInBatch(stop, &outcome)) return outcome;
     v1::BatchResult result;
     result.set_batch(run.batch());
     result.set_repetition(run.repetition());
@@ -329,32 +343,14 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
         reading.gpu_index = assignment.gpu_indices(static_cast<int>(r));
         reading.memory_used_bytes = static_cast<uint64_t>(
             (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
-        if (tdp_w_ > 0) {
-          absl::MutexLock lock(&mu_);
-          std::normal_distribution<double> noise(1.0, config_.noise);
-          const double watts =
-              std::clamp(train_w_ * noise(rng_), idle_w_, tdp_w_);
-          double& counter = *reading.gpu_index == 0
-                                ? energy_mj_
-                                : rank_energy_mj_[*reading.gpu_index];
-          counter += watts * config_.sample_ms;  // W * ms = mJ
-          reading.power_w = watts;
-          reading.total_energy_mj = counter;
-        }
+        AddTrainingPower(&reading);
         sink->Sample(run, t, reading);
         ++samples;
       }
       std::this_thread::sleep_until(
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
-    if (stop.load() == StopReason::kCancelled) {
-      outcome.error = "cancelled";
-      return outcome;
-    }
-    if (stop.load() == StopReason::kShutdown) {
-      outcome.handed_back = true;
-      return outcome;
-    }
+    if (StoppedInBatch(stop, &outcome)) return outcome;
     v1::BatchResult result;
     result.set_batch(run.batch());
     result.set_repetition(run.repetition());
@@ -437,14 +433,7 @@ ExecutionOutcome SimExecutor::RunEnergy(const v1::Assignment& assignment,
       std::this_thread::sleep_until(
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
-    if (stop.load() == StopReason::kCancelled) {
-      outcome.error = "cancelled";
-      return outcome;
-    }
-    if (stop.load() == StopReason::kShutdown) {
-      outcome.handed_back = true;
-      return outcome;
-    }
+    if (StoppedInBatch(stop, &outcome)) return outcome;
     result.set_samples(samples);
     v1::GenerationEnergy* generation = result.mutable_generation();
     generation->set_quant(run.mode());

@@ -130,6 +130,10 @@ class SimExecutor final : public Executor {
   std::array<double, 8> collective_gb_{};
   double rank0_extra_ = 0;
 
+  // The card's training power (within idle..TDP, with noise) on `reading`,
+  // and its card's energy counter advanced by one sample period (card 0
+  // when the reading names none).
+  void AddTrainingPower(GpuReading* reading) ABSL_LOCKS_EXCLUDED(mu_);
   ExecutionOutcome RunParallel(const v1::Assignment& assignment,
                                ExecutionSink* sink,
                                const std::atomic<StopReason>& stop);
