@@ -177,6 +177,19 @@ bool StoppedInBatch(const std::atomic<StopReason>& stop,
   return false;
 }
 
+// A simulated batch's result before its figures.
+v1::BatchResult SimulatedResult(const v1::BatchRun& run, bool oom,
+                                uint64_t samples) {
+  v1::BatchResult result;
+  result.set_batch(run.batch());
+  result.set_repetition(run.repetition());
+  result.set_mode(run.mode());
+  result.set_oom(oom);
+  result.set_simulated(true);
+  result.set_samples(samples);
+  return result;
+}
+
 }  // namespace
 
 void SimExecutor::AddTrainingPower(GpuReading* reading) {
@@ -242,13 +255,7 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
     if (StoppedInBatch(stop, &outcome)) return outcome;
-    v1::BatchResult result;
-    result.set_batch(run.batch());
-    result.set_repetition(run.repetition());
-    result.set_mode(run.mode());
-    result.set_oom(oom);
-    result.set_simulated(true);
-    result.set_samples(samples);
+    v1::BatchResult result = SimulatedResult(run, oom, samples);
     if (!oom) {
       result.set_peak_allocated_gb(measured);
       result.set_peak_reserved_gb(measured * 1.05);
@@ -351,13 +358,7 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
     if (StoppedInBatch(stop, &outcome)) return outcome;
-    v1::BatchResult result;
-    result.set_batch(run.batch());
-    result.set_repetition(run.repetition());
-    result.set_mode(run.mode());
-    result.set_oom(oom);
-    result.set_simulated(true);
-    result.set_samples(samples);
+    v1::BatchResult result = SimulatedResult(run, oom, samples);
     if (host_gb > 0) result.set_host_peak_gb(host_gb);
     if (host_full && !oom) {
       result.set_error("host memory exhausted: offload holds " +
