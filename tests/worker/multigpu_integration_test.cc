@@ -282,6 +282,37 @@ TEST_F(MultiGpuIntegrationTest, AFourGpuProbeRunsOnlyOnAFourGpuNode) {
                 largest / prediction);
   }
 
+  // The same question once the runs are stored (simulated runs asked
+  // for): answered from the 4-GPU FSDP key's own runs, anchored as a
+  // one-GPU key is by its runs.
+  ask.set_include_simulated(true);
+  v1::CheckFitResponse anchored;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext attempt;
+        attempt.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(5));
+        return fit_->CheckFit(&attempt, ask, &anchored).ok() &&
+               anchored.estimates_size() == static_cast<int>(kBatches.size()) &&
+               anchored.estimates(0).basis().kind() == v1::Basis::ANCHORED &&
+               anchored.estimates(0).basis().runs() ==
+                   static_cast<int>(kBatches.size());
+      },
+      30))
+      << "the three stored 4-GPU runs never anchored the 4-GPU answer";
+  double prior_err = 0, anchored_err = 0;
+  std::printf("%5s %10s %11s %10s\n", "batch", "peak GB", "anchored", "ratio");
+  for (size_t i = 0; i < kBatches.size(); ++i) {
+    const double measured = runs[kBatches[i]].measured_peak_gb();
+    const double answer = anchored.estimates(i).peak_gb();
+    prior_err += std::abs(predicted.estimates(i).peak_gb() - measured);
+    anchored_err += std::abs(answer - measured);
+    std::printf("%5u %10.3f %11.3f %10.3f\n",
+                static_cast<unsigned>(kBatches[i]), measured, answer,
+                measured / answer);
+  }
+  EXPECT_LT(anchored_err, prior_err);
+
   // A refit (dry run, simulated runs included) uses them: the FSDP full
   // collective constant is fitted from the three runs, beside the sim's
   // hidden one (the fitted constant also absorbs the factors' mismatch).
