@@ -76,8 +76,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                      " (address in use or not local?)"));
   }
   server->port_ = bound;
-  server->listener_ =
-      std::thread([raw = server->server_.get()] { raw->listen_after_bind(); });
+  server->listener_ = std::thread(
+      [raw = server->server_.get(), done = &server->listener_done_] {
+        raw->listen_after_bind();
+        done->store(true);
+      });
   // Bound and listening already: connections queue until the first accept.
   return server;
 }
@@ -192,7 +195,17 @@ std::shared_ptr<const HttpServer::PostHandler> HttpServer::PostHandlerFor(
 }
 
 HttpServer::~HttpServer() {
-  if (server_ != nullptr) server_->stop();
+  if (server_ != nullptr) {
+    // httplib's stop() does nothing until listen_after_bind has marked the
+    // server running (cpp-httplib #1645): a server destroyed right after
+    // Start would leave its listener in accept() for ever. Wait for that
+    // mark, or for the listener to have ended by itself.
+    while (listener_.joinable() && !server_->is_running() &&
+           !listener_done_.load()) {
+      std::this_thread::yield();
+    }
+    server_->stop();
+  }
   if (listener_.joinable()) listener_.join();
 }
 

@@ -6,6 +6,7 @@
 // added with HandlePage (/energy) and the POST routes of the scheduler
 // extender.
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -89,6 +90,8 @@ class HttpServer {
   PageRenderer calibration_page_;
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
+  // Set when the listener's listen_after_bind has returned.
+  std::atomic<bool> listener_done_{false};
   int port_ = 0;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const PostHandler>> post_handlers_
