@@ -258,6 +258,13 @@ void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
           << "\n";
     }
   }
+  if (r.min_gpus_size() > 0) {
+    out << "\nfits / not-DNF: the smallest N whose verdict is FITS / not "
+           "DOES_NOT_FIT (>512: none). The breakdown is at that N and at the "
+           "moment that peaks there: backward start (states, gathered units, "
+           "buffers, activations) or the optimizer update (states and "
+           "buckets; the activations are freed by then, so 0).\n";
+  }
 }
 
 void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
