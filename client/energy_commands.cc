@@ -493,18 +493,12 @@ int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
   if (!fit.ok()) return Fail(err, std::string(fit.status().message()));
   v1::SubmitEnergyProbeRequest request;
   *request.mutable_model() = fit->model();
-  if (!probe.worker.empty()) {
-    if (!fit->targets().empty()) {
-      return Fail(err, "give --gpu KIND or --worker ID, not both");
-    }
-    request.set_worker(probe.worker);
-  } else if (fit->targets_size() == 1 && fit->targets(0).has_gpu()) {
-    request.set_gpu(fit->targets(0).gpu());
-  } else {
-    return Fail(err,
-                "--gpu KIND (one catalog GPU, e.g. --gpu L4) or --worker ID "
-                "is required");
+  absl::StatusOr<ProbePlacement> placement = PlacementOf(probe, *fit);
+  if (!placement.ok()) {
+    return Fail(err, std::string(placement.status().message()));
   }
+  request.set_worker(placement->worker);
+  request.set_gpu(placement->gpu);
   for (absl::string_view quant :
        absl::StrSplit(energy.quant, ',', absl::SkipWhitespace())) {
     request.add_quants(std::string(absl::StripAsciiWhitespace(quant)));
@@ -522,21 +516,12 @@ int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
   const grpc::Status status =
       stub->SubmitEnergyProbe(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
-  if (!response.warning().empty()) {
-    err << "warning: " << response.warning() << "\n";
-  }
-  if (options.json && !probe.watch) {
-    out << CliJson(response.probe()) << "\n";
-    return 0;
-  }
-  if (!options.json) {
-    out << "submitted energy probe " << response.probe().id() << " ("
-        << absl::StrJoin(response.probe().request().energy().quants(), ",")
-        << ", " << response.probe().request().energy().new_tokens()
-        << " new tokens)\n";
-  }
-  if (!probe.watch) return 0;
-  return ProbeWatch(options, probe, response.probe().id(), out, err);
+  const auto& plan = response.probe().request().energy();
+  return AfterSubmit(options, probe, response,
+                     absl::StrCat("energy probe ", response.probe().id(), " (",
+                                  absl::StrJoin(plan.quants(), ","), ", ",
+                                  plan.new_tokens(), " new tokens)"),
+                     out, err);
 }
 
 int EnergyRefitStored(const Options& options, const EnergyOptions& energy,

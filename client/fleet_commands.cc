@@ -148,18 +148,12 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   *request.mutable_model() = fit->model();
   *request.mutable_setup() = fit->setup();
   *request.mutable_batches() = fit->batches();
-  if (!probe.worker.empty()) {
-    if (!fit->targets().empty()) {
-      return Fail(err, "give --gpu KIND or --worker ID, not both");
-    }
-    request.set_worker(probe.worker);
-  } else if (fit->targets_size() == 1 && fit->targets(0).has_gpu()) {
-    request.set_gpu(fit->targets(0).gpu());
-  } else {
-    return Fail(err,
-                "--gpu KIND (one catalog GPU, e.g. --gpu L4) or --worker ID "
-                "is required");
+  absl::StatusOr<ProbePlacement> placement = PlacementOf(probe, *fit);
+  if (!placement.ok()) {
+    return Fail(err, std::string(placement.status().message()));
   }
+  request.set_worker(placement->worker);
+  request.set_gpu(placement->gpu);
   request.set_repetitions(probe.repetitions);
   request.set_executor(probe.executor);
   request.set_steps(probe.steps);
@@ -171,6 +165,32 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   v1::SubmitProbeResponse response;
   const grpc::Status status = stub->SubmitProbe(&context, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
+  return AfterSubmit(options, probe, response, response.probe().id(), out, err);
+}
+
+absl::StatusOr<ProbePlacement> PlacementOf(const ProbeOptions& probe,
+                                           const v1::CheckFitRequest& fit) {
+  ProbePlacement placement;
+  if (!probe.worker.empty()) {
+    if (!fit.targets().empty()) {
+      return absl::InvalidArgumentError(
+          "give --gpu KIND or --worker ID, not both");
+    }
+    placement.worker = probe.worker;
+  } else if (fit.targets_size() == 1 && fit.targets(0).has_gpu()) {
+    placement.gpu = fit.targets(0).gpu();
+  } else {
+    return absl::InvalidArgumentError(
+        "--gpu KIND (one catalog GPU, e.g. --gpu L4) or --worker ID is "
+        "required");
+  }
+  return placement;
+}
+
+int AfterSubmit(const Options& options, const ProbeOptions& probe,
+                const v1::SubmitProbeResponse& response,
+                const std::string& submitted, std::ostream& out,
+                std::ostream& err) {
   if (!response.warning().empty()) {
     err << "warning: " << response.warning() << "\n";
   }
@@ -178,7 +198,7 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
     out << CliJson(response.probe()) << "\n";
     return 0;
   }
-  if (!options.json) out << "submitted " << response.probe().id() << "\n";
+  if (!options.json) out << "submitted " << submitted << "\n";
   if (!probe.watch) return 0;
   return ProbeWatch(options, probe, response.probe().id(), out, err);
 }

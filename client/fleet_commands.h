@@ -8,7 +8,10 @@
 #include <ostream>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "client/commands.h"
+#include "headroom/v1/fleet.pb.h"
+#include "headroom/v1/planner.pb.h"
 
 namespace headroom::cli {
 
@@ -29,6 +32,23 @@ struct ProbeOptions {
   // cancelled; empty = all).
   std::string state;
 };
+
+// Where a probe runs, from --worker or the one --gpu KIND of `fit`:
+// exactly one of the two is set; an error says which flags to give.
+struct ProbePlacement {
+  std::string worker;
+  std::string gpu;
+};
+absl::StatusOr<ProbePlacement> PlacementOf(const ProbeOptions& probe,
+                                           const v1::CheckFitRequest& fit);
+
+// What every probe submission prints: the planner's warning, the probe as
+// JSON (--json without --watch) or `submitted` (the line after
+// "submitted "), then the watch when asked.
+int AfterSubmit(const Options& options, const ProbeOptions& probe,
+                const v1::SubmitProbeResponse& response,
+                const std::string& submitted, std::ostream& out,
+                std::ostream& err);
 
 int Workers(const Options& options, std::ostream& out, std::ostream& err);
 int ProbeSubmit(const Options& options, const ProbeOptions& probe,
