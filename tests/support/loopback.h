@@ -92,6 +92,17 @@ inline int FreeLoopbackPort() {
   return port;
 }
 
+// A free loopback port other than `taken` (0 when none came up in 20
+// tries): the same free port can come back twice (the first was closed),
+// and gRPC binds with SO_REUSEPORT, so a second listener must not share it.
+inline int FreeLoopbackPortOtherThan(int taken) {
+  for (int i = 0; i < 20; ++i) {
+    const int port = FreeLoopbackPort();
+    if (port != 0 && port != taken) return port;
+  }
+  return 0;
+}
+
 }  // namespace headroom::testing
 
 #endif  // HEADROOM_TESTS_SUPPORT_LOOPBACK_H_

@@ -62,14 +62,10 @@ class LearnIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const int port = ::headroom::testing::FreeLoopbackPort();
-    // The same free port can come back twice (the first was closed), and
-    // gRPC binds with SO_REUSEPORT: make sure the two differ.
-    for (int i = 0; i < 20 && (http_port_ == 0 || http_port_ == port); ++i) {
-      http_port_ = ::headroom::testing::FreeLoopbackPort();
-    }
-    ASSERT_NE(http_port_, port);
+    http_port_ = ::headroom::testing::FreeLoopbackPortOtherThan(port);
     ASSERT_GT(port, 0);
     ASSERT_GT(http_port_, 0);
+    ASSERT_NE(http_port_, port);
     address_ = "127.0.0.1:" + std::to_string(port);
     db_ = ::testing::TempDir() + "/learn-" + std::to_string(getpid()) + ".db";
     std::filesystem::remove(db_);

@@ -41,10 +41,9 @@ class TrainEnergyIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const int port = ::headroom::testing::FreeLoopbackPort();
-    for (int i = 0; i < 20 && (http_port_ == 0 || http_port_ == port); ++i) {
-      http_port_ = ::headroom::testing::FreeLoopbackPort();
-    }
+    http_port_ = ::headroom::testing::FreeLoopbackPortOtherThan(port);
     ASSERT_GT(port, 0);
+    ASSERT_GT(http_port_, 0);
     ASSERT_NE(http_port_, port);
     address_ = "127.0.0.1:" + std::to_string(port);
     db_ = ::testing::TempDir() + "/train-energy-" + std::to_string(getpid()) +
