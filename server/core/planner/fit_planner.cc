@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -125,6 +127,17 @@ absl::Status AnswerMinGpus(
     strategies = AllStrategies();
   }
   const uint32_t step = std::max<uint32_t>(1, setup.tensor_parallel());
+  const auto setup_at = [&](v1::TrainingSetup::Parallel strategy, uint32_t n) {
+    v1::TrainingSetup at = setup;
+    at.set_gpus(n);
+    at.set_nodes(0);
+    at.set_parallel(strategy);
+    return at;
+  };
+  // Each (strategy, N) profile is built once: the two solves, their
+  // verification and the breakdown ask for the same counts, and every
+  // target asks for the same profiles.
+  std::map<std::pair<int, uint32_t>, absl::StatusOr<MemoryProfile>> built;
   for (const ResolvedTarget& target : targets) {
     v1::MinGpusTarget* out = response->add_min_gpus();
     out->set_target(target.name);
@@ -133,19 +146,23 @@ absl::Status AnswerMinGpus(
     for (v1::TrainingSetup::Parallel strategy : strategies) {
       absl::Status failed = absl::OkStatus();
       const auto profile_at = [&](uint32_t n) {
-        v1::TrainingSetup at = setup;
-        at.set_gpus(n);
-        at.set_nodes(0);
-        at.set_parallel(strategy);
-        absl::StatusOr<MemoryProfile> built = BuildProfile(spec, at);
-        if (!built.ok()) {
-          if (failed.ok()) failed = built.status();
+        auto [it, inserted] = built.try_emplace({strategy, n}, MemoryProfile());
+        if (inserted) {
+          const v1::TrainingSetup at = setup_at(strategy, n);
+          it->second = BuildProfile(spec, at);
+          if (it->second.ok()) {
+            const CollectiveFit collective = CollectiveOf(collectives, at);
+            SetCollective(collective, &*it->second);
+            it->second =
+                AnchoredProfile(*it->second, correction, factors,
+                                constant_gb + collective.constant_gb, 0);
+          }
+        }
+        if (!it->second.ok()) {
+          if (failed.ok()) failed = it->second.status();
           return MemoryProfile();
         }
-        const CollectiveFit collective = CollectiveOf(collectives, at);
-        SetCollective(collective, &*built);
-        return AnchoredProfile(*built, correction, factors,
-                               constant_gb + collective.constant_gb, 0);
+        return *it->second;
       };
       const auto peak = [&](uint32_t n) {
         return PeakAt(profile_at(n), factors, batch);
@@ -173,13 +190,7 @@ absl::Status AnswerMinGpus(
       const uint32_t at = fits != 0 ? fits : not_dnf;
       if (at == 0) continue;
       const MemoryProfile p = profile_at(at);
-      const ParallelLayout layout = LayoutOf([&] {
-        v1::TrainingSetup s = setup;
-        s.set_gpus(at);
-        s.set_nodes(0);
-        s.set_parallel(strategy);
-        return s;
-      }());
+      const ParallelLayout layout = LayoutOf(setup_at(strategy, at));
       row->set_gpus(at);
       row->set_nodes(layout.nodes);
       row->set_peak_gb(PeakAt(p, factors, batch));
