@@ -349,21 +349,15 @@ absl::Status AddCollectives(const std::vector<v1::MeasuredRun>& runs,
       predicted.push_back(p);
     }
     const CollectiveFit fit = FitCollectiveConstant(measured, predicted);
+    // Held out: the constant fitted on the strategy's other runs.
+    const std::vector<double> loo =
+        LeaveOneOutCollectiveConstants(measured, predicted);
     std::vector<double> abs_residuals;
     for (size_t m = 0; m < members.size(); ++m) {
       (*in_sample)[members[m].first] = predicted[m] + fit.constant_gb;
       abs_residuals.push_back(
           std::abs(measured[m] - predicted[m] - fit.constant_gb));
-      // Held out: the constant fitted on the strategy's other runs.
-      std::vector<double> other_measured, other_predicted;
-      for (size_t o = 0; o < members.size(); ++o) {
-        if (o == m) continue;
-        other_measured.push_back(measured[o]);
-        other_predicted.push_back(predicted[o]);
-      }
-      (*heldout)[members[m].first] =
-          predicted[m] +
-          FitCollectiveConstant(other_measured, other_predicted).constant_gb;
+      (*heldout)[members[m].first] = predicted[m] + loo[m];
     }
     std::sort(abs_residuals.begin(), abs_residuals.end());
     v1::CollectiveConstant* out = set->add_collectives();

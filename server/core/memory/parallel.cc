@@ -463,6 +463,36 @@ CollectiveFit FitCollectiveConstant(const std::vector<double>& measured_gb,
   return fit;
 }
 
+std::vector<double> LeaveOneOutCollectiveConstants(
+    const std::vector<double>& measured_gb,
+    const std::vector<double>& predicted_gb) {
+  const size_t n = std::min(measured_gb.size(), predicted_gb.size());
+  std::vector<double> out(n, 0.0);
+  if (n < 2) return out;
+  // Residuals in order, and each run's place among them.
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  const auto residual = [&](size_t i) {
+    return measured_gb[i] - predicted_gb[i];
+  };
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return residual(a) < residual(b); });
+  std::vector<double> sorted(n);
+  for (size_t k = 0; k < n; ++k) sorted[k] = residual(order[k]);
+  // The j-th smallest of the others, when the left-out run is k-th.
+  const auto others = [&](size_t k, size_t j) {
+    return j < k ? sorted[j] : sorted[j + 1];
+  };
+  const size_t m = n - 1;  // runs left
+  for (size_t k = 0; k < n; ++k) {
+    const double median = m % 2 == 1
+                              ? others(k, m / 2)
+                              : 0.5 * (others(k, m / 2 - 1) + others(k, m / 2));
+    out[order[k]] = std::max(0.0, median);
+  }
+  return out;
+}
+
 CollectiveFit CollectiveOf(
     const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>& fitted,
     const TrainingSetup& setup) {

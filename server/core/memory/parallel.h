@@ -156,6 +156,13 @@ struct CollectiveFit {
 CollectiveFit FitCollectiveConstant(const std::vector<double>& measured_gb,
                                     const std::vector<double>& predicted_gb);
 
+// FitCollectiveConstant's constant with each run left out in turn: entry i
+// is the constant the other runs give (0 when there are none), in
+// O(n log n) from one sort of the residuals.
+std::vector<double> LeaveOneOutCollectiveConstants(
+    const std::vector<double>& measured_gb,
+    const std::vector<double>& predicted_gb);
+
 // The constant a factor set fitted for the setup's strategy
 // (FactorSet.collectives): runs 0 and 0 GB for a setup without a parallel
 // strategy or a strategy no multi-GPU run measured.

@@ -339,6 +339,25 @@ TEST(ParallelTest, FitsCollectiveConstantFromMultiGpuRuns) {
   EXPECT_EQ(fit.runs, 9);
   EXPECT_NEAR(fit.constant_gb, known_gb, 0.011);
   EXPECT_EQ(FitCollectiveConstant({}, {}).runs, 0);
+  // Leave one out: each entry is the fit of the other runs, for odd and
+  // even counts of the rest, with ties.
+  for (size_t n : {1u, 2u, 3u, 8u, 9u}) {
+    std::vector<double> m(measured.begin(), measured.begin() + n);
+    std::vector<double> p(predicted.begin(), predicted.begin() + n);
+    if (n == 8) m[1] = m[0] - p[0] + p[1];  // a tie with run 0
+    const std::vector<double> loo = LeaveOneOutCollectiveConstants(m, p);
+    ASSERT_EQ(loo.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<double> om, op;
+      for (size_t o = 0; o < n; ++o) {
+        if (o == i) continue;
+        om.push_back(m[o]);
+        op.push_back(p[o]);
+      }
+      EXPECT_DOUBLE_EQ(loo[i], FitCollectiveConstant(om, op).constant_gb)
+          << "n " << n << " left out " << i;
+    }
+  }
 }
 
 // CheckFit with min_gpus: per target and strategy the smallest count, the
