@@ -220,6 +220,7 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   double peak_mib = 0;
   int64_t elapsed_ms = 0;
   v1::Probe last;
+  bool first_snapshot = true;
   v1::ProbeEvent event;
   while (reader->Read(&event)) {
     if (options.json) {
@@ -229,7 +230,15 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
     switch (event.kind_case()) {
       case v1::ProbeEvent::kProbe:
         last = event.probe();
-        if (!options.json) PrintProbe(last, out);
+        if (!options.json) {
+          PrintProbe(last, out);
+          // The first event, the snapshot, holds the results measured
+          // before the watch began; later ones come as result events.
+          if (first_snapshot) {
+            for (const v1::BatchResult& r : last.results()) PrintResult(r, out);
+          }
+        }
+        first_snapshot = false;
         break;
       case v1::ProbeEvent::kSamples:
         for (const v1::Sample& s : event.samples().samples()) {

@@ -1020,7 +1020,8 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
   }
   {
     // Registered before the snapshot is read, and sent nothing until the
-    // snapshot is: no event falls between, none comes twice.
+    // snapshot is (a publish meanwhile has it read again, SnapshotToSend):
+    // no event falls between, none comes twice.
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       watch->End(
@@ -1032,8 +1033,12 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
     // watch is not freed before.
     Of(watch).snapshot_pending = true;
   }
-  const std::string id = request->id();
-  const bool follow = request->follow();
+  ReadSnapshot(watch, request->follow());
+  return watch;
+}
+
+void FleetService::ReadSnapshot(ProbeWatch* watch, bool follow) {
+  const std::string id = watch->probe_id_;
   if (!executor_->Post(
           [this, watch, id, follow] {
             SendSnapshot(watch, store_->GetProbe(id), follow);
@@ -1045,26 +1050,33 @@ grpc::ServerWriteReactor<v1::ProbeEvent>* FleetService::WatchProbe(
                      "later"),
                  follow);
   }
-  return watch;
 }
 
 void FleetService::SendSnapshot(ProbeWatch* watch,
                                 absl::StatusOr<v1::Probe> probe, bool follow) {
-  absl::MutexLock lock(&mu_);
-  Of(watch).snapshot_pending = false;
-  if (Of(watch).done) {
-    // The call ended before its snapshot was read (cancelled, shutdown).
-    delete watch;
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    WatchState& state = Of(watch);
+    if (state.done) {
+      // The call ended before its snapshot was read (cancelled, shutdown).
+      delete watch;
+      return;
+    }
+    if (SnapshotToSend(&state.read, &probe)) {
+      state.snapshot_pending = false;
+      if (!probe.ok()) {
+        watch->End(ToGrpcStatus(probe.status()));
+        return;
+      }
+      watch->Enqueue(SnapshotEvent(*probe, &state.cursor));
+      if (!follow || IsFinal(probe->state())) {
+        watch->End(grpc::Status::OK);
+      }
+      return;
+    }
   }
-  if (!probe.ok()) {
-    watch->End(ToGrpcStatus(probe.status()));
-    return;
-  }
-  watch->Enqueue(SnapshotEvent(*probe, &Of(watch).cursor));
-  if (!follow || IsFinal(probe->state())) {
-    watch->End(grpc::Status::OK);
-  }
+  // Still pending: the watch is not freed before it is read again.
+  ReadSnapshot(watch, follow);
 }
 
 grpc::ServerUnaryReactor* FleetService::DeferToStore(
@@ -1172,7 +1184,11 @@ void FleetService::PublishProbe(const v1::Probe& probe) {
   auto [begin, end] = watches_.equal_range(probe.id());
   for (auto it = begin; it != end; ++it) {
     ProbeWatch& watch = *it->second;
-    if (!Of(&watch).cursor.synced) continue;
+    WatchState& state = Of(&watch);
+    if (!state.cursor.synced) {
+      if (state.snapshot_pending) PublishedWhileRead(probe, &state.read);
+      continue;
+    }
     for (v1::ProbeEvent& event : NewEvents(probe, &Of(&watch).cursor)) {
       watch.Enqueue(std::move(event));
     }

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -154,8 +153,13 @@ class FleetService final : public v1::Fleet::CallbackService,
   // RESOURCE_EXHAUSTED at once when store_queue jobs wait.
   grpc::ServerUnaryReactor* DeferToStore(grpc::ServerUnaryReactor* reactor,
                                          std::function<void()> job);
+  // Reads `watch`'s probe on the store executor for SendSnapshot (at once,
+  // with RESOURCE_EXHAUSTED, when store_queue jobs wait).
+  void ReadSnapshot(ProbeWatch* watch, bool follow);
   // WatchProbe's first event: the probe as stored now; ends the watch
-  // unless it follows a probe not yet final. On the store executor.
+  // unless it follows a probe not yet final; read again when a probe
+  // published meanwhile may be newer (SnapshotToSend). On the store
+  // executor.
   void SendSnapshot(ProbeWatch* watch, absl::StatusOr<v1::Probe> probe,
                     bool follow);
 
@@ -207,11 +211,12 @@ class FleetService final : public v1::Fleet::CallbackService,
   // What a watcher was sent (ProbeWatch's, only under mu_). Nothing is
   // published to it until its snapshot is (cursor.synced). While its first
   // snapshot is read on the store executor the call may end (done): then
-  // SendSnapshot frees it.
+  // SendSnapshot frees it. What is published meanwhile is noted in `read`.
   struct WatchState {
     WatchCursor cursor;
     bool snapshot_pending = false;
     bool done = false;
+    SnapshotRead read;
   };
   WatchState& Of(ProbeWatch* watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   WorkerStream::Registration& Of(WorkerStream* stream)

@@ -40,4 +40,24 @@ std::vector<v1::ProbeEvent> NewEvents(const v1::Probe& probe,
   return events;
 }
 
+void PublishedWhileRead(const v1::Probe& probe, SnapshotRead* read) {
+  read->published_while_read = true;
+  if (IsFinal(probe.state())) read->final_published = probe;
+}
+
+bool SnapshotToSend(SnapshotRead* read, absl::StatusOr<v1::Probe>* stored) {
+  if (read->final_published.has_value()) {
+    *stored = *std::move(read->final_published);
+    read->final_published.reset();
+    return true;
+  }
+  if (!stored->ok() || IsFinal((*stored)->state()) ||
+      !read->published_while_read || read->rereads >= kSnapshotRereads) {
+    return true;
+  }
+  read->published_while_read = false;
+  ++read->rereads;
+  return false;
+}
+
 }  // namespace headroom

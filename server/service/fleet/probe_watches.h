@@ -7,9 +7,11 @@
 // two paths (this planner and the replica sync), is sent once. No gRPC:
 // the service's watch reactor keeps a cursor and sends the events.
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "headroom/v1/fleet.pb.h"
 
 namespace headroom {
@@ -34,6 +36,26 @@ v1::ProbeEvent SnapshotEvent(const v1::Probe& probe, WatchCursor* cursor);
 // advances past them. None before the cursor is synced.
 std::vector<v1::ProbeEvent> NewEvents(const v1::Probe& probe,
                                       WatchCursor* cursor);
+
+// A watch's first snapshot while it is read from the store. A probe
+// published meanwhile (the watcher is not synced, so it is not sent) may be
+// newer than what is read, which may predate that write: the snapshot is
+// read again after it, at most kSnapshotRereads times, and a final one
+// published is the snapshot itself, as nothing follows it.
+inline constexpr int kSnapshotRereads = 8;
+struct SnapshotRead {
+  bool published_while_read = false;
+  int rereads = 0;
+  std::optional<v1::Probe> final_published;
+};
+
+// `probe` was published while `read` was pending.
+void PublishedWhileRead(const v1::Probe& probe, SnapshotRead* read);
+
+// Given what the store returned, the snapshot to send (true) or false:
+// read again (`read` counts it). `stored` becomes the final probe published
+// while it was read, if one was.
+bool SnapshotToSend(SnapshotRead* read, absl::StatusOr<v1::Probe>* stored);
 
 }  // namespace headroom
 

@@ -69,5 +69,59 @@ TEST(ProbeWatchesTest, FinalStates) {
   EXPECT_FALSE(IsFinal(v1::Probe::RUNNING));
 }
 
+// The snapshot read while the probe went on: what was read may predate the
+// publish the watcher was not sent, so it is read again; the README's
+// energy probe printed its result before its "running" line this way.
+TEST(ProbeWatchesTest, SnapshotIsReadAgainAfterAPublishWhileRead) {
+  SnapshotRead read;
+  v1::Probe queued = Running(0);
+  queued.set_state(v1::Probe::QUEUED);
+  absl::StatusOr<v1::Probe> stored = queued;
+  // Nothing published meanwhile: the read is sent.
+  EXPECT_TRUE(SnapshotToSend(&read, &stored));
+
+  PublishedWhileRead(Running(0), &read);
+  EXPECT_FALSE(SnapshotToSend(&read, &stored));
+  EXPECT_EQ(read.rereads, 1);
+  // The second read, after that publish, is sent.
+  stored = Running(1);
+  EXPECT_TRUE(SnapshotToSend(&read, &stored));
+  EXPECT_EQ(stored->results_size(), 1);
+}
+
+// A final probe published while the snapshot is read is the snapshot:
+// nothing follows it, so a stale read would leave the watch open.
+TEST(ProbeWatchesTest, FinalProbePublishedWhileReadIsTheSnapshot) {
+  SnapshotRead read;
+  v1::Probe done = Running(2);
+  done.set_state(v1::Probe::SUCCEEDED);
+  PublishedWhileRead(Running(1), &read);
+  PublishedWhileRead(done, &read);
+  absl::StatusOr<v1::Probe> stored = Running(0);
+  EXPECT_TRUE(SnapshotToSend(&read, &stored));
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), v1::Probe::SUCCEEDED);
+  EXPECT_EQ(stored->results_size(), 2);
+  EXPECT_EQ(read.rereads, 0);
+}
+
+// Reads again at most kSnapshotRereads times; a store error is sent as it.
+TEST(ProbeWatchesTest, SnapshotRereadsAreBounded) {
+  SnapshotRead read;
+  absl::StatusOr<v1::Probe> stored = Running(0);
+  int reads = 1;
+  for (; reads <= 2 * kSnapshotRereads; ++reads) {
+    PublishedWhileRead(Running(reads), &read);
+    if (SnapshotToSend(&read, &stored)) break;
+  }
+  EXPECT_EQ(reads, kSnapshotRereads + 1);
+
+  SnapshotRead failed;
+  PublishedWhileRead(Running(1), &failed);
+  absl::StatusOr<v1::Probe> error = absl::UnavailableError("store down");
+  EXPECT_TRUE(SnapshotToSend(&failed, &error));
+  EXPECT_FALSE(error.ok());
+}
+
 }  // namespace
 }  // namespace headroom
