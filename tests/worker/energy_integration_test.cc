@@ -27,6 +27,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/sqlite_files.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace headroom {
@@ -103,9 +104,7 @@ class EnergyIntegrationTest : public ::testing::Test {
   void TearDown() override {
     worker_.reset();
     planner_.reset();
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(db_ + suffix);
-    }
+    RemoveSqliteFiles(db_);
     std::filesystem::remove_all(db_ + ".worker-journal");
   }
 

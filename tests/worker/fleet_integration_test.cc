@@ -25,6 +25,7 @@
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/planner_stubs.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 namespace {
@@ -53,9 +54,7 @@ class FleetIntegrationTest : public ::testing::Test {
   void TearDown() override {
     workers_.clear();
     planner_.reset();
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(db_ + suffix);
-    }
+    RemoveSqliteFiles(db_);
     std::filesystem::remove_all(journals_);
   }
 

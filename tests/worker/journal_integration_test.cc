@@ -21,6 +21,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 namespace {
@@ -100,7 +101,7 @@ class JournalIntegrationTest : public ::testing::Test {
     RemoveFiles();
   }
   void RemoveFiles() {
-    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db_ + suffix);
+    RemoveSqliteFiles(db_);
     fs::remove_all(journal_);
   }
 

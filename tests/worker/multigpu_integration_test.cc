@@ -30,6 +30,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/sqlite_files.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace headroom {
@@ -75,9 +76,7 @@ class MultiGpuIntegrationTest : public ::testing::Test {
   void TearDown() override {
     workers_.clear();
     planner_.reset();
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(db_ + suffix);
-    }
+    RemoveSqliteFiles(db_);
     for (const char* id : {"sim-1xl4", "sim-4xl4"}) {
       std::filesystem::remove_all(db_ + "." + std::string(id));
     }

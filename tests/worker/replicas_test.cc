@@ -31,6 +31,7 @@
 #include "tests/support/loopback.h"
 #include "tests/support/planner_stubs.h"
 #include "tests/support/postgres.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 namespace {
@@ -93,11 +94,7 @@ class ReplicasTest : public ::testing::TestWithParam<std::string> {
     if (GetParam() == "sqlite") RemoveSqlite();
     std::filesystem::remove_all(journals_);
   }
-  void RemoveSqlite() {
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(location_ + suffix);
-    }
-  }
+  void RemoveSqlite() { RemoveSqliteFiles(location_); }
 
   Replica& StartReplica(const std::string& name) {
     Replica& replica = replicas_[name];

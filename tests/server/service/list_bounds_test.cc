@@ -20,6 +20,7 @@
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
 #include "tests/support/planner_stubs.h"
+#include "tests/support/sqlite_files.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -91,9 +92,7 @@ class ListBoundsTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete app_;
     app_ = nullptr;
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(*db_path_ + suffix);
-    }
+    RemoveSqliteFiles(*db_path_);
     delete db_path_;
   }
 

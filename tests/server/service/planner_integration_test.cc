@@ -24,6 +24,7 @@
 #include "server/service/planner_app.h"
 #include "tests/support/loopback.h"
 #include "tests/support/planner_stubs.h"
+#include "tests/support/sqlite_files.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -776,9 +777,7 @@ TEST(PlannerBinaryTest, ShutsDownOnSigterm) {
   EXPECT_TRUE(exited);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  std::filesystem::remove(db);
-  std::filesystem::remove(db + "-wal");
-  std::filesystem::remove(db + "-shm");
+  RemoveSqliteFiles(db);
 }
 
 }  // namespace

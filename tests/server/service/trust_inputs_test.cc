@@ -23,6 +23,7 @@
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
 #include "tests/support/planner_stubs.h"
+#include "tests/support/sqlite_files.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -60,9 +61,7 @@ class TrustInputsTest : public ::testing::Test {
 
   void TearDown() override {
     app_.reset();
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(db_ + suffix);
-    }
+    RemoveSqliteFiles(db_);
   }
 
   // Ping and a CheckFit both answer; returns the factor set answering.

@@ -20,6 +20,7 @@
 #include "server/store/postgres_store.h"
 #include "server/store/sqlite_store.h"
 #include "tests/support/postgres.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 
@@ -105,9 +106,7 @@ class StoreFixture : public ::testing::TestWithParam<StoreKind> {
 
  private:
   void RemoveSqliteFiles() {
-    for (const char* suffix : {"", "-wal", "-shm"}) {
-      std::filesystem::remove(sqlite_path_.string() + suffix);
-    }
+    headroom::RemoveSqliteFiles(sqlite_path_.string());
   }
 
   std::filesystem::path sqlite_path_;

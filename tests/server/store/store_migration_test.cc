@@ -17,6 +17,7 @@
 #include "tests/server/store/legacy_postgres_schema.h"
 #include "tests/server/store/store_dump.h"
 #include "tests/support/postgres.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 namespace {
@@ -101,9 +102,7 @@ TEST(StoreMigrationTest, ASchema9SqliteFileReadsBackWhatItHeld) {
                         "SELECT group_concat(key) FROM "
                         "(SELECT key FROM probe_results ORDER BY seq)"),
             "p-1/a/8,p-1/a/16");
-  for (const char* suffix : {"", "-wal", "-shm"}) {
-    std::filesystem::remove(path.string() + suffix);
-  }
+  RemoveSqliteFiles(path.string());
 }
 
 std::string Hex(const google::protobuf::Message& message) {

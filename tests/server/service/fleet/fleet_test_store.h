@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/store/open_store.h"
+#include "tests/support/sqlite_files.h"
 
 namespace headroom {
 
@@ -35,12 +36,7 @@ class TempStoreFile {
   }
 
  private:
-  void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-      std::error_code ignored;
-      std::filesystem::remove(path_.string() + suffix, ignored);
-    }
-  }
+  void Remove() { RemoveSqliteFiles(path_.string()); }
 
   std::filesystem::path path_;
 };
