@@ -36,11 +36,15 @@ inline std::optional<v1::Probe> ProbeSnapshot(
 }
 
 // Worker id -> whether the planner counts it as connected (to it or, by a
-// fresh last-seen, to another replica); empty when the call fails.
+// fresh last-seen, to another replica); empty when the call fails. Waits
+// for the channel to connect (within the call's 2 s): a call that failed
+// fast would leave a connect attempt nobody drives, and a planner just
+// started would look down for seconds.
 inline std::map<std::string, bool> WorkersConnected(v1::Fleet::Stub* fleet) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(2));
+  context.set_wait_for_ready(true);
   v1::ListWorkersResponse response;
   std::map<std::string, bool> out;
   if (!fleet->ListWorkers(&context, {}, &response).ok()) return out;

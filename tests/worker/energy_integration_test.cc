@@ -24,10 +24,8 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/core/energy/energy_curves.h"
-#include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
-#include "tests/support/loopback.h"
-#include "tests/support/sqlite_files.h"
+#include "tests/support/sim_fleet.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace headroom {
@@ -35,7 +33,6 @@ namespace {
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
-using ::headroom::testing::Child;
 using ::headroom::testing::WaitFor;
 
 // Llama-architecture configs of four sizes (about 0.4, 1.1, 3.2 and 6.7
@@ -69,43 +66,15 @@ constexpr double kNoise = 0.02;
 class EnergyIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const int port = ::headroom::testing::FreeLoopbackPort();
-    http_port_ = ::headroom::testing::FreeLoopbackPortOtherThan(port);
-    ASSERT_GT(port, 0);
-    ASSERT_GT(http_port_, 0);
-    ASSERT_NE(http_port_, port);
-    address_ = "127.0.0.1:" + std::to_string(port);
-    db_ = ::testing::TempDir() + "/energy-" + std::to_string(getpid()) + ".db";
-    std::filesystem::remove(db_);
-    auto channel =
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-    fleet_ = v1::Fleet::NewStub(channel);
-    energy_ = v1::Energy::NewStub(channel);
-    planner_ = std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_PLANNER_BIN, "--listen=" + address_,
-        "--http_listen=127.0.0.1:" + std::to_string(http_port_),
-        "--models_dir=" + kRoot + "/models",
-        "--runs=" + kRoot + "/data/memory-runs.jsonl",
-        "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
-        "--probe_lease_ms=3000", "--worker_heartbeat_ms=200",
-        "--store_poll_ms=100", "--log_level=warn"});
-    worker_ = std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=sim-l4",
-        "--executors=sim", "--sim_gpu=L4", "--sim_seed=7", "--sim_step_ms=5",
-        "--sample_ms=5", "--backoff_max_ms=400",
-        "--journal_dir=" + db_ + ".worker-journal", "--log_level=warn"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          return ::headroom::testing::WorkersConnected(fleet_.get())["sim-l4"];
-        },
-        60))
-        << "the simulated worker never connected";
-  }
-  void TearDown() override {
-    worker_.reset();
-    planner_.reset();
-    RemoveSqliteFiles(db_);
-    std::filesystem::remove_all(db_ + ".worker-journal");
+    ASSERT_TRUE(
+        sim_.StartPlanner({"--runs=" + kRoot + "/data/memory-runs.jsonl",
+                           "--probe_lease_ms=3000", "--store_poll_ms=100"},
+                          /*http=*/true));
+    fleet_ = v1::Fleet::NewStub(sim_.channel());
+    energy_ = v1::Energy::NewStub(sim_.channel());
+    ASSERT_TRUE(sim_.StartWorker(
+        "sim-l4",
+        {"--sim_gpu=L4", "--sim_seed=7", "--sim_step_ms=5", "--sample_ms=5"}));
   }
 
   grpc::Status Refit(const v1::RefitEnergyRequest& request,
@@ -131,11 +100,7 @@ class EnergyIntegrationTest : public ::testing::Test {
     return response;
   }
 
-  std::string address_;
-  int http_port_ = 0;
-  std::string db_;
-  std::unique_ptr<Child> planner_;
-  std::unique_ptr<Child> worker_;
+  ::headroom::testing::SimFleet sim_{"energy"};
   std::unique_ptr<v1::Fleet::Stub> fleet_;
   std::unique_ptr<v1::Energy::Stub> energy_;
 };

@@ -16,10 +16,9 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
-#include "tests/support/sqlite_files.h"
+#include "tests/support/sim_fleet.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace headroom {
@@ -27,7 +26,6 @@ namespace {
 
 const std::string kRoot = HEADROOM_SOURCE_DIR;
 
-using ::headroom::testing::Child;
 using ::headroom::testing::WaitFor;
 
 // A small language model nobody has measured: 4 blocks of width 512.
@@ -62,45 +60,16 @@ v1::ModelSpec TinyLm() {
 class LearnIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const int port = ::headroom::testing::FreeLoopbackPort();
-    http_port_ = ::headroom::testing::FreeLoopbackPortOtherThan(port);
-    ASSERT_GT(port, 0);
-    ASSERT_GT(http_port_, 0);
-    ASSERT_NE(http_port_, port);
-    address_ = "127.0.0.1:" + std::to_string(port);
-    db_ = ::testing::TempDir() + "/learn-" + std::to_string(getpid()) + ".db";
-    std::filesystem::remove(db_);
-    auto channel =
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-    fleet_ = v1::Fleet::NewStub(channel);
-    planner_stub_ = v1::Fit::NewStub(channel);
-    planner_ = std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_PLANNER_BIN, "--listen=" + address_,
-        "--http_listen=127.0.0.1:" + std::to_string(http_port_),
-        "--models_dir=" + kRoot + "/models",
-        "--runs=" + kRoot + "/data/memory-runs.jsonl," + kRoot +
-            "/data/harness-runs.jsonl",
-        "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
-        "--probe_lease_ms=3000", "--worker_heartbeat_ms=200",
-        "--store_poll_ms=100", "--log_level=warn"});
-    worker_ = std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=sim-l4",
-        "--node_name=gpu-node-7", "--executors=sim", "--sim_gpu=L4",
-        "--sim_seed=7", "--sim_step_ms=5", "--sample_ms=20",
-        "--backoff_max_ms=400", "--journal_dir=" + db_ + ".worker-journal",
-        "--log_level=warn"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          return ::headroom::testing::WorkersConnected(fleet_.get())["sim-l4"];
-        },
-        60))
-        << "the simulated worker never connected";
-  }
-  void TearDown() override {
-    worker_.reset();
-    planner_.reset();
-    RemoveSqliteFiles(db_);
-    std::filesystem::remove_all(db_ + ".worker-journal");
+    ASSERT_TRUE(
+        sim_.StartPlanner({"--runs=" + kRoot + "/data/memory-runs.jsonl," +
+                               kRoot + "/data/harness-runs.jsonl",
+                           "--probe_lease_ms=3000", "--store_poll_ms=100"},
+                          /*http=*/true));
+    fleet_ = v1::Fleet::NewStub(sim_.channel());
+    planner_stub_ = v1::Fit::NewStub(sim_.channel());
+    ASSERT_TRUE(sim_.StartWorker(
+        "sim-l4", {"--node_name=gpu-node-7", "--sim_gpu=L4", "--sim_seed=7",
+                   "--sim_step_ms=5", "--sample_ms=20"}));
   }
 
   v1::CheckFitRequest Request(const std::vector<uint32_t>& batches) {
@@ -122,11 +91,7 @@ class LearnIntegrationTest : public ::testing::Test {
     return status.ok();
   }
 
-  std::string address_;
-  int http_port_ = 0;
-  std::string db_;
-  std::unique_ptr<Child> planner_;
-  std::unique_ptr<Child> worker_;
+  ::headroom::testing::SimFleet sim_{"learn"};
   std::unique_ptr<v1::Fleet::Stub> fleet_;
   std::unique_ptr<v1::Fit::Stub> planner_stub_;
 };
@@ -261,10 +226,10 @@ TEST_F(LearnIntegrationTest, ExtenderFindsANodesGpuThroughItsWorker) {
       "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"annotations\":{"
       "\"headroom.dev/model\":\"bert-base\",\"headroom.dev/batch\":"
       "\"32\"}}},\"NodeNames\":[\"gpu-node-7\",\"elsewhere\"]}";
-  const std::string raw =
-      ::headroom::testing::HttpPost(http_port_, "/scheduler/filter", body);
+  const std::string raw = ::headroom::testing::HttpPost(
+      sim_.http_port(), "/scheduler/filter", body);
   const std::string response = ::headroom::testing::HttpBody(raw);
-  ASSERT_FALSE(raw.empty()) << "no answer on port " << http_port_;
+  ASSERT_FALSE(raw.empty()) << "no answer on port " << sim_.http_port();
   // gpu-node-7 is the simulated L4: bert-base at 32 FITS there.
   EXPECT_NE(response.find("\"NodeNames\":[\"gpu-node-7\"]"), std::string::npos)
       << response;

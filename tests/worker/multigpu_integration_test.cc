@@ -27,16 +27,13 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/store/sqlite_store.h"
-#include "tests/support/child_process.h"
 #include "tests/support/fleet_client.h"
-#include "tests/support/loopback.h"
-#include "tests/support/sqlite_files.h"
+#include "tests/support/sim_fleet.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace headroom {
 namespace {
 
-using ::headroom::testing::Child;
 using ::headroom::testing::WaitFor;
 using ::testing::HasSubstr;
 
@@ -55,45 +52,18 @@ v1::TrainingSetup FourGpuFsdp() {
 class MultiGpuIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const int port = ::headroom::testing::FreeLoopbackPort();
-    ASSERT_GT(port, 0);
-    address_ = "127.0.0.1:" + std::to_string(port);
-    db_ =
-        ::testing::TempDir() + "/multigpu-" + std::to_string(getpid()) + ".db";
-    std::filesystem::remove(db_);
-    auto channel =
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-    fleet_ = v1::Fleet::NewStub(channel);
-    fit_ = v1::Fit::NewStub(channel);
-    calibration_ = v1::Calibration::NewStub(channel);
-    planner_ = std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_PLANNER_BIN, "--listen=" + address_,
-        "--http_listen=", "--models_dir=" + kRoot + "/models",
-        "--energy_curves=" + kRoot + "/data/energy-curves.json", "--db=" + db_,
-        "--worker_heartbeat_ms=200", "--store_poll_ms=100", "--dispatch_ms=50",
-        "--log_level=warn"});
-  }
-  void TearDown() override {
-    workers_.clear();
-    planner_.reset();
-    RemoveSqliteFiles(db_);
-    for (const char* id : {"sim-1xl4", "sim-4xl4"}) {
-      std::filesystem::remove_all(db_ + "." + std::string(id));
-    }
+    ASSERT_TRUE(sim_.StartPlanner({"--store_poll_ms=100", "--dispatch_ms=50"}));
+    fleet_ = v1::Fleet::NewStub(sim_.channel());
+    fit_ = v1::Fit::NewStub(sim_.channel());
+    calibration_ = v1::Calibration::NewStub(sim_.channel());
   }
 
   // Starts a simulated node of `gpus` L4s and waits until it is connected.
   void StartWorker(const std::string& id, int gpus) {
-    workers_.push_back(std::make_unique<Child>(std::vector<std::string>{
-        HEADROOM_WORKER_BIN, "--planner=" + address_, "--worker_id=" + id,
-        "--executors=sim", "--sim_gpu=L4", "--sim_gpus=" + std::to_string(gpus),
-        "--sim_host_memory_gb=128", "--sim_seed=" + std::to_string(kSeed),
-        "--sim_step_ms=100", "--sample_ms=20", "--backoff_max_ms=400",
-        "--journal_dir=" + db_ + "." + id, "--log_level=warn"}));
-    ASSERT_TRUE(WaitFor(
-        [&] { return ::headroom::testing::WorkersConnected(fleet_.get())[id]; },
-        60))
-        << id << " never connected";
+    ASSERT_TRUE(sim_.StartWorker(
+        id, {"--sim_gpu=L4", "--sim_gpus=" + std::to_string(gpus),
+             "--sim_host_memory_gb=128", "--sim_seed=" + std::to_string(kSeed),
+             "--sim_step_ms=100", "--sample_ms=20"}));
   }
 
   v1::SubmitProbeResponse Submit(const v1::TrainingSetup& setup,
@@ -130,10 +100,7 @@ class MultiGpuIntegrationTest : public ::testing::Test {
     return probe;
   }
 
-  std::string address_;
-  std::string db_;
-  std::unique_ptr<Child> planner_;
-  std::vector<std::unique_ptr<Child>> workers_;
+  ::headroom::testing::SimFleet sim_{"multigpu"};
   std::unique_ptr<v1::Fleet::Stub> fleet_;
   std::unique_ptr<v1::Fit::Stub> fit_;
   std::unique_ptr<v1::Calibration::Stub> calibration_;
@@ -242,7 +209,7 @@ TEST_F(MultiGpuIntegrationTest, AFourGpuProbeRunsOnlyOnAFourGpuNode) {
   std::map<uint32_t, v1::MeasuredRun> runs;
   ASSERT_TRUE(WaitFor(
       [&] {
-        auto store = SqliteStore::Open(db_);
+        auto store = SqliteStore::Open(sim_.db());
         if (!store.ok()) return false;
         auto listed = (*store)->ListRuns();
         if (!listed.ok()) return false;
