@@ -77,11 +77,15 @@ class FleetIntegrationTest : public ::testing::Test {
         "--log_level=warn"});
   }
 
-  // Polls (bounded) until the planner answers the fleet service.
+  // Polls (bounded) until the planner answers the fleet service; each
+  // call waits for the channel to connect (see WorkersConnected).
   bool PlannerAnswers() {
     return WaitFor(
         [&] {
           grpc::ClientContext context;
+          context.set_deadline(std::chrono::system_clock::now() +
+                               std::chrono::seconds(2));
+          context.set_wait_for_ready(true);
           v1::ListProbesResponse response;
           return fleet_->ListProbes(&context, {}, &response).ok();
         },

@@ -118,6 +118,8 @@ class JournalIntegrationTest : public ::testing::Test {
           grpc::ClientContext context;
           context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::seconds(2));
+          // Waits for the channel to connect (see WorkersConnected).
+          context.set_wait_for_ready(true);
           v1::ListProbesResponse response;
           return fleet_->ListProbes(&context, {}, &response).ok();
         },

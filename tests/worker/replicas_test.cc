@@ -56,6 +56,8 @@ struct Replica {
   bool Answers() {
     grpc::ClientContext context;
     context.set_deadline(In(1));
+    // Waits for the channel to connect (see WorkersConnected).
+    context.set_wait_for_ready(true);
     v1::PingResponse pong;
     return planner->fit->Ping(&context, {}, &pong).ok();
   }
