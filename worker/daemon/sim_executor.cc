@@ -162,10 +162,9 @@ double SimExecutor::StepSeconds(const v1::Assignment& assignment,
 
 namespace {
 
-// Stopped inside a batch: a cancel ends the probe, a shutdown hands the
-// unfinished batch back (the planner re-queues it).
-bool StoppedInBatch(const std::atomic<StopReason>& stop,
-                    ExecutionOutcome* outcome) {
+// Stopped before or inside a batch: a cancel ends the probe, a shutdown
+// hands the unfinished batches back (the planner re-queues them).
+bool Stopped(const std::atomic<StopReason>& stop, ExecutionOutcome* outcome) {
   if (stop.load() == StopReason::kCancelled) {
     outcome->error = "cancelled";
     return true;
@@ -205,6 +204,31 @@ void SimExecutor::AddTrainingPower(GpuReading* reading) {
   reading->total_energy_mj = counter;
 }
 
+uint64_t SimExecutor::RampSamples(
+    const v1::BatchRun& run, int total_ms,
+    const std::vector<std::pair<std::optional<uint32_t>, double>>& tops,
+    ExecutionSink* sink, const std::atomic<StopReason>& stop) {
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t samples = 0;
+  for (int t = 0; t <= total_ms; t += config_.sample_ms) {
+    if (stop.load() != StopReason::kNone) break;
+    const double ramp = std::min(
+        1.0, static_cast<double>(t + 1) / std::max(1, config_.step_ms));
+    for (const auto& [gpu_index, top_gb] : tops) {
+      GpuReading reading;
+      reading.gpu_index = gpu_index;
+      reading.memory_used_bytes = static_cast<uint64_t>(
+          (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
+      AddTrainingPower(&reading);
+      sink->Sample(run, t, reading);
+      ++samples;
+    }
+    std::this_thread::sleep_until(
+        start + std::chrono::milliseconds(t + config_.sample_ms));
+  }
+  return samples;
+}
+
 ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
                                   ExecutionSink* sink,
                                   const std::atomic<StopReason>& stop) {
@@ -219,13 +243,8 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
   }
   const int steps =
       static_cast<int>(assignment.warmup_steps() + assignment.steps());
-  const double baseline_mib = 0;
   for (const v1::BatchRun& run : assignment.runs()) {
-    if (stop.load() != StopReason::kNone) {
-      outcome.handed_back = stop.load() == StopReason::kShutdown;
-      if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
-      return outcome;
-    }
+    if (Stopped(stop, &outcome)) return outcome;
     const double truth = TruePeakGb(assignment, run.batch(), run.mode());
     double measured;
     {
@@ -238,23 +257,9 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     // the run goes OOM, which it does at the end of that step).
     const double top_gb = oom ? config_.memory_gb : measured + context_gb_;
     const int total_ms = oom ? config_.step_ms : steps * config_.step_ms;
-    const auto start = std::chrono::steady_clock::now();
-    uint64_t samples = 0;
-    for (int t = 0; t <= total_ms; t += config_.sample_ms) {
-      if (stop.load() != StopReason::kNone) break;
-      const double ramp = std::min(
-          1.0, static_cast<double>(t + 1) / std::max(1, config_.step_ms));
-      GpuReading reading;
-      reading.memory_used_bytes = static_cast<uint64_t>(
-          (baseline_mib * 1048576.0) +
-          (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
-      AddTrainingPower(&reading);
-      sink->Sample(run, t, reading);
-      ++samples;
-      std::this_thread::sleep_until(
-          start + std::chrono::milliseconds(t + config_.sample_ms));
-    }
-    if (StoppedInBatch(stop, &outcome)) return outcome;
+    const uint64_t samples =
+        RampSamples(run, total_ms, {{std::nullopt, top_gb}}, sink, stop);
+    if (Stopped(stop, &outcome)) return outcome;
     v1::BatchResult result = SimulatedResult(run, oom, samples);
     if (!oom) {
       result.set_peak_allocated_gb(measured);
@@ -313,11 +318,7 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
   const int steps =
       static_cast<int>(assignment.warmup_steps() + assignment.steps());
   for (const v1::BatchRun& run : assignment.runs()) {
-    if (stop.load() != StopReason::kNone) {
-      outcome.handed_back = stop.load() == StopReason::kShutdown;
-      if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
-      return outcome;
-    }
+    if (Stopped(stop, &outcome)) return outcome;
     std::vector<double> measured(ranks);
     double host_gb = 0;
     {
@@ -337,27 +338,13 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
     // Every rank's memory ramps up over the first step to its peak (or to
     // the card on the rank that runs out, at the end of that step).
     const int total_ms = oom ? config_.step_ms : steps * config_.step_ms;
-    const auto start = std::chrono::steady_clock::now();
-    uint64_t samples = 0;
-    for (int t = 0; t <= total_ms; t += config_.sample_ms) {
-      if (stop.load() != StopReason::kNone) break;
-      const double ramp = std::min(
-          1.0, static_cast<double>(t + 1) / std::max(1, config_.step_ms));
-      for (uint32_t r = 0; r < ranks; ++r) {
-        const double top_gb =
-            std::min(config_.memory_gb, measured[r] + context_gb_);
-        GpuReading reading;
-        reading.gpu_index = assignment.gpu_indices(static_cast<int>(r));
-        reading.memory_used_bytes = static_cast<uint64_t>(
-            (context_gb_ + (top_gb - context_gb_) * ramp) * 1e9);
-        AddTrainingPower(&reading);
-        sink->Sample(run, t, reading);
-        ++samples;
-      }
-      std::this_thread::sleep_until(
-          start + std::chrono::milliseconds(t + config_.sample_ms));
+    std::vector<std::pair<std::optional<uint32_t>, double>> tops;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      tops.emplace_back(assignment.gpu_indices(static_cast<int>(r)),
+                        std::min(config_.memory_gb, measured[r] + context_gb_));
     }
-    if (StoppedInBatch(stop, &outcome)) return outcome;
+    const uint64_t samples = RampSamples(run, total_ms, tops, sink, stop);
+    if (Stopped(stop, &outcome)) return outcome;
     v1::BatchResult result = SimulatedResult(run, oom, samples);
     if (host_gb > 0) result.set_host_peak_gb(host_gb);
     if (host_full && !oom) {
@@ -383,11 +370,7 @@ ExecutionOutcome SimExecutor::RunEnergy(const v1::Assignment& assignment,
   ExecutionOutcome outcome;
   const double n_b = static_cast<double>(CountParams(assignment.spec())) / 1e9;
   for (const v1::BatchRun& run : assignment.runs()) {
-    if (stop.load() != StopReason::kNone) {
-      outcome.handed_back = stop.load() == StopReason::kShutdown;
-      if (stop.load() == StopReason::kCancelled) outcome.error = "cancelled";
-      return outcome;
-    }
+    if (Stopped(stop, &outcome)) return outcome;
     v1::BatchResult result;
     result.set_batch(run.batch());
     result.set_repetition(run.repetition());
@@ -434,7 +417,7 @@ ExecutionOutcome SimExecutor::RunEnergy(const v1::Assignment& assignment,
       std::this_thread::sleep_until(
           start + std::chrono::milliseconds(t + config_.sample_ms));
     }
-    if (StoppedInBatch(stop, &outcome)) return outcome;
+    if (Stopped(stop, &outcome)) return outcome;
     result.set_samples(samples);
     v1::GenerationEnergy* generation = result.mutable_generation();
     generation->set_quant(run.mode());

@@ -43,8 +43,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -134,6 +136,14 @@ class SimExecutor final : public Executor {
   // and its card's energy counter advanced by one sample period (card 0
   // when the reading names none).
   void AddTrainingPower(GpuReading* reading) ABSL_LOCKS_EXCLUDED(mu_);
+  // Samples every sample_ms over `total_ms` (until `stop`), each card of
+  // `tops` (its gpu_index, none on a one-GPU run; its top GB) ramping up
+  // over the first step from the context to its top; the samples sent.
+  uint64_t RampSamples(
+      const v1::BatchRun& run, int total_ms,
+      const std::vector<std::pair<std::optional<uint32_t>, double>>& tops,
+      ExecutionSink* sink, const std::atomic<StopReason>& stop)
+      ABSL_LOCKS_EXCLUDED(mu_);
   ExecutionOutcome RunParallel(const v1::Assignment& assignment,
                                ExecutionSink* sink,
                                const std::atomic<StopReason>& stop);
