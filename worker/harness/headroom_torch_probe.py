@@ -1893,6 +1893,32 @@ def _is_oom(error):
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
 
 
+def _batch_outcome(measure, prefix=""):
+    """Runs one batch's measurement: (oom, error). A failure is the batch's
+    result, never a crash; `prefix` starts any error but an OOM."""
+    try:
+        measure()
+    except Exception as e:
+        oom = _is_oom(e)
+        return oom, "" if oom else f"{prefix}{type(e).__name__}: {e}"
+    return False, ""
+
+
+def _cuda_peaks(device):
+    """After a batch: the allocator's peaks (allocated, reserved bytes); its
+    cache is emptied for the next batch."""
+    torch.cuda.synchronize(device)
+    peaks = (torch.cuda.max_memory_allocated(device),
+             torch.cuda.max_memory_reserved(device))
+    torch.cuda.empty_cache()
+    return peaks
+
+
+def _mean_step_seconds(record, ok):
+    """The mean timed step of a batch that succeeded; None otherwise."""
+    return sum(record.seconds) / len(record.seconds) if ok and record.seconds else None
+
+
 def _autocast_enabled(device_type):
     # torch < 2.4 has only the per-device functions; it switches CPU autocast
     # off (with a warning) for a dtype it does not support.
@@ -2327,32 +2353,23 @@ def run_batches(spec, setup, device, batches, warmup, steps, compile_model=False
     for batch in batches:
         _emit({"event": "batch_start", "batch": batch})
         record = _Measurement()
-        oom, error = False, ""
         try:
             impl = optimizer_impl(setup, device)
-        except SpecError as e:
+        except SpecError:
             impl = None
-        try:
-            _measure_batch(spec, setup, device, batch, warmup, steps, record,
-                           compile_model, nvml)
-        except Exception as e:  # one batch's failure is its result, not a crash
-            oom = _is_oom(e)
-            error = "" if oom else f"{type(e).__name__}: {e}"
-        # The failed frames are gone once the except block ends; now the
+        oom, error = _batch_outcome(
+            lambda: _measure_batch(spec, setup, device, batch, warmup, steps,
+                                   record, compile_model, nvml))
+        # The failed frames are gone once the measurement returned; now the
         # allocator can really give their memory back.
         gc.collect()
-        peak_allocated = peak_reserved = None
-        if cuda:
-            torch.cuda.synchronize(device)
-            peak_allocated = torch.cuda.max_memory_allocated(device)
-            peak_reserved = torch.cuda.max_memory_reserved(device)
-            torch.cuda.empty_cache()
+        peak_allocated, peak_reserved = (_cuda_peaks(device) if cuda
+                                         else (None, None))
         ok = not oom and not error
         _emit({"event": "result", "batch": batch, "oom": oom,
                "peak_allocated_bytes": peak_allocated,
                "peak_reserved_bytes": peak_reserved,
-               "step_seconds": (sum(record.seconds) / len(record.seconds)
-                                if ok and record.seconds else None),
+               "step_seconds": _mean_step_seconds(record, ok),
                "steps": record.steps,
                "energy_j": record.energy_j() if ok else None,
                "error": error, "optimizer": impl})
@@ -2676,28 +2693,19 @@ def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_
         watcher = group.watch(index) if group.rank == 0 else None
         record = _Measurement()
         record.count_states = not cuda
-        oom, error = False, ""
-        try:
-            _measure_batch(spec, setup, device, batch, warmup, steps, record,
-                           compile_model, nvml, group)
-        except Exception as e:  # this rank's failure is the batch's result
-            oom = _is_oom(e)
-            error = "" if oom else f"rank {group.rank}: {type(e).__name__}: {e}"
+        # This rank's failure is the batch's result.
+        oom, error = _batch_outcome(
+            lambda: _measure_batch(spec, setup, device, batch, warmup, steps,
+                                   record, compile_model, nvml, group),
+            prefix=f"rank {group.rank}: ")
         gc.collect()
-        peak = reserved = None
-        if cuda:
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-            reserved = torch.cuda.max_memory_reserved(device)
-            torch.cuda.empty_cache()
-        else:
-            peak = record.counted_bytes
+        peak, reserved = (_cuda_peaks(device) if cuda
+                          else (record.counted_bytes, None))
         ok = not oom and not error
         mine = {"rank": group.rank, "batch": batch, "world_size": group.world, "oom": oom,
                 "error": error, "optimizer": impl, "peak_bytes": peak,
                 "reserved_bytes": reserved, "rss_bytes": _rss_bytes(), "steps": record.steps,
-                "step_seconds": (sum(record.seconds) / len(record.seconds)
-                                 if ok and record.seconds else None),
+                "step_seconds": _mean_step_seconds(record, ok),
                 "energy_j": record.energy_j() if ok else None,
                 "peak_source": PEAK_SOURCE_CUDA if cuda else PEAK_SOURCE_CPU}
         if not ok:
