@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/core/memory/parallel.h"
 
 namespace headroom::cli {
 namespace {
@@ -22,9 +23,10 @@ struct Word {
   Enum value;
 };
 
-template <typename Enum, size_t N>
+// `words` is any range of Word<Enum>.
+template <typename Words, typename Enum>
 absl::Status Lookup(const char* flag, const std::string& value,
-                    const Word<Enum> (&words)[N], Enum* out) {
+                    const Words& words, Enum* out) {
   std::vector<std::string> allowed;
   for (const Word<Enum>& w : words) {
     if (value == w.word) {
@@ -64,15 +66,14 @@ constexpr Word<TrainingSetup::Attention> kAttention[] = {
     {"flash", TrainingSetup::FLASH},
 };
 
-constexpr Word<TrainingSetup::Parallel> kParallel[] = {
-    {"ddp", TrainingSetup::DDP},
-    {"fsdp-full", TrainingSetup::FSDP_FULL},
-    {"fsdp-grad-op", TrainingSetup::FSDP_GRAD_OP},
-    {"fsdp-hybrid", TrainingSetup::FSDP_HYBRID},
-    {"zero1", TrainingSetup::ZERO1},
-    {"zero2", TrainingSetup::ZERO2},
-    {"zero3", TrainingSetup::ZERO3},
-};
+// The strategies by the names the planner answers with (StrategyName).
+std::vector<Word<TrainingSetup::Parallel>> ParallelWords() {
+  std::vector<Word<TrainingSetup::Parallel>> words;
+  for (TrainingSetup::Parallel s : AllStrategies()) {
+    words.push_back({StrategyName(s), s});
+  }
+  return words;
+}
 
 constexpr Word<TrainingSetup::Offload> kOffload[] = {
     {"optimizer", TrainingSetup::OPTIMIZER},
@@ -209,7 +210,8 @@ absl::Status FillSetup(const Options& o, TrainingSetup* setup) {
   }
   if (!o.parallel.empty()) {
     TrainingSetup::Parallel parallel = TrainingSetup::PARALLEL_UNSPECIFIED;
-    if (absl::Status s = Lookup("--parallel", o.parallel, kParallel, &parallel);
+    if (absl::Status s =
+            Lookup("--parallel", o.parallel, ParallelWords(), &parallel);
         !s.ok()) {
       return s;
     }
