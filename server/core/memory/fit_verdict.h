@@ -2,7 +2,8 @@
 #define HEADROOM_SERVER_CORE_MEMORY_FIT_VERDICT_H_
 
 // The three-way verdict of DESIGN.md and the largest batch per verdict,
-// solved by bisection on the monotone peak rather than scanned.
+// solved in closed form on the piecewise-linear peak (bisection only where
+// the closed form is not settled), never scanned.
 
 #include <cstdint>
 #include <optional>
