@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The outside client's trust checks (issue 32), run again with counts.
 
 Starts a planner from BUILD on loopback twice -- once with TLS, client
@@ -8,7 +8,7 @@ tries each attack the outside client reported. Every attack is tried a
 bounded number of times; each line says how many tries did harm (the planner
 accepted what it should have refused, or stopped answering) out of how many.
 
-  python3 bench/trust/attacks.py --build build [--json OUT]
+  /usr/bin/python3 bench/trust/attacks.py --build build   (Debian python3-grpcio) [--json OUT]
 
 Run it on two builds side by side (today's main and the change) to compare.
 Loopback only; every wait is bounded.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -232,10 +233,11 @@ def main() -> int:
         # Refused calls and the log: how many lines do 2,000 refusals write?
         before = a.log_lines()
         anon = planner_pb2_grpc.FitStub(tls_channel(a.port, "operator"))
+        unknown = (("authorization", "Bearer not-a-token"),)
         refused = 0
         for _ in range(2000):
             try:
-                anon.CheckFit(request, timeout=5)
+                anon.CheckFit(request, metadata=unknown, timeout=5)
             except grpc.RpcError:
                 refused += 1
         time.sleep(0.5)
@@ -255,6 +257,59 @@ def main() -> int:
                                     operator) for _ in range(n)]
         row("operator token connects as a worker", outcomes.count("welcome"),
             n, ",".join(sorted(set(outcomes))))
+
+        # Reads that queue probes: a simulated worker is connected, and an
+        # anonymous reader asks with learn for 20 distinct models, each
+        # BORDERLINE on a card sized between its peak and its upper bound.
+        worker_token = os.path.join(certs, "token-worker-w1")
+        if not os.path.exists(worker_token):
+            worker_token = os.path.join(certs, "token-operator")
+        worker_log = open(os.path.join(work, "worker.log"), "w")
+        worker = subprocess.Popen([
+            os.path.join(build, "worker", "headroom-worker"),
+            f"--planner=127.0.0.1:{b.port}", f"--token_file={worker_token}",
+            "--worker_id=w1", "--node_name=w1", "--sim_gpu=L4"],
+            stdout=worker_log, stderr=worker_log, cwd=ROOT)
+        try:
+            listing = fleet_pb2_grpc.FleetStub(channel)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                workers = listing.ListWorkers(fleet_pb2.ListWorkersRequest(),
+                                              timeout=5)
+                if any(w.connected for w in workers.workers):
+                    break
+                time.sleep(0.2)
+            with open(os.path.join(ROOT, "models", "bert-base.json")) as f:
+                base = json.load(f)
+            from google.protobuf import json_format  # noqa: E402
+            fit = planner_pb2_grpc.FitStub(channel)
+            queued, said = 0, set()
+            n_learn = 20
+            for i in range(n_learn):
+                spec = json_format.ParseDict(
+                    dict(base, name=f"learn-{i}", positions=100 + i),
+                    model_pb2.ModelSpec())
+                ask = planner_pb2.CheckFitRequest(batches=[4],
+                                                  include_simulated=True)
+                ask.model.spec.CopyFrom(spec)
+                ask.targets.add(gpu="L4")
+                first = fit.CheckFit(ask, timeout=10)
+                e = first.estimates[0]
+                ask.ClearField("targets")
+                ask.targets.add(memory_gb=(e.peak_gb + e.upper_gb) / 2 *
+                                first.headroom)
+                ask.learn = True
+                answer = fit.CheckFit(ask, timeout=30)
+                if answer.learning.startswith("probe p-") and "queued" in answer.learning:
+                    queued += 1
+                said.add(re.sub(r"probe p-\d+ .*", "probe p-N queued",
+                                answer.learning)[:70])
+            row("anonymous CheckFit learn queues probes (reads open)", queued,
+                n_learn, "; ".join(sorted(said))[:120])
+        finally:
+            worker.terminate()
+            worker.wait(10)
+            worker_log.close()
 
         # Undecodable requests: invalid UTF-8 in a string field, nesting.
         raw = channel.unary_unary("/headroom.v1.Fit/CheckFit",
