@@ -7,8 +7,9 @@
 #   ROOT/planner-tokens/tokens                  planner  /etc/headroom/tokens
 #   ROOT/ca/ca.crt                              worker   /etc/headroom/tls,
 #                                               Prometheus /etc/prometheus/headroom-tls
-#   ROOT/worker-token/token (operator role),    worker   /etc/headroom/worker-token
-#     tls.crt, tls.key (CN worker-sim-l4, for mTLS)
+#   ROOT/worker-token/token (role worker, named  worker   /etc/headroom/worker-token
+#     worker-sim-l4), tls.crt, tls.key (a worker certificate, CN worker-sim-l4,
+#     for mTLS)
 #   ROOT/cli/{ca.crt,token-reader,token-operator,token-admin,operator.pem,operator-key.pem}
 #                                               nobody: for `headroom` on the host
 #
@@ -45,7 +46,7 @@ install -m 600 "$work/planner-key.pem" "$root/planner-tls/tls.key"
 install -m 644 "$work/ca.pem" "$root/planner-tls/ca.crt"
 install -m 600 "$work/tokens" "$root/planner-tokens/tokens"
 install -m 644 "$work/ca.pem" "$root/ca/ca.crt"
-install -m 600 "$work/token-operator" "$root/worker-token/token"
+install -m 600 "$work/token-worker-worker-sim-l4" "$root/worker-token/token"
 install -m 644 "$work/worker-worker-sim-l4.pem" "$root/worker-token/tls.crt"
 install -m 600 "$work/worker-worker-sim-l4-key.pem" "$root/worker-token/tls.key"
 install -m 644 "$work/ca.pem" "$root/cli/ca.crt"

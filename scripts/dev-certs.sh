@@ -7,10 +7,22 @@
 # Usage: dev-certs.sh DIR [--planner-names a,b,...] [--workers w1,w2,...]
 #   DIR/ca.pem                      the CA (give it as --tls_ca, --tls_client_ca)
 #   DIR/planner.pem, planner-key.pem  --tls_cert / --tls_key of the planner
-#   DIR/worker-ID.pem, -key.pem     a worker's client certificate (CN = ID)
-#   DIR/operator.pem, -key.pem      a CLI client certificate (CN = operator)
+#   DIR/worker-ID.pem, -key.pem     a worker's client certificate (CN = ID),
+#                                   issued for workers (see WORKER_EKU)
+#   DIR/operator.pem, -key.pem      a CLI client certificate (CN = operator),
+#                                   not a worker's: the planner refuses it
+#                                   for Fleet.Connect
 #   DIR/tokens                      the planner's --tokens_file (hashes only)
 #   DIR/token-{reader,operator,admin}  the tokens themselves (mode 600)
+#   DIR/token-worker-ID             a worker's token (role worker, NAME = ID:
+#                                   it connects as worker ID only)
+#
+# A worker certificate carries, besides clientAuth, the extended key usage
+# WORKER_EKU below: the planner lets only such certificates connect as a
+# worker (server/service/access.h, kWorkerKeyUsageOid). It is an OID under
+# the 2.25 arc (ITU-T X.667, a UUID as an integer: no registration needed).
+# Your own CA issues worker certificates with it, e.g. OpenSSL's
+# `extendedKeyUsage=clientAuth,2.25.219349244869131494077330307785983357729`.
 set -euo pipefail
 
 dir=${1:?usage: dev-certs.sh DIR [--planner-names a,b] [--workers w1,w2]}
@@ -24,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "dev-certs: unknown argument $1 (allowed --planner-names, --workers)" >&2; exit 2 ;;
   esac
 done
+WORKER_EKU=2.25.219349244869131494077330307785983357729
 command -v openssl >/dev/null || { echo "dev-certs: needs openssl (apt-get install openssl)" >&2; exit 2; }
 
 mkdir -p "$dir"
@@ -54,7 +67,7 @@ IFS=, read -ra planner_names <<<"$names"
 for n in "${planner_names[@]}"; do san+=",DNS:$n"; done
 issue planner headroom-planner "$san" serverAuth
 IFS=, read -ra worker_ids <<<"$workers"
-for w in "${worker_ids[@]}"; do issue "worker-$w" "$w" "" clientAuth; done
+for w in "${worker_ids[@]}"; do issue "worker-$w" "$w" "" "clientAuth,$WORKER_EKU"; done
 issue operator operator "" clientAuth
 
 : >"$dir/tokens"
@@ -64,6 +77,11 @@ for role in reader operator admin; do
   printf '%s\n' "$token" >"$dir/token-$role"
   printf 'dev-%s %s %s\n' "$role" "$role" "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >>"$dir/tokens"
 done
+for w in "${worker_ids[@]}"; do
+  token=$(openssl rand -hex 24)
+  printf '%s\n' "$token" >"$dir/token-worker-$w"
+  printf '%s worker %s\n' "$w" "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >>"$dir/tokens"
+done
 chmod 644 "$dir"/*.pem "$dir/tokens"
 chmod 600 "$dir"/*-key.pem "$dir"/token-*
-echo "dev-certs: CA, planner, ${#worker_ids[@]} worker(s), operator and tokens in $dir" >&2
+echo "dev-certs: CA, planner, ${#worker_ids[@]} worker(s) (certificates and tokens), operator and tokens in $dir" >&2

@@ -1,6 +1,10 @@
 #include "server/service/access.h"
 
 #include <openssl/evp.h>
+#include <openssl/objects.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <array>
 #include <cctype>
@@ -150,8 +154,38 @@ absl::string_view RoleName(Role role) {
       return "operator";
     case Role::kAdmin:
       return "admin";
+    case Role::kWorker:
+      return "worker";
   }
   return "reader";
+}
+
+bool IssuedForWorkers(absl::string_view pem) {
+  // A certificate is a few KiB; anything much larger is not one.
+  if (pem.empty() || pem.size() > (1 << 16)) return false;
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  if (bio == nullptr) return false;
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) return false;
+  const auto free_usage = [](EXTENDED_KEY_USAGE* usage) {
+    sk_ASN1_OBJECT_pop_free(usage, ASN1_OBJECT_free);
+  };
+  std::unique_ptr<EXTENDED_KEY_USAGE, decltype(free_usage)> usage(
+      static_cast<EXTENDED_KEY_USAGE*>(
+          X509_get_ext_d2i(cert.get(), NID_ext_key_usage, nullptr, nullptr)),
+      free_usage);
+  if (usage == nullptr) return false;
+  std::unique_ptr<ASN1_OBJECT, decltype(&ASN1_OBJECT_free)> worker(
+      OBJ_txt2obj(kWorkerKeyUsageOid, /*no_name=*/1), &ASN1_OBJECT_free);
+  if (worker == nullptr) return false;
+  for (int i = 0; i < sk_ASN1_OBJECT_num(usage.get()); ++i) {
+    if (OBJ_cmp(sk_ASN1_OBJECT_value(usage.get(), i), worker.get()) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Need NeedOf(absl::string_view method) {
@@ -196,10 +230,17 @@ absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokens(
       entry.role = Role::kOperator;
     } else if (fields[1] == "admin") {
       entry.role = Role::kAdmin;
+    } else if (fields[1] == "worker") {
+      entry.role = Role::kWorker;
+      if (absl::StrContains(entry.name, '@')) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": a worker token's name is the worker id it connects as; ",
+            entry.name, " has '@', which no worker id has"));
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": role = ", fields[1].substr(0, 32),
-                       "; allowed reader, operator, admin"));
+                       "; allowed reader, operator, admin, worker"));
     }
     std::string digest = absl::AsciiStrToLower(fields[2]);
     if (digest.size() != 64 ||
@@ -220,6 +261,12 @@ absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokens(
     }
   }
   return tokens;
+}
+
+std::string Caller::WorkerIdentity() const {
+  if (worker_certificate) return absl::StrCat("cert:", certificate_name);
+  if (token_role == Role::kWorker) return absl::StrCat("token:", token_name);
+  return "";
 }
 
 std::string Caller::Name() const {
@@ -267,9 +314,14 @@ Caller Access::Identify(const grpc::ServerContextBase& context) const {
         auth->FindPropertyValues("x509_common_name");
     if (!names.empty()) {
       caller.has_certificate = true;
-      caller.identity = absl::StrCat(
-          "cert:",
-          absl::string_view(names.front().data(), names.front().size()));
+      caller.certificate_name =
+          std::string(names.front().data(), names.front().size());
+      caller.identity = absl::StrCat("cert:", caller.certificate_name);
+      const std::vector<grpc::string_ref> pems =
+          auth->FindPropertyValues("x509_pem_cert");
+      caller.worker_certificate =
+          !pems.empty() && IssuedForWorkers(absl::string_view(
+                               pems.front().data(), pems.front().size()));
     }
   }
   const auto& metadata = context.client_metadata();
@@ -305,29 +357,23 @@ absl::Status Access::Allow(const Caller& caller,
         "--token or HEADROOM_TOKEN)");
   }
   if (need == Need::kRead) {
-    if (!options_.require_token_for_reads || caller.token_role.has_value() ||
-        caller.has_certificate) {
-      return absl::OkStatus();
-    }
-    return absl::UnauthenticatedError(
-        "this planner requires a token for reads: pass --token or "
-        "HEADROOM_TOKEN (any role)");
-  }
-  if (need == Need::kWorker) {
-    if (caller.has_certificate || (caller.token_role.has_value() &&
-                                   *caller.token_role >= Role::kOperator)) {
+    if (!options_.require_token_for_reads || caller.has_certificate ||
+        (caller.token_role.has_value() &&
+         *caller.token_role >= Role::kReader)) {
       return absl::OkStatus();
     }
     if (caller.token_role.has_value()) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "a worker connects with a client certificate or an operator token; "
-          "this token has role ",
-          RoleName(*caller.token_role)));
+          "this planner requires a token for reads (role reader or above); "
+          "token ",
+          caller.token_name, " has role ", RoleName(*caller.token_role),
+          ", which only connects a worker"));
     }
     return absl::UnauthenticatedError(
-        "a worker connects with a client certificate (--tls_cert, --tls_key) "
-        "or an operator token (--token, HEADROOM_TOKEN)");
+        "this planner requires a token for reads: pass --token or "
+        "HEADROOM_TOKEN (role reader or above)");
   }
+  if (need == Need::kWorker) return AllowWorker(caller);
   const Role required = need == Need::kAdmin ? Role::kAdmin : Role::kOperator;
   if (tokens_.empty()) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -347,6 +393,35 @@ absl::Status Access::Allow(const Caller& caller,
         caller.token_name, " has role ", RoleName(*caller.token_role)));
   }
   return absl::OkStatus();
+}
+
+absl::Status Access::AllowWorker(const Caller& caller) const {
+  const std::string needs = absl::StrCat(
+      "/headroom.v1.Fleet/Connect needs a worker credential: a client "
+      "certificate issued for workers (extended key usage ",
+      kWorkerKeyUsageOid,
+      ", as scripts/dev-certs.sh issues worker-ID.pem; its CN is the worker "
+      "id) or a token of role worker, named for the worker id "
+      "(--token_file)");
+  if (caller.worker_certificate && caller.token_role == Role::kWorker &&
+      caller.certificate_name != caller.token_name) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the worker certificate names worker ",
+                     caller.certificate_name, " and the worker token worker ",
+                     caller.token_name, "; a connection is one worker"));
+  }
+  if (!caller.WorkerIdentity().empty()) return absl::OkStatus();
+  if (caller.token_role.has_value()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(needs, "; token ", caller.token_name, " has role ",
+                     RoleName(*caller.token_role)));
+  }
+  if (caller.has_certificate) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(needs, "; the client certificate (CN ",
+                     caller.certificate_name, ") is not issued for workers"));
+  }
+  return absl::UnauthenticatedError(needs);
 }
 
 absl::Status Access::Check(const grpc::ServerContextBase& context,

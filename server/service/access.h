@@ -3,15 +3,23 @@
 
 // Who may call what. A caller is known by its client certificate (mTLS) and
 // by its bearer token (`authorization: Bearer <token>`), checked against the
-// tokens file; every method needs a role (reader, operator, admin). Every
-// handler asks `Check` first, and the audit interceptor logs each mutating
-// call and each refusal with the caller, the peer and the outcome.
+// tokens file; every method needs a role (reader, operator, admin, or
+// worker for Fleet.Connect). Every handler asks `Check` first, and the audit
+// interceptor logs each mutating call and each refusal with the caller, the
+// peer and the outcome.
 //
 // Modes: with neither TLS nor a tokens file the planner is open (it listens
-// on loopback only, see PlannerApp) and every caller is admin. With a tokens
-// file, a call needs a token of the method's role (reads are open unless
-// require_token_for_reads). With TLS but no tokens file, every mutating call
-// is refused; a worker with a verified client certificate may still connect.
+// on loopback only, see PlannerApp) and every caller is admin and may
+// connect as any worker. With a tokens file, a call needs a token of the
+// method's role (reads are open unless require_token_for_reads). With TLS
+// but no tokens file, every mutating call is refused; a worker with a
+// worker certificate may still connect.
+//
+// Workers (issue 32): connecting needs a worker credential, bound to one
+// worker id: a client certificate issued for workers (extended key usage
+// kWorkerKeyUsageOid; its CN is the worker id) or a token of role worker
+// (its NAME in the tokens file is the worker id). An operator's or admin's
+// token and any other certificate are not workers.
 
 #include <map>
 #include <memory>
@@ -30,12 +38,26 @@ class ServerContextBase;
 
 namespace headroom {
 
-// Ordered: a role may do what every role below it may.
-enum class Role { kReader = 1, kOperator = 2, kAdmin = 3 };
+// reader < operator < admin are ordered: each may do what the ones below it
+// may. worker stands apart, below reader: it may only connect as the one
+// worker id its token is named for (and call what anyone may).
+enum class Role { kWorker = 0, kReader = 1, kOperator = 2, kAdmin = 3 };
 absl::string_view RoleName(Role role);
 
-// What a method needs. kWorker is Fleet.Connect: a verified client
-// certificate, or a token of role operator or above.
+// The extended key usage that marks a client certificate as issued for a
+// Headroom worker (scripts/dev-certs.sh puts it on worker certificates,
+// never on the operator's). An OID under the 2.25 arc (ITU-T X.667: a UUID
+// as an integer, here a50520bd-df44-4086-9eac-e3fb46e97321), which needs no
+// registration and collides with no one's.
+inline constexpr char kWorkerKeyUsageOid[] =
+    "2.25.219349244869131494077330307785983357729";
+
+// Whether `pem`, one PEM certificate, carries kWorkerKeyUsageOid in its
+// extended key usage; false for anything that does not parse.
+bool IssuedForWorkers(absl::string_view pem);
+
+// What a method needs. kWorker is Fleet.Connect: a worker credential (a
+// worker certificate or a worker token), bound to one worker id.
 enum class Need { kAnyone, kRead, kOperator, kAdmin, kWorker };
 // The need of a full method name ("/headroom.v1.Calibration/Refit"); a method
 // this table does not know needs admin (fail closed).
@@ -48,8 +70,10 @@ struct TokenEntry {
   Role role;
 };
 // The tokens file: one line per token, `NAME ROLE SHA256HEX` (the hex
-// SHA-256 of the token), blank lines and `#` comments allowed. Errors name
-// `source`, the line and what is wrong. Keyed by the lower-case hex digest.
+// SHA-256 of the token), ROLE one of reader, operator, admin, worker; blank
+// lines and `#` comments allowed. A worker token's NAME is the worker id it
+// connects as (so it holds no '@'). Errors name `source`, the line and what
+// is wrong. Keyed by the lower-case hex digest.
 absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokens(
     absl::string_view text, absl::string_view source);
 
@@ -59,9 +83,15 @@ struct Caller {
   std::string identity;
   std::string peer;
   bool has_certificate = false;
+  // The verified certificate carries kWorkerKeyUsageOid.
+  bool worker_certificate = false;
+  std::string certificate_name;    // its subject CN
   std::optional<Role> token_role;  // set for a known token
   std::string token_name;          // its name in the tokens file
   bool presented_unknown_token = false;
+  // The worker this caller may connect as: "cert:<CN>" for a worker
+  // certificate, else "token:<name>" for a worker token, else "".
+  std::string WorkerIdentity() const;
   // For logs: the identity and the token's name ("cert:w1 token:ops"), or
   // "anonymous".
   std::string Name() const;
@@ -86,11 +116,13 @@ class Access {
   // Who the call is from, as its transport and metadata say.
   Caller Identify(const grpc::ServerContextBase& context) const;
   // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (naming
-  // the role required) for `caller` calling `method`.
+  // the role required) for `caller` calling `method`. Fleet.Connect is
+  // allowed with a worker credential only (a worker certificate and a
+  // worker token together must name the same worker).
   absl::Status Allow(const Caller& caller, absl::string_view method) const;
   // Whether `caller` holds `role` (everyone does on an open planner): for
   // the parts of a call only some roles may ask for (PutAutotuneRecord's
-  // force).
+  // force). `role` is reader, operator or admin.
   bool Holds(const Caller& caller, Role role) const {
     return open_ ||
            (caller.token_role.has_value() && *caller.token_role >= role);
@@ -104,6 +136,9 @@ class Access {
   AuditInterceptorFactory() const;
 
  private:
+  // Allow for Fleet.Connect on a planner that is not open.
+  absl::Status AllowWorker(const Caller& caller) const;
+
   Options options_;
   std::map<std::string, TokenEntry> tokens_;
   bool open_ = false;

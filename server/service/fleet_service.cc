@@ -122,11 +122,12 @@ FleetService::Connect(grpc::CallbackServerContext* context) {
     allowed =
         options_.access->Check(*context, "/headroom.v1.Fleet/Connect", &caller);
   }
-  // The identity (certificate subject, token name) decides which hellos
-  // the stream may send; empty when the planner runs open.
+  // The worker credential ("cert:<CN>" of a worker certificate,
+  // "token:<name>" of a worker token) decides which hello the stream may
+  // send; empty when the planner runs open.
   auto* stream =
-      new WorkerStream(this, executor_, context->peer(), caller.identity,
-                       policy_.max_unhandled_messages);
+      new WorkerStream(this, executor_, context->peer(),
+                       caller.WorkerIdentity(), policy_.max_unhandled_messages);
   if (!allowed.ok()) stream->End(ToGrpcStatus(allowed));
   return stream;
 }
@@ -404,13 +405,22 @@ void FleetService::OnResult(WorkerStream* stream,
   };
   if (result.has_batch()) {
     const v1::BatchResult& batch = result.batch();
-    if (std::optional<Rejection> bad = CheckBatchResult(
-            *probe, batch, CardMemoryGb(*probe, hello, result.gpu().index()))) {
+    // What the run measured is the card this connection registered at
+    // hello (its kind, memory, simulated flag), never the result's own
+    // gpu field.
+    const v1::GpuDevice* device = MeasuringDevice(*probe, hello);
+    if (std::optional<Rejection> bad =
+            CheckBatchResult(*probe, batch, CardMemoryGb(*probe, device))) {
       reject(bad->reason, bad->detail);
       return;
     }
+    // No such card (a hello without GPUs): the batch is the probe's, but no
+    // measured run of a catalog GPU.
+    const v1::ProbeResult measured =
+        device == nullptr ? result : AsMeasuredOn(result, *device);
     const std::optional<v1::MeasuredRun> run =
-        MeasuredRunFor(*probe, result, worker);
+        device == nullptr ? std::nullopt
+                          : MeasuredRunFor(*probe, measured, worker);
     // The planner's key, not the worker's: one per run of this assignment.
     v1::Probe updated;
     absl::StatusOr<bool> stored = store_->RecordProbeResult(
@@ -432,7 +442,9 @@ void FleetService::OnResult(WorkerStream* stream,
     // (the first attempt may have failed here), and not acknowledged until
     // it is stored, so a result re-sent after a failure stores it once.
     if (const std::optional<v1::EnergyRun> energy =
-            EnergyRunFor(*probe, result, worker, NowMs() / 1000)) {
+            device == nullptr
+                ? std::nullopt
+                : EnergyRunFor(*probe, measured, worker, NowMs() / 1000)) {
       absl::StatusOr<bool> added = store_->AddEnergyRun(
           StoredResultKey(probe->id(), result.assignment_id(), batch), *energy);
       if (!added.ok()) {

@@ -231,6 +231,13 @@ absl::StatusOr<GpuSetup> SetUpExecutors(const GpuSetupOptions& options) {
           absl::StrCat("sim_memory_gb = ", sim.memory_gb,
                        " is out of range; allowed (0, ", kMaxCardGb, "]"));
     }
+    // The planner refuses a hello whose card is not the size of its kind.
+    if (!MemoryAgrees(*kind, sim.memory_gb)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sim_memory_gb = ", sim.memory_gb, " is not a ", kind->name,
+          ": the catalog's has ", kind->memory_gb, " GB; allowed within ",
+          kCardMemoryTolerance * 100, " % of it, or 0 for the catalog's"));
+    }
     if (sim.step_ms < 1 || sim.step_ms > 60000 || sim.sample_ms < 1 ||
         sim.sample_ms > 10000) {
       return absl::InvalidArgumentError(

@@ -32,12 +32,14 @@ ABSL_FLAG(std::string, tls_ca, "",
           "TLS: CA certificate (PEM) of the planner's certificate; empty "
           "connects in plaintext (also HEADROOM_TLS_CA)");
 ABSL_FLAG(std::string, tls_cert, "",
-          "mTLS: this worker's certificate (PEM); its CN is the worker's "
+          "mTLS: this worker's certificate (PEM), issued for workers "
+          "(scripts/dev-certs.sh's worker-ID.pem); its CN is the worker's "
           "identity and must equal --worker_id (also HEADROOM_TLS_CERT)");
 ABSL_FLAG(std::string, tls_key, "",
           "mTLS: this worker's private key (PEM) (also HEADROOM_TLS_KEY)");
 ABSL_FLAG(std::string, token_file, "",
-          "file holding an operator bearer token, for a planner with "
+          "file holding a worker bearer token (role worker in the planner's "
+          "--tokens_file, named for --worker_id), for a planner with "
           "--tokens_file and no client certificates (or HEADROOM_TOKEN)");
 ABSL_FLAG(std::string, node_name, "",
           "the Kubernetes node the GPUs are on (default: the host name); the "
@@ -46,13 +48,14 @@ ABSL_FLAG(std::string, worker_id, "",
           "stable id of this worker (default: the host name, a dash and the "
           "first GPU's catalog kind in lower case, e.g. node7-h100, or "
           "node7-sim-l4 for a simulated L4; with --tls_cert give the "
-          "certificate's CN)");
+          "certificate's CN, with --token_file the worker token's name)");
 ABSL_FLAG(std::string, executors, "auto",
           "comma list of torch, cuda, sim; auto = torch and cuda where a GPU "
           "and the tools exist, else sim");
 ABSL_FLAG(std::string, sim_gpu, "L4", "simulated card kind (catalog name)");
 ABSL_FLAG(double, sim_memory_gb, 0,
-          "simulated card memory in GB (0 = the catalog's)");
+          "simulated card memory in GB (0 = the catalog's; else within 10 % "
+          "of it, as the planner requires)");
 ABSL_FLAG(int, sim_gpus, 1,
           "simulated cards of --sim_gpu on the node (1..16, indices 0..N-1): "
           "probes asking for several GPUs run on them");

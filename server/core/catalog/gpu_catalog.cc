@@ -1,5 +1,6 @@
 #include "server/core/catalog/gpu_catalog.h"
 
+#include <cmath>
 #include <string>
 #include <unordered_map>
 
@@ -134,6 +135,11 @@ const std::unordered_map<std::string, const GpuInfo*>& ByNormalizedName() {
 }
 
 }  // namespace
+
+bool MemoryAgrees(const GpuInfo& card, double memory_gb) {
+  return std::abs(memory_gb - card.memory_gb) <=
+         kCardMemoryTolerance * card.memory_gb;
+}
 
 absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
   const std::string key = NormalizeName(name);

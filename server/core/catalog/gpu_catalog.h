@@ -33,6 +33,15 @@ inline constexpr double kMaxCardGb = 100000;
 // INVALID_ARGUMENT naming `field` (e.g. "targets[0].memory_gb").
 absl::Status CheckCardGb(double gb, absl::string_view field);
 
+// A card's reported memory agrees with its catalog entry when within this
+// fraction of the catalog's: drivers report binary units or keep some back
+// (a real L4 reports 23.0 GB of 24), a node label rounds to MiB.
+inline constexpr double kCardMemoryTolerance = 0.1;
+
+// Whether `memory_gb`, what a card or a node label reports, agrees with
+// `card`'s datasheet memory (within kCardMemoryTolerance).
+bool MemoryAgrees(const GpuInfo& card, double memory_gb);
+
 // Every catalog entry, in a stable order.
 const std::vector<GpuInfo>& GpuCatalog();
 

@@ -465,8 +465,7 @@ std::optional<v1::Target> TargetFromLabels(const ExtenderNode& node) {
   v1::Target target;
   if (!gpu.empty()) {
     absl::StatusOr<GpuInfo> info = FindGpu(gpu);
-    if (info.ok() && (label_gb == 0 || std::abs(info->memory_gb - label_gb) <=
-                                           0.1 * info->memory_gb)) {
+    if (info.ok() && (label_gb == 0 || MemoryAgrees(*info, label_gb))) {
       target.set_gpu(info->name);
       return target;
     }

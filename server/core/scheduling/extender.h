@@ -54,8 +54,9 @@ absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
     const std::map<std::string, std::string>& annotations);
 
 // The card a node has: a catalog GPU from the product label when its memory
-// agrees with the memory label (within 10 %), else the memory label as a
-// bare size, else the product alone; nullopt when neither label says.
+// agrees with the memory label (MemoryAgrees: within 10 %), else the memory
+// label as a bare size, else the product alone; nullopt when neither label
+// says.
 std::optional<v1::Target> TargetFromLabels(const ExtenderNode& node);
 
 struct ExtenderOptions {

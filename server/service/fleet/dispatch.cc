@@ -124,6 +124,19 @@ std::string NoWorkerFor(const v1::Probe& probe,
                       " (connected: ", absl::StrJoin(kinds, ", "), ")");
 }
 
+std::vector<uint32_t> AssignedGpuIndices(
+    const v1::Probe& probe, const std::vector<v1::GpuDevice>& gpus) {
+  const std::string kind = KindFor(probe, gpus);
+  const uint32_t needed = GpusNeeded(probe);
+  std::vector<uint32_t> indices;
+  for (const v1::GpuDevice& gpu : gpus) {
+    if (indices.size() < needed && KindOf(gpu) == kind) {
+      indices.push_back(gpu.index());
+    }
+  }
+  return indices;
+}
+
 v1::Assignment AssignmentFor(const v1::Probe& probe,
                              const std::vector<v1::GpuDevice>& gpus,
                              const DispatchPolicy& policy) {
@@ -166,18 +179,11 @@ v1::Assignment AssignmentFor(const v1::Probe& probe,
     }
   }
   assignment.set_executor(probe.request().executor());
-  // The GPUs its ranks run on: the first GpusNeeded of the kind (an idle
-  // worker's GPUs are all free); gpu_index is rank 0's. One GPU: no list.
-  const std::string kind = KindFor(probe, gpus);
-  const uint32_t needed = GpusNeeded(probe);
-  std::vector<uint32_t> indices;
-  for (const v1::GpuDevice& gpu : gpus) {
-    if (indices.size() < needed && KindOf(gpu) == kind) {
-      indices.push_back(gpu.index());
-    }
-  }
+  // The GPUs its ranks run on (an idle worker's GPUs are all free);
+  // gpu_index is rank 0's. One GPU: no list.
+  const std::vector<uint32_t> indices = AssignedGpuIndices(probe, gpus);
   if (!indices.empty()) assignment.set_gpu_index(indices.front());
-  if (needed > 1) {
+  if (GpusNeeded(probe) > 1) {
     for (uint32_t index : indices) assignment.add_gpu_indices(index);
   }
   const v1::SubmitProbeRequest& request = probe.request();

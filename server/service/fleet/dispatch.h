@@ -81,6 +81,12 @@ struct ConnectedWorker {
 std::string NoWorkerFor(const v1::Probe& probe,
                         const std::vector<ConnectedWorker>& workers);
 
+// The GPUs of `gpus` a probe's ranks run on, rank 0 first: the first
+// GpusNeeded of its kind (for a pinned probe, the worker's most numerous
+// kind). Empty when the worker has none of the kind.
+std::vector<uint32_t> AssignedGpuIndices(
+    const v1::Probe& probe, const std::vector<v1::GpuDevice>& gpus);
+
 // The assignment that sends `probe` (just claimed) to a worker with `gpus`:
 // only the runs not measured yet (a re-queued probe resumes), the request's
 // steps and timeout or their defaults (fleet.proto), the lease of `policy`.

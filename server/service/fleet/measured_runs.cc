@@ -52,6 +52,13 @@ std::string RankPeaksProblem(const v1::BatchResult& batch, uint32_t gpus,
   return "";
 }
 
+v1::ProbeResult AsMeasuredOn(const v1::ProbeResult& result,
+                             const v1::GpuDevice& device) {
+  v1::ProbeResult measured = result;
+  *measured.mutable_gpu() = device;
+  return measured;
+}
+
 std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
                                               const v1::ProbeResult& result,
                                               const std::string& worker) {

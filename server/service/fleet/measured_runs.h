@@ -26,6 +26,15 @@ inline constexpr double kRankPeakSlack = 1.5;
 std::string RankPeaksProblem(const v1::BatchResult& batch, uint32_t gpus,
                              double card_memory_gb);
 
+// `result` as the planner counts it measured: its gpu field replaced by
+// `device`, the card the connection registered at hello (MeasuringDevice),
+// whatever the worker wrote there. MeasuredRunFor and EnergyRunFor take
+// the run's GPU, the card's memory and (with the batch's own flag) whether
+// it is simulated from that field: pass them this, never a result as it
+// arrived.
+v1::ProbeResult AsMeasuredOn(const v1::ProbeResult& result,
+                             const v1::GpuDevice& device);
+
 // The measured run of one batch result of `probe`, run by `worker`: its
 // model key, source, how it was measured, the setup (setup.gpus, parallel,
 // offload ... with it), and the spec when the model is not a catalog

@@ -8,10 +8,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "server/core/calibration/promotion.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_refit.h"
+#include "server/service/fleet/dispatch.h"
 
 namespace headroom {
 namespace {
@@ -121,14 +123,54 @@ std::optional<Rejection> CheckHello(const v1::WorkerHello& hello,
     return Rejection{WorkerRejection::kInventoryTooLarge,
                      std::string(bounded.message())};
   }
-  // A certificate names its worker: it may say hello as that worker only.
-  if (absl::StartsWith(identity, "cert:") && id != identity.substr(5)) {
+  if (absl::Status cards = CheckHelloCards(hello); !cards.ok()) {
+    return Rejection{WorkerRejection::kImplausibleValue,
+                     std::string(cards.message())};
+  }
+  // A worker credential names its worker: it may say hello as that worker
+  // only.
+  absl::string_view bound = identity;
+  if ((absl::ConsumePrefix(&bound, "cert:") ||
+       absl::ConsumePrefix(&bound, "token:")) &&
+      id != bound) {
     return Rejection{
         WorkerRejection::kIdentityMismatch,
-        absl::StrCat("hello.worker_id '", id, "' is not the identity '",
-                     Cut(identity), "' this connection proved")};
+        absl::StrCat("hello.worker_id '", id, "' is not the worker '",
+                     Cut(identity), "' this connection's credential is for")};
   }
   return std::nullopt;
+}
+
+absl::Status CheckHelloCards(const v1::WorkerHello& hello) {
+  for (int i = 0; i < hello.gpus_size(); ++i) {
+    const v1::GpuDevice& gpu = hello.gpus(i);
+    const std::string kind = CatalogGpuForDriverName(gpu.name());
+    if (kind.empty() || gpu.memory_bytes() == 0) continue;
+    absl::StatusOr<GpuInfo> card = FindGpu(kind);
+    if (!card.ok()) continue;
+    const double memory_gb = static_cast<double>(gpu.memory_bytes()) / 1e9;
+    if (!MemoryAgrees(*card, memory_gb)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.gpus[", i, "] (index ", gpu.index(),
+          ").memory_bytes = ", gpu.memory_bytes(), " (", memory_gb,
+          " GB) is not a ", card->name, " (\"", Cut(gpu.name(), 64),
+          "\"): the catalog's has ", card->memory_gb, " GB; allowed within ",
+          kCardMemoryTolerance * 100, " % of it, or 0 (not known)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const v1::GpuDevice* MeasuringDevice(const v1::Probe& probe,
+                                     const v1::WorkerHello& hello) {
+  const std::vector<v1::GpuDevice> gpus(hello.gpus().begin(),
+                                        hello.gpus().end());
+  const std::vector<uint32_t> indices = AssignedGpuIndices(probe, gpus);
+  if (indices.empty()) return nullptr;
+  for (const v1::GpuDevice& gpu : hello.gpus()) {
+    if (gpu.index() == indices.front()) return &gpu;
+  }
+  return nullptr;
 }
 
 std::optional<Rejection> CheckResultIds(const v1::ProbeResult& result) {
@@ -217,27 +259,18 @@ absl::Status CheckHelloInventory(const v1::WorkerHello& hello) {
 }
 
 std::optional<double> CardMemoryGb(const v1::Probe& probe,
-                                   const v1::WorkerHello& hello,
-                                   uint32_t gpu_index) {
-  const v1::GpuDevice* device = nullptr;
-  if (!probe.gpu().empty()) {
-    for (const v1::GpuDevice& gpu : hello.gpus()) {
-      if (CatalogGpuForDriverName(gpu.name()) == probe.gpu()) {
-        device = &gpu;
-        break;
-      }
-    }
-  }
-  for (const v1::GpuDevice& gpu : hello.gpus()) {
-    if (device == nullptr && gpu.index() == gpu_index) device = &gpu;
-  }
+                                   const v1::GpuDevice* device) {
   if (device != nullptr && device->memory_bytes() > 0) {
     return static_cast<double>(device->memory_bytes()) / 1e9;
   }
   // The device did not say: the catalog's card.
-  absl::StatusOr<GpuInfo> card = FindGpu(probe.gpu());
-  if (!probe.gpu().empty() && card.ok()) return card->memory_gb;
-  return std::nullopt;
+  std::string kind =
+      device == nullptr ? "" : CatalogGpuForDriverName(device->name());
+  if (kind.empty()) kind = probe.gpu();
+  if (kind.empty()) return std::nullopt;
+  absl::StatusOr<GpuInfo> card = FindGpu(kind);
+  if (!card.ok()) return std::nullopt;
+  return card->memory_gb;
 }
 
 std::optional<Rejection> CheckBatchResult(

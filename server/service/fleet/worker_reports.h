@@ -62,24 +62,40 @@ struct Rejection {
 // nullopt when `hello` may register on a stream whose caller proved
 // `identity` (empty on a planner running open): its worker id and node
 // name are ids (malformed otherwise), its inventory is within bounds
-// (inventory_too_large), and a certificate identity "cert:<id>" says hello
-// as that worker only (identity_mismatch).
+// (inventory_too_large), every card agrees with the catalog
+// (CheckHelloCards: implausible_value), and a worker credential
+// "cert:<id>" or "token:<id>" says hello as that worker only
+// (identity_mismatch).
 std::optional<Rejection> CheckHello(const v1::WorkerHello& hello,
                                     const std::string& identity);
+
+// OK when every card of `hello` whose name the catalog knows reports no
+// memory (0 = not known) or memory the catalog's agrees with (MemoryAgrees,
+// the tolerance the scheduler extender gives a node's memory label);
+// INVALID_ARGUMENT naming hello.gpus[i] (its index), the field and the
+// catalog's figure otherwise. Cards the catalog does not know pass (no run of
+// them is stored under a catalog GPU).
+absl::Status CheckHelloCards(const v1::WorkerHello& hello);
+
+// The card of `hello` the planner counts a result of `probe` as measured
+// on: the first of the kind the dispatcher gave the probe (AssignmentFor's
+// gpu_index: the probe's GPU, or for a pinned probe the worker's most
+// numerous kind), with its catalog_gpu filled in. nullptr when the hello
+// has none of it. Never what a result says of itself.
+const v1::GpuDevice* MeasuringDevice(const v1::Probe& probe,
+                                     const v1::WorkerHello& hello);
 
 // nullopt when `result` names itself well enough to be looked up: a key of
 // 1..kMaxResultKeyLength characters and a probe id (malformed otherwise).
 std::optional<Rejection> CheckResultIds(const v1::ProbeResult& result);
 
-// The memory, GB, of the card `probe` runs on at the worker that said
-// `hello`: what that device reported (the first whose catalog GPU is the
-// probe's, as the dispatcher assigns, else the one at `gpu_index`), since
-// the catalog names a family (an H100 NVL has 94 GB, a sim card any size);
-// the catalog's memory for the probe's GPU when the device reported none;
-// nullopt when neither is known.
+// The memory, GB, of `device` (MeasuringDevice's card, or null) running
+// `probe`: what the device reported (as CheckHelloCards holds it, near the
+// catalog's); the catalog's memory for the
+// device's kind, else the probe's GPU, when it reported none; nullopt when
+// neither is known.
 std::optional<double> CardMemoryGb(const v1::Probe& probe,
-                                   const v1::WorkerHello& hello,
-                                   uint32_t gpu_index);
+                                   const v1::GpuDevice* device);
 
 // nullopt when `batch` names a run of `probe`'s request (a requested batch
 // and repetition with mode "", a planned autotune candidate and its mode at

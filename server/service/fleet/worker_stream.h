@@ -45,8 +45,9 @@ class WorkerStream
           grpc::ServerBidiReactor<v1::WorkerMessage, v1::PlannerMessage>,
           v1::PlannerMessage> {
  public:
-  // `identity` is who the caller proved to be ("cert:<worker id>" from a
-  // client certificate, ...), empty on a planner running open. A worker
+  // `identity` is the worker the caller's credential is bound to
+  // ("cert:<worker id>" from a worker certificate, "token:<worker id>" from
+  // a worker token), empty on a planner running open. A worker
   // that sends faster than its messages are handled (more than
   // `max_unhandled` waiting) is told to reconnect. `handler` and
   // `executor` must outlive every stream. Starts the first read.

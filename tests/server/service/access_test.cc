@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/client_channel.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
@@ -51,10 +52,21 @@ TEST(AccessTest, TokensFileLinesAreParsedAndBadOnesNamed) {
   // Upper-case hex is read as lower case.
   EXPECT_EQ(tokens->at(std::string(64, 'a')).role, Role::kReader);
 
+  // A worker token: its name is the worker id it connects as.
+  auto workers =
+      ParseTokens("gpu-node-7 worker " + std::string(kAdminHash), "tokens");
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(workers->at(kAdminHash).role, Role::kWorker);
+  EXPECT_EQ(workers->at(kAdminHash).name, "gpu-node-7");
+
   const std::string hash(kAdminHash);
   const std::pair<std::string, std::string> bad[] = {
       {"alice admin", "line 1: has 2 fields"},
-      {"alice root " + hash, "role = root; allowed reader, operator, admin"},
+      {"alice root " + hash,
+       "role = root; allowed reader, operator, admin, worker"},
+      {"w@host worker " + hash,
+       "a worker token's name is the worker id it connects as; w@host has "
+       "'@'"},
       {"alice admin secret-token", "must be 64 hex digits"},
       {"al/ce admin " + hash, "name must be"},
       {"a admin " + hash + "\na reader " + std::string(64, 'b'),
@@ -163,24 +175,64 @@ TEST(AccessTest, DecisionsFollowTheRoles) {
   unknown.presented_unknown_token = true;
   EXPECT_EQ(with_tokens.Allow(unknown, fit).code(),
             absl::StatusCode::kUnauthenticated);
-  // A worker: a client certificate, or an operator token.
+  // A worker: a certificate issued for workers, or a worker token; each
+  // bound to the one worker it names.
   Caller worker;
   worker.has_certificate = true;
+  worker.worker_certificate = true;
+  worker.certificate_name = "w1";
   worker.identity = "cert:w1";
   EXPECT_TRUE(with_tokens.Allow(worker, connect).ok());
-  EXPECT_TRUE(with_tokens.Allow(TokenCaller(Role::kOperator), connect).ok());
-  EXPECT_EQ(with_tokens.Allow(TokenCaller(Role::kReader), connect).code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(worker.WorkerIdentity(), "cert:w1");
+  const Caller worker_token = TokenCaller(Role::kWorker);
+  EXPECT_TRUE(with_tokens.Allow(worker_token, connect).ok());
+  EXPECT_EQ(worker_token.WorkerIdentity(), "token:t");
+  // Not workers: an operator's or admin's token, any other certificate.
+  for (Role role : {Role::kReader, Role::kOperator, Role::kAdmin}) {
+    absl::Status refused = with_tokens.Allow(TokenCaller(role), connect);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(refused.message(), HasSubstr("needs a worker credential"));
+    EXPECT_THAT(refused.message(), HasSubstr(kWorkerKeyUsageOid));
+    EXPECT_THAT(refused.message(),
+                HasSubstr(absl::StrCat("token t has role ", RoleName(role))));
+    EXPECT_EQ(TokenCaller(role).WorkerIdentity(), "");
+  }
+  Caller operator_certificate;
+  operator_certificate.has_certificate = true;
+  operator_certificate.certificate_name = "operator";
+  operator_certificate.identity = "cert:operator";
+  absl::Status not_issued = with_tokens.Allow(operator_certificate, connect);
+  EXPECT_EQ(not_issued.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(not_issued.message(),
+              HasSubstr("the client certificate (CN operator) is not issued "
+                        "for workers"));
   EXPECT_EQ(with_tokens.Allow(Caller{}, connect).code(),
             absl::StatusCode::kUnauthenticated);
-  // A certificate alone does not mutate.
+  // A worker certificate and a worker token naming two workers: neither.
+  Caller both = worker;
+  both.token_role = Role::kWorker;
+  both.token_name = "w2";
+  EXPECT_THAT(with_tokens.Allow(both, connect).message(),
+              HasSubstr("names worker w1 and the worker token worker w2"));
+  both.token_name = "w1";
+  EXPECT_TRUE(with_tokens.Allow(both, connect).ok());
+  // A certificate alone does not mutate, nor does a worker token.
   EXPECT_EQ(with_tokens.Allow(worker, probe).code(),
             absl::StatusCode::kUnauthenticated);
+  absl::Status worker_probe = with_tokens.Allow(worker_token, probe);
+  EXPECT_EQ(worker_probe.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(worker_probe.message(),
+              HasSubstr("needs role operator; token t has role worker"));
+  EXPECT_FALSE(with_tokens.Holds(worker_token, Role::kReader));
 
   Access reads_too({"tokens", true, true, false}, tokens);
   EXPECT_EQ(reads_too.Allow(Caller{}, fit).code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(reads_too.Allow(TokenCaller(Role::kReader), fit).ok());
+  // A worker token only connects its worker.
+  absl::Status worker_read = reads_too.Allow(worker_token, fit);
+  EXPECT_EQ(worker_read.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(worker_read.message(), HasSubstr("token t has role worker"));
 
   // TLS without a tokens file: every mutating call refused, reads served,
   // workers with certificates connect.
@@ -191,6 +243,11 @@ TEST(AccessTest, DecisionsFollowTheRoles) {
   EXPECT_THAT(refused.message(), HasSubstr("no --tokens_file"));
   EXPECT_TRUE(tls_only.Allow(Caller{}, fit).ok());
   EXPECT_TRUE(tls_only.Allow(worker, connect).ok());
+  EXPECT_EQ(tls_only.Allow(operator_certificate, connect).code(),
+            absl::StatusCode::kPermissionDenied);
+  // Open: anyone connects, as any worker (loopback only).
+  EXPECT_TRUE(open.Allow(Caller{}, connect).ok());
+  EXPECT_TRUE(open.Allow(TokenCaller(Role::kOperator), connect).ok());
 }
 
 TEST(AccessTest, LoopbackAddresses) {
@@ -205,8 +262,48 @@ TEST(AccessTest, LoopbackAddresses) {
   }
 }
 
-// A planner with TLS, client certificates and tokens, certificates from
-// scripts/dev-certs.sh.
+// One Fleet.Connect stream driven by a test, every read bounded by its
+// deadline.
+class WorkerConnection {
+ public:
+  explicit WorkerConnection(const std::shared_ptr<grpc::Channel>& channel)
+      : stub_(v1::Fleet::NewStub(channel)) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(30));
+    stream_ = stub_->Connect(&context_);
+  }
+  // Sends a hello as `id`: true when welcomed.
+  bool Hello(const std::string& id) {
+    v1::WorkerMessage message;
+    message.mutable_hello()->set_worker_id(id);
+    message.mutable_hello()->add_executors("sim");
+    if (!stream_->Write(message)) return false;
+    v1::PlannerMessage answer;
+    for (int i = 0; i < 100 && stream_->Read(&answer); ++i) {
+      if (answer.has_welcome()) return true;
+    }
+    return false;
+  }
+  // The status the planner ended the stream with.
+  grpc::Status End() {
+    stream_->WritesDone();
+    v1::PlannerMessage answer;
+    for (int i = 0; i < 1000 && stream_->Read(&answer); ++i) {
+    }
+    return stream_->Finish();
+  }
+
+ private:
+  std::unique_ptr<v1::Fleet::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::WorkerMessage, v1::PlannerMessage>>
+      stream_;
+};
+
+// A planner with TLS, client certificates and tokens (app_), and one with
+// TLS and tokens but no client certificates (tokens_app_); certificates and
+// tokens from scripts/dev-certs.sh.
 class SecurePlannerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -214,7 +311,7 @@ class SecurePlannerTest : public ::testing::Test {
                            ("headroom-certs-" + std::to_string(getpid())));
     const std::string make = std::string(HEADROOM_SOURCE_DIR) +
                              "/scripts/dev-certs.sh " + *dir_ +
-                             " --workers w1 2>/dev/null";
+                             " --workers w1,w2,w3 2>/dev/null";
     ASSERT_EQ(std::system(make.c_str()), 0) << make;
     PlannerConfig config = testing::TestPlannerConfig();
     config.tls_cert = *dir_ + "/planner.pem";
@@ -224,15 +321,44 @@ class SecurePlannerTest : public ::testing::Test {
     auto app = PlannerApp::Start(config);
     ASSERT_TRUE(app.ok()) << app.status();
     app_ = app->release();
+    config.tls_client_ca = "";
+    config.http_listen = "";
+    auto tokens_app = PlannerApp::Start(config);
+    ASSERT_TRUE(tokens_app.ok()) << tokens_app.status();
+    tokens_app_ = tokens_app->release();
   }
   static void TearDownTestSuite() {
     delete app_;
     app_ = nullptr;
+    delete tokens_app_;
+    tokens_app_ = nullptr;
     if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
     delete dir_;
     dir_ = nullptr;
   }
-  void SetUp() override { ASSERT_NE(app_, nullptr); }
+  void SetUp() override {
+    ASSERT_NE(app_, nullptr);
+    ASSERT_NE(tokens_app_, nullptr);
+  }
+
+  // A channel to `app` presenting the client certificate `certificate`
+  // ("worker-w1", "operator"; "" for none) and the token in the file
+  // `token` ("token-operator", "token-worker-w1"; "" for none).
+  static std::shared_ptr<grpc::Channel> Dial(PlannerApp* app,
+                                             const std::string& certificate,
+                                             const std::string& token) {
+    ChannelSecurity security;
+    security.tls_ca = *dir_ + "/ca.pem";
+    if (!certificate.empty()) {
+      security.tls_cert = *dir_ + "/" + certificate + ".pem";
+      security.tls_key = *dir_ + "/" + certificate + "-key.pem";
+    }
+    if (!token.empty()) security.token = Read(token);
+    auto channel = OpenChannel("localhost:" + std::to_string(app->grpc_port()),
+                               security, grpc::ChannelArguments());
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return *channel;
+  }
 
   static std::string Read(const std::string& name) {
     std::ifstream in(*dir_ + "/" + name);
@@ -276,10 +402,12 @@ class SecurePlannerTest : public ::testing::Test {
   }
 
   static PlannerApp* app_;
+  static PlannerApp* tokens_app_;
   static std::string* dir_;
 };
 
 PlannerApp* SecurePlannerTest::app_ = nullptr;
+PlannerApp* SecurePlannerTest::tokens_app_ = nullptr;
 std::string* SecurePlannerTest::dir_ = nullptr;
 
 // The attacks from the issue: anyone reaching the port promoted a factor
@@ -420,64 +548,132 @@ TEST_F(SecurePlannerTest, AuditLogsEveryMutatingCallAndRefusalWithItsCaller) {
 // A worker's identity is its certificate's subject: a hello naming another
 // id is refused, and only the same identity replaces a live connection.
 TEST_F(SecurePlannerTest, AWorkersIdentityIsItsCertificate) {
-  const auto worker_channel = [&](const std::string& name) {
-    ChannelSecurity security;
-    security.tls_ca = *dir_ + "/ca.pem";
-    security.tls_cert = *dir_ + "/" + name + ".pem";
-    security.tls_key = *dir_ + "/" + name + "-key.pem";
-    return *OpenChannel("localhost:" + std::to_string(app_->grpc_port()),
-                        security, grpc::ChannelArguments());
-  };
-  struct Stream {
-    explicit Stream(std::shared_ptr<grpc::Channel> channel)
-        : stub(v1::Fleet::NewStub(channel)) {
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::seconds(30));
-      stream = stub->Connect(&context);
-    }
-    // Sends a hello as `id`: true when welcomed.
-    bool Hello(const std::string& id) {
-      v1::WorkerMessage message;
-      message.mutable_hello()->set_worker_id(id);
-      message.mutable_hello()->add_executors("sim");
-      if (!stream->Write(message)) return false;
-      v1::PlannerMessage answer;
-      for (int i = 0; i < 100 && stream->Read(&answer); ++i) {
-        if (answer.has_welcome()) return true;
-      }
-      return false;
-    }
-    grpc::Status End() {
-      stream->WritesDone();
-      v1::PlannerMessage answer;
-      for (int i = 0; i < 1000 && stream->Read(&answer); ++i) {
-      }
-      return stream->Finish();
-    }
-    std::unique_ptr<v1::Fleet::Stub> stub;
-    grpc::ClientContext context;
-    std::unique_ptr<
-        grpc::ClientReaderWriter<v1::WorkerMessage, v1::PlannerMessage>>
-        stream;
-  };
-
-  Stream impostor(worker_channel("worker-w1"));
+  WorkerConnection impostor(Dial(app_, "worker-w1", ""));
   EXPECT_FALSE(impostor.Hello("w2"));
   const grpc::Status refused = impostor.End();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(refused.error_message(), HasSubstr("w2"));
 
-  Stream first(worker_channel("worker-w1"));
+  WorkerConnection first(Dial(app_, "worker-w1", ""));
   ASSERT_TRUE(first.Hello("w1"));
   // The same certificate may replace its own connection (a reconnect).
-  Stream second(worker_channel("worker-w1"));
+  WorkerConnection second(Dial(app_, "worker-w1", ""));
   EXPECT_TRUE(second.Hello("w1"));
   EXPECT_EQ(first.End().error_code(), grpc::StatusCode::ABORTED);
   // Another certificate may not take the id, whatever its token.
-  Stream other(worker_channel("operator"));
+  WorkerConnection other(Dial(app_, "operator", "token-admin"));
   EXPECT_FALSE(other.Hello("w1"));
   EXPECT_EQ(other.End().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   second.End();
+}
+
+// Issue 32: the dev CA's worker certificates carry Headroom's worker key
+// usage; the operator's and the planner's do not.
+TEST_F(SecurePlannerTest, WorkerCertificatesCarryTheWorkerKeyUsage) {
+  EXPECT_TRUE(IssuedForWorkers(Read("worker-w1.pem")));
+  EXPECT_TRUE(IssuedForWorkers(Read("worker-w2.pem")));
+  EXPECT_FALSE(IssuedForWorkers(Read("operator.pem")));
+  EXPECT_FALSE(IssuedForWorkers(Read("planner.pem")));
+  EXPECT_FALSE(IssuedForWorkers(Read("ca.pem")));
+  EXPECT_FALSE(IssuedForWorkers("-----BEGIN CERTIFICATE-----\nAAAA\n"));
+  EXPECT_FALSE(IssuedForWorkers(""));
+}
+
+// Issue 32: the operator's CLI certificate registered as worker `operator`.
+// Now a certificate the CA signed without the worker key usage is refused
+// for Fleet.Connect, with or without the operator's token, naming what a
+// worker needs; nothing is registered.
+TEST_F(SecurePlannerTest, TheOperatorsCertificateIsNotAWorker) {
+  for (const char* token : {"", "token-operator"}) {
+    SCOPED_TRACE(token);
+    WorkerConnection operator_(Dial(app_, "operator", token));
+    EXPECT_FALSE(operator_.Hello("operator"));
+    const grpc::Status refused = operator_.End();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("needs a worker credential"));
+  }
+  WorkerConnection bare(Dial(app_, "operator", ""));
+  EXPECT_FALSE(bare.Hello("operator"));
+  EXPECT_THAT(bare.End().error_message(),
+              HasSubstr("the client certificate (CN operator) is not issued "
+                        "for workers"));
+  grpc::ClientContext context;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(v1::Fleet::NewStub(Dial(app_, "operator", "token-reader"))
+                  ->ListWorkers(&context, v1::ListWorkersRequest(), &workers)
+                  .ok());
+  for (const auto& worker : workers.workers()) {
+    EXPECT_NE(worker.hello().worker_id(), "operator");
+  }
+}
+
+// Issue 32: with tokens and no client certificates, the operator's token
+// connected as any worker. Now operator and admin tokens are refused for
+// Fleet.Connect, naming their role and what a worker needs.
+TEST_F(SecurePlannerTest, OperatorAndAdminTokensAreNotWorkers) {
+  for (const char* token : {"token-operator", "token-admin"}) {
+    SCOPED_TRACE(token);
+    WorkerConnection worker(Dial(tokens_app_, "", token));
+    EXPECT_FALSE(worker.Hello("w1"));
+    const grpc::Status refused = worker.End();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("needs a worker credential"));
+    EXPECT_THAT(refused.error_message(), HasSubstr("has role"));
+  }
+  WorkerConnection anonymous(Dial(tokens_app_, "", ""));
+  EXPECT_FALSE(anonymous.Hello("w1"));
+  EXPECT_EQ(anonymous.End().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// A worker token connects as the worker it is named for, and only as it.
+TEST_F(SecurePlannerTest, AWorkerTokenConnectsAsItsOwnIdOnly) {
+  WorkerConnection other_id(Dial(tokens_app_, "", "token-worker-w1"));
+  EXPECT_FALSE(other_id.Hello("w2"));
+  const grpc::Status refused = other_id.End();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("hello.worker_id 'w2' is not the worker 'token:w1'"));
+
+  WorkerConnection own(Dial(tokens_app_, "", "token-worker-w1"));
+  EXPECT_TRUE(own.Hello("w1"));
+  own.End();
+}
+
+// Issue 32: a second connection with the operator token took over a live
+// worker's id. Now no other credential can: not the operator's token, not
+// another worker's token, not a worker token for the id when the worker
+// connected with its certificate; the worker keeps its stream until its
+// own credential reconnects.
+TEST_F(SecurePlannerTest, ALiveWorkerIsNotTakenOverByAnotherCredential) {
+  WorkerConnection live(Dial(tokens_app_, "", "token-worker-w3"));
+  ASSERT_TRUE(live.Hello("w3"));
+  for (const char* token :
+       {"token-operator", "token-admin", "token-worker-w2"}) {
+    SCOPED_TRACE(token);
+    WorkerConnection thief(Dial(tokens_app_, "", token));
+    EXPECT_FALSE(thief.Hello("w3"));
+    EXPECT_EQ(thief.End().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Its own token reconnects: the live stream is the one replaced, so it
+  // was still registered.
+  WorkerConnection reconnect(Dial(tokens_app_, "", "token-worker-w3"));
+  EXPECT_TRUE(reconnect.Hello("w3"));
+  EXPECT_EQ(live.End().error_code(), grpc::StatusCode::ABORTED);
+  reconnect.End();
+
+  // Under mTLS: w2 connected with its certificate; w2's token with another
+  // certificate is another credential.
+  WorkerConnection certified(Dial(app_, "worker-w2", ""));
+  ASSERT_TRUE(certified.Hello("w2"));
+  WorkerConnection by_token(Dial(app_, "operator", "token-worker-w2"));
+  EXPECT_FALSE(by_token.Hello("w2"));
+  const grpc::Status refused = by_token.End();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("worker w2 is connected as 'cert:w2'"));
+  certified.End();
 }
 
 TEST_F(SecurePlannerTest, PlaintextAndCertificatelessClientsAreNotServed) {

@@ -305,6 +305,16 @@ TEST(GpuSetupTest, HostMemoryAndTheSimulatedNodeAreChecked) {
   options.sim.host_memory_gb = -1;
   EXPECT_EQ(SetUpExecutors(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The simulated card is the size of its kind (the planner refuses a hello
+  // whose card is not): within 10 % of the catalog's.
+  options.sim.host_memory_gb = 64;
+  options.sim.kind = "L4";
+  options.sim.memory_gb = 1024;
+  EXPECT_EQ(SetUpExecutors(options).status().message(),
+            "sim_memory_gb = 1024 is not a L4: the catalog's has 24 GB; "
+            "allowed within 10 % of it, or 0 for the catalog's");
+  options.sim.memory_gb = 25.7;
+  EXPECT_TRUE(SetUpExecutors(options).ok());
 }
 
 TEST(SimExecutorTest, ShutdownHandsBackCancelStops) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/io/catalog_files.h"
 #include "server/service/fleet/probe_requests.h"
@@ -147,6 +148,63 @@ TEST(MeasuredRunForTest, BadRankPeaksExcludeTheRunNamingTheField) {
   EXPECT_EQ(
       MeasuredRunFor(BertOnL4("sim"), Ranks({3.1, 3.0}, 3.1), "w")->excluded(),
       "rank_peaks_gb has 2 entries for a one-GPU run; allowed none");
+}
+
+// Issue 32: a worker that said hello as a simulated L4 stored a
+// non-simulated "H100" run by claiming one in the result's gpu field. As
+// measured on the hello's card, the run is a simulated L4 run whatever the
+// result claims, and the L4's memory bounds its rank peaks.
+TEST(MeasuredRunForTest, TheHellosCardDecidesWhatARunMeasured) {
+  v1::GpuDevice sim_l4;
+  sim_l4.set_index(0);
+  sim_l4.set_name("L4");
+  sim_l4.set_catalog_gpu("L4");
+  sim_l4.set_memory_bytes(24'000'000'000);
+  sim_l4.set_simulated(true);
+  v1::ProbeResult claims_h100 = Result(6.5);
+  claims_h100.mutable_gpu()->set_name("NVIDIA H100 80GB HBM3");
+  claims_h100.mutable_gpu()->set_catalog_gpu("H100");
+  claims_h100.mutable_gpu()->set_memory_bytes(80'000'000'000);
+  claims_h100.mutable_gpu()->set_simulated(false);
+  claims_h100.mutable_batch()->set_simulated(false);
+
+  const v1::ProbeResult measured = AsMeasuredOn(claims_h100, sim_l4);
+  EXPECT_EQ(measured.gpu().catalog_gpu(), "L4");
+  EXPECT_EQ(measured.batch().peak_allocated_gb(), 6.5);
+  std::optional<v1::MeasuredRun> run =
+      MeasuredRunFor(BertOnL4("torch"), measured, "sim-l4");
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->gpu(), "L4");
+  EXPECT_TRUE(run->simulated());
+  EXPECT_EQ(run->measured_by(), v1::SIM);
+  // What the claim alone would have stored.
+  EXPECT_EQ(MeasuredRunFor(BertOnL4("torch"), claims_h100, "sim-l4")->gpu(),
+            "H100");
+
+  // Rank peaks of 40 GB pass an 80 GB card, not a 24 GB one.
+  v1::ProbeResult ranks = Ranks({40, 39, 38, 37}, 40);
+  *ranks.mutable_gpu() = claims_h100.gpu();
+  EXPECT_EQ(MeasuredRunFor(FourL4s(), ranks, "w")->excluded(), "");
+  EXPECT_THAT(
+      MeasuredRunFor(FourL4s(), AsMeasuredOn(ranks, sim_l4), "w")->excluded(),
+      ::testing::HasSubstr("rank_peaks_gb[0] = 40 is not a peak; allowed "
+                           "0..36 GB"));
+
+  // An energy window alike.
+  v1::Probe energy = BertOnL4("sim");
+  energy.mutable_request()->mutable_energy()->add_quants("bf16");
+  v1::ProbeResult window = claims_h100;
+  window.mutable_batch()->set_mode("bf16");
+  v1::GenerationEnergy& g = *window.mutable_batch()->mutable_generation();
+  g.set_quant("bf16");
+  g.set_tokens_generated(1000);
+  g.set_energy_j(100);
+  g.set_window_s(2);
+  std::optional<v1::EnergyRun> energy_run =
+      EnergyRunFor(energy, AsMeasuredOn(window, sim_l4), "sim-l4", 1);
+  ASSERT_TRUE(energy_run.has_value());
+  EXPECT_EQ(energy_run->gpu(), "L4");
+  EXPECT_TRUE(energy_run->simulated());
 }
 
 TEST(MeasuredRunForTest, CompiledRunsAndUnknownCardsStayOut) {

@@ -5,6 +5,8 @@
 
 #include "server/service/fleet/worker_reports.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -13,6 +15,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -20,9 +25,11 @@
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
+#include "server/store/sqlite_store.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/planner_stubs.h"
+#include "tests/support/sqlite_files.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -117,9 +124,14 @@ class FakeWorker {
 
 class WorkerReportsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(":memory:"); }
+  // (Re)starts the planner on the store at `db`.
+  void Start(const std::string& db) {
+    if (app_ != nullptr) app_->Shutdown(std::chrono::milliseconds(500));
+    app_.reset();
     PlannerConfig config = ::headroom::testing::TestPlannerConfig();
     config.worker_heartbeat_ms = 1000;
+    config.db_path = db;
     auto app = PlannerApp::Start(config);
     ASSERT_TRUE(app.ok()) << app.status();
     app_ = *std::move(app);
@@ -479,7 +491,195 @@ TEST_F(WorkerReportsTest, OversizedHellosAreRefused) {
   EXPECT_TRUE(Serving());
 }
 
+// Issue 32: a hello declared an "L4" of 1024 GB, and the peak bound then
+// took 900 GB peaks. A card must agree with the catalog entry its name
+// resolves to: the hello is refused naming the GPU's index and field, and
+// no worker is registered.
+TEST_F(WorkerReportsTest, ACardThatIsNotItsKindIsRefused) {
+  FakeWorker worker(fleet_.get());
+  v1::WorkerMessage hello;
+  *hello.mutable_hello() = FakeWorker::H100Hello("big-l4");
+  v1::GpuDevice& gpu = *hello.mutable_hello()->mutable_gpus(0);
+  gpu.set_name("L4");
+  gpu.set_simulated(true);
+  gpu.set_memory_bytes(1'024'000'000'000);
+  ASSERT_TRUE(worker.Send(hello));
+  const grpc::Status status = worker.Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("hello.gpus[0] (index 0).memory_bytes = "
+                                   "1024000000000 (1024 GB) is not a L4"));
+  EXPECT_EQ(Rejected("implausible_value"), 1);
+  EXPECT_TRUE(::headroom::testing::WorkersConnected(fleet_.get()).empty());
+  EXPECT_TRUE(Serving());
+}
+
+// Issue 32: a worker that said hello as a simulated L4 stored a
+// non-simulated "H100" run by saying so in each result's gpu field. Now the
+// hello's card decides: the peak is bounded by the L4's 24 GB, and the
+// stored run is a simulated L4 run, which a refit leaves out.
+TEST_F(WorkerReportsTest, AResultIsMeasuredOnTheCardOfItsHello) {
+  const std::string db = ::testing::TempDir() + "/worker-reports-" +
+                         std::to_string(getpid()) + ".db";
+  RemoveSqliteFiles(db);
+  Start(db);
+  const int runs_before = RefitRuns();
+  FakeWorker worker(fleet_.get());
+  v1::WorkerMessage hello;
+  *hello.mutable_hello() = FakeWorker::H100Hello("sim-l4");
+  v1::GpuDevice& card = *hello.mutable_hello()->mutable_gpus(0);
+  card.set_name("L4");
+  card.set_simulated(true);
+  card.set_memory_bytes(24'000'000'000);
+  ASSERT_TRUE(worker.Send(hello));
+  ASSERT_TRUE(
+      worker.Next([](const v1::PlannerMessage& m) { return m.has_welcome(); })
+          .has_value());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::SubmitProbeRequest request;
+  request.mutable_model()->set_template_("gpt2");
+  request.set_gpu("L4");
+  request.add_batches(8);
+  request.set_executor("torch");
+  v1::SubmitProbeResponse response;
+  ASSERT_TRUE(fleet_->SubmitProbe(&context, request, &response).ok());
+  const std::optional<v1::Assignment> assignment = AssignmentOf(worker);
+  ASSERT_TRUE(assignment.has_value());
+
+  // Claims an 80 GB, real H100.
+  const auto claiming_h100 = [&](const std::string& key, double peak_gb) {
+    v1::ProbeResult result = Batch(*assignment, key, 8, 0, peak_gb);
+    result.mutable_gpu()->set_name("NVIDIA H100 80GB HBM3");
+    result.mutable_gpu()->set_catalog_gpu("H100");
+    result.mutable_gpu()->set_memory_bytes(80'000'000'000);
+    result.mutable_gpu()->set_simulated(false);
+    return result;
+  };
+  ASSERT_TRUE(worker.Send(claiming_h100("too big", 60)));
+  auto answer = worker.AnswerTo("too big");
+  ASSERT_TRUE(answer.has_value() && answer->has_rejected());
+  EXPECT_THAT(answer->rejected().detail(),
+              ::testing::HasSubstr("more than the card's 24 GB"));
+  ASSERT_TRUE(worker.Send(claiming_h100("fits", 9.5)));
+  answer = worker.AnswerTo("fits");
+  ASSERT_TRUE(answer.has_value() && answer->has_ack())
+      << (answer ? answer->DebugString() : "stream ended");
+
+  auto store = SqliteStore::Open(db, 1);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto runs = (*store)->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  int found = 0;
+  for (const v1::MeasuredRun& run : *runs) {
+    if (run.source() != "probe " + assignment->probe_id() + " repetition 0") {
+      continue;
+    }
+    ++found;
+    EXPECT_EQ(run.gpu(), "L4");
+    EXPECT_TRUE(run.simulated());
+    EXPECT_EQ(run.measured_by(), v1::SIM);
+    EXPECT_EQ(run.measured_peak_gb(), 9.5);
+    EXPECT_EQ(run.worker(), "sim-l4");
+  }
+  EXPECT_EQ(found, 1);
+  EXPECT_EQ(RefitRuns(), runs_before);  // simulated: not in a refit
+  store->reset();
+  app_->Shutdown(std::chrono::milliseconds(500));
+  app_.reset();
+  RemoveSqliteFiles(db);
+}
+
 // The checks themselves, without a planner.
+TEST(CheckHelloCardsTest, ACardAgreesWithItsCatalogEntry) {
+  const auto hello_of = [](const std::string& name, uint64_t bytes) {
+    v1::WorkerHello hello;
+    hello.set_worker_id("w");
+    v1::GpuDevice& gpu = *hello.add_gpus();
+    gpu.set_index(3);
+    gpu.set_name(name);
+    gpu.set_memory_bytes(bytes);
+    return hello;
+  };
+  // A real L4 reports 23.0 GB; 24 GiB is 25.8 GB; 0 is not known; a card
+  // the catalog does not know has no entry to agree with.
+  for (const auto& [name, bytes] :
+       std::vector<std::pair<std::string, uint64_t>>{
+           {"NVIDIA L4", 23'034'466'304},
+           {"L4", uint64_t{24} << 30},
+           {"NVIDIA L4", 0},
+           {"NVIDIA H100 NVL", 93'600'000'000},
+           {"Voodoo5 6000", 500'000'000'000}}) {
+    EXPECT_TRUE(CheckHelloCards(hello_of(name, bytes)).ok()) << name;
+  }
+  for (const auto& [name, bytes, says] :
+       std::vector<std::tuple<std::string, uint64_t, std::string>>{
+           {"L4", 1'024'000'000'000,
+            "hello.gpus[0] (index 3).memory_bytes = 1024000000000 (1024 GB) "
+            "is not a L4 (\"L4\"): the catalog's has 24 GB; allowed within "
+            "10 % of it, or 0 (not known)"},
+           {"NVIDIA H100 80GB HBM3", 94'000'000'000, "is not a H100"},
+           {"NVIDIA L4", 21'000'000'000, "(21 GB) is not a L4"}}) {
+    const absl::Status status = CheckHelloCards(hello_of(name, bytes));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr(says));
+  }
+  // CheckHello refuses such a hello as an implausible value.
+  const std::optional<Rejection> refused =
+      CheckHello(hello_of("L4", 1'024'000'000'000), "");
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->reason, WorkerRejection::kImplausibleValue);
+}
+
+TEST(CheckHelloTest, AWorkerCredentialSaysHelloAsItsWorkerOnly) {
+  v1::WorkerHello hello;
+  hello.set_worker_id("w1");
+  EXPECT_FALSE(CheckHello(hello, "").has_value());  // open planner
+  EXPECT_FALSE(CheckHello(hello, "cert:w1").has_value());
+  EXPECT_FALSE(CheckHello(hello, "token:w1").has_value());
+  for (const char* other : {"cert:w2", "token:w2", "token:w1x"}) {
+    const std::optional<Rejection> refused = CheckHello(hello, other);
+    ASSERT_TRUE(refused.has_value()) << other;
+    EXPECT_EQ(refused->reason, WorkerRejection::kIdentityMismatch);
+    EXPECT_THAT(refused->detail,
+                ::testing::HasSubstr(std::string("hello.worker_id 'w1' is not "
+                                                 "the worker '") +
+                                     other + "'"));
+  }
+}
+
+// The card a result counts as measured on is the one the dispatcher gave
+// the probe, from the hello: never the result's own claim.
+TEST(MeasuringDeviceTest, TheCardTheDispatcherAssigned) {
+  v1::WorkerHello hello;
+  for (const auto& [index, name] :
+       std::vector<std::pair<uint32_t, std::string>>{
+           {0, "NVIDIA H100 80GB HBM3"}, {1, "NVIDIA L4"}, {2, "NVIDIA L4"}}) {
+    v1::GpuDevice& gpu = *hello.add_gpus();
+    gpu.set_index(index);
+    gpu.set_name(name);
+  }
+  v1::Probe probe;
+  probe.set_gpu("L4");
+  const v1::GpuDevice* device = MeasuringDevice(probe, hello);
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->index(), 1u);
+  EXPECT_EQ(CardMemoryGb(probe, device), 24);  // the catalog's: none reported
+  probe.set_gpu("H100");
+  ASSERT_NE(MeasuringDevice(probe, hello), nullptr);
+  EXPECT_EQ(MeasuringDevice(probe, hello)->index(), 0u);
+  // Pinned (no GPU kind): the worker's most numerous kind.
+  probe.clear_gpu();
+  probe.mutable_request()->set_worker("w");
+  ASSERT_NE(MeasuringDevice(probe, hello), nullptr);
+  EXPECT_EQ(MeasuringDevice(probe, hello)->index(), 1u);
+  // A kind the worker lacks: none.
+  probe.set_gpu("A100-80GB");
+  EXPECT_EQ(MeasuringDevice(probe, hello), nullptr);
+  EXPECT_EQ(CardMemoryGb(probe, nullptr), 80);
+}
+
 TEST(CheckBatchResultTest, AcceptsTheRequestsRunsWithinTheCard) {
   v1::Probe probe;
   probe.set_id("p-1");
