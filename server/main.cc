@@ -99,14 +99,21 @@ ABSL_FLAG(std::string, tls_cert, "",
           "ports; with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "TLS: the planner's private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "",
-          "mTLS: gRPC callers must present a certificate signed by this CA "
-          "(PEM); a worker's id must then be its certificate's CN");
+          "mTLS: gRPC callers, and HTTP callers of every route but /healthz, "
+          "must present a certificate signed by this CA (PEM); a worker's id "
+          "must then be its certificate's CN");
 ABSL_FLAG(std::string, tokens_file, "",
           "bearer tokens, one line each: NAME ROLE SHA256HEX (roles reader, "
           "operator, admin; the hex SHA-256 of the token). Without it, over "
           "TLS every mutating call is refused");
 ABSL_FLAG(bool, require_token_for_reads, false,
-          "reads (CheckFit, lists, pages) need a token too");
+          "reads need a token too: CheckFit, lists, gRPC reflection (then "
+          "not served), and on the HTTP port /calibration, /energy, the "
+          "scheduler extender and /metrics (see --metrics_access)");
+ABSL_FLAG(std::string, metrics_access, "reads",
+          "who may scrape /metrics: reads (what reads need: anyone unless "
+          "--require_token_for_reads or --tls_client_ca) or open (anyone, "
+          "like /healthz)");
 ABSL_FLAG(bool, allow_insecure, false,
           "serve plaintext on a non-loopback address (without TLS the "
           "planner otherwise listens on loopback only)");
@@ -161,6 +168,15 @@ int main(int argc, char** argv) {
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   config.require_token_for_reads = absl::GetFlag(FLAGS_require_token_for_reads);
   config.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  const std::string metrics_access = absl::GetFlag(FLAGS_metrics_access);
+  if (metrics_access != "reads" && metrics_access != "open") {
+    spdlog::error(
+        "event=start_failed error=\"--metrics_access = {} (allowed reads, "
+        "open)\"",
+        metrics_access.substr(0, 64));
+    return 2;
+  }
+  config.metrics_open = metrics_access == "open";
   const std::string auto_probe = absl::GetFlag(FLAGS_auto_probe);
   if (auto_probe != "off" && auto_probe != "on") {
     spdlog::error(

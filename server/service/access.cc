@@ -476,4 +476,66 @@ grpc::ServerUnaryReactor* RefuseUnary(const Access* access,
   return reactor;
 }
 
+Caller Access::IdentifyHttp(absl::string_view authorization,
+                            const std::optional<std::string>& certificate_name,
+                            std::string peer) const {
+  Caller caller;
+  caller.peer = std::move(peer);
+  if (certificate_name.has_value()) {
+    caller.has_certificate = true;
+    caller.identity = absl::StrCat("cert:", *certificate_name);
+  }
+  if (authorization.empty()) return caller;
+  if (!absl::ConsumePrefix(&authorization, "Bearer ") &&
+      !absl::ConsumePrefix(&authorization, "bearer ")) {
+    caller.presented_unknown_token = true;
+    return caller;
+  }
+  const auto token = tokens_.find(Sha256Hex(authorization));
+  if (token == tokens_.end()) {
+    caller.presented_unknown_token = true;
+    return caller;
+  }
+  caller.token_role = token->second.role;
+  caller.token_name = token->second.name;
+  if (caller.identity.empty()) {
+    caller.identity = absl::StrCat("token:", token->second.name);
+  }
+  return caller;
+}
+
+absl::Status Access::AllowHttp(const Caller& caller, absl::string_view route,
+                               Need need) const {
+  if (need == Need::kAnyone || open_) return absl::OkStatus();
+  if (options_.client_certs && !caller.has_certificate) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        route,
+        " needs a client certificate signed by the planner's --tls_client_ca "
+        "(only /healthz answers without one)"));
+  }
+  if (caller.presented_unknown_token) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        route,
+        ": the Authorization header is not `Bearer <token>` with a token in "
+        "the planner's --tokens_file"));
+  }
+  if (need == Need::kRead) {
+    if (!options_.require_token_for_reads || caller.token_role.has_value() ||
+        caller.has_certificate) {
+      return absl::OkStatus();
+    }
+    return absl::UnauthenticatedError(absl::StrCat(
+        route,
+        ": this planner requires a token for reads: send `Authorization: "
+        "Bearer <token>` (any role)"));
+  }
+  const Role required = need == Need::kAdmin ? Role::kAdmin : Role::kOperator;
+  if (need == Need::kWorker || !caller.token_role.has_value() ||
+      *caller.token_role < required) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        route, " needs a bearer token with role ", RoleName(required)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace headroom

@@ -131,6 +131,21 @@ class Access {
   absl::Status Check(const grpc::ServerContextBase& context,
                      absl::string_view method, Caller* caller = nullptr) const;
 
+  // For an HTTP request, which has no gRPC context: who it is from, given
+  // its `Authorization` header ("" when absent; the same tokens as gRPC's
+  // `authorization: Bearer <token>`), the subject common name of the client
+  // certificate its TLS connection presented and the CA verified (nullopt
+  // when none), and its peer address (for logs).
+  Caller IdentifyHttp(absl::string_view authorization,
+                      const std::optional<std::string>& certificate_name,
+                      std::string peer) const;
+  // OK, UNAUTHENTICATED or PERMISSION_DENIED for `caller` asking for the HTTP
+  // `route` (a path, named in the message) that needs `need`. The rules are
+  // Allow's, and where the planner requires client certificates every route
+  // but a kAnyone one needs one, as the gRPC port's handshake does.
+  absl::Status AllowHttp(const Caller& caller, absl::string_view route,
+                         Need need) const;
+
   // Logs every mutating call and every refusal at its end (event=audit).
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   AuditInterceptorFactory() const;

@@ -1,6 +1,8 @@
 #include "server/service/http_server.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <utility>
 
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "prometheus/text_serializer.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
@@ -25,16 +28,63 @@ bool SplitListen(const std::string& listen, std::string* host, int* port) {
          *port >= 0 && *port <= 65535;
 }
 
+struct FreeContext {
+  void operator()(SSL_CTX* context) const { SSL_CTX_free(context); }
+};
+
+// The server side of TLS: the planner's pair and, with a client CA, client
+// certificates asked for but not required (so that /healthz answers
+// without one; Admit refuses the other routes) and verified when sent.
+absl::StatusOr<SSL_CTX*> TlsContext(const HttpServer::Tls& tls) {
+  std::unique_ptr<SSL_CTX, FreeContext> context(
+      SSL_CTX_new(TLS_server_method()));
+  if (context == nullptr) {
+    return absl::InternalError("cannot make an OpenSSL context for HTTPS");
+  }
+  SSL_CTX_set_min_proto_version(context.get(), TLS1_2_VERSION);
+  SSL_CTX_set_options(context.get(),
+                      SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  if (SSL_CTX_use_certificate_chain_file(context.get(), tls.cert.c_str()) !=
+          1 ||
+      SSL_CTX_use_PrivateKey_file(context.get(), tls.key.c_str(),
+                                  SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(context.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert = ", tls.cert, ", --tls_key = ", tls.key,
+        ": cannot load them as a PEM certificate chain and its key"));
+  }
+  if (!tls.client_ca.empty()) {
+    if (SSL_CTX_load_verify_locations(context.get(), tls.client_ca.c_str(),
+                                      nullptr) != 1) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_client_ca = ", tls.client_ca,
+                       ": cannot load it as PEM CA certificates"));
+    }
+    if (STACK_OF(X509_NAME)* names =
+            SSL_load_client_CA_file(tls.client_ca.c_str());
+        names != nullptr) {
+      SSL_CTX_set_client_CA_list(context.get(), names);
+    }
+    SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
+  }
+  ERR_clear_error();
+  return context.release();
+}
+
 }  // namespace
 
-HttpServer::HttpServer(std::shared_ptr<const prometheus::Collectable> metrics,
+HttpServer::HttpServer(Options options,
+                       std::shared_ptr<const prometheus::Collectable> metrics,
                        HealthCheck health, PageRenderer calibration_page)
-    : metrics_(std::move(metrics)),
+    : options_(std::move(options)),
+      metrics_(std::move(metrics)),
       health_(std::move(health)),
       calibration_page_(std::move(calibration_page)) {}
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const std::string& listen, Tls tls,
+    const std::string& listen, Options options,
     std::shared_ptr<const prometheus::Collectable> metrics, HealthCheck health,
     PageRenderer calibration_page) {
   std::string host;
@@ -44,28 +94,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
         absl::StrCat("HTTP listen address ", listen.substr(0, 200),
                      " is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464)"));
   }
-  std::unique_ptr<HttpServer> server(new HttpServer(
-      std::move(metrics), std::move(health), std::move(calibration_page)));
-  const bool https = !tls.cert.empty();
+  const bool https = !options.tls.cert.empty();
+  SSL_CTX* context = nullptr;
   if (https) {
-    auto ssl =
-        std::make_unique<httplib::SSLServer>(tls.cert.c_str(), tls.key.c_str());
-    if (!ssl->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--tls_cert = ", tls.cert, ", --tls_key = ", tls.key,
-          ": cannot load them as a PEM certificate chain and its key"));
-    }
-    server->server_ = std::move(ssl);
-  } else {
-    server->server_ = std::make_unique<httplib::Server>();
+    absl::StatusOr<SSL_CTX*> made = TlsContext(options.tls);
+    if (!made.ok()) return made.status();
+    context = *made;
   }
-  // Four threads: scrapes, health checks and the scheduler extender's
-  // calls (which answer within their budget) do not queue behind one
-  // another.
-  server->server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  const BoundedHttpServer::Limits limits = options.limits;
+  std::unique_ptr<HttpServer> server(
+      new HttpServer(std::move(options), std::move(metrics), std::move(health),
+                     std::move(calibration_page)));
+  // Each connection on a thread of its own, within the limits; the accept
+  // loop never waits on a client.
+  server->server_ = std::make_unique<BoundedHttpServer>(limits, context);
   server->server_->set_payload_max_length(kMaxPostBytes);
-  server->server_->set_read_timeout(10, 0);
-  server->server_->set_write_timeout(10, 0);
   server->Route();
   const int bound =
       port == 0 ? server->server_->bind_to_any_port(host)
@@ -132,9 +175,22 @@ void HttpServer::Route() {
     response.set_content(ErrorBody(post ? "use POST" : "no such path"),
                          "application/json");
   });
-  // A body over the limit is refused from its headers, before it is read.
-  server_->set_pre_routing_handler([](const httplib::Request& request,
-                                      httplib::Response& response) {
+  // A caller without what the route needs, and a body over the limit, are
+  // refused from the headers, before the body is read.
+  server_->set_pre_routing_handler([this](const httplib::Request& request,
+                                          httplib::Response& response) {
+    if (const absl::Status allowed = Admit(request); !allowed.ok()) {
+      const bool denied = allowed.code() == absl::StatusCode::kPermissionDenied;
+      response.status = denied ? 403 : 401;
+      if (!denied) {
+        response.set_header("WWW-Authenticate", "Bearer realm=\"headroom\"");
+      }
+      response.set_header("Connection", "close");
+      BoundedHttpServer::CloseAfterAnswer();
+      response.set_content(ErrorBody(std::string(allowed.message())),
+                           "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     const std::string length = request.get_header_value("Content-Length");
     uint64_t bytes = 0;
     if (length.empty() || !absl::SimpleAtoi(length, &bytes) ||
@@ -143,6 +199,7 @@ void HttpServer::Route() {
     }
     response.status = 413;
     response.set_header("Connection", "close");
+    BoundedHttpServer::CloseAfterAnswer();
     response.set_content(ErrorBody(absl::StrCat(
                              "the body must have a Content-Length of at most ",
                              kMaxPostBytes, " bytes")),
@@ -157,6 +214,33 @@ void HttpServer::Route() {
                            "application/json");
     }
   });
+}
+
+absl::Status HttpServer::Admit(const httplib::Request& request) const {
+  if (options_.access == nullptr) return absl::OkStatus();
+  const bool known = request.path == "/healthz" || request.path == "/metrics" ||
+                     request.path == "/calibration" ||
+                     PageFor(request.path) != nullptr ||
+                     PostHandlerFor(request.path) != nullptr;
+  const std::string route = known ? request.path : "this path";
+  const Need need = request.path == "/healthz" || (request.path == "/metrics" &&
+                                                   options_.metrics_open)
+                        ? Need::kAnyone
+                        : Need::kRead;
+  const Caller caller = options_.access->IdentifyHttp(
+      request.get_header_value("Authorization"),
+      BoundedHttpServer::VerifiedClient(request),
+      absl::StrCat(request.remote_addr, ":", request.remote_port));
+  absl::Status allowed = options_.access->AllowHttp(caller, route, need);
+  if (!allowed.ok()) {
+    spdlog::warn(
+        "event=audit method=\"HTTP {} {}\" identity={} peer={} outcome={} "
+        "message=\"{}\"",
+        request.method.substr(0, 16), known ? request.path : "(other)",
+        caller.Name(), caller.peer, absl::StatusCodeToString(allowed.code()),
+        std::string(allowed.message()));
+  }
+  return allowed;
 }
 
 std::string HttpServer::ErrorBody(const std::string& message) {
@@ -207,6 +291,8 @@ HttpServer::~HttpServer() {
     server_->stop();
   }
   if (listener_.joinable()) listener_.join();
+  // Before the routes' state goes: a connection may be in a handler.
+  if (server_ != nullptr) server_->CloseConnections();
 }
 
 std::string HttpServer::MetricsText() const {

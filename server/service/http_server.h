@@ -5,6 +5,13 @@
 // format over the metrics' families), /healthz, /calibration (HTML), pages
 // added with HandlePage (/energy) and the POST routes of the scheduler
 // extender.
+//
+// It is no weaker than the gRPC port: /healthz answers anyone; every other
+// route needs what a gRPC read needs (Access::AllowHttp: a client
+// certificate where the planner requires them, a bearer token in
+// `Authorization: Bearer <token>` where reads need one), /metrics unless
+// metrics_open. Connections are bounded (BoundedHttpServer): idle or slow
+// clients never keep it from answering.
 
 #include <atomic>
 #include <functional>
@@ -17,10 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "server/service/access.h"
+#include "server/service/bounded_http_server.h"
 
 namespace headroom {
 
@@ -34,15 +39,27 @@ class HttpServer {
   using PageRenderer = std::function<std::string(const Query& query)>;
 
   // HTTPS: the certificate (chain) and key PEM files; both empty serves
-  // plain HTTP.
+  // plain HTTP. With client_ca (PEM) a client certificate is asked for and,
+  // when sent, must be signed by it; routes other than /healthz then refuse
+  // a request without one.
   struct Tls {
     std::string cert;
     std::string key;
+    std::string client_ca;
+  };
+  struct Options {
+    Tls tls;
+    // Who may read what; null lets everyone read everything (tests).
+    std::shared_ptr<const Access> access;
+    // /metrics answers anyone, as /healthz does; otherwise it needs what
+    // reads need.
+    bool metrics_open = false;
+    BoundedHttpServer::Limits limits;
   };
 
   // Starts listening on `host:port` ("127.0.0.1:0" picks a free port).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::string& listen, Tls tls,
+      const std::string& listen, Options options,
       std::shared_ptr<const prometheus::Collectable> metrics,
       HealthCheck health, PageRenderer calibration_page);
 
@@ -74,8 +91,14 @@ class HttpServer {
   // The Prometheus text of the metrics' families.
   std::string MetricsText() const;
 
+  // The connections being served, displaced and refused so far.
+  BoundedHttpServer::Counts connection_counts() const {
+    return server_->counts();
+  }
+
  private:
-  HttpServer(std::shared_ptr<const prometheus::Collectable> metrics,
+  HttpServer(Options options,
+             std::shared_ptr<const prometheus::Collectable> metrics,
              HealthCheck health, PageRenderer calibration_page);
 
   // The POST handler of `path`, or null.
@@ -84,11 +107,14 @@ class HttpServer {
   // The page renderer of `path`, or null.
   std::shared_ptr<const PageRenderer> PageFor(const std::string& path) const;
   void Route();
+  // OK, or why `request` may not have its route (logged as an audit line).
+  absl::Status Admit(const httplib::Request& request) const;
 
+  Options options_;
   std::shared_ptr<const prometheus::Collectable> metrics_;
   HealthCheck health_;
   PageRenderer calibration_page_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<BoundedHttpServer> server_;
   std::thread listener_;
   // Set when the listener's listen_after_bind has returned.
   std::atomic<bool> listener_done_{false};

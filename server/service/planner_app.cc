@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -132,9 +134,28 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
   return grpc::SslServerCredentials(ssl);
 }
 
-HttpServer::Tls HttpTls(const PlannerConfig& config) {
-  return HttpServer::Tls{config.tls_cert, config.tls_key};
+// The HTTP ports take the gRPC port's TLS, client CA and access rules.
+HttpServer::Options HttpOptions(const PlannerConfig& config,
+                                std::shared_ptr<const Access> access) {
+  HttpServer::Options options;
+  options.tls = {config.tls_cert, config.tls_key, config.tls_client_ca};
+  options.access = std::move(access);
+  options.metrics_open = config.metrics_open;
+  return options;
 }
+
+// Adds gRPC's reflection service to one server (not, as
+// InitProtoReflectionServerBuilderPlugin does, to every server the process
+// builds).
+class ReflectionOption : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    plugins->push_back(
+        std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+  }
+};
 
 }  // namespace
 
@@ -271,8 +292,16 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->fleet_->OnRunStored([state] { state->EvidenceStale(); });
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Reflection is gRPC's own service: its handler never asks Access, and a
+  // server interceptor cannot refuse a call with a status (only cancel it).
+  // So it is served only where reads are open (behind the handshake where
+  // client certificates are required); where reads need a token it is not
+  // served at all, and grpcurl takes the protos (-import-path proto -proto
+  // ...) instead.
+  if (!config.require_token_for_reads) {
+    builder.SetOption(std::make_unique<ReflectionOption>());
+  }
   builder.AddListeningPort(config.listen, credentials, &app->grpc_port_);
   builder.RegisterService(app->fit_.get());
   builder.RegisterService(app->calibration_.get());
@@ -346,8 +375,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
     ASSIGN_OR_RETURN(
         app->http_,
         HttpServer::Start(
-            config.http_listen, HttpTls(config), app->metrics_->exported(),
-            [raw] { return raw->serving_.load(); }, calibration_page));
+            config.http_listen, HttpOptions(config, access),
+            app->metrics_->exported(), [raw] { return raw->serving_.load(); },
+            calibration_page));
     app->extender_->Register(app->http_.get());
     // /energy beside /calibration: the current curves and measured points.
     app->http_->HandlePage("/energy", [raw](const HttpServer::Query& query) {
@@ -358,8 +388,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
     ASSIGN_OR_RETURN(
         app->extender_http_,
         HttpServer::Start(
-            config.extender_listen, HttpTls(config), app->metrics_->exported(),
-            [raw] { return raw->serving_.load(); }, calibration_page));
+            config.extender_listen, HttpOptions(config, access),
+            app->metrics_->exported(), [raw] { return raw->serving_.load(); },
+            calibration_page));
     app->extender_->Register(app->extender_http_.get());
   }
   return app;

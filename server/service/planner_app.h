@@ -107,6 +107,10 @@ struct PlannerConfig {
   // Bearer tokens and their roles (Access, access.h); empty: none.
   std::string tokens_file;
   bool require_token_for_reads = false;
+  // /metrics answers anyone, as /healthz does; otherwise (the default) it
+  // needs what reads need: open where reads are open, a token where
+  // require_token_for_reads, a client certificate with tls_client_ca.
+  bool metrics_open = false;
   // Without TLS the planner listens on loopback addresses only, unless
   // this is set (logged as a warning at start).
   bool allow_insecure = false;

@@ -17,6 +17,24 @@
 
 namespace headroom::testing {
 
+// A TCP connection to 127.0.0.1:port, connected (its descriptor, or -1);
+// reads on it time out after 5 s. The caller closes it.
+inline int OpenLoopbackConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Sends `request` as it is to 127.0.0.1:port; the whole response ("" on
 // error).
 inline std::string HttpRaw(int port, const std::string& request) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/client_channel.h"
@@ -709,15 +710,164 @@ TEST_F(SecurePlannerTest, TheHttpPortServesHttpsOnly) {
   auto health = https.Get("/healthz");
   ASSERT_TRUE(health) << httplib::to_string(health.error());
   EXPECT_EQ(health->status, 200);
-  auto metrics = https.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_THAT(metrics->body, HasSubstr("headroom_fit_verdicts_total"));
 
   httplib::Client plain("127.0.0.1", app_->http_port());
   plain.set_connection_timeout(5, 0);
   plain.set_read_timeout(5, 0);
   auto refused = plain.Get("/healthz");
   EXPECT_TRUE(!refused || refused->status != 200);
+}
+
+// The issue: /calibration, /energy and the extender's verdicts answered
+// anyone on a planner that required client certificates on gRPC. Now every
+// HTTP route but /healthz needs one too (asked for at the handshake, not
+// required there, so that health checks need none).
+TEST_F(SecurePlannerTest, TheHttpPortNeedsAClientCertificateButForHealthz) {
+  const auto client = [&](const std::string& name) {
+    auto https = name.empty() ? std::make_unique<httplib::SSLClient>(
+                                    "localhost", app_->http_port())
+                              : std::make_unique<httplib::SSLClient>(
+                                    "localhost", app_->http_port(),
+                                    name + ".pem", name + "-key.pem");
+    https->set_ca_cert_path((*dir_ + "/ca.pem").c_str());
+    https->enable_server_certificate_verification(true);
+    https->set_read_timeout(10, 0);
+    return https;
+  };
+  const auto none = client("");
+  const auto certified = client(*dir_ + "/operator");
+  auto health = none->Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  for (const char* path : {"/metrics", "/calibration", "/energy"}) {
+    auto refused = none->Get(path);
+    ASSERT_TRUE(refused) << path;
+    EXPECT_EQ(refused->status, 401) << path;
+    EXPECT_THAT(refused->body, HasSubstr("needs a client certificate"));
+    auto served = certified->Get(path);
+    ASSERT_TRUE(served) << path;
+    EXPECT_EQ(served->status, 200) << path;
+  }
+  auto metrics = certified->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("headroom_fit_verdicts_total"));
+  for (const char* verb : {"/scheduler/filter", "/scheduler/prioritize"}) {
+    auto refused = none->Post(verb, "{}", "application/json");
+    ASSERT_TRUE(refused) << verb;
+    EXPECT_EQ(refused->status, 401) << verb;
+    auto answered = certified->Post(verb, "{}", "application/json");
+    ASSERT_TRUE(answered) << verb;
+    EXPECT_NE(answered->status, 401) << verb;  // past access: 200 or 400
+  }
+
+  // A certificate another CA signed is refused at the handshake.
+  const std::string other = *dir_ + "/other";
+  const std::string make = std::string(HEADROOM_SOURCE_DIR) +
+                           "/scripts/dev-certs.sh " + other + " 2>/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  auto foreign = client(other + "/operator")->Get("/calibration");
+  EXPECT_TRUE(!foreign || foreign->status != 200);
+}
+
+// Calls gRPC reflection's list_services on `channel`; the reply's bytes go
+// to `reply`.
+grpc::Status ListServices(const std::shared_ptr<grpc::Channel>& channel,
+                          std::string* reply) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  grpc::CompletionQueue queue;
+  auto call = stub.PrepareCall(
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &queue);
+  // One operation at a time: each yields one event.
+  const auto next = [&queue] {
+    void* tag = nullptr;
+    bool ok = false;
+    return queue.Next(&tag, &ok) && ok;
+  };
+  call->StartCall(nullptr);
+  if (next()) {
+    // ServerReflectionRequest{list_services: "*"} (field 7, a string).
+    const char request[] = {0x3a, 0x01, '*'};
+    grpc::Slice slice(request, sizeof(request));
+    grpc::ByteBuffer buffer(&slice, 1);
+    call->Write(buffer, nullptr);
+    if (next()) {
+      call->WritesDone(nullptr);
+      next();
+      grpc::ByteBuffer answer;
+      call->Read(&answer, nullptr);
+      if (next()) {
+        std::vector<grpc::Slice> slices;
+        (void)answer.Dump(&slices);
+        for (const grpc::Slice& part : slices) {
+          reply->append(reinterpret_cast<const char*>(part.begin()),
+                        part.size());
+        }
+      }
+    }
+  }
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  next();
+  queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  for (int i = 0; i < 100 && queue.Next(&tag, &ok); ++i) {
+  }
+  return status;
+}
+
+// Reflection is gRPC's own service and never asked Access: it answered
+// anyone. It is served where reads are open, and not at all where reads
+// need a token; the HTTP routes of such a planner need the token too.
+TEST(ReadsNeedATokenTest, ReflectionAndTheHttpRoutesRefuseAnonymousReads) {
+  {
+    auto open = PlannerApp::Start(testing::TestPlannerConfig());
+    ASSERT_TRUE(open.ok()) << open.status();
+    std::string reply;
+    const grpc::Status listed = ListServices(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string((*open)->grpc_port()),
+                            grpc::InsecureChannelCredentials()),
+        &reply);
+    EXPECT_TRUE(listed.ok()) << listed.error_message();
+    EXPECT_THAT(reply, HasSubstr("headroom.v1.Fit"));
+  }
+  const std::string tokens = std::filesystem::temp_directory_path() /
+                             ("headroom-tokens-" + std::to_string(getpid()));
+  std::ofstream(tokens) << "alice reader " << kAdminHash << "\n";
+  PlannerConfig config = testing::TestPlannerConfig();
+  config.tokens_file = tokens;
+  config.require_token_for_reads = true;
+  auto app = PlannerApp::Start(config);
+  std::filesystem::remove(tokens);
+  ASSERT_TRUE(app.ok()) << app.status();
+  std::string reply;
+  const grpc::Status refused = ListServices(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()),
+      &reply);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(reply, "");
+
+  httplib::Client http("127.0.0.1", (*app)->http_port());
+  http.set_read_timeout(10, 0);
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  for (const char* path : {"/calibration", "/energy", "/metrics"}) {
+    auto anonymous = http.Get(path);
+    ASSERT_TRUE(anonymous) << path;
+    EXPECT_EQ(anonymous->status, 401) << path;
+    auto reader = http.Get(path, {{"Authorization", "Bearer admin"}});
+    ASSERT_TRUE(reader) << path;
+    EXPECT_EQ(reader->status, 200) << path;
+  }
+  auto verdicts = http.Post("/scheduler/filter", "{}", "application/json");
+  ASSERT_TRUE(verdicts);
+  EXPECT_EQ(verdicts->status, 401);
 }
 
 TEST(SafeDefaultsTest, ANetworkAddressWithoutTlsRefusesToStart) {
