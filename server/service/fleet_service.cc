@@ -421,6 +421,16 @@ void FleetService::OnResult(WorkerStream* stream,
     const std::optional<v1::MeasuredRun> run =
         device == nullptr ? std::nullopt
                           : MeasuredRunFor(*probe, measured, worker);
+    const std::optional<v1::EnergyRun> energy =
+        device == nullptr
+            ? std::nullopt
+            : EnergyRunFor(*probe, measured, worker, NowMs() / 1000);
+    // Held to the bounds a Refit holds an import to; nothing stored if not.
+    if (std::optional<Rejection> bad =
+            CheckStoredRuns(run, energy, *catalog_)) {
+      reject(bad->reason, bad->detail);
+      return;
+    }
     // The planner's key, not the worker's: one per run of this assignment.
     v1::Probe updated;
     absl::StatusOr<bool> stored = store_->RecordProbeResult(
@@ -441,10 +451,7 @@ void FleetService::OnResult(WorkerStream* stream,
     // also an energy run, stored under the same key: also for a duplicate
     // (the first attempt may have failed here), and not acknowledged until
     // it is stored, so a result re-sent after a failure stores it once.
-    if (const std::optional<v1::EnergyRun> energy =
-            device == nullptr
-                ? std::nullopt
-                : EnergyRunFor(*probe, measured, worker, NowMs() / 1000)) {
+    if (energy.has_value()) {
       absl::StatusOr<bool> added = store_->AddEnergyRun(
           StoredResultKey(probe->id(), result.assignment_id(), batch), *energy);
       if (!added.ok()) {

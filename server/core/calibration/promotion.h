@@ -36,20 +36,8 @@ absl::StatusOr<std::string> RollbackTarget(
     const std::vector<std::string>& history, const std::string& current,
     absl::string_view what = "factor set");
 
-// Largest parameter count, energy and step time a stored run may claim:
-// 10^14 parameters (100 times the largest model trained to date), a 2 kW
-// card for a year, a day per step.
-inline constexpr uint64_t kMaxRunParams = 100'000'000'000'000;
-inline constexpr double kMaxMeasuredRunEnergyJ = 2000.0 * 365 * 86400;
-inline constexpr double kMaxRunSeconds = 86400;
-// A run as stored (an inline spec included).
-inline constexpr size_t kMaxStoredRunBytes = 256 << 10;
-
-// Checks runs before anything is stored: a known template (or a valid
-// spec), batch 1..2^20, params 1..kMaxRunParams, a catalog GPU, a measured
-// peak in (0, the card's GB] or an OOM card in (0, the card's GB] (not
-// both) unless excluded, device peak within the card, finite timings and
-// energy, a known measured_by, strings within input_limits.h.
+// Checks runs before anything is stored: each as CheckMeasuredRun
+// (evidence/run_checks.h) checks a worker's result, named "runs[i]".
 // INVALID_ARGUMENT / NOT_FOUND name the run index and field and the range.
 absl::Status ValidateRuns(const std::vector<v1::MeasuredRun>& runs,
                           const ModelCatalog& catalog);

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/core/common/value_bounds.h"
 
 namespace headroom {
 
@@ -25,9 +26,6 @@ struct GpuInfo {
   double tdp_w;
   double idle_w;
 };
-
-// Largest bare card size accepted anywhere a card is given in GB.
-inline constexpr double kMaxCardGb = 100000;
 
 // OK when `gb` is a usable bare card size, (0, kMaxCardGb]; otherwise
 // INVALID_ARGUMENT naming `field` (e.g. "targets[0].memory_gb").

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "headroom/v1/energy.pb.h"
+#include "server/core/common/value_bounds.h"
 
 namespace headroom {
 
@@ -51,9 +52,6 @@ std::string QuantKey(Quant quant);
 // that answered lies within this factor of N (EstimateEnergyResponse.
 // points_near_n).
 inline constexpr double kNearFactor = 2;
-
-// Largest N (billions) a query may ask about.
-inline constexpr double kMaxParamsB = 10000;
 
 // Parses an energy-curves.json text and validates it (ValidateCurveSet).
 // `what` names the source in errors. version is "shipped" when the file has

@@ -14,6 +14,7 @@
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
+#include "server/core/evidence/run_checks.h"
 
 namespace headroom {
 namespace {
@@ -360,51 +361,11 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
   std::map<Key, Group> groups[3];
   for (int i = 0; i < request.runs_size(); ++i) {
     const v1::EnergyRun& run = request.runs(i);
-    RETURN_IF_ERROR(CheckLength(
-        run.model(), absl::StrCat("runs[", i, "].model"), kMaxNameChars));
-    RETURN_IF_ERROR(CheckLength(run.gpu(), absl::StrCat("runs[", i, "].gpu"),
-                                kMaxNameChars));
-    RETURN_IF_ERROR(CheckLength(
-        run.quant(), absl::StrCat("runs[", i, "].quant"), kMaxNameChars));
-    const std::string where = absl::StrCat("runs[", i, "] (", run.model(), ")");
-    absl::StatusOr<GpuInfo> found = FindGpu(run.gpu());
-    if (!found.ok()) {
-      return absl::Status(
-          found.status().code(),
-          absl::StrCat(where, ".gpu: ", found.status().message()));
-    }
-    const GpuInfo gpu = *std::move(found);
-    absl::StatusOr<Quant> quant = ParseQuant(run.quant());
-    if (!quant.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", quant.status().message()));
-    }
-    if (!(run.params_b() > 0 && run.params_b() <= kMaxParamsB)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": params_b must be in (0, ", kMaxParamsB,
-                       "] billion parameters; got ", run.params_b()));
-    }
-    if (run.tokens_generated() == 0 || run.tokens_generated() > kMaxRunTokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": tokens_generated must be in 1..",
-                       kMaxRunTokens, "; got ", run.tokens_generated()));
-    }
-    if (!(run.window_s() >= 0 && run.window_s() <= kMaxWindowSeconds)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": window_s must be in [0, ", kMaxWindowSeconds,
-                       "] s; got ", run.window_s()));
-    }
-    if (!(run.idle_w() >= 0 && run.idle_w() <= kMaxCardWatts)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": idle_w must be in [0, ", kMaxCardWatts,
-                       "] W; got ", run.idle_w()));
-    }
-    if (!(run.energy_j() > 0 && run.energy_j() <= kMaxRunEnergyJ)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": energy_j must be in (0, ", kMaxRunEnergyJ,
-                       "] J (a ", kMaxCardWatts, " W card for ",
-                       kMaxWindowSeconds, " s); got ", run.energy_j()));
-    }
+    const std::string index = absl::StrCat("runs[", i, "]");
+    RETURN_IF_ERROR(CheckEnergyRun(run, index));
+    const std::string where = absl::StrCat(index, " (", run.model(), ")");
+    const GpuInfo gpu = *FindGpu(run.gpu());
+    const Quant quant = *ParseQuant(run.quant());
     const double joules = request.subtract_idle()
                               ? run.energy_j() - run.idle_w() * run.window_s()
                               : run.energy_j();
@@ -422,7 +383,7 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
           " per 1,000 tokens_generated is ", j_per_1k, " J; allowed (0, ",
           kMaxJPer1kTokens, "] J per 1,000 tokens"));
     }
-    Group& group = groups[static_cast<int>(*quant)]
+    Group& group = groups[static_cast<int>(quant)]
                          [{gpu.arch, gpu.name, run.model(), run.params_b()}];
     group.j_per_1k_sum += j_per_1k;
     ++group.runs;

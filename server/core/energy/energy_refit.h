@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "headroom/v1/energy.pb.h"
+#include "server/core/common/value_bounds.h"
 
 namespace headroom {
 
@@ -44,16 +45,10 @@ struct EnergyPoint {
   std::string gpu;
 };
 
-// What one measured energy run may claim. A window is one card for at most
-// a day; no card draws more than 2 kW (a B200 is rated 1 kW); a token costs
-// at most 1 kJ, about 50 times the dearest the shipped curves hold (21.7 J,
-// turing fp16 at 7B); a quantized run uses at most 11 times the energy of
-// its fp16 partner (dE <= 1000 %; the shipped curves reach 130.83 %).
-inline constexpr double kMaxCardWatts = 2000;
-inline constexpr double kMaxWindowSeconds = 86400;
-inline constexpr double kMaxRunEnergyJ = kMaxCardWatts * kMaxWindowSeconds;
-inline constexpr uint64_t kMaxRunTokens = 10'000'000'000;
-inline constexpr double kMaxJPer1kTokens = 1e6;
+// What one measured energy run may claim is in the value table
+// (common/value_bounds.h: window, energy, power, tokens, J per 1k tokens).
+// A quantized run uses at most 11 times the energy of its fp16 partner
+// (dE <= 1000 %; the shipped curves reach 130.83 %).
 inline constexpr double kMaxDePct = 1000;
 
 // Points needed to fit A, S and Nstar.

@@ -343,10 +343,10 @@ absl::StatusOr<HfConversion> SpecFromHfConfig(absl::string_view config_json,
   double params = 0;
   for (const hf::Layer& layer : spec.layers())
     params += hf::ApproxParams(layer);
-  if (params > kMaxHfParams) {
+  if (params > static_cast<double>(kMaxParams)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json describes about ", params, " parameters; allowed up to ",
-        kMaxHfParams, " (check hidden_size, num_hidden_layers, vocab_size)"));
+        kMaxParams, " (check hidden_size, num_hidden_layers, vocab_size)"));
   }
   const absl::Status valid = ValidateSpec(spec);
   if (!valid.ok()) {

@@ -24,10 +24,6 @@ inline constexpr size_t kMaxHfConfigBytes = size_t{4} << 20;
 // they train at: the config's value capped at this.
 inline constexpr uint64_t kDefaultHfSeqLenCap = 2048;
 
-// Most parameters a converted config may describe (10^14); more is taken as
-// a broken config rather than a model.
-inline constexpr double kMaxHfParams = 1e14;
-
 struct HfOptions {
   // Positions per sample of a text model (the sequence length). 0 takes the
   // config's max_position_embeddings (n_positions for GPT-2) capped at

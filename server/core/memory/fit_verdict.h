@@ -9,12 +9,10 @@
 #include <optional>
 
 #include "headroom/v1/model.pb.h"
+#include "server/core/common/value_bounds.h"
 #include "server/core/memory/memory_profile.h"
 
 namespace headroom {
-
-// Largest batch the planner reasons about (and accepts in requests).
-inline constexpr uint64_t kMaxBatch = uint64_t{1} << 20;
 
 enum class FitVerdict { kFits, kBorderline, kDoesNotFit };
 

@@ -1,7 +1,9 @@
 #include "server/core/memory/model_spec.h"
 
+#include <cstdint>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/common/json_io.h"
 #include "server/core/common/status_macros.h"
@@ -30,24 +32,77 @@ uint64_t KvHeads(const v1::Attention& a) {
   return a.kv_heads() != 0 ? a.kv_heads() : a.heads();
 }
 
-uint64_t MlpParams(uint64_t hidden, uint64_t ffn, bool gated, bool bias) {
-  uint64_t n = (gated ? 3 : 2) * hidden * ffn;
-  if (bias) n += (gated ? 2 * ffn : ffn) + hidden;
+// "Linear", "Embedding", "Conv", ... : the layer's kind as the spec's JSON
+// names it, capitalized.
+std::string KindName(const Layer& layer) {
+  const auto* field = Layer::descriptor()->FindFieldByNumber(
+      static_cast<int>(layer.kind_case()));
+  if (field == nullptr) return "no kind";
+  std::string name = field->name();
+  if (!name.empty()) name[0] = absl::ascii_toupper(name[0]);
+  return name;
+}
+
+// The sums and products of a parameter count, checked: a result that does
+// not fit 64 bits saturates, and the first such is kept with its operands
+// and the layer being counted, for ValidateSpec's error.
+class ParamCounter {
+ public:
+  uint64_t Mul(uint64_t a, uint64_t b) {
+    uint64_t n;
+    if (!__builtin_mul_overflow(a, b, &n)) return n;
+    Overflow(absl::StrCat(a, " x ", b));
+    return UINT64_MAX;
+  }
+  uint64_t Add(uint64_t a, uint64_t b) {
+    uint64_t n;
+    if (!__builtin_add_overflow(a, b, &n)) return n;
+    Overflow(absl::StrCat(a, " + ", b));
+    return UINT64_MAX;
+  }
+  // Makes `layer` the one counted; returns the one counted before.
+  const Layer* Enter(const Layer* layer) {
+    const Layer* outer = layer_;
+    layer_ = layer;
+    return outer;
+  }
+  void Leave(const Layer* outer) { layer_ = outer; }
+
+  bool overflowed() const { return !what_.empty(); }
+  // "layer 'fc1' (Linear): 4294967296 x 4294967296"
+  const std::string& what() const { return what_; }
+
+ private:
+  void Overflow(const std::string& product) {
+    if (overflowed()) return;
+    what_ = layer_ == nullptr ? product
+                              : absl::StrCat("layer '", layer_->name(), "' (",
+                                             KindName(*layer_), "): ", product);
+  }
+
+  const Layer* layer_ = nullptr;
+  std::string what_;
+};
+
+uint64_t MlpParams(uint64_t hidden, uint64_t ffn, bool gated, bool bias,
+                   ParamCounter& c) {
+  uint64_t n = c.Mul(c.Mul(gated ? 3 : 2, hidden), ffn);
+  if (bias) n = c.Add(n, c.Add(c.Mul(gated ? 2 : 1, ffn), hidden));
   return n;
 }
 
-uint64_t KernelVolume(const v1::Conv& c) {
+uint64_t KernelVolume(const v1::Conv& c, ParamCounter& count) {
   const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
   uint64_t volume = 1;
   if (c.kernel_size() == 1) {
-    for (uint32_t i = 0; i < dims; ++i) volume *= c.kernel(0);
+    for (uint32_t i = 0; i < dims; ++i) volume = count.Mul(volume, c.kernel(0));
   } else {
-    for (uint64_t k : c.kernel()) volume *= k;
+    for (uint64_t k : c.kernel()) volume = count.Mul(volume, k);
   }
   return volume;
 }
 
-uint64_t RecurrentParams(const v1::Recurrent& r) {
+uint64_t RecurrentParams(const v1::Recurrent& r, ParamCounter& c) {
   const uint64_t gates = r.cell() == v1::Recurrent::LSTM  ? 4
                          : r.cell() == v1::Recurrent::GRU ? 3
                                                           : 1;
@@ -56,27 +111,31 @@ uint64_t RecurrentParams(const v1::Recurrent& r) {
   const uint64_t h = r.hidden();
   uint64_t n = 0;
   for (uint32_t l = 0; l < layers; ++l) {
-    const uint64_t in = l == 0 ? r.input_size() : h * dirs;
-    n += dirs * (gates * h * (in + h) + (r.no_bias() ? 0 : 2 * gates * h));
+    const uint64_t in = l == 0 ? r.input_size() : c.Mul(h, dirs);
+    const uint64_t weights = c.Mul(c.Mul(gates, h), c.Add(in, h));
+    const uint64_t biases = r.no_bias() ? 0 : c.Mul(2 * gates, h);
+    n = c.Add(n, c.Mul(dirs, c.Add(weights, biases)));
   }
   return n;
 }
 
-uint64_t SingleLayerParams(const Layer& layer) {
+uint64_t LayerParams(const Layer& layer, ParamCounter& c);
+
+uint64_t SingleLayerParams(const Layer& layer, ParamCounter& c) {
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
-      return layer.embedding().num_embeddings() * layer.embedding().dim();
+      return c.Mul(layer.embedding().num_embeddings(), layer.embedding().dim());
     case Layer::kLinear: {
       const auto& l = layer.linear();
-      return (l.tied() ? 0 : l.in_features() * l.out_features()) +
-             (l.bias() ? l.out_features() : 0);
+      return c.Add(l.tied() ? 0 : c.Mul(l.in_features(), l.out_features()),
+                   l.bias() ? l.out_features() : 0);
     }
     case Layer::kNorm: {
       const auto& n = layer.norm();
       if (n.no_affine()) return 0;
       if (n.kind() == v1::Norm::RMS) return n.dim();
       if (n.kind() == v1::Norm::LAYER && n.no_bias()) return n.dim();
-      return 2 * n.dim();
+      return c.Mul(2, n.dim());
     }
     case Layer::kAttention: {
       const auto& a = layer.attention();
@@ -84,34 +143,41 @@ uint64_t SingleLayerParams(const Layer& layer) {
       const uint64_t kvh = KvHeads(a);
       const uint64_t kin =
           a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden();
-      uint64_t n = a.hidden() * a.heads() * hd + 2 * kin * kvh * hd +
-                   a.heads() * hd * a.hidden();
-      if (a.qkv_bias()) n += a.heads() * hd + 2 * kvh * hd;
-      if (a.out_bias()) n += a.hidden();
-      if (a.qk_norm()) n += 2 * hd;
+      const uint64_t q_width = c.Mul(a.heads(), hd);
+      const uint64_t kv_width = c.Mul(kvh, hd);
+      // q and o: hidden x heads x head_dim each; k and v: kin x kv width.
+      uint64_t n = c.Add(c.Mul(2, c.Mul(a.hidden(), q_width)),
+                         c.Mul(2, c.Mul(kin, kv_width)));
+      if (a.qkv_bias()) n = c.Add(n, c.Add(q_width, c.Mul(2, kv_width)));
+      if (a.out_bias()) n = c.Add(n, a.hidden());
+      if (a.qk_norm()) n = c.Add(n, c.Mul(2, hd));
       return n;
     }
     case Layer::kMlp: {
       const auto& m = layer.mlp();
-      return MlpParams(m.hidden(), m.ffn(), m.gated(), m.bias());
+      return MlpParams(m.hidden(), m.ffn(), m.gated(), m.bias(), c);
     }
     case Layer::kMoe: {
       const auto& m = layer.moe();
-      return (m.experts() + m.shared_experts()) *
-                 MlpParams(m.hidden(), m.ffn(), m.gated(), false) +
-             m.hidden() * m.experts() + (m.router_bias() ? m.experts() : 0);
+      const uint64_t experts =
+          c.Mul(c.Add(m.experts(), m.shared_experts()),
+                MlpParams(m.hidden(), m.ffn(), m.gated(), false, c));
+      const uint64_t router = c.Add(c.Mul(m.hidden(), m.experts()),
+                                    m.router_bias() ? m.experts() : 0);
+      return c.Add(experts, router);
     }
     case Layer::kConv: {
-      const auto& c = layer.conv();
-      const uint64_t g = c.groups() == 0 ? 1 : c.groups();
-      const uint64_t k = KernelVolume(c);
-      const uint64_t w = c.transposed()
-                             ? c.in_channels() * (c.out_channels() / g) * k
-                             : c.out_channels() * (c.in_channels() / g) * k;
-      return w + (c.bias() ? c.out_channels() : 0);
+      const auto& conv = layer.conv();
+      const uint64_t g = conv.groups() == 0 ? 1 : conv.groups();
+      const uint64_t k = KernelVolume(conv, c);
+      const uint64_t w =
+          conv.transposed()
+              ? c.Mul(c.Mul(conv.in_channels(), conv.out_channels() / g), k)
+              : c.Mul(c.Mul(conv.out_channels(), conv.in_channels() / g), k);
+      return c.Add(w, conv.bias() ? conv.out_channels() : 0);
     }
     case Layer::kRecurrent:
-      return RecurrentParams(layer.recurrent());
+      return RecurrentParams(layer.recurrent(), c);
     case Layer::kElementwise:
       return 0;
     case Layer::kParameters:
@@ -119,7 +185,7 @@ uint64_t SingleLayerParams(const Layer& layer) {
     case Layer::kBlock: {
       uint64_t n = 0;
       for (const Layer& child : layer.block().layers()) {
-        n += CountLayerParams(child);
+        n = c.Add(n, LayerParams(child, c));
       }
       return n;
     }
@@ -127,6 +193,15 @@ uint64_t SingleLayerParams(const Layer& layer) {
       return 0;
   }
   return 0;
+}
+
+// Parameters of one layer, repeat included, counted by `c`.
+uint64_t LayerParams(const Layer& layer, ParamCounter& c) {
+  const Layer* outer = c.Enter(&layer);
+  const uint64_t single = SingleLayerParams(layer, c);
+  const uint64_t n = c.Mul(layer.repeat() == 0 ? 1 : layer.repeat(), single);
+  c.Leave(outer);
+  return n;
 }
 
 absl::Status ValidateLayer(const Layer& layer, const std::string& path,
@@ -308,8 +383,8 @@ absl::Status ValidateLayer(const Layer& layer, const std::string& path,
 }  // namespace
 
 uint64_t CountLayerParams(const Layer& layer) {
-  const uint64_t repeat = layer.repeat() == 0 ? 1 : layer.repeat();
-  return repeat * SingleLayerParams(layer);
+  ParamCounter counter;
+  return LayerParams(layer, counter);
 }
 
 namespace {
@@ -331,8 +406,11 @@ uint64_t CountTrainableParams(const v1::ModelSpec& spec) {
 }
 
 uint64_t CountParams(const v1::ModelSpec& spec) {
+  ParamCounter counter;
   uint64_t n = 0;
-  for (const Layer& layer : spec.layers()) n += CountLayerParams(layer);
+  for (const Layer& layer : spec.layers()) {
+    n = counter.Add(n, LayerParams(layer, counter));
+  }
   return n;
 }
 
@@ -352,6 +430,23 @@ absl::Status ValidateSpec(const v1::ModelSpec& spec) {
     RETURN_IF_ERROR(ValidateLayer(spec.layers(i),
                                   absl::StrCat("spec.layers[", i, "]"),
                                   spec.positions(), 0));
+  }
+  // Every count checked: a 2^32 x 2^32 linear once counted as 0 parameters
+  // and fit any card.
+  ParamCounter counter;
+  uint64_t params = 0;
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    params = counter.Add(params, LayerParams(spec.layers(i), counter));
+    if (counter.overflowed()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.layers[", i, "]: ", counter.what(),
+                       " overflows the parameter count"));
+    }
+  }
+  if (params > kMaxParams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec '", spec.name(), "' has ", params,
+                     " parameters; allowed up to ", kMaxParams));
   }
   return absl::OkStatus();
 }

@@ -18,11 +18,11 @@
 #include "absl/status/status.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/model.pb.h"
+#include "server/core/common/value_bounds.h"
 #include "server/core/memory/training_setup.h"
 
 namespace headroom {
 
-inline constexpr uint32_t kMaxGpus = 512;
 inline constexpr uint32_t kDefaultGpusPerNode = 8;
 // DDP's bucket_cap_mb default, and the buckets in flight at once.
 inline constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;

@@ -1,11 +1,20 @@
 #include "server/core/memory/param_tensors.h"
 
+#include <cstdint>
 #include <initializer_list>
 
 namespace headroom {
 namespace {
 
 using v1::Layer;
+
+// a x b, or UINT64_MAX when that overflows: ValidateSpec holds a spec's
+// count to kMaxParams with every product checked, so a valid spec never
+// reaches it, and an invalid one reads as huge rather than wrapping small.
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t n;
+  return __builtin_mul_overflow(a, b, &n) ? UINT64_MAX : n;
+}
 
 struct Emitter {
   const std::function<void(const ParamTensor&)>& fn;
@@ -18,7 +27,7 @@ struct Emitter {
             uint64_t times = 1) const {
     ParamTensor t;
     for (uint64_t d : shape) t.shape[t.rank++] = d;
-    t.copies = copies * times;
+    t.copies = SaturatingMul(copies, times);
     t.role = role;
     t.target = target;
     t.top_level = top_level;
@@ -44,7 +53,8 @@ struct Emitter {
 
 void Emitter::Layer(const v1::Layer& layer) const {
   Emitter inner = *this;
-  inner.copies = copies * (layer.repeat() == 0 ? 1 : layer.repeat());
+  inner.copies =
+      SaturatingMul(copies, layer.repeat() == 0 ? 1 : layer.repeat());
   inner.frozen = frozen || layer.frozen();
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
@@ -159,7 +169,7 @@ void Emitter::Layer(const v1::Layer& layer) const {
 uint64_t ParamTensor::Elements() const {
   if (rank == 0) return 0;
   uint64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
+  for (int i = 0; i < rank; ++i) n = SaturatingMul(n, shape[i]);
   return n;
 }
 

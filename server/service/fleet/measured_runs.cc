@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "server/core/catalog/gpu_catalog.h"
+#include "server/core/common/input_limits.h"
 #include "server/core/evidence/model_key.h"
 #include "server/core/frontends/frontend_registry.h"
 #include "server/core/memory/model_spec.h"
@@ -99,7 +101,10 @@ std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
   const std::string rank_problem =
       RankPeaksProblem(batch, std::max(1u, setup.gpus()), card_gb);
   if (!batch.error().empty()) {
-    run.set_excluded(absl::StrCat("probe error: ", batch.error()));
+    // Within the stored text bound (CheckMeasuredRun), whatever the error.
+    run.set_excluded(absl::StrCat(
+        "probe error: ",
+        absl::string_view(batch.error()).substr(0, kMaxTextChars - 64)));
   } else if (batch.oom()) {
     run.set_oom_on_gb(card->memory_gb);
   } else if (!rank_problem.empty()) {

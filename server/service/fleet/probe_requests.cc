@@ -10,6 +10,7 @@
 #include "server/core/common/status_macros.h"
 #include "server/core/energy/energy_curves.h"
 #include "server/core/memory/parallel.h"
+#include "server/core/memory/training_setup.h"
 #include "server/core/planner/fit_planner.h"
 #include "server/service/fleet/worker_reports.h"
 #include "server/service/reply.h"
@@ -86,6 +87,9 @@ absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
     RETURN_IF_ERROR(CheckLength(value, field, kMaxNameChars));
   }
   RETURN_IF_ERROR(CheckProbeParallel(request));
+  // The setup as CheckFit and a stored run's check read it (known enums,
+  // GPU counts): a probe measures nothing an answer or a Refit refuses.
+  RETURN_IF_ERROR(ValidateSetup(request.setup()));
   ASSIGN_OR_RETURN(ResolvedModel model,
                    ResolveModelRef(request.model(), request.setup(), catalog));
   RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxProbeBatches));

@@ -41,7 +41,8 @@ absl::Status CheckProbeParallel(const v1::SubmitProbeRequest& request);
 // request over `max_request_bytes` or the stored-request bound, an empty
 // placement, a bad worker id, executor, batch list, repetitions, steps,
 // batch timeout or expiry, a parallel setup one node cannot run
-// (CheckProbeParallel).
+// (CheckProbeParallel), a setup CheckFit refuses (ValidateSetup), a spec
+// whose parameter count overflows or passes kMaxParams (ValidateSpec).
 absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
                                    const ModelCatalog& catalog,
                                    size_t max_request_bytes, int64_t now_ms);

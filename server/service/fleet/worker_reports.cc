@@ -12,8 +12,10 @@
 #include "server/core/calibration/promotion.h"
 #include "server/core/catalog/gpu_catalog.h"
 #include "server/core/common/status_macros.h"
+#include "server/core/common/value_bounds.h"
 #include "server/core/energy/energy_refit.h"
 #include "server/service/fleet/dispatch.h"
+#include "server/core/evidence/run_checks.h"
 
 namespace headroom {
 namespace {
@@ -69,7 +71,7 @@ std::optional<Rejection> CheckGeneration(const v1::GenerationEnergy& g,
             "generation.energy_j", g.energy_j(), 0, kMaxRunEnergyJ, true},
         {"generation.window_s", g.window_s(), 0, kMaxWindowSeconds, true},
         {"generation.idle_w", g.idle_w(), 0, kMaxCardWatts, false},
-        {"generation.tokens_per_s", g.tokens_per_s(), 0, 1e9, false},
+        {"generation.tokens_per_s", g.tokens_per_s(), 0, kMaxTokensPerS, false},
         {"generation.j_per_1k_tokens", g.j_per_1k_tokens(), 0, kMaxJPer1kTokens,
          true}}) {
     const bool ok = std::isfinite(value) && value <= hi &&
@@ -80,14 +82,14 @@ std::optional<Rejection> CheckGeneration(const v1::GenerationEnergy& g,
     }
   }
   // The counter over the window cannot show more than a card can draw.
-  if (g.energy_j() > kMaxCardWatts * g.window_s() * 1.05) {
+  if (g.energy_j() > kMaxCardWatts * g.window_s() * kPowerSlack) {
     return Implausible(absl::StrCat("generation.energy_j = ", g.energy_j(),
                                     " J over window_s = ", g.window_s(),
                                     " s is more than ", kMaxCardWatts, " W"));
   }
-  if (g.params() > kMaxRunParams) {
+  if (g.params() > kMaxParams) {
     return Implausible(absl::StrCat("generation.params = ", g.params(),
-                                    "; allowed up to ", kMaxRunParams));
+                                    "; allowed up to ", kMaxParams));
   }
   return std::nullopt;
 }
@@ -340,15 +342,17 @@ std::optional<Rejection> CheckBatchResult(
         absl::StrCat("oom with peak_allocated_gb = ", batch.peak_allocated_gb(),
                      "; a run that ran out of memory has no measured peak"));
   }
-  if (batch.has_step_seconds() &&
-      !(std::isfinite(batch.step_seconds()) && batch.step_seconds() > 0)) {
-    return Implausible(absl::StrCat("step_seconds = ", batch.step_seconds(),
-                                    "; must be finite and more than 0"));
-  }
-  if (batch.has_energy_j() &&
-      !(std::isfinite(batch.energy_j()) && batch.energy_j() >= 0)) {
-    return Implausible(absl::StrCat("energy_j = ", batch.energy_j(),
-                                    "; must be finite and at least 0"));
+  // The bounds a Refit holds a stored run to (common/value_bounds.h).
+  for (const auto& [field, has, value, bound] :
+       {std::tuple<const char*, bool, double, const ValueBound&>{
+            "step_seconds", batch.has_step_seconds(), batch.step_seconds(),
+            kStepSecondsBound},
+        {"energy_j", batch.has_energy_j(), batch.energy_j(),
+         kMeasuredRunEnergyBound}}) {
+    if (!has) continue;
+    if (absl::Status ok = CheckBound(value, field, bound); !ok.ok()) {
+      return Implausible(std::string(ok.message()));
+    }
   }
   if (batch.error().size() > kMaxNoteLength) {
     return Implausible(absl::StrCat("error is ", batch.error().size(),
@@ -356,6 +360,18 @@ std::optional<Rejection> CheckBatchResult(
                                     kMaxNoteLength));
   }
   return std::nullopt;
+}
+
+std::optional<Rejection> CheckStoredRuns(
+    const std::optional<v1::MeasuredRun>& run,
+    const std::optional<v1::EnergyRun>& energy, const ModelCatalog& catalog) {
+  absl::Status valid = absl::OkStatus();
+  if (run.has_value()) valid = CheckMeasuredRun(*run, catalog, "run");
+  if (valid.ok() && energy.has_value()) {
+    valid = CheckEnergyRun(*energy, "energy run");
+  }
+  if (valid.ok()) return std::nullopt;
+  return Implausible(std::string(valid.message()));
 }
 
 std::string StoredResultKey(const std::string& probe_id,

@@ -10,7 +10,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
+#include "server/core/catalog/model_catalog.h"
 #include "server/service/metrics.h"
 
 namespace headroom {
@@ -102,11 +105,20 @@ std::optional<double> CardMemoryGb(const v1::Probe& probe,
 // repetition 0, or an energy probe's quantization at batch 1; an energy
 // window within energy_refit.h's bounds) and carries plausible values: every
 // number finite; peaks >= 0 and at most `card_memory_gb` x kPeakSlack (when
-// known); not both OOM and an allocator peak; step seconds > 0; energy >= 0.
+// known); not both OOM and an allocator peak; step seconds and energy within
+// the value table's bounds (kStepSecondsBound, kMeasuredRunEnergyBound).
 // Otherwise unknown_batch or implausible_value, saying which field.
 std::optional<Rejection> CheckBatchResult(const v1::Probe& probe,
                                           const v1::BatchResult& batch,
                                           std::optional<double> card_memory_gb);
+
+// nullopt when the runs a batch result becomes may be stored: the training
+// run (MeasuredRunFor) as CheckMeasuredRun and the energy run (EnergyRunFor)
+// as CheckEnergyRun check a Refit's, from the one table of bounds
+// (common/value_bounds.h); implausible_value naming the field otherwise.
+std::optional<Rejection> CheckStoredRuns(
+    const std::optional<v1::MeasuredRun>& run,
+    const std::optional<v1::EnergyRun>& energy, const ModelCatalog& catalog);
 
 // The key a batch result is stored under, derived by the planner (never
 // the worker's): "<probe>/<assignment>/<batch>/<repetition>/<mode>".

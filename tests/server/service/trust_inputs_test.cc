@@ -8,10 +8,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -168,7 +170,8 @@ TEST_F(TrustInputsTest, EnergyRefitRefusesImplausibleRunsAndRollsBack) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(),
                 AllOf(HasSubstr("runs[1] (TinyLlama-1.1B)"),
-                      HasSubstr("energy_j must be in (0, 1.728e+08] J")));
+                      HasSubstr("energy_j = 1e+300 is out of range; allowed "
+                                "(0, 1.728e+08] J")));
   }
   EXPECT_EQ(ListCurves().curve_sets_size(), 1);
   EXPECT_EQ(Estimate().quant_j_per_1k(), before.quant_j_per_1k());
@@ -494,6 +497,119 @@ TEST_F(TrustInputsTest, RefitWhoseCallerGaveUpCommitsNothing) {
   EXPECT_EQ(response.runs_imported(), 1);
   EXPECT_EQ(response.runs_used(), 188);
   EXPECT_EQ(ExpectServing(), "fs-2");
+}
+
+// Issue 32: a Refit stored rows CheckFit refuses (4294967295 GPUs, an
+// unknown parallel enum, params 1 for bert-base), SubmitProbe stored a
+// spec whose Linear 2^32 -> 2^32 counted 0 parameters, and CheckFit said
+// FITS for it. Each is now INVALID_ARGUMENT naming the row or layer and the
+// field, and nothing is stored.
+TEST_F(TrustInputsTest, ImportsAndProbesAreHeldToOneSetOfBounds) {
+  Start();
+  const auto refit = [&](const v1::MeasuredRun& run) {
+    grpc::ClientContext context;
+    context.set_deadline(In(30));
+    v1::RefitRequest request;
+    request.set_force(true);
+    *request.add_runs() = run;
+    v1::RefitResponse response;
+    return planner_->calibration->Refit(&context, request, &response);
+  };
+  v1::MeasuredRun bert;
+  bert.set_template_("bert-base");
+  bert.set_gpu("L4");
+  bert.set_batch(3);
+  bert.set_params(31120896);
+  bert.set_measured_peak_gb(1.01);
+  struct Case {
+    std::function<void(v1::MeasuredRun*)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::MeasuredRun* r) { r->mutable_setup()->set_gpus(4294967295u); },
+       "runs[0].setup.gpus = 4294967295 is invalid"},
+      {[](v1::MeasuredRun* r) {
+         r->mutable_setup()->set_parallel(
+             static_cast<v1::TrainingSetup::Parallel>(99));
+       },
+       "runs[0].setup.parallel = 99 is invalid"},
+      {[](v1::MeasuredRun* r) { r->set_params(1); },
+       "runs[0].params = 1 is not the model's count: template 'bert-base' "
+       "has 31120896 parameters"},
+      {[](v1::MeasuredRun* r) { r->set_step_seconds(1e9); },
+       "runs[0].step_seconds = 1e+09 is out of range; allowed (0, 86400] s"},
+      {[](v1::MeasuredRun* r) { r->set_energy_j(1e300); },
+       "runs[0].energy_j = 1e+300 is out of range"},
+  };
+  for (const Case& c : cases) {
+    v1::MeasuredRun run = bert;
+    c.edit(&run);
+    const grpc::Status status = refit(run);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.says));
+  }
+  EXPECT_EQ(ExpectServing(), "fs-1");
+
+  // The inline spec of the finding, at SubmitProbe and at CheckFit.
+  v1::ModelSpec wide;
+  wide.set_name("wide");
+  wide.set_positions(1);
+  v1::Layer& fc = *wide.add_layers();
+  fc.set_name("fc1");
+  fc.mutable_linear()->set_in_features(uint64_t{1} << 32);
+  fc.mutable_linear()->set_out_features(uint64_t{1} << 32);
+  const std::string overflow =
+      "layer 'fc1' (Linear): 4294967296 x 4294967296 overflows the parameter "
+      "count";
+  v1::SubmitProbeRequest probe;
+  *probe.mutable_model()->mutable_spec() = wide;
+  probe.add_batches(1);
+  probe.set_gpu("H200");
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(10));
+    v1::SubmitProbeResponse response;
+    const grpc::Status status = fleet_->SubmitProbe(&context, probe, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(overflow));
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(10));
+    v1::CheckFitRequest request;
+    *request.mutable_model()->mutable_spec() = wide;
+    request.add_batches(1);
+    request.add_targets()->set_gpu("H200");
+    v1::CheckFitResponse response;
+    const grpc::Status status =
+        planner_->fit->CheckFit(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(overflow));
+  }
+  // A probe's setup is held to what CheckFit reads.
+  v1::SubmitProbeRequest bad_setup;
+  bad_setup.mutable_model()->set_template_("bert-base");
+  bad_setup.add_batches(8);
+  bad_setup.set_gpu("L4");
+  bad_setup.mutable_setup()->set_precision(
+      static_cast<v1::TrainingSetup::Precision>(42));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(10));
+    v1::SubmitProbeResponse response;
+    const grpc::Status status =
+        fleet_->SubmitProbe(&context, bad_setup, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("setup.precision = 42"));
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(10));
+    v1::ListProbesResponse listed;
+    ASSERT_TRUE(fleet_->ListProbes(&context, {}, &listed).ok());
+    EXPECT_EQ(listed.probes_size(), 0);
+  }
+  ExpectServing();
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ TEST(ValidateRunsTest, NamesTheRunAndField) {
   good.set_template_("lin");
   good.set_batch(4);
   good.set_gpu("L4");
-  good.set_params(6);
+  good.set_params(4);
   good.set_measured_peak_gb(1.5);
   EXPECT_TRUE(ValidateRuns({good}, catalog).ok());
 
@@ -127,7 +127,7 @@ TEST(ValidateRunsTest, RefusesRunsOutsideWhatTheCardAllows) {
   good.set_template_("lin");
   good.set_batch(4);
   good.set_gpu("L4");
-  good.set_params(6);
+  good.set_params(4);
   good.set_measured_peak_gb(24);
   ASSERT_TRUE(ValidateRuns({good}, catalog).ok());
 
@@ -146,10 +146,11 @@ TEST(ValidateRunsTest, RefusesRunsOutsideWhatTheCardAllows) {
   run.set_params(0);
   EXPECT_THAT(message(run), HasSubstr("runs[1].params = 0 is out of range"));
   run = good;
-  run.set_measured_peak_gb(24.5);
+  run.set_measured_peak_gb(26);
   EXPECT_THAT(message(run),
-              HasSubstr("runs[1].measured_peak_gb = 24.5 is out of range; "
-                        "allowed (0, 24] GB (L4 has 24 GB)"));
+              HasSubstr("runs[1].measured_peak_gb = 26 is out of range; "
+                        "allowed (0, 25.7688] GB (L4 has 24 GB, x 1.0737 as "
+                        "GiB)"));
   run = good;
   run.clear_measured_peak_gb();
   run.set_oom_on_gb(80);

@@ -563,12 +563,14 @@ TEST(EnergyRefitTest, RunsOutsidePhysicalRangesAreRefused) {
     return Refused(request);
   };
   EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_energy_j(1e300); }),
-              AllOf(HasSubstr("runs[1] ("), HasSubstr("energy_j must be in "
-                                                      "(0, 1.728e+08] J")));
+              AllOf(HasSubstr("runs[1] ("),
+                    HasSubstr(").energy_j = 1e+300 is out of range; allowed "
+                              "(0, 1.728e+08] J")));
   EXPECT_THAT(refused([](v1::EnergyRun* r) {
                 r->set_energy_j(std::numeric_limits<double>::quiet_NaN());
               }),
-              HasSubstr("energy_j must be in (0, 1.728e+08] J"));
+              HasSubstr("energy_j = nan is out of range; allowed (0, "
+                        "1.728e+08] J"));
   EXPECT_THAT(refused([](v1::EnergyRun* r) {
                 r->set_energy_j(1e8);
                 r->set_tokens_generated(10);
@@ -576,13 +578,15 @@ TEST(EnergyRefitTest, RunsOutsidePhysicalRangesAreRefused) {
               HasSubstr("per 1,000 tokens_generated is 1e+10 J; allowed "
                         "(0, 1e+06] J per 1,000 tokens"));
   EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_idle_w(1e9); }),
-              HasSubstr("idle_w must be in [0, 2000] W"));
-  EXPECT_THAT(refused([](v1::EnergyRun* r) {
-                r->set_window_s(std::numeric_limits<double>::infinity());
-              }),
-              HasSubstr("window_s must be in [0, 86400] s"));
-  EXPECT_THAT(refused([](v1::EnergyRun* r) { r->set_params_b(1e6); }),
-              HasSubstr("params_b must be in (0, 10000]"));
+              HasSubstr("idle_w = 1e+09 is out of range; allowed [0, 2000] W"));
+  EXPECT_THAT(
+      refused([](v1::EnergyRun* r) {
+        r->set_window_s(std::numeric_limits<double>::infinity());
+      }),
+      HasSubstr("window_s = inf is out of range; allowed [0, 86400] s"));
+  EXPECT_THAT(
+      refused([](v1::EnergyRun* r) { r->set_params_b(1e6); }),
+      HasSubstr("params_b = 1e+06 is out of range; allowed (0, 10000]"));
   EXPECT_THAT(refused([](v1::EnergyRun* r) {
                 r->set_model(std::string(1 << 20, 'm'));
               }),

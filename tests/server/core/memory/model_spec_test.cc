@@ -176,3 +176,83 @@ TEST(ModelSpecTest, RejectsUnknownEnumValuesNamingTheField) {
 
 }  // namespace
 }  // namespace headroom
+
+namespace headroom {
+namespace {
+
+v1::ModelSpec OneLayer(const std::string& name) {
+  v1::ModelSpec spec;
+  spec.set_name("big");
+  spec.set_positions(1);
+  spec.add_layers()->set_name(name);
+  return spec;
+}
+
+// Issue 32: an inline Linear 2^32 -> 2^32 (and an Embedding, a Conv)
+// counted 2^64 = 0 parameters and was FITS on an H200. Every product is
+// checked: the error names the layer, its kind and the product.
+TEST(ModelSpecTest, CountsThatOverflowAreRefusedNamingLayerAndProduct) {
+  const uint64_t big = uint64_t{1} << 32;
+  v1::ModelSpec linear = OneLayer("fc1");
+  linear.mutable_layers(0)->mutable_linear()->set_in_features(big);
+  linear.mutable_layers(0)->mutable_linear()->set_out_features(big);
+  absl::Status status = ValidateSpec(linear);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "spec.layers[0]: layer 'fc1' (Linear): 4294967296 x 4294967296 "
+            "overflows the parameter count");
+  // Counted anyway (a caller that skipped validation), it saturates.
+  EXPECT_EQ(CountParams(linear), UINT64_MAX);
+
+  v1::ModelSpec embedding = OneLayer("wte");
+  embedding.mutable_layers(0)->mutable_embedding()->set_num_embeddings(big);
+  embedding.mutable_layers(0)->mutable_embedding()->set_dim(big);
+  EXPECT_EQ(ValidateSpec(embedding).message(),
+            "spec.layers[0]: layer 'wte' (Embedding): 4294967296 x 4294967296 "
+            "overflows the parameter count");
+
+  v1::ModelSpec conv = OneLayer("stem");
+  v1::Conv& c = *conv.mutable_layers(0)->mutable_conv();
+  c.set_in_channels(big);
+  c.set_out_channels(big);
+  c.add_kernel(3);
+  EXPECT_EQ(ValidateSpec(conv).message(),
+            "spec.layers[0]: layer 'stem' (Conv): 4294967296 x 4294967296 "
+            "overflows the parameter count");
+
+  // A repeat that overflows names the repeated layer; one inside a block
+  // names the inner layer.
+  v1::ModelSpec repeated = OneLayer("wide");
+  repeated.mutable_layers(0)->set_repeat(100000);
+  repeated.mutable_layers(0)->mutable_linear()->set_in_features(big);
+  repeated.mutable_layers(0)->mutable_linear()->set_out_features(big / 2);
+  EXPECT_EQ(ValidateSpec(repeated).message(),
+            "spec.layers[0]: layer 'wide' (Linear): 100000 x "
+            "9223372036854775808 overflows the parameter count");
+  v1::ModelSpec nested = OneLayer("blocks");
+  v1::Layer& inner = *nested.mutable_layers(0)->mutable_block()->add_layers();
+  inner.set_name("experts");
+  v1::Moe& moe = *inner.mutable_moe();
+  moe.set_hidden(big);
+  moe.set_ffn(big);
+  moe.set_experts(8);
+  moe.set_top_k(2);
+  EXPECT_THAT(ValidateSpec(nested).message(),
+              HasSubstr("spec.layers[0]: layer 'experts' (Moe): "));
+}
+
+// A count that fits 64 bits but no machine is refused too: at most 10^14.
+TEST(ModelSpecTest, CountsPastKMaxParamsAreRefused) {
+  v1::ModelSpec spec = OneLayer("fc1");
+  spec.mutable_layers(0)->mutable_linear()->set_in_features(uint64_t{1} << 32);
+  spec.mutable_layers(0)->mutable_linear()->set_out_features(uint64_t{1} << 20);
+  EXPECT_EQ(ValidateSpec(spec).message(),
+            "spec 'big' has 4503599627370496 parameters; allowed up to "
+            "100000000000000");
+  spec.mutable_layers(0)->mutable_linear()->set_out_features(20000);
+  EXPECT_TRUE(ValidateSpec(spec).ok());
+  EXPECT_EQ(CountParams(spec), uint64_t{20000} << 32);
+}
+
+}  // namespace
+}  // namespace headroom

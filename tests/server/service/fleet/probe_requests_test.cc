@@ -120,6 +120,31 @@ v1::SubmitProbeRequest Parallel(uint32_t gpus,
   return request;
 }
 
+// Issue 32: SubmitProbe stored a spec whose Linear 2^32 -> 2^32 counted 0
+// parameters, and a setup CheckFit refuses. A probe is held to the rules an
+// answer and a Refit are: the layer and product, or the setup field, named.
+TEST(NewProbeTest, ASpecOrSetupCheckFitRefusesIsRefused) {
+  v1::SubmitProbeRequest wide = Request();
+  v1::ModelSpec& spec = *wide.mutable_model()->mutable_spec();
+  spec.set_name("wide");
+  spec.set_positions(1);
+  v1::Layer& stem = *spec.add_layers();
+  stem.set_name("stem");
+  stem.mutable_conv()->set_in_channels(uint64_t{1} << 32);
+  stem.mutable_conv()->set_out_channels(uint64_t{1} << 32);
+  stem.mutable_conv()->add_kernel(3);
+  EXPECT_THAT(RefusalOf(wide),
+              HasSubstr("layer 'stem' (Conv): 4294967296 x 4294967296 "
+                        "overflows the parameter count"));
+  v1::SubmitProbeRequest setup = Request();
+  setup.mutable_setup()->set_precision(
+      static_cast<v1::TrainingSetup::Precision>(42));
+  EXPECT_THAT(RefusalOf(setup), HasSubstr("setup.precision = 42 is invalid"));
+  setup = Request();
+  setup.mutable_setup()->set_offload(v1::TrainingSetup::OPTIMIZER);
+  EXPECT_THAT(RefusalOf(setup), HasSubstr("setup.offload = OPTIMIZER"));
+}
+
 TEST(NewProbeTest, AMultiGpuProbeRunsOnOneNodeWithWhatItsExecutorRuns) {
   // Accepted: every strategy on the sim, DDP and FSDP on torch, 16 GPUs.
   for (const auto& [strategy, executor] :

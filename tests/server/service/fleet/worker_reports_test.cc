@@ -290,6 +290,65 @@ TEST_F(WorkerReportsTest, ImplausibleReportsAreRejectedByNameAndNotStored) {
   EXPECT_EQ(RefitRuns(), runs_before + 1);
 }
 
+// Issue 32: a worker stored energy 1e300 J and a step of 1e9 s, and a
+// training-energy answer then said 3.3e299 J per step. A worker's result
+// is held to the bounds a Refit holds an import to (one table): each is
+// refused by name, nothing stored, and a refit sees none of them.
+TEST_F(WorkerReportsTest, ResultsAreHeldToTheBoundsOfARefit) {
+  const int runs_before = RefitRuns();
+  FakeWorker worker(fleet_.get());
+  ASSERT_TRUE(worker.Hello("fake-h100"));
+  const std::string probe_id = SubmitH100();
+  const std::optional<v1::Assignment> assignment = AssignmentOf(worker);
+  ASSERT_TRUE(assignment.has_value());
+  struct Case {
+    std::string key;
+    std::function<void(v1::BatchResult*)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"energy", [](v1::BatchResult* b) { b->set_energy_j(1e300); },
+       "energy_j = 1e+300 is out of range; allowed [0, 6.3072e+10] J"},
+      {"step", [](v1::BatchResult* b) { b->set_step_seconds(1e9); },
+       "step_seconds = 1e+09 is out of range; allowed (0, 86400] s"},
+      // Within the total, but 4 MJ over ten 0.25 s steps is 1.6 MW.
+      {"power",
+       [](v1::BatchResult* b) {
+         b->set_energy_j(4e6);
+         b->set_timed_steps(10);
+       },
+       "run.energy_j = 4e+06 J over 10 steps of 0.25 s on 1 GPU(s)"},
+      {"steps", [](v1::BatchResult* b) { b->set_timed_steps(4294967295u); },
+       "run.timed_steps = 4294967295 is out of range"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    v1::ProbeResult result = Batch(*assignment, c.key, 8, 0, 30);
+    c.edit(result.mutable_batch());
+    ASSERT_TRUE(worker.Send(result));
+    const auto answer = worker.AnswerTo(c.key);
+    ASSERT_TRUE(answer.has_value());
+    ASSERT_TRUE(answer->has_rejected()) << answer->DebugString();
+    EXPECT_EQ(answer->rejected().reason(), "implausible_value");
+    EXPECT_NE(answer->rejected().detail().find(c.says), std::string::npos)
+        << answer->rejected().detail();
+  }
+  EXPECT_EQ(Rejected("implausible_value"), 4);
+  EXPECT_EQ(Probe(probe_id)->results_size(), 0);
+  EXPECT_EQ(RefitRuns(), runs_before);
+
+  // A plausible one on the same stream is stored: 700 W over its steps.
+  v1::ProbeResult good = Batch(*assignment, "good", 8, 0, 30);
+  good.mutable_batch()->set_timed_steps(10);
+  good.mutable_batch()->set_energy_j(700 * 10 * 0.25);
+  ASSERT_TRUE(worker.Send(good));
+  const auto answer = worker.AnswerTo("good");
+  ASSERT_TRUE(answer.has_value() && answer->has_ack())
+      << (answer ? answer->DebugString() : "stream ended");
+  EXPECT_EQ(Probe(probe_id)->results_size(), 1);
+  EXPECT_TRUE(Serving());
+}
+
 // A second connection names another worker's running assignment: its
 // results and its final are refused, the probe stays RUNNING with nothing
 // measured.
