@@ -115,6 +115,18 @@ class AuditInterceptor : public grpc::experimental::Interceptor {
         if (message.size() > 200) message.resize(200);
         auto level =
             refused || !status.ok() ? spdlog::level::warn : spdlog::level::info;
+        int64_t suppressed = 0;
+        if (refused && !access_->AdmitRefusalLine(
+                           GrpcCodeName(status.error_code()), &suppressed)) {
+          methods->Proceed();
+          return;
+        }
+        if (suppressed > 0) {
+          spdlog::warn(
+              "event=log_suppressed kind=audit outcome={} count={} "
+              "message=\"suppressed {} similar\"",
+              GrpcCodeName(status.error_code()), suppressed, suppressed);
+        }
         spdlog::log(level,
                     "event=audit method={} identity={} peer={} outcome={} "
                     "message=\"{}\"",

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "server/service/rate_limit.h"
 
 namespace grpc {
 class ServerContextBase;
@@ -146,14 +147,24 @@ class Access {
   absl::Status AllowHttp(const Caller& caller, absl::string_view route,
                          Need need) const;
 
-  // Logs every mutating call and every refusal at its end (event=audit).
+  // Logs every mutating call and every refusal at its end (event=audit);
+  // refusals at most kRefusalLinesPerSecond lines a second per outcome,
+  // then one line saying how many were held back.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   AuditInterceptorFactory() const;
+  static constexpr int kRefusalLinesPerSecond = 10;
+  // For the audit interceptor: whether a refusal line with `outcome` may be
+  // written now (LogLimiter::Admit).
+  bool AdmitRefusalLine(absl::string_view outcome, int64_t* suppressed) const {
+    return refusal_log_.Admit(outcome, suppressed);
+  }
 
  private:
   // Allow for Fleet.Connect on a planner that is not open.
   absl::Status AllowWorker(const Caller& caller) const;
 
+  // The audit interceptor's refusal lines (thread-safe of its own).
+  mutable LogLimiter refusal_log_{kRefusalLinesPerSecond};
   Options options_;
   std::map<std::string, TokenEntry> tokens_;
   bool open_ = false;

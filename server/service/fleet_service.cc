@@ -137,11 +137,20 @@ void FleetService::Reject(WorkerStream* stream, const std::string& worker,
                           const std::string& detail,
                           std::optional<grpc::StatusCode> end) {
   metrics_->WorkerMessageRejected(reason);
-  spdlog::warn(
-      "event=worker_message_rejected worker={} identity={} peer={} reason={} "
-      "key={} detail=\"{}\"",
-      Cut(worker), Cut(stream->identity), stream->peer(),
-      WorkerRejectionName(reason), Cut(key), Cut(detail, 400));
+  if (int64_t suppressed = 0;
+      reject_log_.Admit(WorkerRejectionName(reason), &suppressed)) {
+    if (suppressed > 0) {
+      spdlog::warn(
+          "event=log_suppressed kind=worker_message_rejected reason={} "
+          "count={} message=\"suppressed {} similar\"",
+          WorkerRejectionName(reason), suppressed, suppressed);
+    }
+    spdlog::warn(
+        "event=worker_message_rejected worker={} identity={} peer={} "
+        "reason={} key={} detail=\"{}\"",
+        Cut(worker), Cut(stream->identity), stream->peer(),
+        WorkerRejectionName(reason), Cut(key), Cut(detail, 400));
+  }
   if (end.has_value()) {
     stream->End(grpc::Status(*end, detail));
     return;

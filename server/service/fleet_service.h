@@ -30,6 +30,7 @@
 #include "server/service/fleet/worker_stream.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
+#include "server/service/rate_limit.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -142,9 +143,10 @@ class FleetService final : public v1::Fleet::CallbackService,
   // assignment.
   absl::Status RenewOwnLease(const std::string& worker,
                              const std::string& assignment_id);
-  // Refuses one message of `worker` (as it named itself): counted, logged,
-  // nothing stored; the worker is told by a Rejected naming `key`, or,
-  // with `end`, the stream ends with that code and `detail`.
+  // Refuses one message of `worker` (as it named itself): counted, logged
+  // (at most kRejectedLinesPerSecond lines per reason, then how many were
+  // held back), nothing stored; the worker is told by a Rejected naming `key`,
+  // or, with `end`, the stream ends with that code and `detail`.
   void Reject(WorkerStream* stream, const std::string& worker,
               WorkerRejection reason, const std::string& key,
               const std::string& detail, std::optional<grpc::StatusCode> end);
@@ -197,6 +199,10 @@ class FleetService final : public v1::Fleet::CallbackService,
   const DispatchPolicy& policy_ = options_.policy;
   Dispatcher dispatch_;
   ReplicaSync replica_sync_;
+  // Rejected messages' warning lines, per reason: a flood of bad messages
+  // writes a few lines a second, not one each.
+  static constexpr int kRejectedLinesPerSecond = 10;
+  LogLimiter reject_log_{kRejectedLinesPerSecond};
 
   absl::Mutex mu_;
   // Connected workers by id (the newest stream of an id replaces older).

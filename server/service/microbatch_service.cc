@@ -182,13 +182,24 @@ grpc::ServerUnaryReactor* MicrobatchService::DropAutotuneRecord(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  return state_.DeferStore(reactor, [this, request, response, reactor] {
+  // Dropping a worker-measured record and putting another is a replace:
+  // admins only, as PutAutotuneRecord's force is.
+  const bool admin = CallerIsAdmin(state_.access(), context);
+  return state_.DeferStore(reactor, [this, request, response, reactor, admin] {
     auto answer = [&]() -> absl::StatusOr<v1::DropAutotuneRecordResponse> {
       if (request->id().empty() || request->id().size() > 64) {
         return absl::InvalidArgumentError(
             "id must be 1..64 characters (an id from ListAutotuneRecords)");
       }
-      RETURN_IF_ERROR(state_.store()->DropAutotuneRecord(request->id()));
+      if (absl::Status dropped = state_.store()->DropAutotuneRecord(
+              request->id(), /*measured_too=*/admin);
+          !dropped.ok()) {
+        // Refused for the caller's role, not for the record's state.
+        if (dropped.code() == absl::StatusCode::kFailedPrecondition) {
+          return absl::PermissionDeniedError(dropped.message());
+        }
+        return dropped;
+      }
       spdlog::info("event=autotune_record_dropped id={}", request->id());
       return v1::DropAutotuneRecordResponse();
     }();

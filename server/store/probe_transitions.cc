@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <ctime>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace headroom {
 namespace {
@@ -59,6 +62,27 @@ absl::Status CheckLeased(const v1::Probe& probe,
       "probe ", probe.id(), " runs as assignment ", probe.assignment_id(),
       " on worker ", probe.worker(), ", not as ", assignment_id.substr(0, 64),
       " on ", worker.substr(0, 128)));
+}
+
+absl::Status CheckResultLease(const v1::Probe& probe,
+                              const std::string& assignment_id,
+                              const std::string& worker) {
+  absl::Status leased = CheckLeased(probe, assignment_id, worker);
+  if (leased.ok() || probe.worker() != worker) return leased;
+  // Attempt k's assignment is "<probe id>.<k>" (MarkClaimed).
+  absl::string_view attempt = assignment_id;
+  uint32_t k = 0;
+  if (!absl::ConsumePrefix(&attempt, absl::StrCat(probe.id(), ".")) ||
+      !absl::SimpleAtoi(attempt, &k) || k == 0 || k > probe.attempts()) {
+    return leased;
+  }
+  // Queued again: `worker` held its last attempt. Running on `worker`
+  // again: it may store results for this probe already.
+  if ((probe.state() == v1::Probe::QUEUED && k == probe.attempts()) ||
+      probe.state() == v1::Probe::RUNNING) {
+    return absl::OkStatus();
+  }
+  return leased;
 }
 
 bool HasResultFor(const v1::Probe& probe, const v1::BatchResult& result) {

@@ -33,6 +33,16 @@ absl::Status CheckLeased(const v1::Probe& probe,
                          const std::string& assignment_id,
                          const std::string& worker);
 
+// OK when a batch result of `assignment_id` from `worker` may be stored:
+// the probe runs under it (CheckLeased), or `worker` held the probe's last
+// lease and outlived it (`assignment_id` one of the probe's attempts) while
+// the probe waits in the queue again or runs on `worker` again. So a result
+// journaled through a reconnect longer than the lease is kept and its batch
+// is not measured again. Otherwise CheckLeased's FAILED_PRECONDITION.
+absl::Status CheckResultLease(const v1::Probe& probe,
+                              const std::string& assignment_id,
+                              const std::string& worker);
+
 // Whether `probe` holds a result for the batch, repetition and mode of
 // `result` already.
 bool HasResultFor(const v1::Probe& probe, const v1::BatchResult& result);

@@ -1262,7 +1262,7 @@ absl::StatusOr<bool> SqlStore::RecordProbeResult(
                               "SELECT 1 FROM probe_results WHERE key = ?",
                               SqlParams().Text(key)));
     if (!seen.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+    RETURN_IF_ERROR(CheckResultLease(probe, assignment_id, worker));
     if (HasResultFor(probe, result)) return absl::OkStatus();
     SqlParams params;
     params.Text(key).Text(probe_id);
@@ -1465,17 +1465,35 @@ absl::StatusOr<Page<v1::AutotuneCacheEntry>> SqlStore::ListAutotuneRecords(
   return FillPage(std::move(entries), page);
 }
 
-absl::Status SqlStore::DropAutotuneRecord(const std::string& id) {
+absl::Status SqlStore::DropAutotuneRecord(const std::string& id,
+                                          bool measured_too) {
   return Write([&](Tx& tx) -> absl::Status {
+    const auto not_stored = [&] {
+      return absl::NotFoundError(absl::StrCat(
+          "autotune cache entry '", id.substr(0, 64),
+          "' is not stored; headroom microbatch cache list shows the ids"));
+    };
+    if (!measured_too) {
+      ASSIGN_OR_RETURN(SqlRows found,
+                       tx.Query("reading autotune cache",
+                                "SELECT body FROM autotune_cache WHERE id = ?",
+                                SqlParams().Text(id)));
+      if (found.empty()) return not_stored();
+      ASSIGN_OR_RETURN(
+          v1::AutotuneRecord record,
+          Parse<v1::AutotuneRecord>(found.Bytes(0, 0), "autotune record"));
+      if (!record.measured_by_probe().empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("autotune cache entry '", id.substr(0, 64),
+                         "' was measured by probe ", record.measured_by_probe(),
+                         " on a worker; only an admin may drop it"));
+      }
+    }
     ASSIGN_OR_RETURN(SqlRows rows,
                      tx.Query("dropping autotune record",
                               "DELETE FROM autotune_cache WHERE id = ?",
                               SqlParams().Text(id)));
-    if (rows.changed() == 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "autotune cache entry '", id.substr(0, 64),
-          "' is not stored; headroom microbatch cache list shows the ids"));
-    }
+    if (rows.changed() == 0) return not_stored();
     return absl::OkStatus();
   });
 }

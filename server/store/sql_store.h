@@ -124,7 +124,8 @@ class SqlStore : public Store {
       const std::string& id, const std::string& key_bytes) override;
   absl::StatusOr<Page<v1::AutotuneCacheEntry>> ListAutotuneRecords(
       const PageSpec& page) override;
-  absl::Status DropAutotuneRecord(const std::string& id) override;
+  absl::Status DropAutotuneRecord(const std::string& id,
+                                  bool measured_too) override;
   absl::Status PutWorker(const v1::WorkerStatus& worker) override;
   absl::StatusOr<Page<v1::WorkerStatus>> ListWorkers(
       const PageSpec& page) override;

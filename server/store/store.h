@@ -204,12 +204,13 @@ class ProbeQueue {
   // seen before, or a batch, repetition and mode the probe holds a result
   // for already (measured under an earlier assignment), is a duplicate:
   // nothing changes and it returns false. FAILED_PRECONDITION (nothing
-  // stored) when the probe is not RUNNING under `assignment_id` for
-  // `worker`. `run`, when given, is stored with the result as a measured
-  // run in the same transaction (the result then refers to it rather than
-  // holding its numbers twice). `updated`, when not null, receives the
-  // probe as it is afterwards (also for a duplicate), so that the caller
-  // needn't read it again.
+  // stored) unless the probe runs under `assignment_id` for `worker`, or
+  // `worker` outlived its lease of it (CheckResultLease: a result journaled
+  // through a long reconnect is kept). `run`, when given, is stored with the
+  // result as a measured run in the same transaction (the result then refers to
+  // it rather than holding its numbers twice). `updated`, when not null,
+  // receives the probe as it is afterwards (also for a duplicate), so that the
+  // caller needn't read it again.
   virtual absl::StatusOr<bool> RecordProbeResult(
       const std::string& probe_id, const std::string& assignment_id,
       const std::string& worker, const std::string& key,
@@ -268,8 +269,11 @@ class AutotuneCache {
       const PageSpec& page) = 0;
   // Every entry (follows the pages).
   absl::StatusOr<std::vector<v1::AutotuneCacheEntry>> ListAutotuneRecords();
-  // NOT_FOUND names an unknown id.
-  virtual absl::Status DropAutotuneRecord(const std::string& id) = 0;
+  // NOT_FOUND names an unknown id. A record a worker measured
+  // (measured_by_probe set) is dropped only with `measured_too`, else
+  // FAILED_PRECONDITION naming its probe; checked in the same transaction.
+  virtual absl::Status DropAutotuneRecord(const std::string& id,
+                                          bool measured_too) = 0;
 };
 
 // What is known about each worker.

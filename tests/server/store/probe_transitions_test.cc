@@ -1,5 +1,9 @@
 #include "server/store/probe_transitions.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -77,6 +81,44 @@ TEST(ProbeTransitionsTest, ALeaseIsTheRunningAssignmentOfItsWorker) {
             "probe p-3 runs as assignment p-3.1 on worker w, not as p-3.1 on "
             "intruder");
   EXPECT_FALSE(CheckLeased(probe, "p-3.0", "w").ok());
+}
+
+// A result journaled through a reconnect longer than the lease: kept when
+// its worker held the probe's last lease, refused from anyone else.
+TEST(ProbeTransitionsTest, AResultOutlivingItsLeaseIsKeptOnlyFromItsWorker) {
+  v1::Probe probe = Queued("p-4");
+  MarkClaimed(&probe, "w", 1);
+  MarkRequeued(&probe, 2);  // the lease ran out
+  EXPECT_TRUE(CheckResultLease(probe, "p-4.1", "w").ok());
+  EXPECT_FALSE(CheckLeased(probe, "p-4.1", "w").ok());
+  for (const auto& [assignment, worker] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"p-4.1", "intruder"},
+           {"p-4.2", "w"},  // no such attempt
+           {"p-4.0", "w"},
+           {"p-5.1", "w"},  // another probe's
+           {"p-4.1x", "w"},
+           {"p-4.", "w"}}) {
+    const absl::Status refused = CheckResultLease(probe, assignment, worker);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition)
+        << assignment << " " << worker;
+    EXPECT_THAT(std::string(refused.message()),
+                HasSubstr("probe p-4 is QUEUED, not running"));
+  }
+  // Taken again by the same worker: its earlier attempt's results count.
+  MarkClaimed(&probe, "w", 3);
+  EXPECT_TRUE(CheckResultLease(probe, "p-4.1", "w").ok());
+  EXPECT_TRUE(CheckResultLease(probe, "p-4.2", "w").ok());
+  // Taken by another: only that worker's running assignment.
+  MarkRequeued(&probe, 4);
+  MarkClaimed(&probe, "w2", 5);
+  EXPECT_FALSE(CheckResultLease(probe, "p-4.1", "w").ok());
+  EXPECT_FALSE(CheckResultLease(probe, "p-4.2", "w").ok());
+  EXPECT_TRUE(CheckResultLease(probe, "p-4.3", "w2").ok());
+  // Finished: nothing more.
+  ASSERT_TRUE(MarkFinished(&probe, "p-4.3", v1::Probe::SUCCEEDED, "", "",
+                           /*requeue=*/false));
+  EXPECT_FALSE(CheckResultLease(probe, "p-4.3", "w2").ok());
 }
 
 TEST(ProbeTransitionsTest, AResultIsKnownByBatchRepetitionAndMode) {

@@ -252,9 +252,22 @@ TEST_P(StoreTest, KeepsTheAutotuneCacheByIdAndKey) {
   auto entries = (*store)->ListAutotuneRecords();
   ASSERT_TRUE(entries.ok());
   ASSERT_EQ(entries->size(), 2u);
-  EXPECT_TRUE((*store)->DropAutotuneRecord("a1").ok());
-  EXPECT_EQ((*store)->DropAutotuneRecord("a1").code(),
+  EXPECT_TRUE((*store)->DropAutotuneRecord("a1", false).ok());
+  EXPECT_EQ((*store)->DropAutotuneRecord("a1", false).code(),
             absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->DropAutotuneRecord("a1", true).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 1u);
+  // A record a worker measured is dropped only with measured_too.
+  v1::AutotuneRecord measured = record;
+  measured.set_measured_by_probe("p-7");
+  ASSERT_TRUE((*store)->PutAutotuneRecord("m1", "m", measured).ok());
+  const absl::Status refused = (*store)->DropAutotuneRecord("m1", false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("measured by probe p-7"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 2u);
+  EXPECT_TRUE((*store)->DropAutotuneRecord("m1", true).ok());
   EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 1u);
 }
 

@@ -242,6 +242,62 @@ TEST_F(DispatchTest, AnExpiredLeaseGoesBackToTheQueueAndResumes) {
   EXPECT_NE(next.sent[0].assignment.assignment_id(), first);
 }
 
+// Issue 32, item 7: a result the worker journaled while its lease ran out
+// (a reconnect longer than the lease) is stored when it arrives, and the
+// probe resumes with only what is still not measured; the same result
+// claimed by another worker is refused.
+TEST_F(DispatchTest, AJournaledResultOfAnExpiredLeaseIsKeptNotMeasuredAgain) {
+  v1::Probe probe = QueuedProbe("L4", "");
+  probe.mutable_request()->add_batches(16);
+  probe.mutable_request()->add_batches(32);
+  const std::string id = Add(probe);
+  fleet_.AddWorker("w-l4", {Gpu("NVIDIA L4", "L4", 0)}, {"torch"});
+  dispatcher_->Once();
+  ASSERT_EQ(fleet_.sent.size(), 1u);
+  const std::string first = fleet_.sent[0].assignment.assignment_id();
+  v1::BatchResult measured;
+  measured.set_batch(8);
+  measured.set_peak_allocated_gb(3);
+  ASSERT_TRUE(*store_->RecordProbeResult(id, first, "w-l4", "k-8", measured,
+                                         std::nullopt));
+  // The lease runs out while the worker is away; the probe is queued again.
+  now_ms_ += policy_.lease_ms + 1;
+  FakeFleet away;
+  away.accept = false;
+  Dispatcher requeue(store_.get(), &away, policy_, [this] { return now_ms_; });
+  requeue.Once();
+  ASSERT_EQ(StateOf(id), v1::Probe::QUEUED);
+
+  // Back, it sends batch 16 from its journal: stored. From another worker
+  // the same is refused.
+  measured.set_batch(16);
+  const auto intruder = store_->RecordProbeResult(id, first, "w-other", "k-16x",
+                                                  measured, std::nullopt);
+  EXPECT_EQ(intruder.status().code(), absl::StatusCode::kFailedPrecondition);
+  const auto late = store_->RecordProbeResult(id, first, "w-l4", "k-16",
+                                              measured, std::nullopt);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(*late);
+  EXPECT_EQ(store_->GetProbe(id)->results_size(), 2);
+
+  // The next assignment measures only batch 32.
+  FakeFleet next;
+  next.AddWorker("w-l4-b", {Gpu("NVIDIA L4", "L4", 0)}, {"torch"});
+  Dispatcher resume(store_.get(), &next, policy_, [this] { return now_ms_; });
+  resume.Once();
+  ASSERT_EQ(next.sent.size(), 1u);
+  ASSERT_EQ(next.sent[0].assignment.runs_size(), 1);
+  EXPECT_EQ(next.sent[0].assignment.runs(0).batch(), 32u);
+  // Once another worker holds it, the old lease's results are refused.
+  measured.set_batch(32);
+  EXPECT_EQ(
+      store_
+          ->RecordProbeResult(id, first, "w-l4", "k-32", measured, std::nullopt)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(DispatchTest, AProbeAWorkerLeftBeforeItWasSentGoesStraightBack) {
   const std::string id = Add(QueuedProbe("L4", ""));
   fleet_.AddWorker("w-l4", {Gpu("NVIDIA L4", "L4", 0)}, {"torch"});
