@@ -810,6 +810,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
       if (request->has_autotune()) {
@@ -845,6 +850,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitEnergyProbe(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
       RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
@@ -955,6 +965,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitAutotune(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     Reply(reactor, Autotune(*request), response);
   });
