@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, db, "headroom.db", "SQLite file or postgresql:// URL");
 ABSL_FLAG(int32_t, db_pool, 4,
           "store connections: PostgreSQL's pool (each call takes one, waiting "
           "when all are busy), SQLite's read-only readers");
+ABSL_FLAG(bool, db_init, false,
+          "make a new store in an existing 0-byte --db file (refused "
+          "otherwise: an empty file is likelier a truncated store or a wrong "
+          "path); a path with no file is always created");
 ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
   config.http_listen = absl::GetFlag(FLAGS_http_listen);
   config.db_path = absl::GetFlag(FLAGS_db);
   config.db_pool = absl::GetFlag(FLAGS_db_pool);
+  config.db_init = absl::GetFlag(FLAGS_db_init);
   // The shipped catalog and data, found from any working directory.
   for (auto [flag, value, field] :
        {std::tuple<const char*, std::string, std::string*>{

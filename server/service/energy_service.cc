@@ -454,7 +454,9 @@ grpc::ServerUnaryReactor* EnergyService::TrainEnergy(
   // Store reads either way; an import (HF config, ONNX, a large spec) on
   // the import pool, so it never delays the store executor's jobs.
   absl::StatusOr<v1::ModelRef> ref = ModelRefOf(*request);
-  if (ref.ok() && ImportsModel(*ref)) return state_.DeferImport(reactor, job);
+  if (ref.ok() && ImportsModel(*ref)) {
+    return state_.DeferImport(reactor, job, request->ByteSizeLong());
+  }
   return state_.DeferStore(reactor, job);
 }
 

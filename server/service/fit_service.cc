@@ -23,9 +23,12 @@ grpc::ServerUnaryReactor* FitService::CheckFit(
   // A catalog answer runs inline (it blocks on nothing); an import runs on
   // its own pool, so a queue of large graphs never delays catalog answers.
   if (ImportsModel(request->model())) {
-    return state_.DeferImport(reactor, [this, reactor, request, response] {
-      AnswerCheckFit(reactor, request, response);
-    });
+    return state_.DeferImport(
+        reactor,
+        [this, reactor, request, response] {
+          AnswerCheckFit(reactor, request, response);
+        },
+        request->ByteSizeLong());
   }
   AnswerCheckFit(reactor, request, response);
   return reactor;

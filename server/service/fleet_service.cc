@@ -838,6 +838,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitProbe(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
       if (request->has_autotune()) {
@@ -873,6 +878,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitEnergyProbe(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::SubmitProbeResponse> {
       RETURN_IF_ERROR(CheckSize(*request, options_.max_request_bytes));
@@ -983,6 +993,11 @@ grpc::ServerUnaryReactor* FleetService::SubmitAutotune(
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Refused before it waits for the store (CheckProbeRequestBytes).
+  if (absl::Status size = CheckProbeRequestBytes(*request); !size.ok()) {
+    reactor->Finish(ToGrpcStatus(size));
+    return reactor;
+  }
   return DeferToStore(reactor, [this, request, response, reactor] {
     Reply(reactor, Autotune(*request), response);
   });

@@ -41,9 +41,12 @@ grpc::ServerUnaryReactor* MicrobatchService::PlanMicrobatch(
   // An inline spec is imported (validated, profiled per candidate) on the
   // import pool, as CheckFit's are.
   if (request->model_case() == v1::PlanMicrobatchRequest::kSpec) {
-    return state_.DeferImport(reactor, [this, reactor, request, response] {
-      AnswerPlanMicrobatch(reactor, request, response);
-    });
+    return state_.DeferImport(
+        reactor,
+        [this, reactor, request, response] {
+          AnswerPlanMicrobatch(reactor, request, response);
+        },
+        request->ByteSizeLong());
   }
   // A cache key is looked up in the store: on the store executor.
   if (request->has_cache_key()) {

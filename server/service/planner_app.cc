@@ -20,6 +20,7 @@
 #include "server/core/memory/fit_verdict.h"
 #include "server/io/catalog_files.h"
 #include "server/io/files.h"
+#include "server/service/decode_errors.h"
 #include "server/store/open_store.h"
 #include "spdlog/spdlog.h"
 
@@ -232,7 +233,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   std::unique_ptr<PlannerApp> app(new PlannerApp());
   ASSIGN_OR_RETURN(ModelCatalog catalog, LoadModelCatalog(config.models_dir));
   app->catalog_ = std::make_shared<const ModelCatalog>(std::move(catalog));
-  ASSIGN_OR_RETURN(app->store_, OpenStore(config.db_path, config.db_pool));
+  ASSIGN_OR_RETURN(app->store_,
+                   OpenStore(config.db_path, config.db_pool, config.db_init));
   ASSIGN_OR_RETURN(
       v1::FactorSet set,
       EnsureFactorSet(*app->store_, *app->catalog_, config.runs_path));
@@ -250,6 +252,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.before_refit_commit = config.before_refit_commit;
   options.import_threads = config.import_threads;
   options.import_queue = static_cast<size_t>(config.import_queue);
+  options.import_queue_bytes = config.import_queue_bytes;
+  options.before_import = config.before_import;
   options.store_queue = static_cast<size_t>(config.store_queue);
   app->store_executor_ =
       std::make_unique<BackgroundWorker>(config.store_threads);
@@ -323,6 +327,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
+  // First: the others see the status it gives an undecodable request.
+  interceptors.push_back(DecodeErrorInterceptorFactory());
   interceptors.push_back(app->metrics_->InterceptorFactory());
   interceptors.push_back(access->AuditInterceptorFactory());
   app->access_ = access;
@@ -342,6 +348,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         spdlog::warn("event=store_sync_failed error=\"{}\"",
                      std::string(synced.status().message()));
       }
+      raw->state_->ReturnImportMemory();
     }
   });
 

@@ -41,6 +41,8 @@ struct PlannerConfig {
   std::string db_path = "headroom.db";
   // Connections the store keeps: PostgreSQL's pool, SQLite's readers.
   int db_pool = 4;
+  // An existing 0-byte SQLite file becomes a new store (refused without).
+  bool db_init = false;
   // Model catalog directory and the calibration runs fitted on first start.
   std::string models_dir = "models";
   // One runs file or several, comma-separated.
@@ -80,9 +82,11 @@ struct PlannerConfig {
   // How often the headroom_probes{state} gauges are read from the store.
   int64_t probe_counts_ms = 1000;
   // Answers that import a model run on import_threads threads of their
-  // own, import_queue waiting at most (PlannerState::Options).
+  // own, import_queue waiting at most, holding import_queue_bytes of
+  // requests at most (PlannerState::Options).
   int import_threads = 2;
   int import_queue = 64;
+  size_t import_queue_bytes = size_t{64} << 20;
   // Store reads and writes of the RPCs and worker streams run on
   // store_threads threads, store_queue jobs waiting at most (more:
   // RESOURCE_EXHAUSTED).
@@ -114,6 +118,8 @@ struct PlannerConfig {
   // Without TLS the planner listens on loopback addresses only, unless
   // this is set (logged as a warning at start).
   bool allow_insecure = false;
+  // Tests only: PlannerState::Options::before_import.
+  std::function<void()> before_import;
   // Tests only: PlannerState::Options::before_refit_commit.
   std::function<void(const std::function<bool()>& live)> before_refit_commit;
 };

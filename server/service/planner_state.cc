@@ -1,5 +1,7 @@
 #include "server/service/planner_state.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <limits>
 
@@ -168,8 +170,41 @@ std::string PlannerState::Learn(const v1::CheckFitRequest& request,
 }
 
 grpc::ServerUnaryReactor* PlannerState::DeferImport(
-    grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
-  if (!import_pool_.Post(std::move(job), options_.import_queue)) {
+    grpc::ServerUnaryReactor* reactor, std::function<void()> job,
+    size_t request_bytes) {
+  std::string full;
+  {
+    absl::MutexLock lock(&import_mu_);
+    if (imports_ > 0 &&
+        import_bytes_ + request_bytes > options_.import_queue_bytes) {
+      full = absl::StrCat(
+          "the model import queue is full: ", imports_, " imports hold ",
+          import_bytes_, " bytes of requests, and this one's ", request_bytes,
+          " would pass the ", options_.import_queue_bytes,
+          " allowed; retry later, or ask about a catalog template");
+    } else {
+      import_bytes_ += request_bytes;
+      ++imports_;
+    }
+  }
+  if (!full.empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, full));
+    return reactor;
+  }
+  auto run = [this, job = std::move(job), request_bytes] {
+    if (options_.before_import) options_.before_import();
+    job();
+    absl::MutexLock lock(&import_mu_);
+    import_bytes_ -= request_bytes;
+    --imports_;
+    trim_in_calls_ = 2;
+  };
+  if (!import_pool_.Post(std::move(run), options_.import_queue)) {
+    {
+      absl::MutexLock lock(&import_mu_);
+      import_bytes_ -= request_bytes;
+      --imports_;
+    }
     reactor->Finish(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("the model import queue is full (", options_.import_queue,
@@ -177,6 +212,17 @@ grpc::ServerUnaryReactor* PlannerState::DeferImport(
                      "about a catalog template")));
   }
   return reactor;
+}
+
+bool PlannerState::ReturnImportMemory() {
+  {
+    absl::MutexLock lock(&import_mu_);
+    if (imports_ > 0 || trim_in_calls_ == 0 || --trim_in_calls_ > 0) {
+      return false;
+    }
+  }
+  malloc_trim(0);
+  return true;
 }
 
 void PlannerState::Install(v1::FactorSet set) {

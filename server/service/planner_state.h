@@ -57,6 +57,15 @@ class PlannerState {
     // while imports queue (--import_threads, --import_queue).
     int import_threads = 2;
     size_t import_queue = 64;
+    // Bytes of requests (as sent) that may wait for or run on the import
+    // pool at once; past it RESOURCE_EXHAUSTED, as past import_queue. One
+    // import is always admitted when none is in the pool. A parsed inline
+    // spec holds about 9x its bytes (bench/memory_burst.cc), so 64 MiB of
+    // requests keep a burst of large imports near 600 MB where the count
+    // alone let 66 specs of 4 MB (2.5 GB parsed) wait at once.
+    size_t import_queue_bytes = size_t{64} << 20;
+    // Tests only: runs on the import pool before each import.
+    std::function<void()> before_import;
     // Store jobs that may wait on the store executor (--store_queue); more
     // are answered RESOURCE_EXHAUSTED.
     size_t store_queue = 256;
@@ -141,9 +150,21 @@ class PlannerState {
                                        std::function<void()> job);
 
   // Runs `job` on the import pool, which finishes the call; answers
-  // RESOURCE_EXHAUSTED at once when import_queue imports wait.
+  // RESOURCE_EXHAUSTED at once when import_queue imports wait, or when the
+  // imports in the pool and `request_bytes` (the request's size) would
+  // pass import_queue_bytes.
   grpc::ServerUnaryReactor* DeferImport(grpc::ServerUnaryReactor* reactor,
-                                        std::function<void()> job);
+                                        std::function<void()> job,
+                                        size_t request_bytes);
+
+  // Returns freed heap memory to the system (glibc malloc_trim) once the
+  // import pool has been idle for two calls in a row after an import: a
+  // burst of large requests leaves the heap of every gRPC thread's malloc
+  // arena grown, and glibc keeps it. The second call, not the first, so
+  // the calls the imports finished have been destroyed and their requests
+  // freed. Call periodically from one thread (the planner's store sync
+  // does, every --store_poll_ms); returns whether it trimmed.
+  bool ReturnImportMemory();
 
   // Queues `job` on the evidence thread (learning decisions); false when
   // too many wait.
@@ -178,6 +199,12 @@ class PlannerState {
   BackgroundWorker worker_;
   // Evidence rebuilds and learning decisions, apart from refits.
   BackgroundWorker evidence_worker_;
+  // What the import pool holds (DeferImport), and the ReturnImportMemory
+  // calls left before it trims.
+  absl::Mutex import_mu_;
+  size_t import_bytes_ ABSL_GUARDED_BY(import_mu_) = 0;
+  size_t imports_ ABSL_GUARDED_BY(import_mu_) = 0;
+  int trim_in_calls_ ABSL_GUARDED_BY(import_mu_) = 0;
   // Answers that import a model; declared last so it is joined first.
   BackgroundWorker import_pool_;
 };

@@ -17,7 +17,8 @@ bool IsPostgresLocation(const std::string& location) {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location,
-                                                 int pool) {
+                                                 int pool,
+                                                 bool init_empty_file) {
   if (pool < 1 || pool > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--db_pool must be 1..64 store connections; got ", pool));
@@ -26,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location,
   if (IsPostgresLocation(location)) {
     ASSIGN_OR_RETURN(store, PostgresStore::Open(location, pool));
   } else {
-    ASSIGN_OR_RETURN(store, SqliteStore::Open(location, pool));
+    ASSIGN_OR_RETURN(store, SqliteStore::Open(location, pool, init_empty_file));
   }
   return store;
 }

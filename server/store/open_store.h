@@ -19,10 +19,12 @@ bool IsPostgresLocation(const std::string& location);
 // Opens the store at `location`: PostgresStore::Open for a PostgreSQL
 // location (see IsPostgresLocation), otherwise SqliteStore::Open on it as
 // a file path (":memory:" for a private in-memory database), with `pool`
-// connections (PostgreSQL's pool, SQLite's readers). Errors are those
-// stores' own.
+// connections (PostgreSQL's pool, SQLite's readers). `init_empty_file`:
+// an existing 0-byte SQLite file becomes a new store (--db_init) rather
+// than being refused. Errors are those stores' own.
 absl::StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& location,
-                                                 int pool = 4);
+                                                 int pool = 4,
+                                                 bool init_empty_file = false);
 
 }  // namespace headroom
 

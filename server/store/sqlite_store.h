@@ -23,9 +23,14 @@ class SqliteStore : public SqlStore {
   // private in-memory one, read and written through one connection) and
   // migrates it; `readers` read-only connections serve reads. UNAVAILABLE
   // when the file cannot be opened; FAILED_PRECONDITION when its schema
-  // is newer than this build knows.
+  // is newer than this build knows, or when `path` is an existing 0-byte
+  // file and not `init_empty_file` (a path with no file is created either
+  // way); DATA_LOSS, with SQLite's first message, when PRAGMA quick_check
+  // finds the file damaged. A write-ahead log with frames at open (the
+  // last writer did not close the store) is logged as
+  // event=store_wal_recovered with its size.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
-      const std::string& path, int readers = 4);
+      const std::string& path, int readers = 4, bool init_empty_file = false);
 
   using SqlStore::SqlStore;
 };

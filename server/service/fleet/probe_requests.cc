@@ -65,19 +65,24 @@ absl::Status CheckProbeParallel(const v1::SubmitProbeRequest& request) {
   return absl::OkStatus();
 }
 
+absl::Status CheckProbeRequestBytes(const google::protobuf::Message& request) {
+  // The request is stored with the probe and listed by ListProbes: bounded
+  // so that no probe can make a listing fail for everyone.
+  if (request.ByteSizeLong() <= kMaxStoredProbeRequestBytes) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "request is ", request.ByteSizeLong(),
+      " bytes; a stored probe request allows up to ",
+      kMaxStoredProbeRequestBytes,
+      " (256 KiB): send an ONNX graph without its weights, or a spec"));
+}
+
 absl::StatusOr<v1::Probe> NewProbe(const v1::SubmitProbeRequest& request,
                                    const ModelCatalog& catalog,
                                    size_t max_request_bytes, int64_t now_ms) {
   RETURN_IF_ERROR(CheckSize(request, max_request_bytes));
-  // The request is stored with the probe and listed by ListProbes: bounded
-  // so that no probe can make a listing fail for everyone.
-  if (request.ByteSizeLong() > kMaxStoredProbeRequestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request is ", request.ByteSizeLong(),
-        " bytes; a stored probe request allows up to ",
-        kMaxStoredProbeRequestBytes,
-        " (256 KiB): send an ONNX graph without its weights, or a spec"));
-  }
+  RETURN_IF_ERROR(CheckProbeRequestBytes(request));
   for (const auto& [field, value] :
        {std::pair<const char*, const std::string&>{"gpu", request.gpu()},
         {"worker", request.worker()},

@@ -34,6 +34,12 @@ inline constexpr uint32_t kMaxProbeGpus = 16;
 // allowed values.
 absl::Status CheckProbeParallel(const v1::SubmitProbeRequest& request);
 
+// INVALID_ARGUMENT when `request` (a probe, energy probe or autotune
+// request) is over kMaxStoredProbeRequestBytes, the most a stored probe
+// request may hold. The handlers check it before a request waits for the
+// store, so a queue of oversized requests holds no memory.
+absl::Status CheckProbeRequestBytes(const google::protobuf::Message& request);
+
 // The probe `request` asks for, not yet stored: its request, the model
 // resolved against `catalog` (template name and spec), a catalog GPU for a
 // gpu placement, created at `now_ms`. INVALID_ARGUMENT (NOT_FOUND for an
