@@ -532,14 +532,16 @@ absl::Status Access::AllowHttp(const Caller& caller, absl::string_view route,
         "the planner's --tokens_file"));
   }
   if (need == Need::kRead) {
-    if (!options_.require_token_for_reads || caller.token_role.has_value() ||
-        caller.has_certificate) {
+    // As Allow: a worker's token connects a worker and reads nothing.
+    if (!options_.require_token_for_reads || caller.has_certificate ||
+        (caller.token_role.has_value() &&
+         *caller.token_role >= Role::kReader)) {
       return absl::OkStatus();
     }
     return absl::UnauthenticatedError(absl::StrCat(
         route,
         ": this planner requires a token for reads: send `Authorization: "
-        "Bearer <token>` (any role)"));
+        "Bearer <token>` (role reader or above)"));
   }
   const Role required = need == Need::kAdmin ? Role::kAdmin : Role::kOperator;
   if (need == Need::kWorker || !caller.token_role.has_value() ||
