@@ -234,6 +234,14 @@ TEST(AccessTest, DecisionsFollowTheRoles) {
   absl::Status worker_read = reads_too.Allow(worker_token, fit);
   EXPECT_EQ(worker_read.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(worker_read.message(), HasSubstr("token t has role worker"));
+  // The HTTP port's reads follow the same rule.
+  EXPECT_EQ(
+      reads_too.AllowHttp(worker_token, "/calibration", Need::kRead).code(),
+      absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(
+      reads_too
+          .AllowHttp(TokenCaller(Role::kReader), "/calibration", Need::kRead)
+          .ok());
 
   // TLS without a tokens file: every mutating call refused, reads served,
   // workers with certificates connect.
