@@ -64,6 +64,12 @@ ABSL_FLAG(std::string, extender_unknown_gpu, "fail",
 ABSL_FLAG(std::string, auto_probe, "off",
           "off or on: queue a learning probe for every prior-only answer "
           "with a BORDERLINE target (CheckFitRequest.learn does it for one)");
+ABSL_FLAG(int, auto_probe_per_caller, 6,
+          "with --auto_probe=on: learning probes one caller's reads may queue "
+          "per minute (1..10000)");
+ABSL_FLAG(int, auto_probe_total, 30,
+          "with --auto_probe=on: learning probes all reads together may queue "
+          "per minute (1..10000)");
 ABSL_FLAG(std::string, energy_curves, "data/energy-curves.json",
           "energy curves stored on first start");
 ABSL_FLAG(double, coverage, 0.95,
@@ -190,6 +196,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.auto_probe = auto_probe == "on";
+  config.auto_probe_per_caller = absl::GetFlag(FLAGS_auto_probe_per_caller);
+  config.auto_probe_total = absl::GetFlag(FLAGS_auto_probe_total);
   config.extender_listen = absl::GetFlag(FLAGS_extender_listen);
   config.extender_budget_ms = absl::GetFlag(FLAGS_extender_budget_ms);
   config.extender.decide.allow_borderline =

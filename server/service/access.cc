@@ -116,16 +116,21 @@ class AuditInterceptor : public grpc::experimental::Interceptor {
         auto level =
             refused || !status.ok() ? spdlog::level::warn : spdlog::level::info;
         int64_t suppressed = 0;
-        if (refused && !access_->AdmitRefusalLine(
-                           GrpcCodeName(status.error_code()), &suppressed)) {
+        // Per outcome, method and caller: one caller's flood hides no
+        // other's refusals.
+        const std::string kind = absl::StrCat(GrpcCodeName(status.error_code()),
+                                              " ", method.substr(0, 128), " ",
+                                              caller.Name().substr(0, 128));
+        if (refused && !access_->AdmitRefusalLine(kind, &suppressed)) {
           methods->Proceed();
           return;
         }
         if (suppressed > 0) {
           spdlog::warn(
-              "event=log_suppressed kind=audit outcome={} count={} "
-              "message=\"suppressed {} similar\"",
-              GrpcCodeName(status.error_code()), suppressed, suppressed);
+              "event=log_suppressed kind=audit method={} identity={} "
+              "outcome={} count={} message=\"suppressed {} similar\"",
+              method, caller.Name(), GrpcCodeName(status.error_code()),
+              suppressed, suppressed);
         }
         spdlog::log(level,
                     "event=audit method={} identity={} peer={} outcome={} "

@@ -149,14 +149,14 @@ class Access {
 
   // Logs every mutating call and every refusal at its end (event=audit);
   // refusals at most kRefusalLinesPerSecond lines a second per outcome,
-  // then one line saying how many were held back.
+  // method and caller, then one line saying how many were held back.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   AuditInterceptorFactory() const;
   static constexpr int kRefusalLinesPerSecond = 10;
-  // For the audit interceptor: whether a refusal line with `outcome` may be
-  // written now (LogLimiter::Admit).
-  bool AdmitRefusalLine(absl::string_view outcome, int64_t* suppressed) const {
-    return refusal_log_.Admit(outcome, suppressed);
+  // For the audit interceptor: whether a refusal line of `kind` (outcome,
+  // method, caller) may be written now (LogLimiter::Admit).
+  bool AdmitRefusalLine(absl::string_view kind, int64_t* suppressed) const {
+    return refusal_log_.Admit(kind, suppressed);
   }
 
  private:

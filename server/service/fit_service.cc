@@ -19,24 +19,35 @@ grpc::ServerUnaryReactor* FitService::CheckFit(
                                       state_.options().max_request_bytes)) {
     return refused;
   }
+  // Who asks decides whether the read may queue a probe.
+  LearnGrant grant;
+  if (request->learn() || state_.options().auto_probe) {
+    if (state_.access() == nullptr) {
+      grant = state_.GrantLearning(nullptr, *request);
+    } else {
+      const Caller caller = state_.access()->Identify(*context);
+      grant = state_.GrantLearning(&caller, *request);
+    }
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // A catalog answer runs inline (it blocks on nothing); an import runs on
   // its own pool, so a queue of large graphs never delays catalog answers.
   if (ImportsModel(request->model())) {
     return state_.DeferImport(
         reactor,
-        [this, reactor, request, response] {
-          AnswerCheckFit(reactor, request, response);
+        [this, reactor, request, response, grant] {
+          AnswerCheckFit(reactor, request, response, grant);
         },
         request->ByteSizeLong());
   }
-  AnswerCheckFit(reactor, request, response);
+  AnswerCheckFit(reactor, request, response, std::move(grant));
   return reactor;
 }
 
 void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
                                 const v1::CheckFitRequest* request,
-                                v1::CheckFitResponse* response) {
+                                v1::CheckFitResponse* response,
+                                LearnGrant grant) {
   // Pure computation on an immutable planner and evidence: microseconds for
   // a catalog template, up to seconds for an imported model.
   const PlannerState::Answering from = state_.answering();
@@ -51,16 +62,20 @@ void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
   }
   state_.metrics()->CountVerdicts(*answer);
   std::string why;
-  const bool learn = request->learn() || state_.options().auto_probe;
-  if (learn && NeedsLearning(*answer, &why)) {
+  if (!grant.wanted || !NeedsLearning(*answer, &why)) {
+    if (request->learn()) answer->set_learning(why);
+  } else if (!grant.allowed) {
+    // A reader's learn: the answer says who may queue a probe.
+    if (request->learn()) answer->set_learning(grant.refused);
+  } else {
     // Deciding reads and writes the probe queue: off this thread. With
     // learn the answer waits for it and says what happened; with
     // --auto_probe alone it does not wait.
     if (request->learn()) {
       *response = std::move(*answer);
       const bool posted =
-          state_.PostLearning([this, reactor, request, response] {
-            response->set_learning(state_.Learn(*request, *response));
+          state_.PostLearning([this, reactor, request, response, grant] {
+            response->set_learning(state_.Learn(*request, *response, grant));
             reactor->Finish(grpc::Status::OK);
           });
       if (!posted) {
@@ -71,9 +86,8 @@ void FitService::AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
     }
     auto copy = std::make_shared<v1::CheckFitRequest>(*request);
     auto seen = std::make_shared<v1::CheckFitResponse>(*answer);
-    state_.PostLearning([this, copy, seen] { state_.Learn(*copy, *seen); });
-  } else if (request->learn()) {
-    answer->set_learning(why);
+    state_.PostLearning(
+        [this, copy, seen, grant] { state_.Learn(*copy, *seen, grant); });
   }
   *response = std::move(*answer);
   reactor->Finish(grpc::Status::OK);

@@ -23,10 +23,11 @@ class FitService final : public v1::Fit::CallbackService {
                                  v1::PingResponse* response) override;
 
  private:
-  // CheckFit's answer and its learning decision; finishes the call.
+  // CheckFit's answer and its learning decision (as `grant` allows);
+  // finishes the call.
   void AnswerCheckFit(grpc::ServerUnaryReactor* reactor,
                       const v1::CheckFitRequest* request,
-                      v1::CheckFitResponse* response);
+                      v1::CheckFitResponse* response, LearnGrant grant);
 
   PlannerState& state_;
 };

@@ -137,13 +137,16 @@ void FleetService::Reject(WorkerStream* stream, const std::string& worker,
                           const std::string& detail,
                           std::optional<grpc::StatusCode> end) {
   metrics_->WorkerMessageRejected(reason);
-  if (int64_t suppressed = 0;
-      reject_log_.Admit(WorkerRejectionName(reason), &suppressed)) {
+  // Per reason and caller: one worker's flood hides no other's rejections.
+  const std::string kind =
+      absl::StrCat(WorkerRejectionName(reason), " ", Cut(stream->identity));
+  if (int64_t suppressed = 0; reject_log_.Admit(kind, &suppressed)) {
     if (suppressed > 0) {
       spdlog::warn(
           "event=log_suppressed kind=worker_message_rejected reason={} "
-          "count={} message=\"suppressed {} similar\"",
-          WorkerRejectionName(reason), suppressed, suppressed);
+          "identity={} count={} message=\"suppressed {} similar\"",
+          WorkerRejectionName(reason), Cut(stream->identity), suppressed,
+          suppressed);
     }
     spdlog::warn(
         "event=worker_message_rejected worker={} identity={} peer={} "

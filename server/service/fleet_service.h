@@ -144,9 +144,9 @@ class FleetService final : public v1::Fleet::CallbackService,
   absl::Status RenewOwnLease(const std::string& worker,
                              const std::string& assignment_id);
   // Refuses one message of `worker` (as it named itself): counted, logged
-  // (at most kRejectedLinesPerSecond lines per reason, then how many were
-  // held back), nothing stored; the worker is told by a Rejected naming `key`,
-  // or, with `end`, the stream ends with that code and `detail`.
+  // (at most kRejectedLinesPerSecond lines per reason and caller, then how
+  // many were held back), nothing stored; the worker is told by a Rejected
+  // naming `key`, or, with `end`, the stream ends with that code and `detail`.
   void Reject(WorkerStream* stream, const std::string& worker,
               WorkerRejection reason, const std::string& key,
               const std::string& detail, std::optional<grpc::StatusCode> end);
@@ -199,8 +199,8 @@ class FleetService final : public v1::Fleet::CallbackService,
   const DispatchPolicy& policy_ = options_.policy;
   Dispatcher dispatch_;
   ReplicaSync replica_sync_;
-  // Rejected messages' warning lines, per reason: a flood of bad messages
-  // writes a few lines a second, not one each.
+  // Rejected messages' warning lines, per reason and caller: a flood of bad
+  // messages writes a few lines a second, not one each.
   static constexpr int kRejectedLinesPerSecond = 10;
   LogLimiter reject_log_{kRejectedLinesPerSecond};
 

@@ -210,6 +210,15 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       Access::Create({config.tokens_file, config.require_token_for_reads,
                       !config.tls_cert.empty(),
                       !config.tls_client_ca.empty()}));
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"auto_probe_per_caller",
+                                    config.auto_probe_per_caller},
+        {"auto_probe_total", config.auto_probe_total}}) {
+    if (value < 1 || value > 10000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " = ", value, " is out of range; allowed 1..10000"));
+    }
+  }
   if (config.import_threads < 1 || config.import_threads > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("import_threads = ", config.import_threads,
@@ -248,6 +257,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   options.coverage = config.coverage;
   options.auto_probe = config.auto_probe;
+  options.auto_probe_per_caller = config.auto_probe_per_caller;
+  options.auto_probe_total = config.auto_probe_total;
+  options.now_ms = config.learn_clock_ms;
   options.access = access;
   options.before_refit_commit = config.before_refit_commit;
   options.import_threads = config.import_threads;
@@ -292,7 +304,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   // Answers rest on the stored runs from the first request on; a probe's
   // stored result refreshes them, and learning probes go to the fleet.
   RETURN_IF_ERROR(app->state_->RefreshEvidence());
-  app->state_->SetLearner(app->fleet_.get());
+  app->state_->SetLearner(config.learner != nullptr ? config.learner
+                                                    : app->fleet_.get());
   app->fleet_->OnRunStored([state] { state->EvidenceStale(); });
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -54,6 +54,10 @@ struct PlannerConfig {
   // Queue a learning probe for every prior-only answer with a BORDERLINE
   // target (CheckFitRequest.learn does it for one request).
   bool auto_probe = false;
+  // Its limits: learning probes one caller's reads, and all reads, may
+  // queue per minute (PlannerState::Options). 1..10000.
+  int auto_probe_per_caller = 6;
+  int auto_probe_total = 30;
   // The Kubernetes scheduler extender (POST /scheduler/filter and
   // /scheduler/prioritize) is served on the HTTP port, and also here when
   // set (a second port for kube-scheduler only).
@@ -122,6 +126,11 @@ struct PlannerConfig {
   std::function<void()> before_import;
   // Tests only: PlannerState::Options::before_refit_commit.
   std::function<void(const std::function<bool()>& live)> before_refit_commit;
+  // Tests only: learning probes go here instead of the fleet (must outlive
+  // the app).
+  Learner* learner = nullptr;
+  // Tests only: the clock --auto_probe's limits count by (null: steady).
+  std::function<int64_t()> learn_clock_ms;
 };
 
 class PlannerApp {

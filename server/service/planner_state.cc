@@ -35,6 +35,9 @@ PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
                            BackgroundWorker* executor, Options options)
     : catalog_(std::move(catalog)),
       planner_(std::move(planner)),
+      learn_limit_({options.auto_probe_per_caller, options.auto_probe_total,
+                    /*window_ms=*/60000},
+                   options.now_ms ? options.now_ms : NowMsFn(SteadyNowMs)),
       store_(store),
       metrics_(metrics),
       executor_(executor),
@@ -113,10 +116,45 @@ void PlannerState::EvidenceStale() {
   if (!posted) evidence_refresh_queued_ = false;
 }
 
+LearnGrant PlannerState::GrantLearning(
+    const Caller* caller, const v1::CheckFitRequest& request) const {
+  LearnGrant grant;
+  grant.wanted = request.learn() || options_.auto_probe;
+  if (!grant.wanted) return grant;
+  if (caller != nullptr) {
+    grant.caller = caller->Name();
+    grant.peer = caller->peer;
+  } else {
+    grant.caller = "anonymous";
+  }
+  const bool operator_role = caller == nullptr || access() == nullptr ||
+                             access()->Holds(*caller, Role::kOperator);
+  if (request.learn() && operator_role) {
+    grant.allowed = true;
+  } else if (options_.auto_probe) {
+    grant.allowed = true;
+    grant.rate_limited = true;
+  } else {
+    // A reader's learn would spend GPU time on a read.
+    std::string who = "anonymous";
+    if (caller->token_role.has_value()) {
+      who = std::string(RoleName(*caller->token_role));
+    } else if (!caller->identity.empty()) {
+      who = absl::StrCat(caller->identity, " without a token");
+    }
+    grant.refused = absl::StrCat(
+        "no probe queued: learning needs an operator token (this caller is ",
+        who, "), or a planner with --auto_probe=on");
+  }
+  return grant;
+}
+
 std::string PlannerState::Learn(const v1::CheckFitRequest& request,
-                                const v1::CheckFitResponse& answer) {
+                                const v1::CheckFitResponse& answer,
+                                const LearnGrant& grant) {
   std::string why;
   if (!NeedsLearning(answer, &why)) return why;
+  if (!grant.allowed) return grant.refused;
   Learner* learner;
   {
     absl::MutexLock lock(&mu_);
@@ -161,9 +199,24 @@ std::string PlannerState::Learn(const v1::CheckFitRequest& request,
        {std::max(1u, largest / 4), std::max(1u, largest / 2), largest}) {
     if (batches.empty() || batches.back() != batch) batches.push_back(batch);
   }
+  if (grant.rate_limited) {
+    if (std::string limited = learn_limit_.Take(grant.caller);
+        !limited.empty()) {
+      spdlog::debug(
+          "event=learning_probe_refused identity={} peer={} key={} "
+          "reason=\"{}\"",
+          grant.caller, grant.peer, key->id, limited);
+      return absl::StrCat("no probe queued: ", limited);
+    }
+  }
   absl::StatusOr<std::string> id =
       learner->QueueLearning(request, batches, *worker, key->id);
   if (!id.ok()) return absl::StrCat("no probe queued: ", id.status().message());
+  // Who spent GPU time, as the audit interceptor says it for mutating calls.
+  spdlog::info(
+      "event=audit method=/headroom.v1.Fit/CheckFit action=learn identity={} "
+      "peer={} outcome=queued probe={} key={} worker={} auto_probe={}",
+      grant.caller, grant.peer, *id, key->id, worker->id, grant.rate_limited);
   return absl::StrCat("probe ", *id, " queued on worker ", worker->id, " (",
                       worker->gpu, ", batches ", absl::StrJoin(batches, ","),
                       ")");

@@ -24,6 +24,7 @@
 #include "server/service/background_worker.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
+#include "server/service/rate_limit.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -31,6 +32,18 @@ namespace headroom {
 // Whether probing would help `answer`: it rests on the prior alone and
 // leaves some target undecided. Otherwise `why` says why not.
 bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why);
+
+// Whether a CheckFit call may queue a learning probe (reads do not spend
+// GPU time unless the planner says so): an operator's learn may; with
+// --auto_probe every read may, within its rate limits.
+struct LearnGrant {
+  bool wanted = false;        // learn asked, or --auto_probe
+  bool allowed = false;       // a probe may be queued
+  bool rate_limited = false;  // by --auto_probe's limits, per caller
+  std::string caller;         // Caller::Name(), for the limits and audit
+  std::string peer;
+  std::string refused;  // when wanted and not allowed: why, for `learning`
+};
 
 class PlannerState {
  public:
@@ -45,6 +58,14 @@ class PlannerState {
     // Learn by probing for every prior-only answer with a BORDERLINE target,
     // as CheckFitRequest.learn asks for one (--auto_probe=on).
     bool auto_probe = false;
+    // --auto_probe's limits: learning probes the reads of one caller
+    // (Caller::Name) may queue, and those of all callers together, per
+    // minute (--auto_probe_per_caller, --auto_probe_total). An operator's
+    // CheckFitRequest.learn is not counted.
+    int auto_probe_per_caller = 6;
+    int auto_probe_total = 30;
+    // Tests only: the clock those limits count by; null: steady clock.
+    NowMsFn now_ms;
     // Who may call what; null allows everything.
     std::shared_ptr<const Access> access;
     // Tests only: runs on the refit worker when a refit is ready to commit,
@@ -129,11 +150,19 @@ class PlannerState {
   // probe can be queued. `learner` must outlive the state.
   void SetLearner(Learner* learner);
 
+  // Whether `caller` (null: a service built without access rules, which
+  // treats everyone as admin) may queue a learning probe with `request`.
+  LearnGrant GrantLearning(const Caller* caller,
+                           const v1::CheckFitRequest& request) const;
+
   // Queues a learning probe for the request's model when its answer is
-  // prior-only with a BORDERLINE target; returns what the answer says
-  // about it. Store I/O: call off the gRPC threads.
+  // prior-only with a BORDERLINE target and `grant` allows it (counting
+  // against --auto_probe's limits when it says so); returns what the
+  // answer says about it. A queued probe is audited (event=audit, with the
+  // caller). Store I/O: call off the gRPC threads.
   std::string Learn(const v1::CheckFitRequest& request,
-                    const v1::CheckFitResponse& answer);
+                    const v1::CheckFitResponse& answer,
+                    const LearnGrant& grant);
 
   // Drops the learner and waits for the learning and evidence jobs already
   // queued: call before the learner (the fleet) goes away.
@@ -186,6 +215,8 @@ class PlannerState {
   // One learning decision at a time, so two requests never queue two
   // probes for one key.
   absl::Mutex learn_mu_;
+  // --auto_probe's limits (thread-safe of its own).
+  CallerRateLimit learn_limit_;
   Store* store_;
   PlannerMetrics* metrics_;
   BackgroundWorker* executor_;

@@ -65,6 +65,18 @@ bool LogLimiter::Admit(absl::string_view kind, int64_t* suppressed) {
   const int64_t now = now_ms_();
   absl::MutexLock lock(&mu_);
   auto it = kinds_.find(kind);
+  if (it == kinds_.end() && kinds_.size() + 1 >= max_kinds_) {
+    // Full: forget the kinds with nothing held back whose window is over
+    // (they would start afresh anyway).
+    for (auto stale = kinds_.begin(); stale != kinds_.end();) {
+      if (stale->second.held_back == 0 &&
+          now - stale->second.start_ms >= 1000) {
+        stale = kinds_.erase(stale);
+      } else {
+        ++stale;
+      }
+    }
+  }
   if (it == kinds_.end()) {
     // Past max_kinds_ - 1 kinds, the rest share one entry.
     const absl::string_view key =

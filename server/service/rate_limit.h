@@ -55,8 +55,9 @@ class CallerRateLimit {
 
 // At most `lines` lines of each kind per second; the lines past it are
 // counted, and the next line of that kind allowed says how many were held
-// back. Kinds are the callers' own fixed names (an event and a reason), at
-// most `max_kinds` of them; any kind past those shares one allowance.
+// back. A kind is the caller's (an event, a reason, who); at most
+// `max_kinds` are kept, those quiet for a second are forgotten when full,
+// and any kind past them shares one allowance.
 class LogLimiter {
  public:
   explicit LogLimiter(int lines, NowMsFn now_ms = SteadyNowMs,

@@ -7,6 +7,7 @@
 // HEADROOM_PLANNER_BIN, HEADROOM_WORKER_BIN and HEADROOM_SOURCE_DIR, which
 // the worker tests' target defines.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -78,16 +79,22 @@ class SimFleet {
         "--worker_heartbeat_ms=200",
         "--log_level=warn"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    planner_ = std::make_unique<Child>(std::move(argv));
-    // A channel makes progress connecting only while someone waits on it:
-    // wait here, so the first calls do not fail fast behind a connect
-    // attempt nobody drives.
-    if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                    std::chrono::seconds(60))) {
-      return ::testing::AssertionFailure()
-             << "the planner never listened on " << address_;
+    return LaunchPlanner(std::move(argv));
+  }
+
+  // Kills the planner (SIGKILL, no goodbye to its workers) and starts it
+  // again on the same address with the flags it had and `flags` after
+  // those; waits until it listens.
+  ::testing::AssertionResult RestartPlanner(
+      const std::vector<std::string>& flags) {
+    if (planner_ == nullptr) {
+      return ::testing::AssertionFailure() << "no planner to restart";
     }
-    return ::testing::AssertionSuccess();
+    planner_->Kill(SIGKILL);
+    planner_.reset();
+    std::vector<std::string> argv = planner_argv_;
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return LaunchPlanner(std::move(argv));
   }
 
   // Starts a worker `id` with the sim executor (its journal beside the
@@ -116,6 +123,20 @@ class SimFleet {
   v1::Fleet::Stub* fleet() const { return fleet_.get(); }
 
  private:
+  ::testing::AssertionResult LaunchPlanner(std::vector<std::string> argv) {
+    planner_argv_ = argv;
+    planner_ = std::make_unique<Child>(std::move(argv));
+    // A channel makes progress connecting only while someone waits on it:
+    // wait here, so the first calls do not fail fast behind a connect
+    // attempt nobody drives.
+    if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                    std::chrono::seconds(60))) {
+      return ::testing::AssertionFailure()
+             << "the planner never listened on " << address_;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   std::string Journal(const std::string& id) const {
     return db_ + "." + id + ".journal";
   }
@@ -132,6 +153,7 @@ class SimFleet {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Fleet::Stub> fleet_;
   std::unique_ptr<Child> planner_;
+  std::vector<std::string> planner_argv_;
   std::map<std::string, std::unique_ptr<Child>> workers_;
 };
 

@@ -120,9 +120,15 @@ void WorkerDaemon::Run() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  // Our own backoff decides when to reconnect, not the channel's.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // The channel retries a lost connection on our backoff, not on gRPC's
+  // (1 s growing to 120 s, a 20 s connect timeout): a connect attempt gets
+  // backoff_max, at least 1 s, and no longer waits between attempts.
+  const int backoff_min_ms = static_cast<int>(options_.backoff_min.count());
+  const int backoff_max_ms = static_cast<int>(options_.backoff_max.count());
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_min_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              std::max(backoff_max_ms, 1000));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_max_ms);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       OpenChannel(options_.planner, options_.security, args);
   if (!channel.ok()) {
@@ -152,45 +158,46 @@ void WorkerDaemon::Run() {
     grpc::Status ended;
     const bool welcomed = Serve(stub.get(), &ended);
     connected_ = false;
-    absl::MutexLock lock(&mu_);
-    std::string reason = ended.error_message();
-    std::replace(reason.begin(), reason.end(), '"', '\'');
-    if (reason.empty()) reason = "the stream ended";
-    if (Finished()) {
-      spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
-                    options_.worker_id, static_cast<int>(ended.error_code()),
-                    reason);
-      break;
+    std::chrono::milliseconds wait = options_.backoff_min;
+    {
+      absl::MutexLock lock(&mu_);
+      std::string reason = ended.error_message();
+      std::replace(reason.begin(), reason.end(), '"', '\'');
+      if (reason.empty()) reason = "the stream ended";
+      if (Finished()) {
+        spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
+                      options_.worker_id, static_cast<int>(ended.error_code()),
+                      reason);
+        break;
+      }
+      if (welcomed) {
+        backoff = options_.backoff_min;
+        waiting_said.reset();
+      }
+      if (waiting_said != failure_kind(ended.error_code())) {
+        spdlog::log(welcomed ? spdlog::level::warn : spdlog::level::info,
+                    "event=waiting_for_planner worker={} planner={} code={} "
+                    "message=\"{}waiting for the planner at {} ({}); retrying "
+                    "quietly until connected\"",
+                    options_.worker_id, options_.planner,
+                    static_cast<int>(ended.error_code()),
+                    welcomed ? "disconnected; " : "", options_.planner, reason);
+        waiting_said = failure_kind(ended.error_code());
+      } else {
+        spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
+                      options_.worker_id, static_cast<int>(ended.error_code()),
+                      reason);
+      }
+      std::uniform_real_distribution<double> jitter(0.8, 1.2);
+      wait = std::chrono::milliseconds(static_cast<int64_t>(
+          static_cast<double>(backoff.count()) * jitter(rng)));
+      spdlog::debug("event=reconnect_wait worker={} ms={}", options_.worker_id,
+                    wait.count());
+      backoff = std::min(backoff * 2, options_.backoff_max);
     }
-    if (welcomed) {
-      backoff = options_.backoff_min;
-      waiting_said.reset();
-    }
-    if (waiting_said != failure_kind(ended.error_code())) {
-      spdlog::log(welcomed ? spdlog::level::warn : spdlog::level::info,
-                  "event=waiting_for_planner worker={} planner={} code={} "
-                  "message=\"{}waiting for the planner at {} ({}); retrying "
-                  "quietly until connected\"",
-                  options_.worker_id, options_.planner,
-                  static_cast<int>(ended.error_code()),
-                  welcomed ? "disconnected; " : "", options_.planner, reason);
-      waiting_said = failure_kind(ended.error_code());
-    } else {
-      spdlog::debug("event=stream_ended worker={} code={} message=\"{}\"",
-                    options_.worker_id, static_cast<int>(ended.error_code()),
-                    reason);
-    }
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
-        static_cast<double>(backoff.count()) * jitter(rng)));
-    spdlog::debug("event=reconnect_wait worker={} ms={}", options_.worker_id,
-                  wait.count());
     // A stopping daemon still retries (to deliver results) until its
     // deadline, but no sooner than the backoff says.
-    const absl::Time wake = absl::Now() + absl::FromChrono(wait);
-    while (!Finished() && !cv_.WaitWithDeadline(&mu_, wake)) {
-    }
-    backoff = std::min(backoff * 2, options_.backoff_max);
+    WaitToReconnect(**channel, wait);
   }
   std::thread runner;
   {
@@ -202,6 +209,32 @@ void WorkerDaemon::Run() {
   absl::MutexLock lock(&mu_);
   spdlog::info("event=worker_stopped worker={} unacked={}", options_.worker_id,
                unacked_.size());
+}
+
+void WorkerDaemon::WaitToReconnect(grpc::Channel& channel,
+                                   std::chrono::milliseconds wait) {
+  // gRPC (1.51) moves a connect attempt on only while some thread polls the
+  // channel; left alone, only its backup poller does, every 5 s, and a
+  // worker found a restarted planner 17-18 s late. So the wait polls it,
+  // in slices short enough to see Stop, and once it is connected sleeps out
+  // the backoff.
+  constexpr auto kSlice = std::chrono::milliseconds(50);
+  const auto wake = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= wake) return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (Finished()) return;
+      if (channel.GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+        cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - now));
+        continue;
+      }
+    }
+    channel.WaitForConnected(
+        std::chrono::system_clock::now() +
+        std::min<std::chrono::steady_clock::duration>(kSlice, wake - now));
+  }
 }
 
 bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/client_channel.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "worker/daemon/executor.h"
@@ -96,6 +97,10 @@ class WorkerDaemon {
   // One connection; true when the planner welcomed the worker. `ended` is
   // how the stream ended.
   bool Serve(v1::Fleet::Stub* stub, grpc::Status* ended);
+  // Waits `wait` between connections (less once Finished), polling
+  // `channel` so that its reconnect attempts progress meanwhile: a planner
+  // back within the wait is connected to when it ends.
+  void WaitToReconnect(grpc::Channel& channel, std::chrono::milliseconds wait);
   // Stopping and nothing left to deliver (or out of time). Needs mu_.
   bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Handle(const v1::PlannerMessage& message);

@@ -71,6 +71,15 @@ TEST(LogLimiterTest, KindsPastTheBoundShareOneAllowance) {
   EXPECT_TRUE(limiter.Admit("c", &suppressed));
   EXPECT_FALSE(limiter.Admit("d", &suppressed));
   EXPECT_FALSE(limiter.Admit("e", &suppressed));
+  // A second on, the quiet kinds are forgotten and a new one gets its own.
+  now += 1000;
+  EXPECT_TRUE(limiter.Admit("f", &suppressed));
+  EXPECT_EQ(suppressed, 0);
+  // The map is full again ("f", "(other)"): "g" shares "(other)", whose
+  // first line this second says it held back "d" and "e".
+  EXPECT_TRUE(limiter.Admit("g", &suppressed));
+  EXPECT_EQ(suppressed, 2);
+  EXPECT_FALSE(limiter.Admit("h", &suppressed));
 }
 
 }  // namespace
