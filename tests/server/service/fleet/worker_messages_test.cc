@@ -37,8 +37,8 @@ TEST(CheckHelloTest, AWellFormedHelloPasses) {
   hello.set_node_name("node-1");
   EXPECT_EQ(CheckHello(hello, ""), std::nullopt);
   EXPECT_EQ(CheckHello(hello, "cert:w-1"), std::nullopt);
-  // A token's identity does not name the worker.
-  EXPECT_EQ(CheckHello(hello, "token:ops"), std::nullopt);
+  // A worker token is named for its worker (issue 32).
+  EXPECT_EQ(CheckHello(hello, "token:w-1"), std::nullopt);
 }
 
 TEST(CheckHelloTest, BadIdsAreMalformed) {
@@ -69,8 +69,12 @@ TEST(CheckHelloTest, ACertificateSaysHelloAsItsWorkerOnly) {
   ASSERT_TRUE(bad.has_value());
   EXPECT_EQ(bad->reason, WorkerRejection::kIdentityMismatch);
   EXPECT_EQ(bad->detail,
-            "hello.worker_id 'w-2' is not the identity 'cert:w-1' this "
-            "connection proved");
+            "hello.worker_id 'w-2' is not the worker 'cert:w-1' this "
+            "connection's credential is for");
+  // A worker token alike.
+  bad = CheckHello(Hello("w-2"), "token:w-1");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->reason, WorkerRejection::kIdentityMismatch);
 }
 
 TEST(CheckResultIdsTest, NeedsAKeyAndAProbeId) {
