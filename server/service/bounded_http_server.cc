@@ -66,6 +66,20 @@ thread_local void* current_connection = nullptr;
 // Set by CloseAfterAnswer for the request being answered.
 thread_local bool close_after_answer = false;
 
+// Closes our side for writing, then reads and drops what the peer still
+// sends (a refused request's unread body) for a moment: closing a socket
+// with unread bytes resets the connection, and the peer may then lose the
+// answer it was sent.
+void DrainBeforeClose(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(250);
+  char sink[16384];
+  for (int i = 0; i < 64 && Wait(fd, POLLIN, deadline); ++i) {
+    const ssize_t got = ::recv(fd, sink, sizeof(sink), 0);
+    if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) break;
+  }
+}
+
 int ClampToInt(size_t size) {
   return static_cast<int>(std::min<size_t>(size, INT_MAX));
 }
@@ -227,6 +241,13 @@ BoundedHttpServer::~BoundedHttpServer() {
   if (tls_ != nullptr) SSL_CTX_free(tls_);
 }
 
+int BoundedHttpServer::Bind(const std::string& host, int port) {
+  const int bound = port == 0 ? bind_to_any_port(host)
+                              : (bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) return -1;
+  return ::listen(svr_sock_, 1024) == 0 ? bound : -1;
+}
+
 bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
   Reap();
   const int flags = ::fcntl(sock, F_GETFL, 0);
@@ -321,6 +342,7 @@ void BoundedHttpServer::Serve(Connection* connection) {
     if (ok) SSL_shutdown(ssl);
     SSL_free(ssl);
   }
+  if (close_after_answer) DrainBeforeClose(fd);
   absl::MutexLock lock(&mu_);
   // Closed under the lock: an eviction never shuts a reused descriptor.
   ::close(fd);

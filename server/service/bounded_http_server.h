@@ -66,6 +66,11 @@ class BoundedHttpServer : public httplib::Server {
   BoundedHttpServer& Get(const std::string& pattern, Handler handler);
   BoundedHttpServer& Post(const std::string& pattern, Handler handler);
 
+  // Binds `host:port` (port 0: any free port) and listens with a backlog
+  // of 1024 (httplib's is 5: a burst of connections would wait for SYN
+  // retransmits). The port bound, or -1.
+  int Bind(const std::string& host, int port);
+
   // Shuts every open connection down and waits for their threads. Call it
   // after stop() has ended the accept loop (no new connection comes).
   void CloseConnections();

@@ -110,9 +110,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server->server_ = std::make_unique<BoundedHttpServer>(limits, context);
   server->server_->set_payload_max_length(kMaxPostBytes);
   server->Route();
-  const int bound =
-      port == 0 ? server->server_->bind_to_any_port(host)
-                : (server->server_->bind_to_port(host, port) ? port : -1);
+  const int bound = server->server_->Bind(host, port);
   if (bound <= 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for HTTP", https ? "S" : "", " on ", listen,

@@ -1,5 +1,6 @@
 #include "server/service/planner_app.h"
 
+#include <algorithm>
 #include <chrono>
 #include <tuple>
 
@@ -145,16 +146,19 @@ HttpServer::Options HttpOptions(const PlannerConfig& config,
   return options;
 }
 
-// Adds gRPC's reflection service to one server (not, as
-// InitProtoReflectionServerBuilderPlugin does, to every server the process
-// builds).
-class ReflectionOption : public grpc::ServerBuilderOption {
+// Takes gRPC's reflection service off one server: linking grpc++_reflection
+// adds it to every server the process builds.
+class NoReflection : public grpc::ServerBuilderOption {
  public:
   void UpdateArguments(grpc::ChannelArguments*) override {}
   void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
                          plugins) override {
-    plugins->push_back(
-        std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const auto& plugin) {
+                                    return plugin->name() ==
+                                           "proto_server_reflection";
+                                  }),
+                   plugins->end());
   }
 };
 
@@ -309,6 +313,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->fleet_->OnRunStored([state] { state->EvidenceStale(); });
 
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // Reflection is gRPC's own service: its handler never asks Access, and a
   // server interceptor cannot refuse a call with a status (only cancel it).
@@ -316,8 +321,8 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   // client certificates are required); where reads need a token it is not
   // served at all, and grpcurl takes the protos (-import-path proto -proto
   // ...) instead.
-  if (!config.require_token_for_reads) {
-    builder.SetOption(std::make_unique<ReflectionOption>());
+  if (config.require_token_for_reads) {
+    builder.SetOption(std::make_unique<NoReflection>());
   }
   builder.AddListeningPort(config.listen, credentials, &app->grpc_port_);
   builder.RegisterService(app->fit_.get());
