@@ -344,24 +344,30 @@ Caller Access::Identify(const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
   const auto header = metadata.find("authorization");
   if (header != metadata.end()) {
-    absl::string_view value(header->second.data(), header->second.size());
-    if (absl::ConsumePrefix(&value, "Bearer ") ||
-        absl::ConsumePrefix(&value, "bearer ")) {
-      const auto token = tokens_.find(Sha256Hex(value));
-      if (token != tokens_.end()) {
-        caller.token_role = token->second.role;
-        caller.token_name = token->second.name;
-        if (caller.identity.empty()) {
-          caller.identity = absl::StrCat("token:", token->second.name);
-        }
-      } else {
-        caller.presented_unknown_token = true;
-      }
-    } else {
-      caller.presented_unknown_token = true;
-    }
+    IdentifyToken(
+        absl::string_view(header->second.data(), header->second.size()),
+        &caller);
   }
   return caller;
+}
+
+void Access::IdentifyToken(absl::string_view authorization,
+                           Caller* caller) const {
+  if (!absl::ConsumePrefix(&authorization, "Bearer ") &&
+      !absl::ConsumePrefix(&authorization, "bearer ")) {
+    caller->presented_unknown_token = true;
+    return;
+  }
+  const auto token = tokens_.find(Sha256Hex(authorization));
+  if (token == tokens_.end()) {
+    caller->presented_unknown_token = true;
+    return;
+  }
+  caller->token_role = token->second.role;
+  caller->token_name = token->second.name;
+  if (caller->identity.empty()) {
+    caller->identity = absl::StrCat("token:", token->second.name);
+  }
 }
 
 absl::Status Access::Allow(const Caller& caller,
@@ -502,22 +508,7 @@ Caller Access::IdentifyHttp(absl::string_view authorization,
     caller.has_certificate = true;
     caller.identity = absl::StrCat("cert:", *certificate_name);
   }
-  if (authorization.empty()) return caller;
-  if (!absl::ConsumePrefix(&authorization, "Bearer ") &&
-      !absl::ConsumePrefix(&authorization, "bearer ")) {
-    caller.presented_unknown_token = true;
-    return caller;
-  }
-  const auto token = tokens_.find(Sha256Hex(authorization));
-  if (token == tokens_.end()) {
-    caller.presented_unknown_token = true;
-    return caller;
-  }
-  caller.token_role = token->second.role;
-  caller.token_name = token->second.name;
-  if (caller.identity.empty()) {
-    caller.identity = absl::StrCat("token:", token->second.name);
-  }
+  if (!authorization.empty()) IdentifyToken(authorization, &caller);
   return caller;
 }
 

@@ -160,6 +160,9 @@ class Access {
   }
 
  private:
+  // The token of an `authorization` value ("Bearer <token>") into `caller`:
+  // its role and name, or presented_unknown_token.
+  void IdentifyToken(absl::string_view authorization, Caller* caller) const;
   // Allow for Fleet.Connect on a planner that is not open.
   absl::Status AllowWorker(const Caller& caller) const;
 

@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -231,11 +232,28 @@ absl::Status HttpServer::Admit(const httplib::Request& request) const {
       absl::StrCat(request.remote_addr, ":", request.remote_port));
   absl::Status allowed = options_.access->AllowHttp(caller, route, need);
   if (!allowed.ok()) {
+    // Rate-limited as the gRPC refusals are, per outcome, route and caller.
+    const std::string method =
+        absl::StrCat("HTTP ", request.method.substr(0, 16), " ",
+                     known ? request.path.substr(0, 128) : "(other)");
+    const std::string outcome = absl::StatusCodeToString(allowed.code());
+    int64_t suppressed = 0;
+    if (!options_.access->AdmitRefusalLine(
+            absl::StrCat(outcome, " ", method, " ",
+                         caller.Name().substr(0, 128)),
+            &suppressed)) {
+      return allowed;
+    }
+    if (suppressed > 0) {
+      spdlog::warn(
+          "event=log_suppressed kind=audit method=\"{}\" identity={} "
+          "outcome={} count={} message=\"suppressed {} similar\"",
+          method, caller.Name(), outcome, suppressed, suppressed);
+    }
     spdlog::warn(
-        "event=audit method=\"HTTP {} {}\" identity={} peer={} outcome={} "
+        "event=audit method=\"{}\" identity={} peer={} outcome={} "
         "message=\"{}\"",
-        request.method.substr(0, 16), known ? request.path : "(other)",
-        caller.Name(), caller.peer, absl::StatusCodeToString(allowed.code()),
+        method, caller.Name(), caller.peer, outcome,
         std::string(allowed.message()));
   }
   return allowed;
