@@ -81,9 +81,10 @@ class PlannerState {
     // Bytes of requests (as sent) that may wait for or run on the import
     // pool at once; past it RESOURCE_EXHAUSTED, as past import_queue. One
     // import is always admitted when none is in the pool. A parsed inline
-    // spec holds about 9x its bytes (bench/memory_burst.cc), so 64 MiB of
-    // requests keep a burst of large imports near 600 MB where the count
-    // alone let 66 specs of 4 MB (2.5 GB parsed) wait at once.
+    // spec of named layers holds over 10x its bytes, so the count alone let
+    // 66 specs of 4 MB wait at once: 80 of them took the planner from 32 MB
+    // to 2.3 GB; with 64 MiB, 16 wait and it peaks at 0.96 GB
+    // (bench/memory_burst.cc, bench/README.md).
     size_t import_queue_bytes = size_t{64} << 20;
     // Tests only: runs on the import pool before each import.
     std::function<void()> before_import;
