@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/shipped_files.h"
 #include "server/service/planner_app.h"
+#include "server/service/rate_limit.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address");
@@ -151,6 +152,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Protobuf's own lines (one per undecodable request) through spdlog,
+  // rate-limited.
+  headroom::RateLimitProtobufLogs();
   headroom::PlannerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
   config.http_listen = absl::GetFlag(FLAGS_http_listen);

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
@@ -98,6 +100,42 @@ bool LogLimiter::Admit(absl::string_view kind, int64_t* suppressed) {
   *suppressed = window.held_back;
   window.held_back = 0;
   return true;
+}
+
+namespace {
+
+void ProtobufLogLine(google::protobuf::LogLevel level, const char* filename,
+                     int line, const std::string& message) {
+  static LogLimiter* const limiter = new LogLimiter(10);
+  int64_t suppressed = 0;
+  const std::string source =
+      absl::StrCat(filename == nullptr ? "?" : filename, ":", line);
+  if (!limiter->Admit(absl::StrCat(static_cast<int>(level), " ", source),
+                      &suppressed)) {
+    return;
+  }
+  const spdlog::level::level_enum as =
+      level >= google::protobuf::LOGLEVEL_ERROR     ? spdlog::level::err
+      : level == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn
+                                                    : spdlog::level::info;
+  if (suppressed > 0) {
+    spdlog::log(as,
+                "event=log_suppressed kind=protobuf_log source={} count={} "
+                "message=\"suppressed {} similar\"",
+                source, suppressed, suppressed);
+  }
+  spdlog::log(as, "event=protobuf_log source={} message=\"{}\"", source,
+              message.substr(0, 512));
+}
+
+}  // namespace
+
+void RateLimitProtobufLogs() {
+  static const bool installed = [] {
+    google::protobuf::SetLogHandler(&ProtobufLogLine);
+    return true;
+  }();
+  (void)installed;
 }
 
 }  // namespace headroom

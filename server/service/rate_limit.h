@@ -83,6 +83,13 @@ class LogLimiter {
   std::map<std::string, Window, std::less<>> kinds_ ABSL_GUARDED_BY(mu_);
 };
 
+// Sends protobuf's own log lines (one `libprotobuf ERROR` per request with
+// invalid UTF-8 in a string field, say) to spdlog as event=protobuf_log,
+// at most 10 a second per level and source line, then one "suppressed K
+// similar" line: a flood of undecodable requests writes a bounded log. The
+// planner installs it once at start; a later call replaces nothing.
+void RateLimitProtobufLogs();
+
 }  // namespace headroom
 
 #endif  // HEADROOM_SERVER_SERVICE_RATE_LIMIT_H_

@@ -3,10 +3,15 @@
 
 #include "server/service/rate_limit.h"
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "headroom/v1/planner.pb.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
@@ -80,6 +85,31 @@ TEST(LogLimiterTest, KindsPastTheBoundShareOneAllowance) {
   EXPECT_TRUE(limiter.Admit("g", &suppressed));
   EXPECT_EQ(suppressed, 2);
   EXPECT_FALSE(limiter.Admit("h", &suppressed));
+}
+
+TEST(ProtobufLogTest, AFloodOfUndecodableMessagesWritesABoundedLog) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+  auto logger = std::make_shared<spdlog::logger>("protobuf_log_test", sink);
+  const std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  RateLimitProtobufLogs();
+  // A string field with invalid UTF-8: protobuf logs an ERROR per parse.
+  const std::string bad("\x0a\x04\x0a\x02\xff\xfe", 6);
+  int refused = 0;
+  for (int i = 0; i < 1000; ++i) {
+    v1::CheckFitRequest request;
+    if (!request.ParseFromString(bad)) ++refused;
+  }
+  spdlog::set_default_logger(before);
+  EXPECT_EQ(refused, 1000);
+  const std::vector<std::string> lines = sink->last_formatted();
+  int protobuf_lines = 0;
+  for (const std::string& line : lines) {
+    if (line.find("event=protobuf_log") != std::string::npos) ++protobuf_lines;
+  }
+  // At least one line says why; at most a few seconds' allowance of 10.
+  EXPECT_GE(protobuf_lines, 1);
+  EXPECT_LE(protobuf_lines, 100) << "1000 parses wrote " << protobuf_lines;
 }
 
 }  // namespace
