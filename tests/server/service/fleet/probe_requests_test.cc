@@ -139,7 +139,8 @@ TEST(NewProbeTest, ASpecOrSetupCheckFitRefusesIsRefused) {
   v1::SubmitProbeRequest setup = Request();
   setup.mutable_setup()->set_precision(
       static_cast<v1::TrainingSetup::Precision>(42));
-  EXPECT_THAT(RefusalOf(setup), HasSubstr("setup.precision = 42 is invalid"));
+  EXPECT_THAT(RefusalOf(setup),
+              HasSubstr("setup.precision = 42 is not allowed"));
   setup = Request();
   setup.mutable_setup()->set_offload(v1::TrainingSetup::OPTIMIZER);
   EXPECT_THAT(RefusalOf(setup), HasSubstr("setup.offload = OPTIMIZER"));
