@@ -14,8 +14,8 @@
 #include "server/core/common/status_macros.h"
 #include "server/core/common/value_bounds.h"
 #include "server/core/energy/energy_refit.h"
-#include "server/service/fleet/dispatch.h"
 #include "server/core/evidence/run_checks.h"
+#include "server/service/fleet/dispatch.h"
 
 namespace headroom {
 namespace {
