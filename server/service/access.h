@@ -84,7 +84,8 @@ struct Caller {
   std::string identity;
   std::string peer;
   bool has_certificate = false;
-  // The verified certificate carries kWorkerKeyUsageOid.
+  // The verified certificate carries kWorkerKeyUsageOid: set by Check for
+  // Fleet.Connect only (Identify leaves it false).
   bool worker_certificate = false;
   std::string certificate_name;    // its subject CN
   std::optional<Role> token_role;  // set for a known token
@@ -114,7 +115,8 @@ class Access {
 
   bool open() const { return open_; }
 
-  // Who the call is from, as its transport and metadata say.
+  // Who the call is from, as its transport and metadata say (without
+  // worker_certificate, which Check decides for Fleet.Connect).
   Caller Identify(const grpc::ServerContextBase& context) const;
   // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (naming
   // the role required) for `caller` calling `method`. Fleet.Connect is
