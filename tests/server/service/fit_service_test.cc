@@ -24,6 +24,7 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/support/test_planner.h"
+#include "tests/support/tiny_lm.h"
 
 namespace headroom {
 namespace {
@@ -57,34 +58,10 @@ class FakeLearner : public Learner {
   std::atomic<int> queued{0};
 };
 
-// A small language model nobody has measured: its answers rest on the
-// prior, BORDERLINE on 16 GB at batch 256.
+// TinyLm, BORDERLINE on 16 GB at batch 256 by the prior.
 v1::CheckFitRequest PriorOnlyRequest() {
   v1::CheckFitRequest request;
-  v1::ModelSpec& spec = *request.mutable_model()->mutable_spec();
-  spec.set_name("tiny-lm");
-  spec.set_family("transformer");
-  spec.set_positions(256);
-  v1::Layer* embedding = spec.add_layers();
-  embedding->mutable_embedding()->set_num_embeddings(8000);
-  embedding->mutable_embedding()->set_dim(512);
-  v1::Layer* blocks = spec.add_layers();
-  blocks->set_repeat(4);
-  auto* block = blocks->mutable_block();
-  block->add_layers()->mutable_norm()->set_kind(v1::Norm::LAYER);
-  block->mutable_layers(0)->mutable_norm()->set_dim(512);
-  auto* attention = block->add_layers()->mutable_attention();
-  attention->set_hidden(512);
-  attention->set_heads(8);
-  block->add_layers()->mutable_norm()->set_kind(v1::Norm::LAYER);
-  block->mutable_layers(2)->mutable_norm()->set_dim(512);
-  auto* mlp = block->add_layers()->mutable_mlp();
-  mlp->set_hidden(512);
-  mlp->set_ffn(2048);
-  auto* head = spec.add_layers()->mutable_linear();
-  head->set_in_features(512);
-  head->set_out_features(8000);
-  head->set_logits(true);
+  *request.mutable_model()->mutable_spec() = ::headroom::testing::TinyLm();
   request.add_batches(64);
   request.add_batches(256);
   request.add_targets()->set_memory_gb(16);
