@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "server/core/calibration/calibrate.h"
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/catalog/model_catalog.h"
-#include "server/core/common/json_io.h"
-#include "server/core/microbatch/plan.h"
-#include "server/core/microbatch/search.h"
-#include "server/core/microbatch/select.h"
-#include "server/io/catalog_files.h"
-#include "server/io/files.h"
+#include "core/calibration/calibrate.h"
+#include "core/catalog/gpu_catalog.h"
+#include "core/catalog/model_catalog.h"
+#include "base/json_io.h"
+#include "core/microbatch/plan.h"
+#include "core/microbatch/search.h"
+#include "core/microbatch/select.h"
+#include "io/catalog_files.h"
+#include "io/files.h"
 #include "worker/daemon/sim_executor.h"
 
 namespace {
@@ -125,7 +125,7 @@ int main() {
         borderline += p == headroom::PlannedFit::kOpen;
         no_count += p == headroom::PlannedFit::kPredictedOom;
       }
-      // Headroom's search (server/core/microbatch/search.h), as a worker
+      // Headroom's search (core/microbatch/search.h), as a worker
       // runs it.
       Search planned;
       planned.choice =

@@ -27,7 +27,7 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
 #include "spdlog/spdlog.h"
-#include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "tests/core/frontends/onnx_test_graphs.h"
 
 ABSL_FLAG(double, seconds, 5.0, "length of each phase in seconds (0.5..120)");
 ABSL_FLAG(int, importers, 16, "clients sending ONNX imports at once (1..256)");

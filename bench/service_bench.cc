@@ -9,12 +9,12 @@
 
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
-#include "server/core/calibration/calibrate.h"
-#include "server/core/common/json_io.h"
-#include "server/core/evidence/evidence.h"
-#include "server/core/planner/fit_planner.h"
-#include "server/io/catalog_files.h"
-#include "server/io/files.h"
+#include "core/calibration/calibrate.h"
+#include "base/json_io.h"
+#include "core/evidence/evidence.h"
+#include "core/planner/fit_planner.h"
+#include "io/catalog_files.h"
+#include "io/files.h"
 #include "server/service/metrics.h"
 #include "server/service/scheduler_extender.h"
 

@@ -9,8 +9,8 @@
 #include "client/rpc.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "server/core/common/json_io.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "io/files.h"
 
 namespace headroom::cli {
 namespace {

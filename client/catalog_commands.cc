@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_json.h"
 #include "nlohmann/json.hpp"
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/catalog/model_catalog.h"
-#include "server/core/memory/model_spec.h"
-#include "server/io/catalog_files.h"
+#include "core/catalog/gpu_catalog.h"
+#include "core/catalog/model_catalog.h"
+#include "core/memory/model_spec.h"
+#include "io/catalog_files.h"
 
 namespace headroom::cli {
 std::string CardUnderstood(const std::string& gpu_flag_value) {

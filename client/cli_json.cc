@@ -5,7 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "google/protobuf/descriptor.h"
-#include "server/core/common/json_io.h"
+#include "base/json_io.h"
 
 namespace headroom::cli {
 namespace {

@@ -8,9 +8,9 @@
 #include "absl/strings/strip.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
-#include "server/core/common/json_io.h"
-#include "server/core/density/density_rank.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "core/density/density_rank.h"
+#include "io/files.h"
 
 namespace headroom::cli {
 namespace {

@@ -17,12 +17,12 @@
 #include "common/shipped_files.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "server/core/common/json_io.h"
-#include "server/core/energy/energy_curves.h"
-#include "server/core/energy/energy_points.h"
-#include "server/core/energy/energy_refit.h"
-#include "server/io/files.h"
-#include "server/service/pages/energy_plot.h"
+#include "base/json_io.h"
+#include "core/energy/energy_curves.h"
+#include "core/energy/energy_points.h"
+#include "core/energy/energy_refit.h"
+#include "io/files.h"
+#include "pages/energy_plot.h"
 
 namespace headroom::cli {
 namespace {

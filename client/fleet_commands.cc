@@ -15,7 +15,7 @@
 #include "client/rpc.h"
 #include "client/setup_flags.h"
 #include "headroom/v1/fleet.grpc.pb.h"
-#include "server/core/common/json_io.h"
+#include "base/json_io.h"
 
 namespace headroom::cli {
 namespace {

@@ -7,9 +7,9 @@
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "headroom/v1/microbatch.pb.h"
-#include "server/core/common/json_io.h"
-#include "server/core/microbatch/select.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "core/microbatch/select.h"
+#include "io/files.h"
 
 namespace headroom::cli {
 namespace {

@@ -12,14 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
-#include "server/core/common/json_io.h"
-#include "server/core/common/status_macros.h"
-#include "server/core/frontends/frontend_registry.h"
-#include "server/core/frontends/hf_config.h"
-#include "server/core/frontends/onnx_import.h"
-#include "server/core/frontends/onnx_strip.h"
-#include "server/core/memory/model_spec.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "base/status_macros.h"
+#include "core/frontends/frontend_registry.h"
+#include "core/frontends/hf_config.h"
+#include "core/frontends/onnx_import.h"
+#include "core/frontends/onnx_strip.h"
+#include "core/memory/model_spec.h"
+#include "io/files.h"
 
 namespace headroom::cli {
 namespace {

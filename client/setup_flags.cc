@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/core/memory/parallel.h"
+#include "core/memory/parallel.h"
 
 namespace headroom::cli {
 namespace {

@@ -19,7 +19,8 @@ import shlex
 import subprocess
 import sys
 
-CHECKED_ROOTS = ("server/", "worker/", "client/", "common/")
+CHECKED_ROOTS = ("base/", "core/", "io/", "pages/", "server/", "worker/",
+                 "client/", "common/")
 # Flags g++ accepts and clang 14 does not (or that change what is checked).
 DROPPED_PREFIXES = ("-o", "-MD", "-MT", "-MF", "-fdiagnostics-color",
                     "-Werror", "-W")

@@ -10,9 +10,9 @@ packages=(
   libonnx-dev
   # The CLI's subcommands, flags and --help (client/cli.cc).
   libcli11-dev
-  # SHA-256 of model keys (server/core/evidence/model_key.cc).
+  # SHA-256 of model keys (core/evidence/model_key.cc).
   libssl-dev
-  # The scheduler extender's request bodies (server/core/scheduling/extender.cc).
+  # The scheduler extender's request bodies (core/scheduling/extender.cc).
   libsimdjson-dev
   # libpq for the PostgreSQL store; the server for its tests (scripts/test-postgres.sh).
   libpq-dev postgresql

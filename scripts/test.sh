@@ -7,7 +7,7 @@ scripts/install-deps.sh
 
 # Formatting is checked first but reported last, so a style nit never hides test results.
 dirs=()
-for d in server client worker common tests bench; do [[ -d $d ]] && dirs+=("$d"); done
+for d in base core io pages server client worker common tests bench; do [[ -d $d ]] && dirs+=("$d"); done
 unformatted=()
 if [[ ${#dirs[@]} -gt 0 ]]; then
   while IFS= read -r -d '' f; do
@@ -29,7 +29,7 @@ if [[ -z ${HEADROOM_TEST_PG_URL:-} ]]; then
 fi
 ctest --test-dir build --output-on-failure -j2
 
-# clang 14's -Wthread-safety over server, worker, client and common, as the
+# clang 14's -Wthread-safety over every library and program, as the
 # build above compiles them (syntax only: the analysis needs no code).
 python3 scripts/check-thread-safety.py build --jobs 2
 

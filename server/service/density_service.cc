@@ -5,9 +5,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/common/input_limits.h"
-#include "server/core/common/status_macros.h"
-#include "server/core/density/density_rank.h"
+#include "base/input_limits.h"
+#include "base/status_macros.h"
+#include "core/density/density_rank.h"
 #include "server/service/grpc_status.h"
 #include "server/service/paging.h"
 #include "server/service/reply.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "server/core/common/status_macros.h"
+#include "base/status_macros.h"
 
 namespace headroom {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/energy/energy_points.h"
+#include "core/energy/energy_points.h"
 #include "server/store/store.h"
 
 namespace headroom {

@@ -1,7 +1,7 @@
 #include "server/service/fit_service.h"
 
-#include "server/core/common/input_limits.h"
-#include "server/core/common/status_macros.h"
+#include "base/input_limits.h"
+#include "base/status_macros.h"
 #include "server/service/grpc_status.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"

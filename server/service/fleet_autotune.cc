@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/common/status_macros.h"
-#include "server/core/microbatch/cache_key.h"
-#include "server/core/microbatch/plan.h"
-#include "server/core/microbatch/select.h"
+#include "base/status_macros.h"
+#include "core/microbatch/cache_key.h"
+#include "core/microbatch/plan.h"
+#include "core/microbatch/select.h"
 
 namespace headroom {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
-#include "server/core/common/status_macros.h"
+#include "base/status_macros.h"
 #include "server/service/store_executor.h"
 #include "spdlog/spdlog.h"
 

@@ -6,7 +6,7 @@
 // its own and answers within a time budget, or passes the nodes through
 // (fail open) with the reason logged and counted, so placement never waits
 // on Headroom. The protocol and the decisions are the core's
-// (server/core/scheduling/extender.h).
+// (core/scheduling/extender.h).
 
 #include <atomic>
 #include <functional>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "server/core/scheduling/extender.h"
+#include "core/scheduling/extender.h"
 #include "server/service/background_worker.h"
 #include "server/service/http_server.h"
 #include "server/service/metrics.h"

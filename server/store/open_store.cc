@@ -2,7 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/common/status_macros.h"
+#include "base/status_macros.h"
 #include "server/store/postgres_store.h"
 #include "server/store/sqlite_store.h"
 

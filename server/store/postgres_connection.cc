@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "server/core/common/status_macros.h"
+#include "base/status_macros.h"
 #include "server/store/postgres_store.h"
 #include "server/store/sql_connection.h"
 

@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "server/core/common/deterministic_bytes.h"
-#include "server/core/common/json_io.h"
-#include "server/core/common/status_macros.h"
+#include "base/deterministic_bytes.h"
+#include "base/json_io.h"
+#include "base/status_macros.h"
 #include "server/store/probe_transitions.h"
 
 namespace headroom {

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/core/common/status_macros.h"
+#include "base/status_macros.h"
 #include "server/store/sql_connection.h"
 #include "server/store/sqlite_store.h"
 #include "spdlog/spdlog.h"

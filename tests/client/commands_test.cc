@@ -11,11 +11,11 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
-#include "server/core/common/json_io.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "io/files.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
-#include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "tests/core/frontends/onnx_test_graphs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom::cli {

@@ -6,8 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/density.pb.h"
-#include "server/core/common/json_io.h"
-#include "server/io/files.h"
+#include "base/json_io.h"
+#include "io/files.h"
 
 namespace headroom::cli {
 namespace {

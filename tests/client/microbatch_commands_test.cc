@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/microbatch.pb.h"
-#include "server/core/common/json_io.h"
+#include "base/json_io.h"
 
 namespace headroom::cli {
 namespace {

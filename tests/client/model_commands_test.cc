@@ -5,10 +5,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/common/json_io.h"
-#include "server/core/memory/model_spec.h"
-#include "server/io/files.h"
-#include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "base/json_io.h"
+#include "core/memory/model_spec.h"
+#include "io/files.h"
+#include "tests/core/frontends/onnx_test_graphs.h"
 
 namespace headroom::cli {
 namespace {

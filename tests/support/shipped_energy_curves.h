@@ -7,8 +7,8 @@
 
 #include "gtest/gtest.h"
 #include "headroom/v1/energy.pb.h"
-#include "server/core/energy/energy_curves.h"
-#include "server/io/files.h"
+#include "core/energy/energy_curves.h"
+#include "io/files.h"
 
 namespace headroom::testing {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/microbatch/cache_key.h"
-#include "server/core/microbatch/search.h"
-#include "server/core/microbatch/select.h"
+#include "core/microbatch/cache_key.h"
+#include "core/microbatch/search.h"
+#include "core/microbatch/select.h"
 
 namespace headroom::worker {
 namespace {

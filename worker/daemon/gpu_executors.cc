@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-#include "server/core/common/json_io.h"
+#include "base/json_io.h"
 #include "worker/daemon/subprocess.h"
 #include "worker/gpu/sampler.h"
 
@@ -160,7 +160,7 @@ std::optional<std::vector<double>> JsonNumberList(const nlohmann::json& line,
 
 // The most a harness figure in GB may be (far above any node's memory).
 constexpr double kMaxReportedGb = 1e6;
-// setup.gpus at most (kMaxGpus in server/core/memory/parallel.h).
+// setup.gpus at most (kMaxGpus in core/memory/parallel.h).
 constexpr uint32_t kMaxRunGpus = 512;
 
 }  // namespace

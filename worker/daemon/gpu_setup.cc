@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/core/catalog/gpu_catalog.h"
+#include "core/catalog/gpu_catalog.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/subprocess.h"
 

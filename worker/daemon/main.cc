@@ -21,7 +21,7 @@
 #include "common/client_channel.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
-#include "server/core/catalog/gpu_catalog.h"
+#include "core/catalog/gpu_catalog.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/gpu_setup.h"

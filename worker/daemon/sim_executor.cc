@@ -5,9 +5,9 @@
 #include <cmath>
 #include <thread>
 
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/memory/memory_profile.h"
-#include "server/core/memory/model_spec.h"
+#include "core/catalog/gpu_catalog.h"
+#include "core/memory/memory_profile.h"
+#include "core/memory/model_spec.h"
 
 namespace headroom::worker {
 

@@ -58,7 +58,7 @@ except ImportError as import_error:
         sys.exit(2)
     raise
 
-# Limits shared with the planner (server/core/memory/model_spec.h).
+# Limits shared with the planner (core/memory/model_spec.h).
 MAX_DIMENSION = 1 << 32
 MAX_BLOCK_DEPTH = 8
 MAX_REPEAT = 100000
@@ -315,7 +315,7 @@ def load_spec(path):
     return parse_spec(text, f"--spec {path}")
 
 
-# The planner's limits and names (server/core/memory/training_setup.{h,cc}).
+# The planner's limits and names (core/memory/training_setup.{h,cc}).
 MAX_LORA_RANK = 4096
 MAX_GRAD_ACCUM = 1024
 MAX_FREEZE_NAMES = 256
@@ -341,7 +341,7 @@ class Setup:
     train_last_blocks: int = 0
     grad_accum: int = 0
     compile: bool = False
-    # The parallel setup (TrainingSetup fields 20..25, server/core/memory/parallel.h).
+    # The parallel setup (TrainingSetup fields 20..25, core/memory/parallel.h).
     gpus: int = 0
     parallel: str = "PARALLEL_UNSPECIFIED"
     offload: str = "OFFLOAD_UNSPECIFIED"

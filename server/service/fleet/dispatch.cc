@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/core/catalog/gpu_catalog.h"
+#include "core/catalog/gpu_catalog.h"
 #include "server/service/fleet_autotune.h"
 #include "server/store/probe_transitions.h"
 #include "spdlog/spdlog.h"

@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/common/input_limits.h"
-#include "server/core/evidence/model_key.h"
-#include "server/core/frontends/frontend_registry.h"
-#include "server/core/memory/model_spec.h"
+#include "core/catalog/gpu_catalog.h"
+#include "base/input_limits.h"
+#include "core/evidence/model_key.h"
+#include "core/frontends/frontend_registry.h"
+#include "core/memory/model_spec.h"
 
 namespace headroom {
 

@@ -5,13 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/common/input_limits.h"
-#include "server/core/common/status_macros.h"
-#include "server/core/energy/energy_curves.h"
-#include "server/core/memory/parallel.h"
-#include "server/core/memory/training_setup.h"
-#include "server/core/planner/fit_planner.h"
+#include "core/catalog/gpu_catalog.h"
+#include "base/input_limits.h"
+#include "base/status_macros.h"
+#include "core/energy/energy_curves.h"
+#include "core/memory/parallel.h"
+#include "core/memory/training_setup.h"
+#include "core/planner/fit_planner.h"
 #include "server/service/fleet/worker_reports.h"
 #include "server/service/reply.h"
 

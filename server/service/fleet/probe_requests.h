@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "headroom/v1/fleet.pb.h"
-#include "server/core/catalog/model_catalog.h"
+#include "core/catalog/model_catalog.h"
 
 namespace headroom {
 

@@ -9,12 +9,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "server/core/calibration/promotion.h"
-#include "server/core/catalog/gpu_catalog.h"
-#include "server/core/common/status_macros.h"
-#include "server/core/common/value_bounds.h"
-#include "server/core/energy/energy_refit.h"
-#include "server/core/evidence/run_checks.h"
+#include "core/calibration/promotion.h"
+#include "core/catalog/gpu_catalog.h"
+#include "base/status_macros.h"
+#include "base/value_bounds.h"
+#include "core/energy/energy_refit.h"
+#include "core/evidence/run_checks.h"
 #include "server/service/fleet/dispatch.h"
 
 namespace headroom {

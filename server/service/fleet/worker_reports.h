@@ -13,7 +13,7 @@
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
-#include "server/core/catalog/model_catalog.h"
+#include "core/catalog/model_catalog.h"
 #include "server/service/metrics.h"
 
 namespace headroom {

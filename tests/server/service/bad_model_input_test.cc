@@ -18,10 +18,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "server/core/frontends/onnx_import.h"
-#include "server/core/frontends/onnx_strip.h"
+#include "core/frontends/onnx_import.h"
+#include "core/frontends/onnx_strip.h"
 #include "server/service/planner_app.h"
-#include "tests/server/core/frontends/onnx_test_graphs.h"
+#include "tests/core/frontends/onnx_test_graphs.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {

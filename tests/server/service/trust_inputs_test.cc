@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "server/core/microbatch/cache_key.h"
+#include "core/microbatch/cache_key.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
 #include "tests/support/planner_stubs.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/core/microbatch/cache_key.h"
-#include "server/core/microbatch/select.h"
+#include "core/microbatch/cache_key.h"
+#include "core/microbatch/select.h"
 
 namespace headroom::worker {
 namespace {

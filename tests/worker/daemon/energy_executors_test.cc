@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/core/memory/model_spec.h"
-#include "server/io/catalog_files.h"
+#include "core/memory/model_spec.h"
+#include "io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/sim_executor.h"
 

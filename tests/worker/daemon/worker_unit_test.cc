@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/core/catalog/model_catalog.h"
-#include "server/core/memory/memory_profile.h"
-#include "server/io/catalog_files.h"
+#include "core/catalog/model_catalog.h"
+#include "core/memory/memory_profile.h"
+#include "io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/gpu_setup.h"
 #include "worker/daemon/sim_executor.h"

@@ -7,8 +7,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/memory/model_spec.h"
-#include "server/io/catalog_files.h"
+#include "core/memory/model_spec.h"
+#include "io/catalog_files.h"
 #include "server/service/fleet/dispatch.h"
 #include "server/service/fleet/measured_runs.h"
 #include "server/service/fleet/probe_requests.h"

@@ -10,7 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/io/catalog_files.h"
+#include "io/catalog_files.h"
 #include "server/service/fleet/probe_requests.h"
 
 namespace headroom {

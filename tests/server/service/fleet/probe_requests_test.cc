@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/io/catalog_files.h"
+#include "io/catalog_files.h"
 
 namespace headroom {
 namespace {

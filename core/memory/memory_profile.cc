@@ -1,0 +1,445 @@
+#include "core/memory/memory_profile.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "core/memory/model_spec.h"
+#include "core/memory/training_setup.h"
+
+namespace headroom {
+namespace {
+
+using v1::Layer;
+
+// Per-sample activation bytes of one layer copy (or block copy), split by
+// component, plus the largest transient candidate and the size of the
+// block's boundary tensor (what checkpointing keeps).
+struct Activations {
+  ComponentArray bytes{};
+  double transient = 0;
+  double boundary = 0;
+  double largest = 0;  // the largest single tensor of one copy
+};
+
+struct Context {
+  const v1::TrainingSetup* setup;
+  double act_bytes;  // bytes per activation element: 4 (fp32) or 2 (16-bit)
+  bool checkpointing;
+  double position_scale;  // setup positions / spec positions, for inherited
+  // LoRA: the adapted linears, the rank, and the bytes each adapted linear
+  // saves per input value (its input as the adapter's matmul sees it, and
+  // the dropout mask) and per rank-R intermediate value.
+  std::set<std::string> lora_targets;
+  double lora_rank = 0;
+  double lora_input_bytes = 0;
+  double lora_rank_bytes = 0;
+
+  bool Adapted(const char* target) const {
+    return lora_targets.count(target) != 0;
+  }
+  // What an adapted linear saves per sample: `positions` rows of `in`
+  // values into the adapter.
+  double LoraBytes(double positions, double in) const {
+    return positions * (in * lora_input_bytes + lora_rank * lora_rank_bytes);
+  }
+};
+
+double Positions(const Layer& layer, double inherited) {
+  return layer.positions() != 0 ? static_cast<double>(layer.positions())
+                                : inherited;
+}
+
+Activations LayerActivations(const Layer& layer, double positions,
+                             const Context& ctx);
+
+using Layers = google::protobuf::RepeatedPtrField<Layer>;
+
+// What one child of a block adds: its activations times its repeat count,
+// or under checkpointing its boundaries plus one copy's activations.
+Activations ChildContribution(const Layer& child, double positions,
+                              const Context& ctx) {
+  const double p = Positions(child, positions);
+  Activations a = LayerActivations(child, p, ctx);
+  const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+  if (ctx.checkpointing && repeat > 1) {
+    // Checkpointed stack: each copy keeps its boundary output; one copy's
+    // activations are rebuilt at a time during backward.
+    a.bytes[kOutputs] += repeat * a.boundary;
+  } else {
+    for (int c = 0; c < kNumComponents; ++c) a.bytes[c] *= repeat;
+  }
+  return a;
+}
+
+Activations BlockActivations(const Layers& layers, double positions,
+                             const Context& ctx) {
+  Activations total;
+  for (const Layer& child : layers) {
+    const Activations a = ChildContribution(child, positions, ctx);
+    for (int c = 0; c < kNumComponents; ++c) total.bytes[c] += a.bytes[c];
+    total.transient = std::max(total.transient, a.transient);
+    total.boundary = std::max(total.boundary, a.boundary);
+    total.largest = std::max(total.largest, a.largest);
+  }
+  return total;
+}
+
+// What an MLP's adapted projections save for one pass of `p` positions.
+double MlpLoraBytes(const Context& ctx, double p, double hidden, double ffn,
+                    bool gated) {
+  double bytes = 0;
+  if (gated && ctx.Adapted("gate")) bytes += ctx.LoraBytes(p, hidden);
+  if (ctx.Adapted("up")) bytes += ctx.LoraBytes(p, hidden);
+  if (ctx.Adapted("down")) bytes += ctx.LoraBytes(p, ffn);
+  return bytes;
+}
+
+Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  if (layer.frozen()) return out;  // runs under no_grad: nothing saved
+  auto& bytes = out.bytes;
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding: {
+      const auto& e = layer.embedding();
+      const double d = static_cast<double>(e.dim());
+      bytes[kOutputs] += p * d * b;
+      if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
+      out.boundary = p * d * b;
+      out.largest = out.boundary;
+      break;
+    }
+    case Layer::kLinear: {
+      const auto& l = layer.linear();
+      const double o = p * static_cast<double>(l.out_features());
+      if (l.logits()) {
+        // fp32 logits and their gradient live together at the loss.
+        out.transient = o * 4.0 * 2.0;
+        out.largest = o * 4.0;
+      } else {
+        bytes[kOutputs] += o * b;
+        out.largest = o * b;
+        if (ctx.Adapted("linear")) {
+          bytes[kInternal] +=
+              ctx.LoraBytes(p, static_cast<double>(l.in_features()));
+        }
+      }
+      out.boundary = o * b;
+      break;
+    }
+    case Layer::kNorm: {
+      const auto& n = layer.norm();
+      const double d = static_cast<double>(n.dim());
+      bytes[kOutputs] += p * d * b;
+      // Mean and reciprocal std (fp32) per normalized row.
+      if (n.kind() == v1::Norm::LAYER || n.kind() == v1::Norm::RMS) {
+        bytes[kInternal] += p * 2.0 * 4.0;
+      }
+      out.boundary = p * d * b;
+      out.largest = out.boundary;
+      break;
+    }
+    case Layer::kAttention: {
+      const auto& a = layer.attention();
+      const double hd = static_cast<double>(
+          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads());
+      const double heads = static_cast<double>(a.heads());
+      const double kvh =
+          static_cast<double>(a.kv_heads() != 0 ? a.kv_heads() : a.heads());
+      double kv_p = a.kv_positions() != 0
+                        ? static_cast<double>(a.kv_positions()) *
+                              (layer.positions() == 0 ? ctx.position_scale : 1)
+                        : p;
+      const double keys = a.window() != 0
+                              ? std::min(kv_p, static_cast<double>(a.window()))
+                              : kv_p;
+      // q, k, v, the attention context, and the output projection.
+      bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
+                          p * static_cast<double>(a.hidden())) *
+                         b;
+      if (FusedAttention(a, *ctx.setup)) {
+        bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
+      } else {
+        // Softmax saves its probabilities, batch x heads x q x k; their
+        // backward holds the gradient of the probabilities and of the scores.
+        // Attention dropout adds its one-byte mask and the dropped
+        // probabilities the value matmul saves.
+        const double scores = heads * p * keys;
+        bytes[kAttention] += scores * (a.dropout() > 0 ? 1.0 + 2.0 * b : b);
+        out.transient = scores * 2.0 * b;
+        out.largest = scores * b;
+      }
+      const double kin = static_cast<double>(
+          a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden());
+      if (ctx.Adapted("q")) {
+        bytes[kInternal] += ctx.LoraBytes(p, static_cast<double>(a.hidden()));
+      }
+      if (ctx.Adapted("k")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+      if (ctx.Adapted("v")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+      if (ctx.Adapted("o")) bytes[kInternal] += ctx.LoraBytes(p, heads * hd);
+      out.boundary = p * static_cast<double>(a.hidden()) * b;
+      out.largest = std::max(
+          {out.largest, out.boundary, p * heads * hd * b, kv_p * kvh * hd * b});
+      break;
+    }
+    case Layer::kMlp: {
+      const auto& m = layer.mlp();
+      bytes[kInternal] +=
+          p * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
+      bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
+      out.boundary = p * static_cast<double>(m.hidden()) * b;
+      out.largest = p * static_cast<double>(std::max(m.ffn(), m.hidden())) * b;
+      bytes[kInternal] += MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                                       static_cast<double>(m.ffn()), m.gated());
+      break;
+    }
+    case Layer::kMoe: {
+      const auto& m = layer.moe();
+      const double active = static_cast<double>(m.top_k() + m.shared_experts());
+      bytes[kInternal] += p * active * static_cast<double>(m.ffn()) * b *
+                          (m.gated() ? 3.0 : 2.0);
+      bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
+      bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
+      // Each token passes through top_k routed and every shared expert.
+      bytes[kInternal] +=
+          active * MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                                static_cast<double>(m.ffn()), m.gated());
+      out.boundary = p * static_cast<double>(m.hidden()) * b;
+      out.largest = out.boundary;
+      break;
+    }
+    case Layer::kConv: {
+      const auto& c = layer.conv();
+      const double o = p * static_cast<double>(c.out_channels());
+      const double in_p =
+          c.in_positions() != 0 ? static_cast<double>(c.in_positions()) : p;
+      const double i = in_p * static_cast<double>(c.in_channels());
+      bytes[kOutputs] += o * b;
+      // Backward holds the input gradient and the output gradient at once.
+      out.transient = (o + i) * b;
+      out.boundary = o * b;
+      out.largest = std::max(o, i) * b;
+      break;
+    }
+    case Layer::kRecurrent: {
+      const auto& r = layer.recurrent();
+      const double gates = r.cell() == v1::Recurrent::LSTM  ? 4
+                           : r.cell() == v1::Recurrent::GRU ? 3
+                                                            : 1;
+      const double states = r.cell() == v1::Recurrent::LSTM ? 2 : 1;
+      const double dirs = r.bidirectional() ? 2 : 1;
+      const double layers = r.num_layers() == 0 ? 1 : r.num_layers();
+      const double h = static_cast<double>(r.hidden());
+      // Gate pre-activations and cell/hidden states of every time step.
+      bytes[kRecurrent] += layers * dirs * p * (gates + states) * h * b;
+      bytes[kOutputs] += layers * p * dirs * h * b;
+      out.boundary = p * dirs * h * b;
+      out.largest = out.boundary;
+      break;
+    }
+    case Layer::kElementwise: {
+      const auto& e = layer.elementwise();
+      const double v = p * static_cast<double>(e.dim());
+      switch (e.op()) {
+        case v1::Elementwise::DROPOUT:
+          bytes[kInternal] += v;  // one-byte mask
+          break;
+        case v1::Elementwise::ACTIVATION:
+        case v1::Elementwise::SOFTMAX:
+          bytes[kInternal] += v * b;
+          break;
+        default:
+          bytes[kOutputs] += v * b;
+          break;
+      }
+      out.boundary = v * b;
+      out.largest = out.boundary;
+      break;
+    }
+    case Layer::kParameters:
+      break;
+    case Layer::kBlock:
+      return BlockActivations(layer.block().layers(), p, ctx);
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+  return out;
+}
+
+Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
+                    double* default_positions) {
+  Context ctx;
+  ctx.setup = &setup;
+  ctx.act_bytes = ActivationBytes(setup);
+  ctx.lora_targets = LoraTargets(setup);
+  if (!ctx.lora_targets.empty()) {
+    // PEFT keeps adapters in fp32 and casts each adapted linear's input to
+    // it: under 16-bit weights that fp32 copy is what the A matmul saves;
+    // under autocast the 16-bit copy autocast makes of it; in fp32 the
+    // input itself (already counted) unless dropout made a new one.
+    // Dropout adds its one-byte mask.
+    const bool dropout = setup.lora().dropout() > 0;
+    ctx.lora_rank = setup.lora().rank();
+    ctx.lora_input_bytes = TrueHalfPrecision(setup) ? 4.0
+                           : MixedPrecision(setup)  ? 2.0
+                           : dropout                ? 4.0
+                                                    : 0.0;
+    if (dropout) ctx.lora_input_bytes += 1.0;
+    ctx.lora_rank_bytes = MixedPrecision(setup) ? 2.0 : 4.0;
+  }
+  ctx.checkpointing = setup.activation_checkpointing();
+  *default_positions = static_cast<double>(spec.positions());
+  ctx.position_scale = 1.0;
+  if (setup.positions() != 0) {
+    if (spec.positions() != 0) {
+      ctx.position_scale = static_cast<double>(setup.positions()) /
+                           static_cast<double>(spec.positions());
+    }
+    *default_positions = static_cast<double>(setup.positions());
+  }
+  return ctx;
+}
+
+}  // namespace
+
+const std::array<const char*, kNumComponents>& ComponentNames() {
+  static const std::array<const char*, kNumComponents> names = {
+      "optimizer", "outputs",   "attention",
+      "internal",  "recurrent", "transient"};
+  return names;
+}
+
+ComponentArray MemoryProfile::BytesAt(uint64_t batch) const {
+  ComponentArray out;
+  const double b = static_cast<double>(batch);
+  for (int c = 0; c < kNumComponents; ++c) {
+    out[c] = fixed_bytes[c] + b * per_sample_bytes[c];
+  }
+  return out;
+}
+
+const char* MomentName(Moment moment) {
+  return moment == Moment::kUpdate ? "optimizer update" : "backward start";
+}
+
+Moment PeakMoment(const ComponentArray& backward, const ComponentArray& update,
+                  const ComponentArray& factors) {
+  return PeakGb(update, factors) > PeakGb(backward, factors)
+             ? Moment::kUpdate
+             : Moment::kBackward;
+}
+
+ComponentArray MemoryProfile::PeakBytesAt(uint64_t batch,
+                                          const ComponentArray& factors,
+                                          Moment* moment) const {
+  const ComponentArray backward = BytesAt(batch);
+  const Moment at = PeakMoment(backward, update_bytes, factors);
+  if (moment != nullptr) *moment = at;
+  return at == Moment::kUpdate ? update_bytes : backward;
+}
+
+absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
+                                           const v1::TrainingSetup& setup) {
+  RETURN_IF_ERROR(ValidateSetup(setup));
+  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(spec, setup));
+  MemoryProfile profile;
+  profile.states = ComputeModelStates(frozen, setup);
+  profile.params = profile.states.params;
+  double default_positions = 0;
+  const Context ctx = MakeContext(frozen.spec, setup, &default_positions);
+  const Activations act =
+      BlockActivations(frozen.spec.layers(), default_positions, ctx);
+  // Under gradient accumulation a step's batch runs as grad_accum
+  // microbatches: the activations are one microbatch's.
+  const double microbatches =
+      setup.grad_accum() > 1 ? static_cast<double>(setup.grad_accum()) : 1.0;
+  profile.per_sample_bytes = act.bytes;
+  profile.per_sample_bytes[kTransient] = act.transient;
+  for (double& bytes : profile.per_sample_bytes) bytes /= microbatches;
+  profile.largest_tensor_per_sample = act.largest / microbatches;
+
+  // Everything proportional to parameters (ModelStates, training_setup.h).
+  // The step's memory peaks at one of two moments:
+  //  - backward start: the weights as stored, gradients and the
+  //    optimizer's state, every saved activation, and the backward's first
+  //    buffers (the transient, and a quantized base's one dequantized
+  //    weight); under autocast also the 16-bit copies of the trained
+  //    weights the forward cached. The gradients count as resident:
+  //    zero_grad() zeroes them in place before PyTorch 2.0 and with
+  //    set_to_none=False, which is what the shipped calibration runs show;
+  //    with set_to_none=True they are allocated during the backward, and
+  //    this is an upper bound by at most one gradient per trained
+  //    parameter. Under gradient accumulation they are resident between
+  //    microbatches anyway; stepped in backward, only one tensor's is.
+  //  - optimizer update: weights, state, gradients, and the update's
+  //    temporaries (PyTorch's multi-tensor AdamW builds one intermediate
+  //    per trainable parameter; a one-tensor-at-a-time step only the
+  //    largest tensor's); the activations are gone by then.
+  const ModelStates& st = profile.states;
+  // Paged optimizer state is CUDA managed memory: the driver pages it to
+  // the host when the card runs short, and torch's allocator never sees it.
+  const double resident = st.weights + st.states - st.paged_states;
+  if (setup.optimizer_in_backward()) {
+    profile.fixed_bytes[kOptimizer] =
+        resident + st.in_backward_buffers + st.half_copies;
+    profile.update_bytes[kOptimizer] = resident + st.in_backward_buffers;
+  } else {
+    profile.fixed_bytes[kOptimizer] = resident + st.gradients + st.half_copies;
+    profile.update_bytes[kOptimizer] =
+        resident + st.gradients + st.update_temporaries;
+  }
+  profile.fixed_bytes[kTransient] = st.dequantized;
+  ApplyParallel(frozen.spec, setup, &profile);
+  return profile;
+}
+
+ComponentArray FactorArray(const v1::Factors& f) {
+  return {f.optimizer(), f.outputs(),   f.attention(),
+          f.internal(),  f.recurrent(), f.transient()};
+}
+
+v1::Factors FactorsFromArray(const ComponentArray& v) {
+  v1::Factors f;
+  f.set_optimizer(v[kOptimizer]);
+  f.set_outputs(v[kOutputs]);
+  f.set_attention(v[kAttention]);
+  f.set_internal(v[kInternal]);
+  f.set_recurrent(v[kRecurrent]);
+  f.set_transient(v[kTransient]);
+  return f;
+}
+
+double PeakGb(const ComponentArray& bytes, const ComponentArray& factors) {
+  double total = 0;
+  for (int c = 0; c < kNumComponents; ++c) total += bytes[c] * factors[c];
+  return total / 1e9;
+}
+
+absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
+    const v1::ModelSpec& original, const v1::TrainingSetup& setup) {
+  RETURN_IF_ERROR(ValidateSetup(setup));
+  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(original, setup));
+  const v1::ModelSpec& spec = frozen.spec;
+  double default_positions = 0;
+  const Context ctx = MakeContext(spec, setup, &default_positions);
+  std::vector<LayerShare> shares;
+  shares.reserve(spec.layers_size());
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    const Layer& layer = spec.layers(i);
+    const Activations a = ChildContribution(layer, default_positions, ctx);
+    LayerShare share;
+    share.name =
+        layer.name().empty() ? absl::StrCat("layers[", i, "]") : layer.name();
+    share.repeat = layer.repeat() == 0 ? 1 : layer.repeat();
+    share.params = CountLayerParams(layer);
+    share.per_sample_bytes = a.bytes;
+    share.per_sample_bytes[kTransient] = a.transient;
+    shares.push_back(std::move(share));
+  }
+  return shares;
+}
+
+}  // namespace headroom

@@ -1,0 +1,185 @@
+#include "core/memory/param_tensors.h"
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace headroom {
+namespace {
+
+using v1::Layer;
+
+// a x b, or UINT64_MAX when that overflows: ValidateSpec holds a spec's
+// count to kMaxParams with every product checked, so a valid spec never
+// reaches it, and an invalid one reads as huge rather than wrapping small.
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t n;
+  return __builtin_mul_overflow(a, b, &n) ? UINT64_MAX : n;
+}
+
+struct Emitter {
+  const std::function<void(const ParamTensor&)>& fn;
+  int top_level = 0;
+  uint64_t copies = 1;
+  bool frozen = false;
+
+  void Emit(std::initializer_list<uint64_t> shape,
+            TensorRole role = TensorRole::kOther, const char* target = "",
+            uint64_t times = 1) const {
+    ParamTensor t;
+    for (uint64_t d : shape) t.shape[t.rank++] = d;
+    t.copies = SaturatingMul(copies, times);
+    t.role = role;
+    t.target = target;
+    t.top_level = top_level;
+    t.spec_frozen = frozen;
+    if (t.Elements() != 0 && t.copies != 0) fn(t);
+  }
+
+  // An MLP's tensors (nn.Linear [out, in] each), `times` copies of it.
+  void Mlp(uint64_t hidden, uint64_t ffn, bool gated, bool bias,
+           uint64_t times) const {
+    if (gated) Emit({ffn, hidden}, TensorRole::kLinear, "gate", times);
+    Emit({ffn, hidden}, TensorRole::kLinear, "up", times);
+    Emit({hidden, ffn}, TensorRole::kLinear, "down", times);
+    if (bias) {
+      if (gated) Emit({ffn}, TensorRole::kOther, "", times);
+      Emit({ffn}, TensorRole::kOther, "", times);
+      Emit({hidden}, TensorRole::kOther, "", times);
+    }
+  }
+
+  void Layer(const v1::Layer& layer) const;
+};
+
+void Emitter::Layer(const v1::Layer& layer) const {
+  Emitter inner = *this;
+  inner.copies =
+      SaturatingMul(copies, layer.repeat() == 0 ? 1 : layer.repeat());
+  inner.frozen = frozen || layer.frozen();
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding:
+      inner.Emit({layer.embedding().num_embeddings(), layer.embedding().dim()},
+                 TensorRole::kTable);
+      break;
+    case Layer::kLinear: {
+      const auto& l = layer.linear();
+      if (!l.tied()) {
+        inner.Emit({l.out_features(), l.in_features()},
+                   l.logits() ? TensorRole::kHead : TensorRole::kLinear,
+                   l.logits() ? "" : "linear");
+      }
+      if (l.bias()) inner.Emit({l.out_features()});
+      break;
+    }
+    case Layer::kNorm: {
+      const auto& n = layer.norm();
+      if (n.no_affine()) break;
+      inner.Emit({n.dim()});
+      const bool weight_only = n.kind() == v1::Norm::RMS ||
+                               (n.kind() == v1::Norm::LAYER && n.no_bias());
+      if (!weight_only) inner.Emit({n.dim()});
+      break;
+    }
+    case Layer::kAttention: {
+      const auto& a = layer.attention();
+      const uint64_t hd =
+          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads();
+      const uint64_t kvh = a.kv_heads() != 0 ? a.kv_heads() : a.heads();
+      const uint64_t kin =
+          a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden();
+      inner.Emit({a.heads() * hd, a.hidden()}, TensorRole::kLinear, "q");
+      inner.Emit({kvh * hd, kin}, TensorRole::kLinear, "k");
+      inner.Emit({kvh * hd, kin}, TensorRole::kLinear, "v");
+      inner.Emit({a.hidden(), a.heads() * hd}, TensorRole::kLinear, "o");
+      if (a.qkv_bias()) {
+        inner.Emit({a.heads() * hd});
+        inner.Emit({kvh * hd});
+        inner.Emit({kvh * hd});
+      }
+      if (a.out_bias()) inner.Emit({a.hidden()});
+      if (a.qk_norm()) {
+        inner.Emit({hd});
+        inner.Emit({hd});
+      }
+      break;
+    }
+    case Layer::kMlp: {
+      const auto& m = layer.mlp();
+      inner.Mlp(m.hidden(), m.ffn(), m.gated(), m.bias(), 1);
+      break;
+    }
+    case Layer::kMoe: {
+      const auto& m = layer.moe();
+      inner.Emit({m.experts(), m.hidden()}, TensorRole::kRouter);
+      if (m.router_bias()) inner.Emit({m.experts()});
+      inner.Mlp(m.hidden(), m.ffn(), m.gated(), false,
+                m.experts() + m.shared_experts());
+      break;
+    }
+    case Layer::kConv: {
+      const auto& c = layer.conv();
+      const uint64_t g = c.groups() == 0 ? 1 : c.groups();
+      const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
+      ParamTensor t;
+      t.shape[t.rank++] = c.transposed() ? c.in_channels() : c.out_channels();
+      t.shape[t.rank++] =
+          c.transposed() ? c.out_channels() / g : c.in_channels() / g;
+      for (uint32_t i = 0; i < dims && t.rank < 5; ++i) {
+        t.shape[t.rank++] = c.kernel_size() == 1 ? c.kernel(0) : c.kernel(i);
+      }
+      t.copies = inner.copies;
+      t.top_level = top_level;
+      t.spec_frozen = inner.frozen;
+      if (t.Elements() != 0) fn(t);
+      if (c.bias()) inner.Emit({c.out_channels()});
+      break;
+    }
+    case Layer::kRecurrent: {
+      const auto& r = layer.recurrent();
+      const uint64_t gates = r.cell() == v1::Recurrent::LSTM  ? 4
+                             : r.cell() == v1::Recurrent::GRU ? 3
+                                                              : 1;
+      const uint64_t dirs = r.bidirectional() ? 2 : 1;
+      const uint32_t layers = r.num_layers() == 0 ? 1 : r.num_layers();
+      const uint64_t h = r.hidden();
+      for (uint32_t l = 0; l < layers; ++l) {
+        const uint64_t in = l == 0 ? r.input_size() : h * dirs;
+        inner.Emit({gates * h, in}, TensorRole::kOther, "", dirs);
+        inner.Emit({gates * h, h}, TensorRole::kOther, "", dirs);
+        if (!r.no_bias()) {
+          inner.Emit({gates * h}, TensorRole::kOther, "", 2 * dirs);
+        }
+      }
+      break;
+    }
+    case Layer::kParameters:
+      inner.Emit({layer.parameters().count()});
+      break;
+    case Layer::kBlock:
+      for (const v1::Layer& child : layer.block().layers()) inner.Layer(child);
+      break;
+    case Layer::kElementwise:
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+}
+
+}  // namespace
+
+uint64_t ParamTensor::Elements() const {
+  if (rank == 0) return 0;
+  uint64_t n = 1;
+  for (int i = 0; i < rank; ++i) n = SaturatingMul(n, shape[i]);
+  return n;
+}
+
+void ForEachParamTensor(const v1::ModelSpec& spec,
+                        const std::function<void(const ParamTensor&)>& fn) {
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    Emitter emitter{fn};
+    emitter.top_level = i;
+    emitter.Layer(spec.layers(i));
+  }
+}
+
+}  // namespace headroom

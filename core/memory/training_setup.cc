@@ -1,0 +1,522 @@
+#include "core/memory/training_setup.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/memory/model_spec.h"
+#include "core/memory/parallel.h"
+#include "core/memory/param_tensors.h"
+
+namespace headroom {
+namespace {
+
+using v1::TrainingSetup;
+
+constexpr const char* kLoraTargetNames[] = {"q",    "k",  "v",   "o",
+                                            "gate", "up", "down"};
+constexpr int kMaxLoraTargets = 16;
+constexpr size_t kMaxFreezeNameBytes = 256;
+
+absl::Status Invalid(const std::string& field, const std::string& value,
+                     const std::string& allowed) {
+  return absl::InvalidArgumentError(absl::StrCat("setup.", field, " = ", value,
+                                                 " is not allowed; ", allowed));
+}
+
+bool Matches(const std::string& pattern, const std::string& name) {
+  if (absl::EndsWith(pattern, "*")) {
+    return absl::StartsWith(name, pattern.substr(0, pattern.size() - 1));
+  }
+  return pattern == name;
+}
+
+double StateBytes(const TrainingSetup& setup, const ParamTensor& t,
+                  double param_bytes) {
+  const double e = static_cast<double>(t.Elements());
+  switch (setup.optimizer()) {
+    case TrainingSetup::SGD:
+      return 0;
+    case TrainingSetup::SGD_MOMENTUM:
+    case TrainingSetup::LION:
+      return param_bytes * e;
+    case TrainingSetup::ADAM8BIT:
+    case TrainingSetup::PAGED_ADAMW8BIT: {
+      if (t.Elements() < kBnbMin8BitSize) return 2 * 4.0 * e;  // fp32 moments
+      const double blocks = std::ceil(e / kBnbOptimizerBlock);
+      return 2 * (e + 4.0 * blocks);
+    }
+    case TrainingSetup::ADAFACTOR: {
+      if (t.rank < 2) return 4.0 * e;
+      double lead = 1;
+      for (int i = 0; i + 2 < t.rank; ++i) lead *= t.shape[i];
+      const double rows = lead * t.shape[t.rank - 2];
+      const double cols = lead * t.shape[t.rank - 1];
+      return 4.0 * (rows + cols);
+    }
+    default:  // the AdamW family: two moments in the parameter dtype
+      return 2 * param_bytes * e;
+  }
+}
+
+// Temporaries of one tensor's step when the step runs a tensor at a time.
+double TensorStepTemporaries(const TrainingSetup& setup, double elements,
+                             double param_bytes) {
+  switch (setup.optimizer()) {
+    case TrainingSetup::ADAMW_LOOP:
+    case TrainingSetup::LION:
+      return 2 * param_bytes * elements;
+    case TrainingSetup::ADAFACTOR:
+      // The squared gradient and its factored approximation in fp32, plus
+      // fp32 copies of a 16-bit gradient and weight.
+      return (2 + (param_bytes < 4 ? 2 : 0)) * 4.0 * elements;
+    case TrainingSetup::SGD:
+    case TrainingSetup::ADAMW_FUSED:
+    case TrainingSetup::ADAM8BIT:
+    case TrainingSetup::PAGED_ADAMW8BIT:
+      return 0;
+    default:  // foreach AdamW, SGD with momentum: one intermediate
+      return param_bytes * elements;
+  }
+}
+
+bool LoopsOverTensors(const TrainingSetup& setup) {
+  return setup.optimizer() == TrainingSetup::ADAMW_LOOP ||
+         setup.optimizer() == TrainingSetup::LION ||
+         setup.optimizer() == TrainingSetup::ADAFACTOR;
+}
+
+const char* OptimizerName(TrainingSetup::Optimizer optimizer) {
+  switch (optimizer) {
+    case TrainingSetup::SGD:
+      return "sgd";
+    case TrainingSetup::SGD_MOMENTUM:
+      return "sgd-momentum";
+    case TrainingSetup::ADAMW_FUSED:
+      return "adamw-fused";
+    case TrainingSetup::ADAMW_LOOP:
+      return "adamw-loop";
+    case TrainingSetup::ADAM8BIT:
+      return "adam8bit";
+    case TrainingSetup::PAGED_ADAMW8BIT:
+      return "paged-adamw8bit";
+    case TrainingSetup::ADAFACTOR:
+      return "adafactor";
+    case TrainingSetup::LION:
+      return "lion";
+    default:
+      return "adamw";
+  }
+}
+
+std::string Gb(double bytes) {
+  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
+}
+
+std::string Count(uint64_t n) {
+  if (n >= 1000000000) return absl::StrCat(std::round(n / 1e7) / 100, " B");
+  if (n >= 1000000) return absl::StrCat(std::round(n / 1e4) / 100, " M");
+  return absl::StrCat(n);
+}
+
+}  // namespace
+
+absl::Status ValidateSetup(const TrainingSetup& setup) {
+  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
+    return parallel;
+  }
+  if (setup.positions() > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("setup.positions = ", setup.positions(),
+                     " is out of range; allowed 0 (the model's standard) .. ",
+                     uint64_t{1} << 32));
+  }
+  if (!TrainingSetup::Precision_IsValid(setup.precision())) {
+    return Invalid("precision", absl::StrCat(setup.precision()),
+                   "allowed FP32, BF16_MIXED, FP16_MIXED, BF16_TRUE, "
+                   "FP16_TRUE");
+  }
+  if (!TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
+    return Invalid("optimizer", absl::StrCat(setup.optimizer()),
+                   "allowed ADAMW, ADAMW_FUSED, ADAMW_LOOP, ADAM8BIT, "
+                   "PAGED_ADAMW8BIT, ADAFACTOR, LION, SGD, SGD_MOMENTUM");
+  }
+  if (!TrainingSetup::Attention_IsValid(setup.attention())) {
+    return Invalid("attention", absl::StrCat(setup.attention()),
+                   "allowed ATTENTION_UNSPECIFIED (the model's default), "
+                   "EAGER, SDPA, FLASH");
+  }
+  if (!TrainingSetup::BaseQuant_IsValid(setup.quant_base())) {
+    return Invalid("quant_base", absl::StrCat(setup.quant_base()),
+                   "allowed BASE_QUANT_UNSPECIFIED (not quantized), NF4, "
+                   "INT8");
+  }
+  if (setup.attention() == TrainingSetup::FLASH &&
+      ActivationBytes(setup) != 2) {
+    return Invalid("attention", "FLASH",
+                   "FlashAttention runs in 16 bits only: allowed with "
+                   "precision BF16_MIXED, FP16_MIXED, BF16_TRUE or FP16_TRUE");
+  }
+  if (setup.grad_accum() > kMaxGradAccum) {
+    return Invalid("grad_accum", absl::StrCat(setup.grad_accum()),
+                   absl::StrCat("allowed 0 or 1 (none) .. ", kMaxGradAccum));
+  }
+  if (setup.optimizer_in_backward() && setup.grad_accum() > 1) {
+    return Invalid("grad_accum", absl::StrCat(setup.grad_accum()),
+                   "optimizer_in_backward steps during every backward, so "
+                   "it allows grad_accum 0 or 1 only");
+  }
+  const v1::Lora& lora = setup.lora();
+  if (lora.rank() > kMaxLoraRank) {
+    return Invalid("lora.rank", absl::StrCat(lora.rank()),
+                   absl::StrCat("allowed 0 (no adapters) .. ", kMaxLoraRank));
+  }
+  if (lora.rank() == 0 && (lora.targets_size() != 0 || lora.dropout() != 0)) {
+    return Invalid("lora.rank", "0",
+                   "lora.targets and lora.dropout need lora.rank 1 .. 4096");
+  }
+  if (!(lora.dropout() >= 0 && lora.dropout() < 1)) {
+    return Invalid("lora.dropout", absl::StrCat(lora.dropout()),
+                   "allowed 0 <= dropout < 1");
+  }
+  if (lora.targets_size() > kMaxLoraTargets) {
+    return Invalid("lora.targets",
+                   absl::StrCat(lora.targets_size(), " entries"),
+                   absl::StrCat("allowed at most ", kMaxLoraTargets));
+  }
+  for (int i = 0; i < lora.targets_size(); ++i) {
+    const std::string& target = lora.targets(i);
+    const bool known =
+        target == "all-linear" ||
+        std::any_of(std::begin(kLoraTargetNames), std::end(kLoraTargetNames),
+                    [&](const char* name) { return target == name; });
+    if (!known) {
+      return Invalid(absl::StrCat("lora.targets[", i, "]"),
+                     absl::StrCat("'", target.substr(0, 64), "'"),
+                     "allowed q, k, v, o, gate, up, down, all-linear");
+    }
+  }
+  if (setup.quant_base() != TrainingSetup::BASE_QUANT_UNSPECIFIED &&
+      lora.rank() == 0) {
+    return Invalid("quant_base",
+                   TrainingSetup::BaseQuant_Name(setup.quant_base()),
+                   "a quantized base trains only through adapters: set "
+                   "lora.rank 1 .. 4096");
+  }
+  const v1::Freeze& freeze = setup.freeze();
+  if (freeze.layers_size() > kMaxFreezeNames) {
+    return Invalid("freeze.layers",
+                   absl::StrCat(freeze.layers_size(), " entries"),
+                   absl::StrCat("allowed at most ", kMaxFreezeNames));
+  }
+  for (int i = 0; i < freeze.layers_size(); ++i) {
+    const std::string& name = freeze.layers(i);
+    if (name.empty() || name.size() > kMaxFreezeNameBytes) {
+      return Invalid(absl::StrCat("freeze.layers[", i, "]"),
+                     absl::StrCat("a name of ", name.size(), " bytes"),
+                     "allowed a top-level layer name of 1 .. 256 bytes");
+    }
+  }
+  if (freeze.train_last_blocks() > 100000) {
+    return Invalid("freeze.train_last_blocks",
+                   absl::StrCat(freeze.train_last_blocks()),
+                   "allowed 0 (off) .. 100000");
+  }
+  return absl::OkStatus();
+}
+
+bool TrueHalfPrecision(const TrainingSetup& setup) {
+  return setup.precision() == TrainingSetup::BF16_TRUE ||
+         setup.precision() == TrainingSetup::FP16_TRUE;
+}
+
+bool MixedPrecision(const TrainingSetup& setup) {
+  return setup.precision() == TrainingSetup::BF16_MIXED ||
+         setup.precision() == TrainingSetup::FP16_MIXED;
+}
+
+double ActivationBytes(const TrainingSetup& setup) {
+  return TrueHalfPrecision(setup) || MixedPrecision(setup) ? 2.0 : 4.0;
+}
+
+bool FusedAttention(const v1::Attention& attention,
+                    const TrainingSetup& setup) {
+  switch (setup.attention()) {
+    case TrainingSetup::EAGER:
+      return false;
+    case TrainingSetup::SDPA:
+    case TrainingSetup::FLASH:
+      return true;
+    default:
+      return setup.fused_attention() || attention.fused();
+  }
+}
+
+std::set<std::string> LoraTargets(const TrainingSetup& setup) {
+  std::set<std::string> targets;
+  if (setup.lora().rank() == 0) return targets;
+  if (setup.lora().targets().empty()) return {"q", "v"};
+  for (const std::string& target : setup.lora().targets()) {
+    if (target == "all-linear") {
+      targets.insert(std::begin(kLoraTargetNames), std::end(kLoraTargetNames));
+      targets.insert("linear");
+    } else {
+      targets.insert(target);
+    }
+  }
+  return targets;
+}
+
+absl::StatusOr<FrozenSpec> ApplyFreeze(const v1::ModelSpec& spec,
+                                       const TrainingSetup& setup) {
+  FrozenSpec out;
+  out.spec = spec;
+  const v1::Freeze& freeze = setup.freeze();
+  const bool lora = setup.lora().rank() != 0;
+  if (freeze.train_last_blocks() != 0) {
+    int last = -1;
+    for (int i = 0; i < spec.layers_size(); ++i) {
+      if (spec.layers(i).repeat() > 1) last = i;
+    }
+    if (last < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "setup.freeze.train_last_blocks = ", freeze.train_last_blocks(),
+          ": model ", spec.name(),
+          " has no repeated block to train the last copies of; use "
+          "freeze.layers with its layer names"));
+    }
+    auto* layers = out.spec.mutable_layers();
+    const uint32_t repeat = spec.layers(last).repeat();
+    if (freeze.train_last_blocks() < repeat) {
+      v1::Layer head = spec.layers(last);
+      head.set_repeat(repeat - freeze.train_last_blocks());
+      head.set_frozen(true);
+      head.set_name(absl::StrCat(head.name(), " (frozen copies)"));
+      layers->Mutable(last)->set_repeat(freeze.train_last_blocks());
+      layers->Add(std::move(head));
+      // Move the frozen copies in front of the trained ones.
+      for (int i = layers->size() - 1; i > last; --i) {
+        layers->SwapElements(i, i - 1);
+      }
+      ++last;
+    }
+    for (int i = 0; i < last; ++i) layers->Mutable(i)->set_frozen(true);
+  }
+  out.weights_frozen.assign(out.spec.layers_size(), lora);
+  for (int n = 0; n < freeze.layers_size(); ++n) {
+    bool found = false;
+    for (int i = 0; i < out.spec.layers_size(); ++i) {
+      if (Matches(freeze.layers(n), out.spec.layers(i).name())) {
+        out.weights_frozen[i] = true;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::vector<std::string> names;
+      for (const v1::Layer& layer : spec.layers()) {
+        if (names.size() == 24) {
+          names.push_back("...");
+          break;
+        }
+        if (!layer.name().empty()) names.push_back(layer.name());
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "setup.freeze.layers[", n, "] = '", freeze.layers(n).substr(0, 64),
+          "' names no top-level layer of ", spec.name(), "; its layers: ",
+          names.empty() ? "(unnamed)" : absl::StrJoin(names, ", ")));
+    }
+  }
+  if (freeze.layers_size() != 0 || lora) {
+    // The layers before the first one that trains anything get no
+    // gradient: autograd saves nothing for them.
+    const std::set<std::string> targets = LoraTargets(setup);
+    std::vector<bool> trains(out.spec.layers_size(), false);
+    ForEachParamTensor(out.spec, [&](const ParamTensor& t) {
+      if (t.spec_frozen) return;
+      const bool adapted =
+          t.role == TensorRole::kLinear && targets.count(t.target) != 0;
+      if (adapted || !out.weights_frozen[t.top_level]) {
+        trains[t.top_level] = true;
+      }
+    });
+    for (int i = 0; i < out.spec.layers_size() && !trains[i]; ++i) {
+      out.spec.mutable_layers(i)->set_frozen(true);
+    }
+  }
+  return out;
+}
+
+ModelStates ComputeModelStates(const FrozenSpec& frozen,
+                               const TrainingSetup& setup) {
+  ModelStates s;
+  const double w = TrueHalfPrecision(setup) ? 2.0 : 4.0;
+  const bool mixed = MixedPrecision(setup);
+  const double compute = ActivationBytes(setup);
+  const std::set<std::string> targets = LoraTargets(setup);
+  const uint64_t rank = setup.lora().rank();
+  const bool quantize =
+      setup.quant_base() != TrainingSetup::BASE_QUANT_UNSPECIFIED;
+  const bool loops = LoopsOverTensors(setup);
+  double foreach_temporaries = 0;
+  double largest_step = 0;  // the largest one-tensor step's temporaries
+  double largest_in_backward = 0;
+
+  const auto train = [&](const ParamTensor& t, double param_bytes) {
+    const double e = static_cast<double>(t.Elements());
+    const double c = static_cast<double>(t.copies);
+    s.trainable += t.Elements() * t.copies;
+    s.gradients += param_bytes * e * c;
+    const double state = StateBytes(setup, t, param_bytes) * c;
+    s.states += state;
+    if (setup.optimizer() == TrainingSetup::PAGED_ADAMW8BIT) {
+      s.paged_states += state;
+    }
+    if (mixed) s.half_copies += 2.0 * e * c;
+    const double step = TensorStepTemporaries(setup, e, param_bytes);
+    if (!loops) foreach_temporaries += step * c;
+    largest_step = std::max(largest_step, step);
+    largest_in_backward = std::max(largest_in_backward, param_bytes * e + step);
+  };
+
+  ForEachParamTensor(frozen.spec, [&](const ParamTensor& t) {
+    const double e = static_cast<double>(t.Elements());
+    const double c = static_cast<double>(t.copies);
+    s.params += t.Elements() * t.copies;
+    const bool linear = t.role == TensorRole::kLinear;
+    if (quantize && linear) {
+      s.quantized_params += t.Elements() * t.copies;
+      const double per_weight =
+          setup.quant_base() == TrainingSetup::NF4
+              ? 0.5 + 1.0 / kNf4Block + 4.0 / (kNf4Block * kNf4ScaleBlock)
+              : 1.0 + 4.0 / static_cast<double>(
+                                std::max<uint64_t>(1, t.InFeatures()));
+      s.weights += per_weight * e * c;
+      s.dequantized = std::max(s.dequantized, compute * e);
+    } else {
+      s.weights += w * e * c;
+    }
+    if (t.spec_frozen) return;
+    if (rank != 0 && linear && targets.count(t.target) != 0) {
+      // A [rank, in] and B [out, rank], fp32.
+      for (const auto& [rows, cols] : {std::pair{rank, t.InFeatures()},
+                                       std::pair{t.OutFeatures(), rank}}) {
+        ParamTensor adapter;
+        adapter.shape = {rows, cols};
+        adapter.rank = 2;
+        adapter.copies = t.copies;
+        s.adapter_params += adapter.Elements() * adapter.copies;
+        s.weights += 4.0 * static_cast<double>(adapter.Elements()) * c;
+        train(adapter, 4.0);
+      }
+      return;
+    }
+    if (!frozen.weights_frozen[t.top_level]) train(t, w);
+  });
+  s.update_temporaries = loops ? largest_step : foreach_temporaries;
+  if (setup.optimizer_in_backward())
+    s.in_backward_buffers = largest_in_backward;
+  return s;
+}
+
+std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
+                                          const TrainingSetup& setup,
+                                          const ModelStates& states) {
+  std::vector<std::string> out;
+  // Attention kernels, by layer count.
+  int fused = 0;
+  int eager = 0;
+  std::function<void(const v1::Layer&, uint64_t)> visit =
+      [&](const v1::Layer& layer, uint64_t times) {
+        const uint64_t n = times * (layer.repeat() == 0 ? 1 : layer.repeat());
+        if (layer.has_attention()) {
+          (FusedAttention(layer.attention(), setup) ? fused : eager) +=
+              static_cast<int>(n);
+        }
+        if (layer.has_block()) {
+          for (const v1::Layer& child : layer.block().layers()) visit(child, n);
+        }
+      };
+  for (const v1::Layer& layer : spec.layers()) visit(layer, 1);
+  if (fused + eager > 0) {
+    std::string kernel;
+    switch (setup.attention()) {
+      case TrainingSetup::EAGER:
+        kernel = "eager (setup), probabilities saved";
+        break;
+      case TrainingSetup::SDPA:
+        kernel = "sdpa (setup), no score matrix";
+        break;
+      case TrainingSetup::FLASH:
+        kernel = "flash (setup), no score matrix";
+        break;
+      default:
+        kernel = eager == 0 ? absl::StrCat("the model's default, sdpa (", fused,
+                                           " layers; no score matrix)")
+                 : fused == 0
+                     ? absl::StrCat("the model's default, eager (", eager,
+                                    " layers; probabilities saved)")
+                     : absl::StrCat("the model's default: ", fused,
+                                    " layers sdpa, ", eager, " eager");
+        kernel += "; --attention eager|sdpa|flash chooses";
+    }
+    out.push_back(absl::StrCat("attention: ", kernel));
+  }
+  const uint64_t positions =
+      setup.positions() != 0 ? setup.positions() : spec.positions();
+  if (positions > 1) {
+    out.push_back(absl::StrCat(
+        "positions ", positions,
+        " per sample: a batch padded to its longest sample peaks at the "
+        "longest, so this is the longest length"));
+  }
+  if (states.adapter_params != 0) {
+    const std::set<std::string> targets = LoraTargets(setup);
+    const std::vector<std::string> names(targets.begin(), targets.end());
+    out.push_back(absl::StrCat(
+        "LoRA rank ", setup.lora().rank(), " on ", absl::StrJoin(names, ","),
+        ": ", Count(states.adapter_params),
+        " adapter parameters (fp32) train, ", Count(states.params),
+        " base parameters frozen"));
+  }
+  if (states.quantized_params != 0) {
+    out.push_back(absl::StrCat(
+        TrainingSetup::BaseQuant_Name(setup.quant_base()),
+        " base: ", Count(states.quantized_params),
+        " linear weights stored quantized with their block scales, each "
+        "layer dequantized for compute (",
+        Gb(states.dequantized), " at a time)"));
+  }
+  const bool default_optimizer =
+      (setup.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED ||
+       setup.optimizer() == TrainingSetup::ADAMW) &&
+      !setup.optimizer_in_backward() && states.adapter_params == 0;
+  if (!default_optimizer) {
+    out.push_back(absl::StrCat(
+        "optimizer ", OptimizerName(setup.optimizer()), ": ", Gb(states.states),
+        " of state for ", Count(states.trainable), " trained parameters",
+        setup.optimizer_in_backward()
+            ? "; stepped per parameter during backward, so one gradient is "
+              "resident at a time"
+            : ""));
+  }
+  if (states.paged_states > 0) {
+    out.push_back(absl::StrCat(
+        "paged optimizer state (", Gb(states.paged_states),
+        ") is not in the peak: it lives in CUDA managed memory, which the "
+        "driver pages to the host under pressure and torch's allocator does "
+        "not count"));
+  }
+  if (setup.grad_accum() > 1) {
+    out.push_back(absl::StrCat(
+        "grad_accum ", setup.grad_accum(),
+        ": the peak is one microbatch of "
+        "batch / ",
+        setup.grad_accum(),
+        " samples, with the gradients resident between microbatches"));
+  }
+  return out;
+}
+
+}  // namespace headroom

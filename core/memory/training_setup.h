@@ -1,0 +1,93 @@
+#ifndef HEADROOM_CORE_MEMORY_TRAINING_SETUP_H_
+#define HEADROOM_CORE_MEMORY_TRAINING_SETUP_H_
+
+// The training setup as the memory model reads it: checked field by field,
+// and applied to a spec's parameter tensors (which train, in what dtype,
+// with what optimizer state), giving the model states' bytes.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "headroom/v1/model.pb.h"
+
+namespace headroom {
+
+inline constexpr uint32_t kMaxLoraRank = 4096;
+inline constexpr uint32_t kMaxGradAccum = 1024;
+inline constexpr int kMaxFreezeNames = 256;
+// bitsandbytes' 8-bit optimizers keep 32-bit state for smaller tensors
+// (min_8bit_size) and one fp32 absmax per block of this many values.
+inline constexpr uint64_t kBnbMin8BitSize = 4096;
+inline constexpr uint64_t kBnbOptimizerBlock = 256;
+// NF4: one absmax per 64 weights; double quantization stores those as
+// 8-bit codes with one fp32 scale per 256 of them (QLoRA, section 3).
+inline constexpr uint64_t kNf4Block = 64;
+inline constexpr uint64_t kNf4ScaleBlock = 256;
+
+// INVALID_ARGUMENT naming the field and the allowed values for anything the
+// memory model cannot read.
+absl::Status ValidateSetup(const v1::TrainingSetup& setup);
+
+// Whether the setup keeps weights, gradients and state in 16 bits, and the
+// bytes of one activation element (2 under any 16-bit precision).
+bool TrueHalfPrecision(const v1::TrainingSetup& setup);
+bool MixedPrecision(const v1::TrainingSetup& setup);
+double ActivationBytes(const v1::TrainingSetup& setup);
+
+// Whether an attention layer runs a fused kernel (no score matrix) under
+// the setup: its `fused` flag unless the setup names a kernel.
+bool FusedAttention(const v1::Attention& attention,
+                    const v1::TrainingSetup& setup);
+
+// The linears LoRA adapts: "q", "k", "v", "o", "gate", "up", "down",
+// "linear" (standalone layers); empty when the setup has no adapters.
+std::set<std::string> LoraTargets(const v1::TrainingSetup& setup);
+
+// The spec with setup.freeze applied: the layers before the trained suffix
+// marked frozen (no gradient reaches them), a repeated block split at the
+// suffix; `weights_frozen[i]` says top-level layer i of the returned spec
+// trains no parameter (LoRA freezes every base weight). NOT_FOUND-free:
+// an unknown layer name is INVALID_ARGUMENT listing the names.
+struct FrozenSpec {
+  v1::ModelSpec spec;
+  std::vector<bool> weights_frozen;
+};
+absl::StatusOr<FrozenSpec> ApplyFreeze(const v1::ModelSpec& spec,
+                                       const v1::TrainingSetup& setup);
+
+// The model states of a (frozen) spec under a setup, in bytes and counts.
+struct ModelStates {
+  uint64_t params = 0;          // the base model's parameters
+  uint64_t trainable = 0;       // trained base parameters plus adapters
+  uint64_t adapter_params = 0;  // LoRA's A and B
+  uint64_t quantized_params = 0;
+  double weights = 0;      // every weight as stored (quantized where so)
+  double gradients = 0;    // one gradient per trained parameter
+  double states = 0;       // the optimizer's state
+  double half_copies = 0;  // autocast's cached 16-bit trained weights
+  // The optimizer step's temporaries, at the update moment.
+  double update_temporaries = 0;
+  // Under optimizer_in_backward: the one gradient and step temporaries
+  // alive at a time (the largest tensor's) instead of all gradients.
+  double in_backward_buffers = 0;
+  // The largest quantized weight dequantized for compute (a transient).
+  double dequantized = 0;
+  // Paged optimizer state (included in `states`; the peak leaves it out:
+  // managed memory the driver pages to the host under pressure).
+  double paged_states = 0;
+};
+ModelStates ComputeModelStates(const FrozenSpec& frozen,
+                               const v1::TrainingSetup& setup);
+
+// Remarks every answer under this setup carries (what the setup assumes).
+std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
+                                          const v1::TrainingSetup& setup,
+                                          const ModelStates& states);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_CORE_MEMORY_TRAINING_SETUP_H_

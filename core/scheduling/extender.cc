@@ -1,0 +1,612 @@
+#include "core/scheduling/extender.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "core/catalog/gpu_catalog.h"
+#include "core/memory/fit_verdict.h"
+#include "core/planner/fit_planner.h"
+#include "simdjson.h"
+
+namespace headroom {
+namespace {
+
+using Json = nlohmann::json;
+
+// Longest echoed value in an error message.
+constexpr size_t kMaxEcho = 200;
+// Most candidate nodes one request may carry.
+constexpr size_t kMaxNodes = 20000;
+
+constexpr char kAnnotationPrefix[] = "headroom.dev/";
+
+std::string Cut(absl::string_view value) {
+  return std::string(value.substr(0, kMaxEcho));
+}
+
+// simdjson's on-demand parser reads the body once, in place; the node
+// objects that pass are answered back as the exact bytes that came.
+namespace od = simdjson::ondemand;
+
+absl::Status NotA(const std::string& where, const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, " must be ", what));
+}
+
+// simdjson speaks std::string_view; this abseil has its own string_view.
+absl::string_view Absl(std::string_view text) {
+  return absl::string_view(text.data(), text.size());
+}
+
+// Go's decoder matches struct fields without regard to case; so do these.
+bool KeyIs(std::string_view key, absl::string_view name) {
+  return absl::EqualsIgnoreCase(Absl(key), name);
+}
+
+bool IsNull(od::value& value) {
+  bool null = false;
+  return !value.is_null().get(null) && null;
+}
+
+// A Kubernetes quantity of whole units ("2" or 2); -1 otherwise.
+int WholeQuantity(od::value value) {
+  od::json_type type;
+  if (value.type().get(type)) return -1;
+  if (type == od::json_type::number) {
+    int64_t n = -1;
+    if (value.get_int64().get(n) || n < 0 || n > 1 << 20) return -1;
+    return static_cast<int>(n);
+  }
+  std::string_view text;
+  int n = -1;
+  if (type != od::json_type::string || value.get_string().get(text) ||
+      !absl::SimpleAtoi(Absl(text), &n)) {
+    return -1;
+  }
+  return n;
+}
+
+// nvidia.com/gpu of one container (limits win over requests); -1 when the
+// value is not a whole number.
+absl::StatusOr<int> ContainerGpus(od::value container, size_t index) {
+  od::object object;
+  if (container.get_object().get(object)) {
+    return NotA(absl::StrCat("Pod.spec.containers[", index, "]"), "an object");
+  }
+  int limits = -2, requests = -2;  // -2: not given
+  for (auto field : object) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) || !KeyIs(key, "resources")) continue;
+    od::object resources;
+    if (field.value().get_object().get(resources)) continue;
+    for (auto kind : resources) {
+      std::string_view which;
+      if (kind.unescaped_key().get(which)) continue;
+      const bool is_limits = which == "limits";
+      if (!is_limits && which != "requests") continue;
+      od::object list;
+      if (kind.value().get_object().get(list)) continue;
+      for (auto entry : list) {
+        std::string_view name;
+        if (entry.unescaped_key().get(name) || name != "nvidia.com/gpu") {
+          continue;
+        }
+        const int n = WholeQuantity(entry.value());
+        if (n < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Pod.spec.containers[", index, "].resources.", Absl(which),
+              "[\"nvidia.com/gpu\"] is not a whole number of GPUs"));
+        }
+        (is_limits ? limits : requests) = n;
+      }
+    }
+  }
+  return limits >= 0 ? limits : std::max(0, requests);
+}
+
+absl::Status ParsePod(od::value pod_value, ExtenderArgs* args) {
+  od::object pod;
+  if (pod_value.get_object().get(pod)) return NotA("Pod", "an object");
+  std::string name, ns;
+  for (auto field : pod) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return NotA("Pod", "an object");
+    if (KeyIs(key, "metadata")) {
+      od::object metadata;
+      if (field.value().get_object().get(metadata)) {
+        return NotA("Pod.metadata", "an object");
+      }
+      for (auto item : metadata) {
+        std::string_view item_key;
+        if (item.unescaped_key().get(item_key)) continue;
+        od::value value = item.value();
+        if (KeyIs(item_key, "name") || KeyIs(item_key, "namespace")) {
+          std::string_view text;
+          if (!value.get_string().get(text)) {
+            (KeyIs(item_key, "name") ? name : ns) = std::string(text);
+          }
+        } else if (KeyIs(item_key, "annotations")) {
+          if (IsNull(value)) continue;
+          od::object annotations;
+          if (value.get_object().get(annotations)) {
+            return NotA("Pod.metadata.annotations", "an object of strings");
+          }
+          for (auto annotation : annotations) {
+            std::string_view akey, avalue;
+            if (annotation.unescaped_key().get(akey)) continue;
+            if (akey.rfind(kAnnotationPrefix, 0) != 0) continue;
+            if (annotation.value().get_string().get(avalue)) {
+              return NotA(absl::StrCat("Pod.metadata.annotations[\"",
+                                       Cut(Absl(akey)), "\"]"),
+                          "a string");
+            }
+            args->annotations[std::string(akey.substr(
+                sizeof(kAnnotationPrefix) - 1))] = std::string(avalue);
+          }
+        }
+      }
+    } else if (KeyIs(key, "spec")) {
+      od::object spec;
+      if (field.value().get_object().get(spec)) {
+        return NotA("Pod.spec", "an object");
+      }
+      for (auto item : spec) {
+        std::string_view item_key;
+        if (item.unescaped_key().get(item_key) ||
+            !KeyIs(item_key, "containers")) {
+          continue;
+        }
+        od::array containers;
+        if (item.value().get_array().get(containers)) {
+          return NotA("Pod.spec.containers", "a list");
+        }
+        size_t index = 0;
+        for (auto container : containers) {
+          od::value value;
+          if (container.get(value)) {
+            return NotA("Pod.spec.containers", "a list");
+          }
+          absl::StatusOr<int> gpus = ContainerGpus(value, index++);
+          if (!gpus.ok()) return gpus.status();
+          args->gpus += *gpus;
+        }
+      }
+    }
+  }
+  args->pod = ns.empty() ? name : absl::StrCat(ns, "/", name);
+  return absl::OkStatus();
+}
+
+// One node object: its name and GFD labels, and its bytes as they came.
+absl::StatusOr<ExtenderNode> ParseNode(std::string_view raw, size_t index) {
+  static thread_local od::parser parser;
+  const std::string where = absl::StrCat("Nodes.items[", index, "]");
+  const simdjson::padded_string padded(raw);
+  od::document doc;
+  od::object node_object;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(node_object)) {
+    return NotA(where, "an object");
+  }
+  ExtenderNode node;
+  for (auto field : node_object) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) || !KeyIs(key, "metadata")) continue;
+    od::object metadata;
+    if (field.value().get_object().get(metadata)) {
+      return NotA(absl::StrCat(where, ".metadata"), "an object");
+    }
+    for (auto item : metadata) {
+      std::string_view item_key;
+      if (item.unescaped_key().get(item_key)) continue;
+      if (KeyIs(item_key, "name")) {
+        std::string_view name;
+        if (!item.value().get_string().get(name)) node.name = std::string(name);
+      } else if (KeyIs(item_key, "labels")) {
+        od::object labels;
+        if (item.value().get_object().get(labels)) continue;
+        for (auto label : labels) {
+          std::string_view lkey, lvalue;
+          if (label.unescaped_key().get(lkey)) continue;
+          const bool product = lkey == "nvidia.com/gpu.product";
+          if (!product && lkey != "nvidia.com/gpu.memory") continue;
+          if (label.value().get_string().get(lvalue)) continue;
+          if (product) {
+            node.gpu_product = std::string(lvalue);
+          } else {
+            double mib = 0;
+            if (absl::SimpleAtod(Absl(lvalue), &mib) && mib > 0 &&
+                mib < kMaxCardGb * 1000) {
+              node.gpu_memory_mib = mib;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (node.name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".metadata.name is required (a string)"));
+  }
+  node.item_json = std::string(raw);
+  return node;
+}
+
+bool ParseBool(absl::string_view text, bool* out) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "1" || lower == "yes") {
+    *out = true;
+    return true;
+  }
+  if (lower == "false" || lower == "0" || lower == "no") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+absl::Status BadAnnotation(absl::string_view key, absl::string_view value,
+                           absl::string_view allowed) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("annotation ", kAnnotationPrefix, key, " = \"", Cut(value),
+                   "\"; allowed ", allowed));
+}
+
+std::string Gb(double gb) { return absl::StrFormat("%.1f GB", gb); }
+
+std::string NodeListJson(const ExtenderArgs& args,
+                         const std::vector<bool>& passes) {
+  std::string items;
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    if (!passes[i]) continue;
+    if (!items.empty()) items += ",";
+    items += args.nodes[i].item_json;
+  }
+  return absl::StrCat("{\"items\":[", items, "]}");
+}
+
+std::string FilterJson(const ExtenderArgs& args,
+                       const std::vector<bool>& passes, const Json& failed,
+                       const Json& unresolvable, const std::string& error) {
+  // The passing nodes are echoed as they came; the rest is built as JSON.
+  Json names = Json::array();
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    if (passes[i]) names.push_back(args.nodes[i].name);
+  }
+  return absl::StrCat(
+      "{\"Nodes\":",
+      args.names_only ? std::string("null") : NodeListJson(args, passes),
+      ",\"NodeNames\":", args.names_only ? names.dump() : std::string("null"),
+      ",\"FailedNodes\":", failed.dump(),
+      ",\"FailedAndUnresolvableNodes\":", unresolvable.dump(),
+      ",\"Error\":", Json(error).dump(), "}");
+}
+
+}  // namespace
+
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body) {
+  static thread_local od::parser parser;
+  const simdjson::padded_string padded(body.data(), body.size());
+  od::document doc;
+  od::object root;
+  const absl::Status not_object = absl::InvalidArgumentError(
+      "the body is not a JSON object (ExtenderArgs: Pod, Nodes or NodeNames)");
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) {
+    return not_object;
+  }
+  ExtenderArgs args;
+  bool pod = false, nodes = false, names = false;
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return not_object;
+    od::value value;
+    if (field.value().get(value)) return not_object;
+    if (KeyIs(key, "Pod")) {
+      if (IsNull(value)) continue;
+      if (absl::Status parsed = ParsePod(value, &args); !parsed.ok()) {
+        return parsed;
+      }
+      pod = true;
+    } else if (KeyIs(key, "Nodes")) {
+      if (IsNull(value)) continue;
+      od::object list;
+      if (value.get_object().get(list)) return NotA("Nodes", "an object");
+      for (auto item : list) {
+        std::string_view item_key;
+        if (item.unescaped_key().get(item_key) || !KeyIs(item_key, "items")) {
+          continue;
+        }
+        od::array items;
+        if (item.value().get_array().get(items)) {
+          return NotA("Nodes.items", "a list");
+        }
+        nodes = true;
+        for (auto element : items) {
+          if (args.nodes.size() >= kMaxNodes) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "Nodes.items has more than ", kMaxNodes, " nodes"));
+          }
+          od::value node_value;
+          od::object node_object;
+          std::string_view raw;
+          const std::string where =
+              absl::StrCat("Nodes.items[", args.nodes.size(), "]");
+          if (element.get(node_value) ||
+              node_value.get_object().get(node_object) ||
+              node_object.raw_json().get(raw)) {
+            return NotA(where, "an object");
+          }
+          absl::StatusOr<ExtenderNode> node = ParseNode(raw, args.nodes.size());
+          if (!node.ok()) return node.status();
+          args.nodes.push_back(*std::move(node));
+        }
+      }
+      if (!nodes) return NotA("Nodes.items", "a list");
+    } else if (KeyIs(key, "NodeNames")) {
+      if (IsNull(value)) continue;
+      od::array list;
+      if (value.get_array().get(list)) {
+        return NotA("NodeNames", "a list of node names");
+      }
+      names = true;
+      args.names_only = true;
+      for (auto element : list) {
+        std::string_view name;
+        if (args.nodes.size() >= kMaxNodes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("NodeNames has more than ", kMaxNodes, " names"));
+        }
+        if (element.get_string().get(name)) {
+          return NotA(absl::StrCat("NodeNames[", args.nodes.size(), "]"),
+                      "a string");
+        }
+        ExtenderNode node;
+        node.name = std::string(name);
+        args.nodes.push_back(std::move(node));
+      }
+    }
+  }
+  if (!pod) return absl::InvalidArgumentError("Pod is required (an object)");
+  if (!nodes && !names) {
+    return absl::InvalidArgumentError(
+        "Nodes or NodeNames is required (the candidate nodes)");
+  }
+  if (nodes && names) args.names_only = false;
+  return args;
+}
+
+absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
+    const std::map<std::string, std::string>& annotations) {
+  auto model = annotations.find("model");
+  if (model == annotations.end()) return std::nullopt;
+  v1::CheckFitRequest job;
+  if (model->second.empty() || model->second.size() > 128) {
+    return BadAnnotation("model", model->second,
+                         "a catalog template name (headroom models)");
+  }
+  job.mutable_model()->set_template_(model->second);
+  auto batch = annotations.find("batch");
+  uint32_t b = 0;
+  if (batch == annotations.end() || !absl::SimpleAtoi(batch->second, &b) ||
+      b == 0 || b > kMaxBatch) {
+    return BadAnnotation("batch",
+                         batch == annotations.end() ? "" : batch->second,
+                         absl::StrCat("the per-GPU batch, 1..", kMaxBatch));
+  }
+  job.add_batches(b);
+  v1::TrainingSetup* setup = job.mutable_setup();
+  for (const auto& [key, value] : annotations) {
+    if (key == "model" || key == "batch") continue;
+    if (key == "precision") {
+      if (value == "fp32") {
+        setup->set_precision(v1::TrainingSetup::FP32);
+      } else if (value == "bf16") {
+        setup->set_precision(v1::TrainingSetup::BF16_MIXED);
+      } else if (value == "fp16") {
+        setup->set_precision(v1::TrainingSetup::FP16_MIXED);
+      } else {
+        return BadAnnotation(key, value, "fp32, bf16, fp16");
+      }
+    } else if (key == "optimizer") {
+      if (value == "adamw") {
+        setup->set_optimizer(v1::TrainingSetup::ADAMW);
+      } else if (value == "sgd") {
+        setup->set_optimizer(v1::TrainingSetup::SGD);
+      } else if (value == "sgd-momentum") {
+        setup->set_optimizer(v1::TrainingSetup::SGD_MOMENTUM);
+      } else {
+        return BadAnnotation(key, value, "adamw, sgd, sgd-momentum");
+      }
+    } else if (key == "positions") {
+      uint64_t positions = 0;
+      if (!absl::SimpleAtoi(value, &positions) || positions > (1u << 24)) {
+        return BadAnnotation(key, value, "0..16777216 (0: the model's own)");
+      }
+      setup->set_positions(positions);
+    } else if (key == "checkpointing" || key == "fused-attention") {
+      bool on = false;
+      if (!ParseBool(value, &on))
+        return BadAnnotation(key, value, "true, false");
+      if (key == "checkpointing") {
+        setup->set_activation_checkpointing(on);
+      } else {
+        setup->set_attention(on ? v1::TrainingSetup::SDPA
+                                : v1::TrainingSetup::ATTENTION_UNSPECIFIED);
+      }
+    } else if (key == "coverage") {
+      double coverage = 0;
+      if (!absl::SimpleAtod(value, &coverage) ||
+          (coverage != 0.9 && coverage != 0.95)) {
+        return BadAnnotation(key, value, "0.9, 0.95");
+      }
+      job.set_coverage(coverage);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "annotation ", kAnnotationPrefix, Cut(key),
+          " is unknown; allowed model, batch, precision, optimizer, "
+          "positions, checkpointing, fused-attention, coverage"));
+    }
+  }
+  return job;
+}
+
+std::optional<v1::Target> TargetFromLabels(const ExtenderNode& node) {
+  // GFD's product names write spaces as dashes ("NVIDIA-A100-SXM4-80GB").
+  std::string product = node.gpu_product;
+  std::replace(product.begin(), product.end(), '-', ' ');
+  const std::string gpu =
+      product.empty() ? "" : CatalogGpuForDriverName(product);
+  // GFD reports MiB; cards are sized in GB (10^9 bytes).
+  const double label_gb = node.gpu_memory_mib * 1048576.0 / 1e9;
+  v1::Target target;
+  if (!gpu.empty()) {
+    absl::StatusOr<GpuInfo> info = FindGpu(gpu);
+    if (info.ok() && (label_gb == 0 || MemoryAgrees(*info, label_gb))) {
+      target.set_gpu(info->name);
+      return target;
+    }
+  }
+  if (label_gb > 0) {
+    target.set_memory_gb(std::floor(label_gb * 100) / 100);
+    return target;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
+    const v1::CheckFitRequest& job, const ExtenderArgs& args,
+    const std::vector<std::optional<v1::Target>>& targets,
+    const CheckFitFn& check_fit, const ExtenderOptions& options) {
+  // Distinct cards, each checked once.
+  std::vector<v1::Target> cards;
+  std::map<std::string, size_t> card_of;  // serialized target -> index
+  std::vector<int> node_card(args.nodes.size(), -1);
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    if (!targets[i].has_value()) continue;
+    const std::string id = targets[i]->SerializeAsString();
+    auto [it, inserted] = card_of.emplace(id, cards.size());
+    if (inserted) cards.push_back(*targets[i]);
+    node_card[i] = static_cast<int>(it->second);
+  }
+  std::vector<v1::TargetResult> results(cards.size());
+  std::vector<v1::BatchEstimate> estimates(cards.size());
+  for (size_t start = 0; start < cards.size(); start += kMaxTargetsPerRequest) {
+    v1::CheckFitRequest request = job;
+    const size_t end =
+        std::min(cards.size(), start + size_t{kMaxTargetsPerRequest});
+    for (size_t c = start; c < end; ++c) *request.add_targets() = cards[c];
+    absl::StatusOr<v1::CheckFitResponse> answer = check_fit(request);
+    if (!answer.ok()) {
+      if (answer.status().code() == absl::StatusCode::kNotFound) {
+        return absl::NotFoundError(absl::StrCat(
+            "annotation headroom.dev/model: ", answer.status().message()));
+      }
+      return answer.status();
+    }
+    for (size_t c = start; c < end; ++c) {
+      results[c] = answer->targets(static_cast<int>(c - start));
+      estimates[c] = answer->estimates(0);
+    }
+  }
+  const std::string& model = job.model().template_();
+  const uint32_t batch = job.batches(0);
+  std::vector<NodeDecision> decisions;
+  decisions.reserve(args.nodes.size());
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    NodeDecision d;
+    d.node = args.nodes[i].name;
+    if (node_card[i] < 0) {
+      d.passes = !options.fail_unknown_gpu;
+      d.reason =
+          "headroom: the node's GPU is unknown (no nvidia.com/gpu.product or "
+          "nvidia.com/gpu.memory label, and no connected headroom-worker "
+          "reports this node)";
+      decisions.push_back(std::move(d));
+      continue;
+    }
+    const v1::TargetResult& result = results[node_card[i]];
+    d.known = true;
+    d.card_gb = result.memory_gb();
+    d.peak_gb = result.peaks_gb(0);
+    d.verdict = static_cast<v1::Verdict>(result.verdicts(0));
+    d.upper_gb = d.peak_gb * estimates[node_card[i]].k();
+    d.passes = d.verdict == v1::FITS ||
+               (options.allow_borderline && d.verdict == v1::BORDERLINE);
+    d.reason = absl::StrCat("headroom: ", model, " at batch ", batch, " is ",
+                            v1::Verdict_Name(d.verdict), " on ", result.name(),
+                            " (", Gb(d.card_gb), "): predicted peak ",
+                            Gb(d.peak_gb), ", upper bound ", Gb(d.upper_gb),
+                            "; largest batch FITS ", result.max_batch_fits());
+    decisions.push_back(std::move(d));
+  }
+  return decisions;
+}
+
+std::string FilterResultJson(const ExtenderArgs& args,
+                             const std::vector<NodeDecision>& decisions) {
+  std::vector<bool> passes(args.nodes.size(), false);
+  Json failed = Json::object(), unresolvable = Json::object();
+  for (size_t i = 0; i < decisions.size() && i < args.nodes.size(); ++i) {
+    passes[i] = decisions[i].passes;
+    if (decisions[i].passes) continue;
+    (decisions[i].known ? unresolvable : failed)[decisions[i].node] =
+        decisions[i].reason;
+  }
+  return FilterJson(args, passes, failed, unresolvable, "");
+}
+
+std::string PassThroughFilterJson(const ExtenderArgs& args) {
+  return FilterJson(args, std::vector<bool>(args.nodes.size(), true),
+                    Json::object(), Json::object(), "");
+}
+
+std::string FailAllFilterJson(const ExtenderArgs& args,
+                              const std::string& reason) {
+  Json unresolvable = Json::object();
+  for (const ExtenderNode& node : args.nodes) unresolvable[node.name] = reason;
+  return FilterJson(args, std::vector<bool>(args.nodes.size(), false),
+                    Json::object(), unresolvable, "");
+}
+
+std::string PriorityListJson(const ExtenderArgs& args,
+                             const std::vector<NodeDecision>& decisions,
+                             const ExtenderOptions& options) {
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const NodeDecision& d : decisions) {
+    if (!d.passes || !d.known) continue;
+    const double free_gb = d.card_gb - d.upper_gb;
+    lo = any ? std::min(lo, free_gb) : free_gb;
+    hi = any ? std::max(hi, free_gb) : free_gb;
+    any = true;
+  }
+  Json list = Json::array();
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    int64_t score = 0;
+    if (i < decisions.size() && decisions[i].passes && decisions[i].known) {
+      const double free_gb = decisions[i].card_gb - decisions[i].upper_gb;
+      // 0..1 from the least to the most room; one node (or all alike) 1.
+      const double room = hi > lo ? (free_gb - lo) / (hi - lo) : 1.0;
+      const double share = options.prefer_most_room ? room
+                           : hi > lo                ? 1.0 - room
+                                                    : 1.0;
+      score = std::lround(10.0 * share);
+    }
+    list.push_back({{"Host", args.nodes[i].name}, {"Score", score}});
+  }
+  return list.dump();
+}
+
+std::string ZeroPriorityListJson(const ExtenderArgs& args) {
+  Json list = Json::array();
+  for (const ExtenderNode& node : args.nodes) {
+    list.push_back({{"Host", node.name}, {"Score", 0}});
+  }
+  return list.dump();
+}
+
+}  // namespace headroom

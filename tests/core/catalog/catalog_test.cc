@@ -1,0 +1,101 @@
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "core/catalog/gpu_catalog.h"
+#include "core/catalog/model_catalog.h"
+#include "io/catalog_files.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(GpuCatalogTest, FindsNamesAndAliases) {
+  EXPECT_EQ(FindGpu("L4")->memory_gb, 24);
+  EXPECT_EQ(FindGpu("a10g")->memory_gb, 24);
+  EXPECT_EQ(FindGpu("A100-40GB")->memory_gb, 40);
+  EXPECT_EQ(FindGpu("h100")->arch, "hopper");
+  EXPECT_EQ(FindGpu("H200")->memory_gb, 141);
+  EXPECT_EQ(FindGpu("RTX PRO 6000")->name, "RTX PRO 6000 Blackwell");
+  EXPECT_EQ(FindGpu("rtx-5090")->memory_gb, 32);
+  EXPECT_EQ(FindGpu("T4")->arch, "turing");
+  EXPECT_EQ(FindGpu("RTX 4090")->arch, "ada");
+  EXPECT_EQ(FindGpu("B200")->arch, "blackwell");
+}
+
+TEST(GpuCatalogTest, CardsPeopleAskAbout) {
+  const std::pair<const char*, double> cards[] = {
+      {"V100-16GB", 16}, {"V100-32GB", 32},    {"RTX 3090", 24},
+      {"rtx3090", 24},   {"A6000", 48},        {"L40S", 48},
+      {"H100 NVL", 94},  {"H20", 96},          {"GH200", 96},
+      {"B200", 180},     {"RTX PRO 6000", 96}, {"MI300X", 192},
+      {"4090", 24},      {"rtx4090", 24},      {"RTX 4090", 24}};
+  for (const auto& [name, gb] : cards) {
+    auto gpu = FindGpu(name);
+    ASSERT_TRUE(gpu.ok()) << name << ": " << gpu.status();
+    EXPECT_EQ(gpu->memory_gb, gb) << name;
+  }
+  EXPECT_EQ(FindGpu("rtx4090")->name, "RTX 4090");
+}
+
+TEST(GpuCatalogTest, AmbiguousNamesAskWhich) {
+  for (const char* name : {"A100", "a100", "V100"}) {
+    auto gpu = FindGpu(name);
+    ASSERT_FALSE(gpu.ok()) << name;
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(gpu.status().message(), HasSubstr("ambiguous"));
+  }
+  EXPECT_THAT(FindGpu("A100").status().message(),
+              HasSubstr("A100-40GB or A100-80GB"));
+}
+
+TEST(GpuCatalogTest, DriverNamesMapToEntries) {
+  const std::pair<const char*, const char*> names[] = {
+      {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+      {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
+      {"NVIDIA A100-PCIE-40GB", "A100-40GB"},
+      {"NVIDIA A100 80GB PCIe", "A100-80GB"},
+      {"Tesla V100-SXM2-16GB", "V100-16GB"},
+      {"Tesla V100-PCIE-32GB", "V100-32GB"},
+      {"Tesla T4", "T4"},
+      {"NVIDIA H100 80GB HBM3", "H100"},
+      {"NVIDIA H100 PCIe", "H100"},
+      {"NVIDIA H100 NVL", "H100 NVL"},
+      {"NVIDIA H200", "H200"},
+      {"NVIDIA GH200 480GB", "GH200"},
+      {"NVIDIA H20", "H20"},
+      {"NVIDIA L40S", "L40S"},
+      {"NVIDIA L4", "L4"},
+      {"NVIDIA-L4", "L4"},
+      {"NVIDIA A10G", "A10G"},
+      {"NVIDIA RTX A6000", "RTX A6000"},
+      {"NVIDIA GeForce RTX 3090", "RTX 3090"},
+      {"NVIDIA GeForce RTX 4090", "RTX 4090"},
+      {"NVIDIA B200", "B200"},
+      {"NVIDIA RTX PRO 6000 Blackwell Server Edition",
+       "RTX PRO 6000 Blackwell"},
+      {"AMD Instinct MI300X", "MI300X"},
+      {"NVIDIA Quadro P620", ""},
+  };
+  for (const auto& [driver, catalog] : names) {
+    EXPECT_EQ(CatalogGpuForDriverName(driver), catalog) << driver;
+  }
+}
+
+TEST(GpuCatalogTest, UnknownGpuListsCloseNames) {
+  auto gpu = FindGpu("H1000");
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("H100"));
+}
+
+TEST(ModelCatalogTest, UnknownTemplateListsCloseNames) {
+  auto catalog = LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto spec = catalog->Find("bert-bse");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(spec.status().message(), HasSubstr("bert-base"));
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,236 @@
+// The scheduler extender's protocol and decisions on request bodies in the
+// shape kube-scheduler sends (tests/data/extender/README.md says where the
+// shape comes from), answered by the planner over the shipped runs.
+
+#include "core/scheduling/extender.h"
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "core/calibration/calibrate.h"
+#include "base/json_io.h"
+#include "core/evidence/evidence.h"
+#include "core/planner/fit_planner.h"
+#include "io/catalog_files.h"
+#include "io/files.h"
+#include "tests/support/extender_bodies.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::ExtenderBody;
+
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+using Json = nlohmann::json;
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto catalog = LoadModelCatalog(kRoot + "/models");
+    ASSERT_TRUE(catalog.ok());
+    auto shared = std::make_shared<const ModelCatalog>(std::move(*catalog));
+    auto runs = LoadRunsJsonl(kRoot + "/data/memory-runs.jsonl");
+    ASSERT_TRUE(runs.ok());
+    auto fitted = Calibrate(*runs, *shared, FitOptions{}, "test");
+    ASSERT_TRUE(fitted.ok());
+    planner_ = new FitPlanner(shared, fitted->factor_set, 0.95);
+    evidence_ = new std::shared_ptr<const Evidence>(
+        Evidence::Build(*runs, *shared, planner_->priors()));
+  }
+  static void TearDownTestSuite() {
+    delete evidence_;
+    delete planner_;
+  }
+
+  static CheckFitFn CheckFit() {
+    return [](const v1::CheckFitRequest& request) {
+      return planner_->CheckFit(request, evidence_->get());
+    };
+  }
+
+  static FitPlanner* planner_;
+  static std::shared_ptr<const Evidence>* evidence_;
+};
+
+FitPlanner* ExtenderTest::planner_ = nullptr;
+std::shared_ptr<const Evidence>* ExtenderTest::evidence_ = nullptr;
+
+TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
+  absl::StatusOr<ExtenderArgs> args =
+      ParseExtenderArgs(ExtenderBody("filter-nodes.json"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod, "ml/bert-finetune-0");
+  EXPECT_EQ(args->gpus, 1);
+  ASSERT_EQ(args->nodes.size(), 4u);
+  EXPECT_FALSE(args->names_only);
+  // Other annotations are not Headroom's.
+  EXPECT_EQ(args->annotations.size(), 2u);
+
+  auto job = JobFromAnnotations(args->annotations);
+  ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
+  EXPECT_EQ((*job)->model().template_(), "bert-base");
+  EXPECT_EQ((*job)->batches(0), 512u);
+
+  // Cards from GPU Feature Discovery's labels: L4, H100 and the A100-40GB by
+  // product (their memory labels agree; NVIDIA-A100-SXM4-40GB names its
+  // memory), none for the CPU node.
+  std::vector<std::optional<v1::Target>> targets;
+  for (const ExtenderNode& node : args->nodes) {
+    targets.push_back(TargetFromLabels(node));
+  }
+  ASSERT_TRUE(targets[0].has_value() && targets[1].has_value() &&
+              targets[2].has_value());
+  EXPECT_EQ(targets[0]->gpu(), "L4");
+  EXPECT_EQ(targets[1]->gpu(), "H100");
+  EXPECT_EQ(targets[2]->gpu(), "A100-40GB");
+  EXPECT_FALSE(targets[3].has_value());
+
+  auto decisions =
+      DecideNodes(**job, *args, targets, CheckFit(), ExtenderOptions{});
+  ASSERT_TRUE(decisions.ok()) << decisions.status();
+  // bert-base at 512 went OOM on a 24 GB L4 in the shipped runs.
+  EXPECT_EQ((*decisions)[0].verdict, v1::DOES_NOT_FIT);
+  EXPECT_EQ((*decisions)[1].verdict, v1::FITS);
+  EXPECT_EQ((*decisions)[2].verdict, v1::BORDERLINE);
+  EXPECT_FALSE((*decisions)[3].known);
+
+  const Json result = Json::parse(FilterResultJson(*args, *decisions));
+  ASSERT_EQ(result["Nodes"]["items"].size(), 1u);
+  // The passing node comes back as it was sent.
+  EXPECT_EQ(
+      result["Nodes"]["items"][0],
+      Json::parse(ExtenderBody("filter-nodes.json"))["Nodes"]["items"][1]);
+  EXPECT_TRUE(result["NodeNames"].is_null());
+  const Json& unresolvable = result["FailedAndUnresolvableNodes"];
+  ASSERT_TRUE(unresolvable.contains("gpu-l4-a"));
+  EXPECT_NE(unresolvable["gpu-l4-a"].get<std::string>().find(
+                "bert-base at batch 512 is DOES_NOT_FIT on L4 (24.0 GB)"),
+            std::string::npos)
+      << unresolvable["gpu-l4-a"];
+  EXPECT_NE(unresolvable["gpu-a100-40"].get<std::string>().find("BORDERLINE"),
+            std::string::npos);
+  ASSERT_TRUE(result["FailedNodes"].contains("cpu-only"));
+  EXPECT_EQ(result["Error"], "");
+
+  // BORDERLINE allowed by a flag; unknown GPUs passed by another.
+  ExtenderOptions lenient;
+  lenient.allow_borderline = true;
+  lenient.fail_unknown_gpu = false;
+  auto lenient_decisions =
+      DecideNodes(**job, *args, targets, CheckFit(), lenient);
+  ASSERT_TRUE(lenient_decisions.ok());
+  const Json lenient_result =
+      Json::parse(FilterResultJson(*args, *lenient_decisions));
+  EXPECT_EQ(lenient_result["Nodes"]["items"].size(), 3u);
+}
+
+TEST_F(ExtenderTest, PrioritizeScoresByTheMemoryLeftFree) {
+  absl::StatusOr<ExtenderArgs> args =
+      ParseExtenderArgs(ExtenderBody("filter-nodecache.json"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_TRUE(args->names_only);
+  auto job = JobFromAnnotations(args->annotations);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  // Node names only: the cards come from the workers on those nodes.
+  v1::Target l4, h100;
+  l4.set_gpu("L4");
+  h100.set_gpu("H100");
+  const std::vector<std::optional<v1::Target>> targets = {l4, h100,
+                                                          std::nullopt};
+  auto decisions =
+      DecideNodes(**job, *args, targets, CheckFit(), ExtenderOptions{});
+  ASSERT_TRUE(decisions.ok()) << decisions.status();
+  ASSERT_TRUE((*decisions)[0].passes && (*decisions)[1].passes);
+
+  const Json filtered = Json::parse(FilterResultJson(*args, *decisions));
+  EXPECT_TRUE(filtered["Nodes"].is_null());
+  EXPECT_EQ(filtered["NodeNames"], Json::array({"node-l4", "node-h100"}));
+  EXPECT_TRUE(filtered["FailedNodes"].contains("node-without-worker"));
+
+  // Tightest fit first: the L4 leaves less free than the H100.
+  const Json tight =
+      Json::parse(PriorityListJson(*args, *decisions, ExtenderOptions{}));
+  ASSERT_EQ(tight.size(), 3u);
+  EXPECT_EQ(tight[0]["Host"], "node-l4");
+  EXPECT_EQ(tight[0]["Score"], 10);
+  EXPECT_EQ(tight[1]["Score"], 0);
+  EXPECT_EQ(tight[2]["Score"], 0);  // unknown GPU
+  ExtenderOptions room;
+  room.prefer_most_room = true;
+  const Json roomy = Json::parse(PriorityListJson(*args, *decisions, room));
+  EXPECT_EQ(roomy[0]["Score"], 0);
+  EXPECT_EQ(roomy[1]["Score"], 10);
+}
+
+TEST(ExtenderInputTest, MalformedBodiesNameTheField) {
+  const auto error = [](const std::string& body) {
+    absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body);
+    EXPECT_FALSE(args.ok()) << body;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(args.status().message());
+  };
+  EXPECT_NE(error("not json").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error("[1,2]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error("{\"Nodes\":{\"items\":[]}}").find("Pod is required"),
+            std::string::npos);
+  EXPECT_NE(error("{\"Pod\":{}}").find("Nodes or NodeNames is required"),
+            std::string::npos);
+  EXPECT_NE(error("{\"Pod\":{},\"Nodes\":{\"items\":{}}}")
+                .find("Nodes.items must be a list"),
+            std::string::npos);
+  EXPECT_NE(error("{\"Pod\":{},\"Nodes\":{\"items\":[{\"metadata\":{"
+                  "\"name\":\"a\"}},{\"metadata\":{}}]}}")
+                .find("Nodes.items[1].metadata.name is required"),
+            std::string::npos);
+  EXPECT_NE(error("{\"Pod\":{},\"NodeNames\":[\"a\",3]}")
+                .find("NodeNames[1] must be a string"),
+            std::string::npos);
+  EXPECT_NE(error("{\"Pod\":{\"spec\":{\"containers\":[{\"resources\":{"
+                  "\"limits\":{\"nvidia.com/gpu\":\"lots\"}}}]}},"
+                  "\"NodeNames\":[]}")
+                .find("Pod.spec.containers[0].resources.limits"),
+            std::string::npos);
+  // Go's decoder matches fields without regard to case; so does this one.
+  EXPECT_TRUE(ParseExtenderArgs("{\"pod\":{},\"nodenames\":[\"a\"]}").ok());
+}
+
+TEST(ExtenderInputTest, AnnotationsSayWhatIsWrong) {
+  const auto message = [](std::map<std::string, std::string> annotations) {
+    auto job = JobFromAnnotations(annotations);
+    EXPECT_FALSE(job.ok());
+    return std::string(job.status().message());
+  };
+  // A pod that does not ask Headroom passes untouched.
+  auto none = JobFromAnnotations({{"batch", "8"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_NE(message({{"model", "gpt2"}}).find("headroom.dev/batch = \"\""),
+            std::string::npos);
+  EXPECT_NE(message({{"model", "gpt2"}, {"batch", "abc"}})
+                .find("allowed the per-GPU batch"),
+            std::string::npos);
+  EXPECT_NE(message({{"model", "gpt2"}, {"batch", "8"}, {"precision", "int4"}})
+                .find("headroom.dev/precision = \"int4\"; allowed fp32, bf16"),
+            std::string::npos);
+  EXPECT_NE(message({{"model", "gpt2"}, {"batch", "8"}, {"colour", "red"}})
+                .find("headroom.dev/colour is unknown"),
+            std::string::npos);
+  auto full = JobFromAnnotations({{"model", "gpt2"},
+                                  {"batch", "8"},
+                                  {"precision", "bf16"},
+                                  {"optimizer", "sgd"},
+                                  {"positions", "512"},
+                                  {"checkpointing", "true"},
+                                  {"fused-attention", "yes"},
+                                  {"coverage", "0.9"}});
+  ASSERT_TRUE(full.ok() && full->has_value()) << full.status();
+  const v1::TrainingSetup& setup = (*full)->setup();
+  EXPECT_EQ(setup.precision(), v1::TrainingSetup::BF16_MIXED);
+  EXPECT_EQ(setup.optimizer(), v1::TrainingSetup::SGD);
+  EXPECT_EQ(setup.positions(), 512u);
+  EXPECT_TRUE(setup.activation_checkpointing());
+  EXPECT_EQ(setup.attention(), v1::TrainingSetup::SDPA);
+  EXPECT_EQ((*full)->coverage(), 0.9);
+}
+
+}  // namespace
+}  // namespace headroom
