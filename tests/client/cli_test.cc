@@ -26,7 +26,7 @@ Result RunHeadroom(std::vector<std::string> args) {
   args.insert(args.begin(), "headroom");
   args.push_back("--server=127.0.0.1:1");
   args.push_back("--deadline_ms=2000");
-  args.push_back("--models_dir=" HEADROOM_SOURCE_DIR "/models");
+  args.push_back(std::string("--models_dir=") + HEADROOM_SOURCE_DIR + "/models");
   std::ostringstream out, err;
   const int code = RunCli(args, out, err);
   return {code, out.str(), err.str()};
@@ -191,7 +191,8 @@ TEST(CliTest, CatalogsAreListed) {
 TEST(CliTest, CalibRowsJsonIsJson) {
   const Result r =
       RunHeadroom({"calib", "rows", "--runs",
-                   HEADROOM_SOURCE_DIR "/data/memory-runs.jsonl", "--json"});
+                   std::string(HEADROOM_SOURCE_DIR) + "/data/memory-runs.jsonl",
+                   "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out[0], '[');

@@ -1,0 +1,3 @@
+#include "tests/support/source_dir.h"
+
+const char* HeadroomTestSourceDir() { return HEADROOM_CHECKOUT_DIR; }
