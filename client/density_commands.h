@@ -1,8 +1,8 @@
 #ifndef HEADROOM_CLIENT_DENSITY_COMMANDS_H_
 #define HEADROOM_CLIENT_DENSITY_COMMANDS_H_
 
-// `headroom density ...`: the density leaderboard (DESIGN.md, "Density")
-// computed offline from a file of runs.
+// `headroom density ...`: the density leaderboard (README.md, "Energy,
+// microbatches and density") computed offline from a file of runs.
 
 #include <ostream>
 #include <string>

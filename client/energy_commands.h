@@ -2,13 +2,13 @@
 #define HEADROOM_CLIENT_ENERGY_COMMANDS_H_
 
 // `headroom energy ...`: energy per 1,000 generated tokens under weight
-// quantization (DESIGN.md, "Energy") and training energy per step. The
-// planner answers (EstimateEnergy, RefitEnergy, PlotEnergy, TrainEnergy over
-// gRPC with the usual --server/--tls_*/--token flags); with --offline the
-// estimate, refit and plot are computed here from a curves file. Each
-// command returns the process exit code: 0 on success, 2 for bad input
-// (flags, files, values), 1 when the planner refused or an output file
-// cannot be written, 3 when the planner cannot be reached.
+// quantization (README.md, "Energy, microbatches and density") and training
+// energy per step. The planner answers (EstimateEnergy, RefitEnergy,
+// PlotEnergy, TrainEnergy over gRPC with the usual --server/--tls_*/--token
+// flags); with --offline the estimate, refit and plot are computed here from a
+// curves file. Each command returns the process exit code: 0 on success, 2 for
+// bad input (flags, files, values), 1 when the planner refused or an output
+// file cannot be written, 3 when the planner cannot be reached.
 
 #include <cstdint>
 #include <ostream>

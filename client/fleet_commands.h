@@ -2,7 +2,7 @@
 #define HEADROOM_CLIENT_FLEET_COMMANDS_H_
 
 // headroom workers | probe submit|watch|cancel|list: the operator's side of
-// the fleet (DESIGN.md, "Workers and probes").
+// the fleet (README.md, "Workers and probes").
 
 #include <cstdint>
 #include <ostream>

@@ -1,8 +1,8 @@
 #ifndef HEADROOM_CLIENT_MICROBATCH_COMMANDS_H_
 #define HEADROOM_CLIENT_MICROBATCH_COMMANDS_H_
 
-// `headroom microbatch ...`: microbatch autotuning (DESIGN.md, "Microbatch
-// autotuning") computed offline from an autotune record.
+// `headroom microbatch ...`: microbatch autotuning (README.md, "Energy,
+// microbatches and density") computed offline from an autotune record.
 
 #include <ostream>
 #include <string>

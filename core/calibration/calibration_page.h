@@ -1,8 +1,9 @@
 #ifndef HEADROOM_CORE_CALIBRATION_CALIBRATION_PAGE_H_
 #define HEADROOM_CORE_CALIBRATION_CALIBRATION_PAGE_H_
 
-// The calibration page of DESIGN.md: how well a column of predictions matches
-// measured runs, and the calibrated upper bound taken from it.
+// The calibration page (docs/calibration-page.md): how well a column of
+// predictions matches measured runs, and the calibrated upper bound taken from
+// it.
 
 #include <optional>
 #include <vector>

@@ -1,7 +1,8 @@
 #ifndef HEADROOM_CORE_CALIBRATION_FACTOR_FIT_H_
 #define HEADROOM_CORE_CALIBRATION_FACTOR_FIT_H_
 
-// Fitting the six non-negative factors to measured runs (DESIGN.md, "Refit").
+// Fitting the six non-negative factors to measured runs (README.md, "Refits and
+// factor sets").
 
 #include <map>
 #include <optional>

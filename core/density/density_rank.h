@@ -1,10 +1,10 @@
 #ifndef HEADROOM_CORE_DENSITY_DENSITY_RANK_H_
 #define HEADROOM_CORE_DENSITY_DENSITY_RANK_H_
 
-// Density ranking (DESIGN.md, "Density"): which configuration trains and
-// serves at once in the smallest box. Runs are compared against the peaks of
-// the set they are ranked in, and against the memory of the accuracy
-// champion.
+// Density ranking (README.md, "Energy, microbatches and density"): which
+// configuration trains and serves at once in the smallest box. Runs are
+// compared against the peaks of the set they are ranked in, and against the
+// memory of the accuracy champion.
 
 #include <vector>
 

@@ -1,8 +1,9 @@
 #ifndef HEADROOM_CORE_ENERGY_ENERGY_CURVES_H_
 #define HEADROOM_CORE_ENERGY_ENERGY_CURVES_H_
 
-// Energy per 1,000 generated tokens under weight quantization (DESIGN.md,
-// "Energy"): the curve set of energy-curves.json and the answer to a query.
+// Energy per 1,000 generated tokens under weight quantization (README.md,
+// "Energy, microbatches and density"): the curve set of energy-curves.json and
+// the answer to a query.
 //
 // dE%(N) = A - S * x / (1 + x), x = N / Nstar, N in billions of parameters.
 // The quantized figure is fp16 J/1k * (1 + dE% / 100).
@@ -30,8 +31,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "headroom/v1/energy.pb.h"
 #include "base/value_bounds.h"
+#include "headroom/v1/energy.pb.h"
 
 namespace headroom {
 

@@ -1,7 +1,8 @@
 #ifndef HEADROOM_CORE_ENERGY_ENERGY_REFIT_H_
 #define HEADROOM_CORE_ENERGY_ENERGY_REFIT_H_
 
-// Refitting energy curves from measured runs (DESIGN.md, "Energy").
+// Refitting energy curves from measured runs (README.md, "Energy, microbatches
+// and density").
 //
 // For a fixed Nstar, dE%(N) = A - S g(N), g = (N/Nstar) / (1 + N/Nstar), is
 // linear in A and S, so the fit scans Nstar and solves A, S exactly:
@@ -32,8 +33,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "headroom/v1/energy.pb.h"
 #include "base/value_bounds.h"
+#include "headroom/v1/energy.pb.h"
 
 namespace headroom {
 

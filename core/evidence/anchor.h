@@ -1,13 +1,13 @@
 #ifndef HEADROOM_CORE_EVIDENCE_ANCHOR_H_
 #define HEADROOM_CORE_EVIDENCE_ANCHOR_H_
 
-// Answers anchored on a model's own measured runs (DESIGN.md, "Evidence"):
-// the component model under the global (prior) factors gives the shape over
-// batch at both moments; two scales fitted on the model's runs, shrunk
-// toward 1 (the prior), fix its level and slope; a constant per GPU, fitted
-// across all models, covers what differs between cards. The bound of such
-// answers comes from leave-one-run-out within models, per how far the asked
-// batch lies beyond the measured ones.
+// Answers anchored on a model's own measured runs (README.md, "Answers anchored
+// on measurements"): the component model under the global (prior) factors gives
+// the shape over batch at both moments; two scales fitted on the model's runs,
+// shrunk toward 1 (the prior), fix its level and slope; a constant per GPU,
+// fitted across all models, covers what differs between cards. The bound of
+// such answers comes from leave-one-run-out within models, per how far the
+// asked batch lies beyond the measured ones.
 
 #include <cstdint>
 #include <map>
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "headroom/v1/calibration.pb.h"
 #include "core/calibration/calibration_page.h"
 #include "core/memory/memory_profile.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

@@ -1,8 +1,8 @@
 #ifndef HEADROOM_CORE_EVIDENCE_MODEL_KEY_H_
 #define HEADROOM_CORE_EVIDENCE_MODEL_KEY_H_
 
-// "The same model and setup" (DESIGN.md, "Evidence"): the key measured runs
-// are stored under and answers look their evidence up by.
+// "The same model and setup" (README.md, "Answers anchored on measurements"):
+// the key measured runs are stored under and answers look their evidence up by.
 
 #include <string>
 

@@ -1,16 +1,16 @@
 #ifndef HEADROOM_CORE_MEMORY_FIT_VERDICT_H_
 #define HEADROOM_CORE_MEMORY_FIT_VERDICT_H_
 
-// The three-way verdict of DESIGN.md and the largest batch per verdict,
+// The three-way verdict (docs/verdicts.md) and the largest batch per verdict,
 // solved in closed form on the piecewise-linear peak (bisection only where
 // the closed form is not settled), never scanned.
 
 #include <cstdint>
 #include <optional>
 
-#include "headroom/v1/model.pb.h"
 #include "base/value_bounds.h"
 #include "core/memory/memory_profile.h"
+#include "headroom/v1/model.pb.h"
 
 namespace headroom {
 

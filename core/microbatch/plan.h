@@ -1,19 +1,19 @@
 #ifndef HEADROOM_CORE_MICROBATCH_PLAN_H_
 #define HEADROOM_CORE_MICROBATCH_PLAN_H_
 
-// Microbatch/PlanMicrobatch (DESIGN.md, "Microbatch autotuning"): the predicted
-// peak of every microbatch candidate before anything runs, and which
-// candidates a worker must measure because the prediction cannot decide
+// Microbatch/PlanMicrobatch (README.md, "Energy, microbatches and density"):
+// the predicted peak of every microbatch candidate before anything runs, and
+// which candidates a worker must measure because the prediction cannot decide
 // them. Plain C++ over the API messages, no gRPC, no I/O.
 
 #include <cstdint>
 #include <functional>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/calibration.pb.h"
-#include "headroom/v1/microbatch.pb.h"
 #include "core/catalog/model_catalog.h"
 #include "core/memory/fit_verdict.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/microbatch.pb.h"
 
 namespace headroom {
 

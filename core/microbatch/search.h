@@ -1,11 +1,11 @@
 #ifndef HEADROOM_CORE_MICROBATCH_SEARCH_H_
 #define HEADROOM_CORE_MICROBATCH_SEARCH_H_
 
-// Searches for the largest microbatch candidate that fits (DESIGN.md,
-// "Microbatch autotuning"), three ways, over candidates ascending whose
-// truth is monotone (if one fits, every smaller one does). The caller runs
-// the candidates (a worker's executor, a bench's simulated truth) and counts
-// the runs; a search never runs a candidate twice unless the caller's
+// Searches for the largest microbatch candidate that fits (README.md,
+// "Energy, microbatches and density"), three ways, over candidates ascending
+// whose truth is monotone (if one fits, every smaller one does). The caller
+// runs the candidates (a worker's executor, a bench's simulated truth) and
+// counts the runs; a search never runs a candidate twice unless the caller's
 // callback is called again for it, so callers that remember outcomes can
 // resume a search without running anything again. Plain C++, no I/O.
 

@@ -1,9 +1,10 @@
 #ifndef HEADROOM_CORE_MICROBATCH_SELECT_H_
 #define HEADROOM_CORE_MICROBATCH_SELECT_H_
 
-// Microbatch selection from measured candidates (DESIGN.md, "Microbatch
-// autotuning"): which microbatch and mode a training run uses, recomputed
-// from an autotune record's measurements and budget. Plain C++, no I/O.
+// Microbatch selection from measured candidates (README.md, "Energy,
+// microbatches and density"): which microbatch and mode a training run uses,
+// recomputed from an autotune record's measurements and budget. Plain C++, no
+// I/O.
 
 #include <cstddef>
 #include <cstdint>

@@ -2,17 +2,17 @@
 #define HEADROOM_SERVER_SERVICE_FLEET_AUTOTUNE_H_
 
 // The planner's side of an autotune run on the fleet (Fleet.SubmitAutotune;
-// DESIGN.md, "Microbatch autotuning"): the plan an autotune probe carries,
-// the assignment a worker searches with, and the check of the record the
-// worker sends back. Plain functions over the API messages; FleetService
+// README.md, "Energy, microbatches and density"): the plan an autotune probe
+// carries, the assignment a worker searches with, and the check of the record
+// the worker sends back. Plain functions over the API messages; FleetService
 // does the I/O.
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/fleet.pb.h"
-#include "core/catalog/model_catalog.h"
 
 namespace headroom {
 

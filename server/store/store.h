@@ -140,7 +140,7 @@ class DensityRunStore {
       const std::string& mode) = 0;
 };
 
-// The probe queue (DESIGN.md, "Workers and probes").
+// The probe queue (README.md, "Workers and probes").
 class ProbeQueue {
  public:
   virtual ~ProbeQueue() = default;

@@ -1,7 +1,7 @@
 #ifndef HEADROOM_WORKER_CUDA_CUDA_PROBES_H_
 #define HEADROOM_WORKER_CUDA_CUDA_PROBES_H_
 
-// The native CUDA probes of one device (DESIGN.md, "Workers and probes"):
+// The native CUDA probes of one device (README.md, "Workers and probes"):
 // context and cuBLAS overhead, copy bandwidth, and energy per byte copied and
 // per FLOP of a bf16 GEMM loop. Implemented in cuda_probes.cu; this header
 // is plain C++ so that callers need no CUDA headers.

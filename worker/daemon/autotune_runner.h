@@ -1,10 +1,10 @@
 #ifndef HEADROOM_WORKER_DAEMON_AUTOTUNE_RUNNER_H_
 #define HEADROOM_WORKER_DAEMON_AUTOTUNE_RUNNER_H_
 
-// The worker's side of microbatch autotuning (DESIGN.md, "Microbatch
-// autotuning"): the search over the planned candidates runs here, next to
-// the GPU, with no round trip to the planner per candidate, and ends in an
-// autotune record in microbatch-autotune.json's format.
+// The worker's side of microbatch autotuning (README.md, "Energy, microbatches
+// and density"): the search over the planned candidates runs here, next to the
+// GPU, with no round trip to the planner per candidate, and ends in an autotune
+// record in microbatch-autotune.json's format.
 
 #include <atomic>
 #include <string>

@@ -1,4 +1,4 @@
-// headroom-worker: the daemon on each GPU node (DESIGN.md, "Workers and
+// headroom-worker: the daemon on each GPU node (README.md, "Workers and
 // probes"). Every flag can also be set as HEADROOM_WORKER_<FLAG>.
 
 #include <signal.h>

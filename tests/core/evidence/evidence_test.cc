@@ -1,6 +1,6 @@
-// Model identity, anchored answers and their bound (DESIGN.md, "Evidence"):
-// hand-computed corrections on a made-up model, and the figures of issue 16
-// on the shipped runs.
+// Model identity, anchored answers and their bound (README.md, "Answers
+// anchored on measurements"): hand-computed corrections on a made-up model, and
+// the figures of issue 16 on the shipped runs.
 
 #include "core/evidence/evidence.h"
 
@@ -10,17 +10,17 @@
 #include <random>
 #include <set>
 
-#include "gtest/gtest.h"
+#include "base/json_io.h"
 #include "core/calibration/calibrate.h"
 #include "core/calibration/evaluate.h"
 #include "core/calibration/factor_fit.h"
-#include "base/json_io.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/model_key.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
 #include "core/planner/fit_planner.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 
