@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "base/json_io.h"
 #include "core/calibration/calibrate.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
-#include "base/json_io.h"
 #include "core/microbatch/plan.h"
 #include "core/microbatch/search.h"
 #include "core/microbatch/select.h"

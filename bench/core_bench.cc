@@ -6,18 +6,18 @@
 #include <utility>
 #include <vector>
 
+#include "base/json_io.h"
 #include "bench/catalog_request.h"
 #include "bench/llama2_7b.h"
 #include "benchmark/benchmark.h"
-#include "headroom/v1/planner.pb.h"
 #include "core/calibration/calibrate.h"
 #include "core/catalog/model_catalog.h"
-#include "base/json_io.h"
 #include "core/evidence/evidence.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
 #include "core/planner/fit_planner.h"
+#include "headroom/v1/planner.pb.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/json_io.h"
 #include "benchmark/benchmark.h"
 #include "core/calibration/calibrate.h"
-#include "base/json_io.h"
 #include "core/evidence/evidence.h"
 #include "core/planner/fit_planner.h"
 #include "io/catalog_files.h"

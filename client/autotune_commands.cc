@@ -5,11 +5,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/json_io.h"
 #include "client/cli_json.h"
 #include "client/rpc.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "base/json_io.h"
 #include "io/files.h"
 
 namespace headroom::cli {

@@ -6,11 +6,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_json.h"
-#include "nlohmann/json.hpp"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
 #include "core/memory/model_spec.h"
 #include "io/catalog_files.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom::cli {
 std::string CardUnderstood(const std::string& gpu_flag_value) {

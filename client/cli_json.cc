@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "google/protobuf/descriptor.h"
 #include "base/json_io.h"
+#include "google/protobuf/descriptor.h"
 
 namespace headroom::cli {
 namespace {

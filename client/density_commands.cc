@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/json_io.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
-#include "base/json_io.h"
 #include "core/density/density_rank.h"
 #include "io/files.h"
 

@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/json_io.h"
 #include "client/cli_json.h"
 #include "client/rpc.h"
 #include "client/setup_flags.h"
 #include "headroom/v1/fleet.grpc.pb.h"
-#include "base/json_io.h"
 
 namespace headroom::cli {
 namespace {

@@ -4,11 +4,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/json_io.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
-#include "headroom/v1/microbatch.pb.h"
-#include "base/json_io.h"
 #include "core/microbatch/select.h"
+#include "headroom/v1/microbatch.pb.h"
 #include "io/files.h"
 
 namespace headroom::cli {

@@ -10,15 +10,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/commands.h"
-#include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
+#include "client/commands.h"
 #include "core/frontends/frontend_registry.h"
 #include "core/frontends/hf_config.h"
 #include "core/frontends/onnx_import.h"
 #include "core/frontends/onnx_strip.h"
 #include "core/memory/model_spec.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "io/files.h"
 
 namespace headroom::cli {

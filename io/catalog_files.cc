@@ -8,11 +8,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "core/frontends/frontend_registry.h"
 #include "core/memory/model_spec.h"
 #include "io/files.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "headroom/v1/calibration.pb.h"
 #include "core/calibration/calibration_page.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

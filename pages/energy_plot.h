@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/energy.pb.h"
 #include "core/energy/energy_points.h"
+#include "headroom/v1/energy.pb.h"
 
 namespace headroom {
 

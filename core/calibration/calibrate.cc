@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/calibration/regimes.h"
 #include "base/status_macros.h"
+#include "core/calibration/regimes.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/evidence.h"
 #include "core/evidence/model_key.h"

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/calibration.pb.h"
 #include "core/calibration/calibration_page.h"
 #include "core/calibration/factor_fit.h"
 #include "core/catalog/model_catalog.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "core/calibration/calibrate.h"
 #include "core/catalog/gpu_catalog.h"
-#include "base/status_macros.h"
 #include "core/memory/fit_verdict.h"
 #include "core/memory/memory_profile.h"
 #include "core/planner/fit_planner.h"

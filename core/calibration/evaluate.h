@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/calibration.pb.h"
 #include "core/calibration/calibration_page.h"
 #include "core/catalog/model_catalog.h"
 #include "core/evidence/evidence.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "headroom/v1/calibration.pb.h"
 #include "core/catalog/model_catalog.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "headroom/v1/calibration.pb.h"
 #include "core/calibration/calibration_page.h"
 #include "core/calibration/factor_fit.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

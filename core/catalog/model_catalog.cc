@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/catalog/close_names.h"
 #include "base/status_macros.h"
+#include "core/catalog/close_names.h"
 #include "core/memory/model_spec.h"
 
 namespace headroom {

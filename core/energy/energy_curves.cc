@@ -7,9 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 
 namespace headroom {
 namespace {

@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/input_limits.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/evidence/run_checks.h"
 

@@ -47,7 +47,7 @@ struct EnergyPoint {
 };
 
 // What one measured energy run may claim is in the value table
-// (common/value_bounds.h: window, energy, power, tokens, J per 1k tokens).
+// (base/value_bounds.h: window, energy, power, tokens, J per 1k tokens).
 // A quantized run uses at most 11 times the energy of its fp16 partner
 // (dE <= 1000 %; the shipped curves reach 130.83 %).
 inline constexpr double kMaxDePct = 1000;

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/catalog/gpu_catalog.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/model.pb.h"
-#include "core/catalog/gpu_catalog.h"
 
 namespace headroom {
 

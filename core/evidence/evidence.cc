@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "base/status_macros.h"
 #include "core/calibration/calibrate.h"
 #include "core/calibration/calibration_page.h"
-#include "base/status_macros.h"
 #include "core/memory/memory_profile.h"
 
 namespace headroom {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "headroom/v1/calibration.pb.h"
 #include "core/catalog/model_catalog.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/model_key.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace headroom {
 

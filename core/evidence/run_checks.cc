@@ -6,10 +6,10 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/input_limits.h"
 #include "base/status_macros.h"
 #include "base/value_bounds.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/training_setup.h"

@@ -4,16 +4,16 @@
 // What one run must be before it is stored as evidence, whichever way it
 // arrives: a worker's probe result (FleetService), a Refit import, a
 // RefitEnergy import. One function per kind of run, over the value table
-// (common/value_bounds.h) and the rules CheckFit reads a spec and a setup
+// (base/value_bounds.h) and the rules CheckFit reads a spec and a setup
 // by, so a run one path refuses every path refuses.
 
 #include <cstddef>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
-#include "core/catalog/model_catalog.h"
 
 namespace headroom {
 

@@ -14,9 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/catalog/model_catalog.h"
 #include "headroom/v1/model.pb.h"
 #include "headroom/v1/planner.pb.h"
-#include "core/catalog/model_catalog.h"
 
 namespace headroom {
 

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "base/status_macros.h"
 #include "core/memory/model_spec.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace headroom::hf {
 

@@ -15,11 +15,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "headroom/v1/model.pb.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "core/frontends/hf_config.h"
 #include "core/memory/model_spec.h"
+#include "headroom/v1/model.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom::hf {
 

@@ -6,10 +6,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "core/frontends/hf_builders.h"
 #include "core/memory/model_spec.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom {
 namespace hf {

@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "onnx/onnx_pb.h"
 #include "base/status_macros.h"
 #include "core/frontends/onnx_shapes.h"
 #include "core/memory/model_spec.h"
+#include "onnx/onnx_pb.h"
 
 namespace headroom {
 namespace {

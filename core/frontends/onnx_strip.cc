@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
 #include "base/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
 
 namespace headroom {
 namespace {

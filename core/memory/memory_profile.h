@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/calibration.pb.h"
-#include "headroom/v1/model.pb.h"
 #include "core/memory/parallel.h"
 #include "core/memory/training_setup.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/model.pb.h"
 
 namespace headroom {
 

@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "headroom/v1/model.pb.h"
 #include "base/value_bounds.h"
+#include "headroom/v1/model.pb.h"
 
 namespace headroom {
 

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "headroom/v1/calibration.pb.h"
-#include "headroom/v1/model.pb.h"
 #include "base/value_bounds.h"
 #include "core/memory/training_setup.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/model.pb.h"
 
 namespace headroom {
 

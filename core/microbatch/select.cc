@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/input_limits.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 
 namespace headroom {
 namespace {

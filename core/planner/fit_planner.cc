@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/memory/fit_verdict.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "headroom/v1/calibration.pb.h"
-#include "headroom/v1/planner.pb.h"
 #include "core/catalog/model_catalog.h"
 #include "core/evidence/evidence.h"
 #include "core/frontends/frontend_registry.h"
 #include "core/memory/memory_profile.h"
+#include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/planner.pb.h"
 
 namespace headroom {
 

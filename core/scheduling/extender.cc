@@ -8,10 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "core/catalog/gpu_catalog.h"
 #include "core/memory/fit_verdict.h"
 #include "core/planner/fit_planner.h"
+#include "nlohmann/json.hpp"
 #include "simdjson.h"
 
 namespace headroom {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/microbatch/cache_key.h"
 #include "core/planner/fit_planner.h"
 #include "server/service/fleet/measured_runs.h"

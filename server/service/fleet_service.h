@@ -20,8 +20,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "headroom/v1/fleet.grpc.pb.h"
 #include "core/catalog/model_catalog.h"
+#include "headroom/v1/fleet.grpc.pb.h"
 #include "server/service/access.h"
 #include "server/service/background_worker.h"
 #include "server/service/fleet/dispatch.h"

@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
-#include "grpcpp/server.h"
 #include "core/catalog/model_catalog.h"
+#include "grpcpp/server.h"
 #include "server/service/background_worker.h"
 #include "server/service/calibration_service.h"
 #include "server/service/density_service.h"

@@ -26,7 +26,8 @@ Result RunHeadroom(std::vector<std::string> args) {
   args.insert(args.begin(), "headroom");
   args.push_back("--server=127.0.0.1:1");
   args.push_back("--deadline_ms=2000");
-  args.push_back(std::string("--models_dir=") + HEADROOM_SOURCE_DIR + "/models");
+  args.push_back(std::string("--models_dir=") + HEADROOM_SOURCE_DIR +
+                 "/models");
   std::ostringstream out, err;
   const int code = RunCli(args, out, err);
   return {code, out.str(), err.str()};
@@ -189,10 +190,9 @@ TEST(CliTest, CatalogsAreListed) {
 }
 
 TEST(CliTest, CalibRowsJsonIsJson) {
-  const Result r =
-      RunHeadroom({"calib", "rows", "--runs",
-                   std::string(HEADROOM_SOURCE_DIR) + "/data/memory-runs.jsonl",
-                   "--json"});
+  const Result r = RunHeadroom(
+      {"calib", "rows", "--runs",
+       std::string(HEADROOM_SOURCE_DIR) + "/data/memory-runs.jsonl", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out[0], '[');

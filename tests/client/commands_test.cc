@@ -5,13 +5,13 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/json_io.h"
 #include "client/rpc.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/planner.pb.h"
-#include "base/json_io.h"
 #include "io/files.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"

@@ -3,10 +3,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/json_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/density.pb.h"
-#include "base/json_io.h"
 #include "io/files.h"
 
 namespace headroom::cli {

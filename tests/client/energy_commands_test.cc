@@ -5,9 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/json_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/json_io.h"
 #include "io/files.h"
 
 namespace headroom::cli {

@@ -3,10 +3,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/json_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/microbatch.pb.h"
-#include "base/json_io.h"
 
 namespace headroom::cli {
 namespace {

@@ -3,10 +3,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "base/json_io.h"
 #include "core/memory/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "io/files.h"
 #include "tests/core/frontends/onnx_test_graphs.h"
 

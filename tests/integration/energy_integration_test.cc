@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/energy/energy_curves.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "core/energy/energy_curves.h"
 #include "tests/support/fleet_client.h"
 #include "tests/support/sim_fleet.h"
 #include "worker/daemon/sim_executor.h"

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "core/frontends/frontend_registry.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "core/energy/energy_curves.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/energy/energy_curves.h"
 #include "io/files.h"
 #include "tests/support/shipped_energy_curves.h"
 

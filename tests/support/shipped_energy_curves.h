@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "core/energy/energy_curves.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/energy.pb.h"
-#include "core/energy/energy_curves.h"
 #include "io/files.h"
 
 namespace headroom::testing {

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "nlohmann/json.hpp"
 #include "base/json_io.h"
+#include "nlohmann/json.hpp"
 #include "worker/daemon/subprocess.h"
 #include "worker/gpu/sampler.h"
 

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/input_limits.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/memory/parallel.h"
 #include "core/memory/training_setup.h"

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "headroom/v1/fleet.pb.h"
 #include "core/catalog/model_catalog.h"
+#include "headroom/v1/fleet.pb.h"
 
 namespace headroom {
 

@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "core/calibration/promotion.h"
-#include "core/catalog/gpu_catalog.h"
 #include "base/status_macros.h"
 #include "base/value_bounds.h"
+#include "core/calibration/promotion.h"
+#include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_refit.h"
 #include "core/evidence/run_checks.h"
 #include "server/service/fleet/dispatch.h"
@@ -342,7 +342,7 @@ std::optional<Rejection> CheckBatchResult(
         absl::StrCat("oom with peak_allocated_gb = ", batch.peak_allocated_gb(),
                      "; a run that ran out of memory has no measured peak"));
   }
-  // The bounds a Refit holds a stored run to (common/value_bounds.h).
+  // The bounds a Refit holds a stored run to (base/value_bounds.h).
   for (const auto& [field, has, value, bound] :
        {std::tuple<const char*, bool, double, const ValueBound&>{
             "step_seconds", batch.has_step_seconds(), batch.step_seconds(),

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
-#include "core/catalog/model_catalog.h"
 #include "server/service/metrics.h"
 
 namespace headroom {
@@ -115,7 +115,7 @@ std::optional<Rejection> CheckBatchResult(const v1::Probe& probe,
 // nullopt when the runs a batch result becomes may be stored: the training
 // run (MeasuredRunFor) as CheckMeasuredRun and the energy run (EnergyRunFor)
 // as CheckEnergyRun check a Refit's, from the one table of bounds
-// (common/value_bounds.h); implausible_value naming the field otherwise.
+// (base/value_bounds.h); implausible_value naming the field otherwise.
 std::optional<Rejection> CheckStoredRuns(
     const std::optional<v1::MeasuredRun>& run,
     const std::optional<v1::EnergyRun>& energy, const ModelCatalog& catalog);

@@ -1,9 +1,9 @@
 #include "core/calibration/calibration_page.h"
 
+#include "base/json_io.h"
+#include "core/calibration/calibrate.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "core/calibration/calibrate.h"
-#include "base/json_io.h"
 #include "io/files.h"
 
 namespace headroom {

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <map>
 
+#include "base/json_io.h"
+#include "core/calibration/calibrate.h"
+#include "core/planner/fit_planner.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "core/calibration/calibrate.h"
-#include "base/json_io.h"
-#include "core/planner/fit_planner.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 

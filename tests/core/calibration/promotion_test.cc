@@ -2,9 +2,9 @@
 
 #include <limits>
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 
 namespace headroom {
 namespace {

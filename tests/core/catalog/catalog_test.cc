@@ -1,7 +1,7 @@
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 
 namespace headroom {

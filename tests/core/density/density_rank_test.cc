@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "base/json_io.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "base/json_io.h"
 #include "io/files.h"
 
 namespace headroom {

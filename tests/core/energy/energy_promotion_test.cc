@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/energy/energy_refit.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "tests/support/shipped_energy_curves.h"
 
 namespace headroom {

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "google/protobuf/util/message_differencer.h"
-#include "gtest/gtest.h"
 #include "base/json_io.h"
 #include "core/energy/energy_curves.h"
 #include "core/energy/energy_refit.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
 #include "io/files.h"
 #include "tests/support/shipped_energy_curves.h"
 

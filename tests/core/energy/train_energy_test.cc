@@ -4,9 +4,9 @@
 
 #include "core/energy/train_energy.h"
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 
 namespace headroom {
 namespace {

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 

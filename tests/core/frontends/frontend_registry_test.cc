@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 #include "io/files.h"
 #include "tests/core/frontends/onnx_test_graphs.h"
 

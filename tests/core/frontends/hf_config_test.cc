@@ -2,11 +2,11 @@
 
 #include <string>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "base/json_io.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "io/files.h"
 
 namespace headroom {

@@ -4,14 +4,14 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "gtest/gtest.h"
 #include "base/json_io.h"
 #include "core/frontends/hf_config.h"
 #include "core/frontends/onnx_strip.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "gtest/gtest.h"
 #include "io/files.h"
 #include "tests/core/frontends/onnx_test_graphs.h"
 

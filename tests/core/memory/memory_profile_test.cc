@@ -1,7 +1,7 @@
 #include "core/memory/memory_profile.h"
 
-#include "gtest/gtest.h"
 #include "core/memory/model_spec.h"
+#include "gtest/gtest.h"
 
 namespace headroom {
 namespace {

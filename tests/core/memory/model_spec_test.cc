@@ -3,10 +3,10 @@
 #include <cmath>
 #include <map>
 
+#include "base/json_io.h"
+#include "core/catalog/model_catalog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/catalog/model_catalog.h"
-#include "base/json_io.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 

@@ -4,12 +4,12 @@
 #include <memory>
 #include <random>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "core/memory/fit_verdict.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/planner/fit_planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace headroom {
 namespace {

@@ -7,9 +7,9 @@
 #include <functional>
 #include <string>
 
-#include "gtest/gtest.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
+#include "gtest/gtest.h"
 
 namespace headroom {
 namespace {

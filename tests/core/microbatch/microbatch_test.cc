@@ -3,13 +3,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
-#include "google/protobuf/struct.pb.h"
-#include "gtest/gtest.h"
 #include "base/json_io.h"
 #include "core/memory/model_spec.h"
 #include "core/microbatch/plan.h"
 #include "core/microbatch/select.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "gtest/gtest.h"
 #include "io/files.h"
 
 namespace headroom {

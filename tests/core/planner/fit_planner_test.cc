@@ -1,8 +1,8 @@
 #include "core/planner/fit_planner.h"
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
 #include "tests/core/frontends/onnx_test_graphs.h"

@@ -4,14 +4,14 @@
 
 #include "core/scheduling/extender.h"
 
-#include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "core/calibration/calibrate.h"
 #include "base/json_io.h"
+#include "core/calibration/calibrate.h"
 #include "core/evidence/evidence.h"
 #include "core/planner/fit_planner.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/extender_bodies.h"
 
 namespace headroom {

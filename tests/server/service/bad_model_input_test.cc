@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/frontends/onnx_import.h"
+#include "core/frontends/onnx_strip.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/io/gzip_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
@@ -18,8 +20,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "core/frontends/onnx_import.h"
-#include "core/frontends/onnx_strip.h"
 #include "server/service/planner_app.h"
 #include "tests/core/frontends/onnx_test_graphs.h"
 #include "tests/support/test_planner.h"

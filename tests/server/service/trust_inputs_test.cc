@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/microbatch/cache_key.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
-#include "core/microbatch/cache_key.h"
 #include "server/service/planner_app.h"
 #include "server/store/sqlite_store.h"
 #include "tests/support/planner_stubs.h"

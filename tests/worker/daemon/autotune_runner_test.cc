@@ -5,9 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "core/microbatch/cache_key.h"
 #include "core/microbatch/select.h"
+#include "gtest/gtest.h"
 
 namespace headroom::worker {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "core/memory/model_spec.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/sim_executor.h"

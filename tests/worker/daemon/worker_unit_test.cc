@@ -14,9 +14,9 @@
 #include <set>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "core/catalog/model_catalog.h"
 #include "core/memory/memory_profile.h"
+#include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
 #include "worker/daemon/gpu_setup.h"

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string>
 
+#include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/memory/model_spec.h"
 #include "io/catalog_files.h"
 #include "server/service/fleet/dispatch.h"
 #include "server/service/fleet/measured_runs.h"
