@@ -164,16 +164,26 @@ const std::vector<Model>& Models() {
   return *models;
 }
 
+// The table of the three front-ends (printed for the README and the notes),
+// and what holds on every row of it: a model with parameters and a positive
+// peak, and eager attention (the score matrix kept) never below fused.
 TEST(ThreeWaysTest, Figures) {
   // Batch 8, fp32, AdamW, reference factors; "eager": attention as each
   // spec declares it (the HF specs made eager), "fused": fused everywhere.
   std::cout << "model      front-end             params       eager GB  "
                "fused GB\n";
+  int rows = 0;
   for (const Model& m : Models()) {
     auto row = [&](const std::string& what, const v1::ModelSpec& spec) {
-      std::cout << absl::StrFormat(
-          "%-10s %-20s %12d %10.4f %9.4f\n", m.name, what, CountParams(spec),
-          Peak(Eager(spec), 8, false), Peak(spec, 8, true));
+      const uint64_t params = CountParams(spec);
+      const double eager = Peak(Eager(spec), 8, false);
+      const double fused = Peak(spec, 8, true);
+      std::cout << absl::StrFormat("%-10s %-20s %12d %10.4f %9.4f\n", m.name,
+                                   what, params, eager, fused);
+      EXPECT_GT(params, 0u) << m.name << ", " << what;
+      EXPECT_GT(fused, 0.0) << m.name << ", " << what;
+      EXPECT_GE(eager, fused) << m.name << ", " << what;
+      ++rows;
     };
     row("catalog template", m.catalog);
     row("hf config, 1 layer", m.hf_1_layer);
@@ -182,6 +192,7 @@ TEST(ThreeWaysTest, Figures) {
     row("onnx", m.onnx);
     row("onnx, torch export", m.onnx_torch);
   }
+  EXPECT_EQ(rows, 6 * static_cast<int>(Models().size()));
 }
 
 // The published architecture: the config and the graph (built here, or

@@ -93,12 +93,16 @@ TEST(SerialQueueTest, AJobMayFreeTheQueuesOwner) {
   BackgroundWorker pool(2);
   absl::Notification freed;
   auto* owner = new Owner{std::make_shared<SerialQueue>(&pool)};
-  owner->queue->Add([] {});
-  owner->queue->Add([owner, &freed] {
+  bool first_ran = false;
+  bool first_ran_before_free = false;
+  owner->queue->Add([&first_ran] { first_ran = true; });
+  owner->queue->Add([owner, &freed, &first_ran, &first_ran_before_free] {
+    first_ran_before_free = first_ran;
     delete owner;
     freed.Notify();
   });
   freed.WaitForNotification();
+  EXPECT_TRUE(first_ran_before_free);
 }
 
 // Jobs added while the worker is stopping still run, in order.
