@@ -1,0 +1,66 @@
+#include "common/env_flags.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(int, env_flags_test_port, 7, "A flag the environment can set.");
+ABSL_FLAG(std::string, env_flags_test_name, "none", "Another one.");
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(EnvFlagsTest, TheEnvironmentSetsFlagsByPrefixAndUpperCaseName) {
+  ::setenv("HEADROOM_TEST_ENV_FLAGS_TEST_PORT", "8123", 1);
+  ::setenv("OTHER_ENV_FLAGS_TEST_NAME", "ignored", 1);
+  ApplyEnvironmentToFlags("HEADROOM_TEST_");
+  EXPECT_EQ(absl::GetFlag(FLAGS_env_flags_test_port), 8123);
+  // Another prefix is not read.
+  EXPECT_EQ(absl::GetFlag(FLAGS_env_flags_test_name), "none");
+  ::unsetenv("HEADROOM_TEST_ENV_FLAGS_TEST_PORT");
+  ::unsetenv("OTHER_ENV_FLAGS_TEST_NAME");
+}
+
+TEST(EnvFlagsDeathTest, ABadValueExitsNamingTheVariable) {
+  EXPECT_EXIT(
+      {
+        ::setenv("HEADROOM_BAD_ENV_FLAGS_TEST_PORT", "eighty", 1);
+        ApplyEnvironmentToFlags("HEADROOM_BAD_");
+      },
+      ::testing::ExitedWithCode(2),
+      HasSubstr("HEADROOM_BAD_ENV_FLAGS_TEST_PORT=eighty"));
+}
+
+TEST(EnvFlagsTest, HelpIsPrintedOnlyWhenAskedBeforeTheDashes) {
+  std::string program = "headroom-test";
+  std::string help = "--help";
+  std::string dashes = "--";
+  std::string other = "--env_flags_test_port=9";
+  {
+    char* argv[] = {program.data(), other.data(), help.data()};
+    std::ostringstream out;
+    EXPECT_TRUE(PrintHelpIfAsked(3, argv, out));
+    // Every flag is listed, this file's too, with its default.
+    EXPECT_THAT(out.str(), HasSubstr("env_flags_test_port"));
+  }
+  {
+    char* argv[] = {program.data(), other.data()};
+    std::ostringstream out;
+    EXPECT_FALSE(PrintHelpIfAsked(2, argv, out));
+    EXPECT_EQ(out.str(), "");
+  }
+  {
+    char* argv[] = {program.data(), dashes.data(), help.data()};
+    std::ostringstream out;
+    EXPECT_FALSE(PrintHelpIfAsked(3, argv, out));
+  }
+}
+
+}  // namespace
+}  // namespace headroom
