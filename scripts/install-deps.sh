@@ -26,6 +26,8 @@ packages=(
   chromium
   # scripts/check-thread-safety.py: clang's -Wthread-safety over our sources.
   clang-14
+  # scripts/check-tidy.sh: clang-tidy (.clang-tidy) over the last commit's C++.
+  clang-tidy
 )
 
 missing=()
