@@ -39,6 +39,25 @@ def cuda_peaks(device):
     return peaks
 
 
+def _check_runnable(setup, device, batch, compile_model):
+    """SpecError (the batch's failure record) when this torch or device
+    cannot run the batch as the setup says: torch.compile, the attention
+    kernel, grad_accum microbatches, the optimizer."""
+    if compile_model:
+        why = compile_unavailable()
+        if why is not None:
+            raise SpecError(why)
+    if setup.attention in ("SDPA", "FLASH") and not HAS_SDPA:
+        raise SpecError(f"setup.attention = {setup.attention} needs torch >= 2.0 "
+                        f"(scaled_dot_product_attention), found {torch.__version__}")
+    if setup.attention == "FLASH" and device.type != "cuda":
+        raise SpecError("setup.attention = FLASH runs on CUDA only")
+    accum = max(setup.grad_accum, 1)
+    if batch % accum:
+        raise SpecError(f"batch {batch} is not divisible by setup.grad_accum = {accum}")
+    optimizer_impl(setup, device)
+
+
 def measure_batch(spec, setup, device, batch, warmup, steps, record,
                    compile_model=False, nvml=None, group=None):
     """Builds a fresh model and optimizer and runs warmup + steps training
@@ -48,19 +67,8 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
     setup's parallel strategy says, on this rank's own microbatches); raises
     on OOM or any other failure."""
     cuda = device.type == "cuda"
-    if compile_model:
-        why = compile_unavailable()
-        if why is not None:
-            raise SpecError(why)
-    if setup.attention in ("SDPA", "FLASH") and not HAS_SDPA:
-        raise SpecError(f"setup.attention = {setup.attention} needs torch >= 2.0 "
-                        f"(scaled_dot_product_attention), found {torch.__version__}")
-    if setup.attention == "FLASH" and not cuda:
-        raise SpecError("setup.attention = FLASH runs on CUDA only")
+    _check_runnable(setup, device, batch, compile_model)
     accum = max(setup.grad_accum, 1)
-    if batch % accum:
-        raise SpecError(f"batch {batch} is not divisible by setup.grad_accum = {accum}")
-    optimizer_impl(setup, device)
     if cuda:
         # Reset before building, so an OOM while building has its own peak.
         torch.cuda.synchronize(device)

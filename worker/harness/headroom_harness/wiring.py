@@ -8,8 +8,9 @@ import math
 from headroom_harness.errors import SpecError
 
 # A spec is a list of layers, not a wired graph: towers, skips and residual
-# adds are implied by shapes (DESIGN.md; memory_profile.cc reads it the same
-# way, layer by layer). Wiring below connects it with fixed rules, from
+# adds are implied by shapes (worker/harness/README.md, "How layers are
+# wired"; core/memory/memory_profile.cc reads it the same way, layer by
+# layer). Wiring below connects it with fixed rules, from
 # per-sample shapes only, before anything runs:
 #  - a layer reads the newest unread output whose shape is exactly what it
 #    needs (an output that carries gradient first, so a trainable layer does
