@@ -1,5 +1,6 @@
 """The torch harness of headroom-worker's `torch` probe executor: builds a
-Headroom model spec in PyTorch and measures its training step (README.md).
+Headroom model spec in PyTorch and measures its training step
+(worker/harness/README.md).
 
 Modules, from the input to the command line:
   proto        the generated headroom.v1 modules (the one import of them)
@@ -14,6 +15,8 @@ Modules, from the input to the command line:
   energy       NVML's energy counter; the generation energy probe
   records      the JSON lines printed and the record behind a result
   flags, cli   the command line and what each command does
+  errors       SpecError (bad input) and its exit code
+  torch_support  what this torch can do (version checks, 1.13 vs 2.x calls)
 
 errors, records, proto, model_spec, setups, wiring and flags import without
 torch; the rest need it. Nothing is imported here.

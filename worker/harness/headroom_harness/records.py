@@ -1,6 +1,7 @@
-"""What the harness prints, one JSON object per line on stdout (README.md:
-"Output of run"), and the record of one batch's run behind each result line.
-No torch here: the lines' shapes are tested without it."""
+"""What the harness prints, one JSON object per line on stdout
+(worker/harness/README.md, "Output of run"), and the record of one batch's
+run behind each result line. No torch here: the lines' shapes are tested
+without it."""
 
 import json
 

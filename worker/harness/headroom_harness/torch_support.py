@@ -12,6 +12,7 @@ HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
 def is_oom(error):
+    """Whether an exception is CUDA running out of memory (a result, not a failure)."""
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(error, oom_type):
         return True
@@ -19,6 +20,7 @@ def is_oom(error):
 
 
 def autocast_enabled(device_type):
+    """Whether autocast is on for the device type."""
     # torch < 2.4 has only the per-device functions; it switches CPU autocast
     # off (with a warning) for a dtype it does not support.
     try:
@@ -29,11 +31,13 @@ def autocast_enabled(device_type):
 
 
 def torch_at_least(major, minor):
+    """Whether this torch's version is at least major.minor."""
     parts = re.findall(r"[0-9]+", torch.__version__)[:2]
     return (int(parts[0]), int(parts[1])) >= (major, minor)
 
 
 def grad_scaler():
+    """fp16 training's loss scaler on CUDA (torch.amp's where this torch has it)."""
     if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
         return torch.amp.GradScaler("cuda")
     return torch.cuda.amp.GradScaler()
