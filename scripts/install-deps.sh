@@ -16,8 +16,9 @@ packages=(
   libsimdjson-dev
   # libpq for the PostgreSQL store; the server for its tests (scripts/test-postgres.sh).
   libpq-dev postgresql
-  # The torch harness's test builds every catalog template on the CPU.
-  python3-torch
+  # The torch harness's test builds every catalog template on the CPU; its
+  # pytest suite (tests/worker/harness).
+  python3-torch python3-pytest
   # tests/deploy: manifest schemas, the dashboard, the Dockerfiles.
   python3-jsonschema python3-yaml
   # client/python: the headroom_client package's runtime and its test (tests/python).

@@ -39,4 +39,8 @@ out=$("$prefix/bin/headroom" model inspect llama-3.2-1b)
   echo "check_install: the torch harness is not beside headroom-worker" >&2
   exit 1
 }
+[[ -f $prefix/bin/headroom_harness/cli.py ]] || {
+  echo "check_install: the torch harness's package is not beside headroom_torch_probe.py" >&2
+  exit 1
+}
 echo "check_install: OK ($prefix)"

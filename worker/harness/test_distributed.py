@@ -93,9 +93,14 @@ class Checks:
             print(f"ok     {name}")
 
 
-def check_ddp(probe, proto_path):
+def check_ddp(proto_path):
+    import torch
+    from headroom_harness.model_spec import load_spec
+    from headroom_harness.models import count_params
+    from headroom_harness.program import Program
+    from headroom_harness.setups import Setup
     spec_path = os.path.join(MODELS, "simple-cnn.json")
-    counts = probe.count_params(probe.load_spec(spec_path))
+    counts = count_params(load_spec(spec_path))
     rc, lines, stderr = torchrun(proto_path, spec_path, {"gpus": 2, "parallel": "DDP"}, "1,2")
     problems = []
     if rc != 0:
@@ -112,8 +117,8 @@ def check_ddp(probe, proto_path):
     # Model states per rank under DDP with gradient_as_bucket_view and AdamW:
     # weights, gradients (the buckets themselves) and two moments, 4 bytes
     # each, plus one 4-byte step counter per parameter tensor.
-    tensors = sum(1 for _ in probe.Program(probe.load_spec(spec_path), probe.Setup(),
-                                           probe.torch.device("meta")).parameters())
+    tensors = sum(1 for _ in Program(load_spec(spec_path), Setup(),
+                                     torch.device("meta")).parameters())
     want = 16 * counts["trainable_params"] + 4 * tensors
     for batch, result in ((1, lines[2]), (2, lines[4])):
         where = f"batch {batch}"
@@ -190,7 +195,9 @@ def check_fault(proto_path):
     return problems
 
 
-def check_fsdp(probe, proto_path):
+def check_fsdp(proto_path):
+    from headroom_harness.distributed import fsdp_module
+    from headroom_harness.errors import SpecError
     spec_path = os.path.join(MODELS, "simple-cnn.json")
     rc, lines, stderr = torchrun(proto_path, spec_path, {"gpus": 2, "parallel": "FSDP_FULL"}, "1")
     results = [line for line in lines if line.get("event") == "result"]
@@ -199,8 +206,8 @@ def check_fsdp(probe, proto_path):
     result = results[0]
     print(f"  fsdp-full: {json.dumps(result)}")
     try:
-        probe._fsdp_module()
-    except probe.SpecError as error:
+        fsdp_module()
+    except SpecError as error:
         # This torch cannot run FSDP: the batch's failure record says why.
         if result.get("error") != str(error) or result.get("rank_peaks_gb") is not None:
             return [f"error '{result.get('error')}', want '{error}' and no peaks"]
@@ -213,7 +220,10 @@ def check_fsdp(probe, proto_path):
     return []
 
 
-def check_refusals(probe, proto_path):
+def check_refusals(proto_path):
+    from headroom_harness.distributed import parallel_unsupported
+    from headroom_harness.errors import SpecError
+    from headroom_harness.setups import parse_setup
     problems = []
     for setup, want in (({"gpus": 4, "tensor_parallel": 2},
                          "tensor parallel is not run by the harness"),
@@ -221,7 +231,7 @@ def check_refusals(probe, proto_path):
                         ({"gpus": 4, "nodes": 2}, "the harness runs one node"),
                         ({"gpus": 2, "parallel": "FSDP_FULL", "offload": "OPTIMIZER"},
                          "FSDP has no optimizer-only offload")):
-        got = probe.parallel_unsupported(probe.parse_setup(json.dumps(setup)))
+        got = parallel_unsupported(parse_setup(json.dumps(setup)))
         if want == "FSDP has no optimizer-only offload" and got and "does not import" in got:
             continue  # this torch stops at the import
         if got is None or want not in got:
@@ -230,9 +240,9 @@ def check_refusals(probe, proto_path):
                         ({"gpus": 3, "tensor_parallel": 2}, "setup.tensor_parallel"),
                         ({"gpus": 600}, "setup.gpus")):
         try:
-            probe.parse_setup(json.dumps(setup))
+            parse_setup(json.dumps(setup))
             problems.append(f"setup {setup} was accepted; want an error naming {want}")
-        except probe.SpecError as error:
+        except SpecError as error:
             if want not in str(error):
                 problems.append(f"setup {setup}: '{error}' does not name {want}")
     # A parallel setup on one GPU runs its strategy in a group of one, which
@@ -261,35 +271,38 @@ def check_refusals(probe, proto_path):
     return problems
 
 
-def check_units(probe):
+def check_units():
     """FSDP's grouping computes exactly what the plain program does."""
-    torch = probe.torch
+    import torch
+    from headroom_harness.model_spec import load_spec
+    from headroom_harness.program import Program, Unit
+    from headroom_harness.setups import Setup
     problems = []
     for name in ("eeg-conformer", "patch-tst"):
-        spec = probe.load_spec(os.path.join(MODELS, name + ".json"))
+        spec = load_spec(os.path.join(MODELS, name + ".json"))
         want_units = sum(layer.repeat for layer in spec.layers if (layer.repeat or 1) > 1)
         for checkpointing in (False, True):
-            setup = probe.Setup(activation_checkpointing=checkpointing)
+            setup = Setup(activation_checkpointing=checkpointing)
             out = []
             for units in (False, True):
                 torch.manual_seed(0)
-                program = probe.Program(spec, setup, torch.device("cpu"), fsdp_units=units)
+                program = Program(spec, setup, torch.device("cpu"), fsdp_units=units)
                 # FSDP gathers a unit's weights in that module's forward: every
                 # unit must run through it, once per forward.
                 calls = []
                 for module in program.modules():
-                    if isinstance(module, probe._Unit):
+                    if isinstance(module, Unit):
                         module.register_forward_pre_hook(lambda m, _: calls.append(m))
                 torch.manual_seed(1)
                 loss = program(program.make_batch(2, torch.device("cpu")))
                 if units and sorted(map(id, calls)) != sorted(
-                        id(m) for m in program.modules() if isinstance(m, probe._Unit)):
+                        id(m) for m in program.modules() if isinstance(m, Unit)):
                     problems.append(f"{name}: {len(calls)} unit forwards in one step, want "
                                     "each unit's forward once")
                 loss.backward()
                 grads = sum(p.grad.double().abs().sum().item() for p in program.parameters()
                             if p.grad is not None)
-                count = sum(1 for m in program.modules() if isinstance(m, probe._Unit))
+                count = sum(1 for m in program.modules() if isinstance(m, Unit))
                 out.append((loss.item(), grads, count))
             where = f"{name} (checkpointing {checkpointing})"
             (loss0, grads0, _), (loss1, grads1, count) = out
@@ -318,25 +331,26 @@ def main():
         return EXIT_SKIPPED
     sys.path.insert(0, HERE)
     sys.dont_write_bytecode = True
-    import headroom_torch_probe as probe
+    from headroom_harness.errors import SpecError
+    from headroom_harness.proto import load_proto
     try:
-        probe.load_proto(args.proto_path)
-    except probe.SpecError as error:
+        model_pb2, _ = load_proto(args.proto_path)
+    except SpecError as error:
         print(f"FAILED: {error}")
         return 1
     proto_path = os.path.dirname(os.path.dirname(os.path.dirname(
-        probe._PROTO["model_pb2"].__file__)))
+        model_pb2.__file__)))
     print(f"torch {torch.__version__}, launcher: {_launcher()[1]}")
     checks = Checks()
     checks.case("ddp: 2 ranks of simple-cnn on gloo, rank peaks and host memory",
-                check_ddp(probe, proto_path))
+                check_ddp(proto_path))
     checks.case("ddp: grad_accum 2 (no_sync on the first microbatch)", check_accum(proto_path))
     checks.case("ddp: an OOM on rank 1 mid-step is the batch's OOM, no hang",
                 check_fault(proto_path))
-    checks.case("fsdp-full: a run, or a failure record saying why not", check_fsdp(probe, proto_path))
+    checks.case("fsdp-full: a run, or a failure record saying why not", check_fsdp(proto_path))
     checks.case("setups the harness does not run, bad parallel setups, a group of one",
-                check_refusals(probe, proto_path))
-    checks.case("fsdp units compute what the plain program computes", check_units(probe))
+                check_refusals(proto_path))
+    checks.case("fsdp units compute what the plain program computes", check_units())
     print(f"{checks.passed} passed, {len(checks.failed)} failed")
     return 0 if not checks.failed else 1
 

@@ -76,7 +76,7 @@ def planner_counts(headroom, path, flags=()):
     return out
 
 
-def _setups_for(probe, spec):
+def _setups_for(spec):
     for label, flags, setup in SETUPS:
         if label == "freeze-first":
             name = next((layer.name for layer in spec.layers if layer.name), None)
@@ -86,9 +86,13 @@ def _setups_for(probe, spec):
         yield label, flags, setup
 
 
-def compare_counts(probe, headroom, files):
+def compare_counts(headroom, files):
     """Prints one line per template and setup; returns the mismatches and
     how many (template, setup) pairs were compared."""
+    from headroom_harness.errors import SpecError
+    from headroom_harness.model_spec import load_spec
+    from headroom_harness.models import count_params
+    from headroom_harness.setups import parse_setup
     failures, compared = [], 0
     hung = set()  # setups the planner timed out on: not asked again
     print(f"{'template':<22} {'setup':<13} {'planner (params/train/frozen/adapter/quant)':>50}"
@@ -96,23 +100,23 @@ def compare_counts(probe, headroom, files):
     for path in files:
         label = os.path.basename(path)[: -len(".json")]
         try:
-            spec = probe.load_spec(path)
+            spec = load_spec(path)
         except Exception as error:
             print(f"{label:<22} ERROR {type(error).__name__}: {error}")
             failures.append(label)
             continue
         label = spec.name
-        for setup_label, flags, setup_json in _setups_for(probe, spec):
+        for setup_label, flags, setup_json in _setups_for(spec):
             where = f"{label}/{setup_label}"
             if setup_label in hung:
                 compared += 1
                 failures.append(where)
                 continue
             try:
-                setup = probe.parse_setup(json.dumps(setup_json))
+                setup = parse_setup(json.dumps(setup_json))
                 try:
-                    have = probe.count_params(spec, setup)
-                except probe.SpecError as error:
+                    have = count_params(spec, setup)
+                except SpecError as error:
                     have = f"refused: {error}"
                 want = planner_counts(headroom, path, flags)
             except subprocess.TimeoutExpired:
@@ -143,11 +147,13 @@ def compare_counts(probe, headroom, files):
     return failures, compared
 
 
-def smallest_template(probe, files):
+def smallest_template(files):
+    from headroom_harness.model_spec import load_spec
+    from headroom_harness.models import count_params
     for path in files:
         if os.path.basename(path) == SMOKE_TEMPLATE + ".json":
             return path
-    return min(files, key=lambda path: probe.count_params(probe.load_spec(path))["params"])
+    return min(files, key=lambda path: count_params(load_spec(path))["params"])
 
 
 def smoke_run(path, want_params):
@@ -209,14 +215,17 @@ def main():
         return EXIT_SKIPPED
     sys.path.insert(0, HERE)
     sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
-    import headroom_torch_probe as probe
+    from headroom_harness.errors import SpecError
+    from headroom_harness.model_spec import load_spec
+    from headroom_harness.models import count_params
+    from headroom_harness.proto import load_proto
     try:
-        probe.load_proto(args.proto_path)
-    except probe.SpecError as error:
+        model_pb2, _ = load_proto(args.proto_path)
+    except SpecError as error:
         print(f"FAILED: {error}")
         return 1
     PROTO_PATH[0] = os.path.dirname(os.path.dirname(os.path.dirname(
-        probe._PROTO["model_pb2"].__file__)))
+        model_pb2.__file__)))
 
     if not os.access(args.headroom, os.X_OK):
         print(f"FAILED: --headroom {args.headroom} is not an executable; build it with "
@@ -227,9 +236,9 @@ def main():
         print(f"FAILED: --models {args.models} holds no *.json templates")
         return 1
 
-    failures, compared = compare_counts(probe, args.headroom, files)
-    smoke = smallest_template(probe, files)
-    smoke_params = probe.count_params(probe.load_spec(smoke))["params"]
+    failures, compared = compare_counts(args.headroom, files)
+    smoke = smallest_template(files)
+    smoke_params = count_params(load_spec(smoke))["params"]
     problems = smoke_run(smoke, smoke_params)
     print(f"\nsmoke run of {os.path.basename(smoke)} on cpu at batches 1,2: "
           f"{'ok' if not problems else 'FAILED'}")
