@@ -121,12 +121,9 @@ std::string Count(uint64_t n) {
   return absl::StrCat(n);
 }
 
-}  // namespace
-
-absl::Status ValidateSetup(const TrainingSetup& setup) {
-  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
-    return parallel;
-  }
+// The step's own fields: positions, the enums, FlashAttention's precision,
+// gradient accumulation.
+absl::Status ValidateStep(const TrainingSetup& setup) {
   if (setup.positions() > (uint64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("setup.positions = ", setup.positions(),
@@ -168,6 +165,11 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "optimizer_in_backward steps during every backward, so "
                    "it allows grad_accum 0 or 1 only");
   }
+  return absl::OkStatus();
+}
+
+// The LoRA adapters, and a quantized base that trains only through them.
+absl::Status ValidateLora(const TrainingSetup& setup) {
   const v1::Lora& lora = setup.lora();
   if (lora.rank() > kMaxLoraRank) {
     return Invalid("lora.rank", absl::StrCat(lora.rank()),
@@ -205,7 +207,11 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "a quantized base trains only through adapters: set "
                    "lora.rank 1 .. 4096");
   }
-  const v1::Freeze& freeze = setup.freeze();
+  return absl::OkStatus();
+}
+
+// The frozen layer names and the trained last blocks.
+absl::Status ValidateFreeze(const v1::Freeze& freeze) {
   if (freeze.layers_size() > kMaxFreezeNames) {
     return Invalid("freeze.layers",
                    absl::StrCat(freeze.layers_size(), " entries"),
@@ -225,6 +231,17 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "allowed 0 (off) .. 100000");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSetup(const TrainingSetup& setup) {
+  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
+    return parallel;
+  }
+  if (absl::Status step = ValidateStep(setup); !step.ok()) return step;
+  if (absl::Status lora = ValidateLora(setup); !lora.ok()) return lora;
+  return ValidateFreeze(setup.freeze());
 }
 
 bool TrueHalfPrecision(const TrainingSetup& setup) {
