@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/units.h"
 #include "core/calibration/regimes.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/evidence.h"
@@ -29,8 +30,6 @@ namespace {
 // How far a spec's parameter count may be from the measured model's before
 // the spec is taken to describe a different model.
 constexpr double kParamTolerance = 5e-4;
-
-std::string Gb(double gb) { return absl::StrFormat("%.2f GB", gb); }
 
 }  // namespace
 
@@ -91,8 +90,8 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
         unfit[sample.template_name] = absl::StrCat(
             "at batch ", run.batch(), " on ", run.gpu(),
             " the spec's fp32 weights and largest tensor alone are ",
-            Gb(floor_gb), ", more than the measured ",
-            Gb(run.measured_peak_gb()));
+            FormatGb(floor_gb, 2), ", more than the measured ",
+            FormatGb(run.measured_peak_gb(), 2));
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/units.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/param_tensors.h"
@@ -17,10 +18,6 @@ absl::Status Invalid(const std::string& field, const std::string& value,
                      const std::string& allowed) {
   return absl::InvalidArgumentError(
       absl::StrCat("setup.", field, " = ", value, " is invalid; ", allowed));
-}
-
-std::string Gb(double bytes) {
-  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
 }
 
 }  // namespace
@@ -384,7 +381,7 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
       l.stage == 0 ? "replicated"
                    : absl::StrCat("sharded to stage ", l.stage, " over ",
                                   l.shard_degree, " ranks"),
-      ", ", Gb(p.states_backward), " at backward start"));
+      ", ", FormatBytesAsGb(p.states_backward, 2), " at backward start"));
   if (p.deepspeed_mixed) {
     out.push_back(
         "DeepSpeed mixed precision: 16-bit weights and gradients, an fp32 "
@@ -396,12 +393,12 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
     out.push_back(absl::StrCat(
         "gathered units: the root unit and two wrapped blocks (computing and "
         "prefetched) in compute dtype, ",
-        Gb(p.gathered_units)));
+        FormatBytesAsGb(p.gathered_units, 2)));
   }
   if (p.reduce_scatter > 0) {
     out.push_back(absl::StrCat(
         "reduce-scatter buffer: one unit's gradients in compute dtype, ",
-        Gb(p.reduce_scatter)));
+        FormatBytesAsGb(p.reduce_scatter, 2)));
   }
   if (p.buckets > 0) {
     out.push_back(absl::StrCat(
@@ -410,14 +407,14 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
         "a flat copy of every gradient)"));
   }
   if (p.host_bytes_per_gpu > 0) {
-    out.push_back(
-        absl::StrCat("offloaded to host memory: ", Gb(p.host_bytes_per_gpu),
-                     " per GPU, ", Gb(p.host_bytes_per_node), " per node"));
+    out.push_back(absl::StrCat(
+        "offloaded to host memory: ", FormatBytesAsGb(p.host_bytes_per_gpu, 2),
+        " per GPU, ", FormatBytesAsGb(p.host_bytes_per_node, 2), " per node"));
   }
   out.push_back(
       p.collective_fitted
           ? absl::StrCat("collective buffers (NCCL, bucket overheads): ",
-                         Gb(p.collective_gb * 1e9),
+                         FormatBytesAsGb(p.collective_gb * 1e9, 2),
                          " per GPU, fitted from measured ",
                          StrategyName(l.strategy), " runs")
           : absl::StrCat("collective buffers (NCCL, bucket overheads): "

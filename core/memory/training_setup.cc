@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/units.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
 #include "core/memory/param_tensors.h"
@@ -109,10 +110,6 @@ const char* OptimizerName(TrainingSetup::Optimizer optimizer) {
     default:
       return "adamw";
   }
-}
-
-std::string Gb(double bytes) {
-  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
 }
 
 std::string Count(uint64_t n) {
@@ -503,7 +500,7 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         " base: ", Count(states.quantized_params),
         " linear weights stored quantized with their block scales, each "
         "layer dequantized for compute (",
-        Gb(states.dequantized), " at a time)"));
+        FormatBytesAsGb(states.dequantized, 2), " at a time)"));
   }
   const bool default_optimizer =
       (setup.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED ||
@@ -511,8 +508,9 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
       !setup.optimizer_in_backward() && states.adapter_params == 0;
   if (!default_optimizer) {
     out.push_back(absl::StrCat(
-        "optimizer ", OptimizerName(setup.optimizer()), ": ", Gb(states.states),
-        " of state for ", Count(states.trainable), " trained parameters",
+        "optimizer ", OptimizerName(setup.optimizer()), ": ",
+        FormatBytesAsGb(states.states, 2), " of state for ",
+        Count(states.trainable), " trained parameters",
         setup.optimizer_in_backward()
             ? "; stepped per parameter during backward, so one gradient is "
               "resident at a time"
@@ -520,7 +518,7 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
   }
   if (states.paged_states > 0) {
     out.push_back(absl::StrCat(
-        "paged optimizer state (", Gb(states.paged_states),
+        "paged optimizer state (", FormatBytesAsGb(states.paged_states, 2),
         ") is not in the peak: it lives in CUDA managed memory, which the "
         "driver pages to the host under pressure and torch's allocator does "
         "not count"));
