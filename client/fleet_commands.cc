@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/json_io.h"
+#include "base/units.h"
 #include "client/cli_json.h"
 #include "client/rpc.h"
 #include "client/setup_flags.h"
@@ -106,8 +107,8 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
         << absl::StrJoin(w.hello().executors(), ",");
     out << "  gpus " << w.hello().gpus_size() << "  host memory ";
     if (w.hello().host_memory_bytes() > 0) {
-      out << std::fixed << std::setprecision(1)
-          << static_cast<double>(w.hello().host_memory_bytes()) / 1e9 << " GB";
+      out << FormatGb(
+          BytesToGb(static_cast<double>(w.hello().host_memory_bytes())), 1);
     } else {
       out << "unknown";
     }
@@ -115,8 +116,8 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
     if (w.connected()) out << "  samples " << w.samples_received();
     out << "\n";
     for (const v1::GpuDevice& g : w.hello().gpus()) {
-      out << "  gpu " << g.index() << ": " << g.name() << ", " << std::fixed
-          << std::setprecision(1) << g.memory_bytes() / 1e9 << " GB";
+      out << "  gpu " << g.index() << ": " << g.name() << ", "
+          << FormatGb(BytesToGb(static_cast<double>(g.memory_bytes())), 1);
       if (!g.catalog_gpu().empty())
         out << " (catalog " << g.catalog_gpu() << ")";
       if (!g.compute_capability().empty()) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/units.h"
 #include "core/calibration/regimes.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/evidence.h"
@@ -29,8 +30,6 @@ namespace {
 // How far a spec's parameter count may be from the measured model's before
 // the spec is taken to describe a different model.
 constexpr double kParamTolerance = 5e-4;
-
-std::string Gb(double gb) { return absl::StrFormat("%.2f GB", gb); }
 
 }  // namespace
 
@@ -91,8 +90,8 @@ absl::StatusOr<std::vector<FitSample>> SamplesFor(
         unfit[sample.template_name] = absl::StrCat(
             "at batch ", run.batch(), " on ", run.gpu(),
             " the spec's fp32 weights and largest tensor alone are ",
-            Gb(floor_gb), ", more than the measured ",
-            Gb(run.measured_peak_gb()));
+            FormatGb(floor_gb, 2), ", more than the measured ",
+            FormatGb(run.measured_peak_gb(), 2));
       }
     }
   }
@@ -374,34 +373,93 @@ absl::Status AddCollectives(const std::vector<v1::MeasuredRun>& runs,
   return absl::OkStatus();
 }
 
+// Which runs calibrate what: the global fit's (single-GPU runs of the
+// reference, or of every source when none is usable), each other source's
+// own fit, and the multi-GPU runs' collective constants.
+struct RunPartition {
+  std::vector<size_t> global;
+  std::map<int, std::vector<size_t>> by_source;
+  std::vector<size_t> parallel;
+};
+
+RunPartition PartitionRuns(const std::vector<v1::MeasuredRun>& all_runs) {
+  RunPartition p;
+  for (size_t i = 0; i < all_runs.size(); ++i) {
+    if (HasParallel(all_runs[i].setup())) {
+      p.parallel.push_back(i);
+    } else if (InGlobalFit(all_runs[i])) {
+      p.global.push_back(i);
+    } else {
+      p.by_source[MeasuredBy(all_runs[i])].push_back(i);
+    }
+  }
+  bool any_usable = false;
+  for (size_t i : p.global) any_usable = any_usable || IsUsable(all_runs[i]);
+  if (!any_usable) {
+    // No reference run: the global factors come from whatever was measured.
+    p.global.clear();
+    for (size_t i = 0; i < all_runs.size(); ++i) {
+      if (!HasParallel(all_runs[i].setup())) p.global.push_back(i);
+    }
+    p.by_source.clear();
+  }
+  return p;
+}
+
+// The fit's prediction for each usable run of `runs` (nullopt for the
+// rest), in sample order, and with its template's held-out factors.
+void PredictRuns(const std::vector<v1::MeasuredRun>& runs,
+                 const std::vector<FitSample>& samples, const FitResult& fit,
+                 const std::map<std::string, FitResult>& heldout_factors,
+                 Predictions* ours, Predictions* ours_heldout) {
+  size_t next = 0;
+  for (const v1::MeasuredRun& run : runs) {
+    if (!IsUsable(run)) {
+      ours->push_back(std::nullopt);
+      ours_heldout->push_back(std::nullopt);
+      continue;
+    }
+    const FitSample& sample = samples[next++];
+    ours->push_back(PredictGb(sample, fit.factors) + fit.constant_gb);
+    const FitResult& heldout = heldout_factors.at(sample.template_name);
+    ours_heldout->push_back(PredictGb(sample, heldout.factors) +
+                            heldout.constant_gb);
+  }
+}
+
+// The page's columns (ours, held out, and every other planner's the runs
+// carry) and the upper bound on the held-out predictions, whose k the set
+// adopts.
+absl::Status SummarizeColumns(const std::vector<v1::MeasuredRun>& runs,
+                              const Predictions& ours,
+                              const Predictions& ours_heldout,
+                              const PageRules& rules, v1::FactorSet* set) {
+  auto& summary = *set->mutable_page()->mutable_summary();
+  summary["ours"] = SummarizeColumn(runs, ours, rules);
+  summary["ours_heldout"] = SummarizeColumn(runs, ours_heldout, rules);
+  for (const char* column : {"reference_shipped", "reference_heldout",
+                             "accelerate_fp32", "accelerate_bf16"}) {
+    ASSIGN_OR_RETURN(Predictions predictions, ColumnOf(runs, column));
+    bool any = false;
+    for (const auto& p : predictions) any = any || p.has_value();
+    if (any) summary[column] = SummarizeColumn(runs, predictions, rules);
+  }
+  ASSIGN_OR_RETURN(*set->mutable_page()->mutable_upper_bound(),
+                   SummarizeUpperBound(runs, ours_heldout, {0.9, 0.95}, rules));
+  set->mutable_page()->mutable_upper_bound()->set_prediction("ours_heldout");
+  set->set_k90(set->page().upper_bound().bounds(0).k());
+  set->set_k95(set->page().upper_bound().bounds(1).k());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CalibrationResult> Calibrate(
     const std::vector<v1::MeasuredRun>& all_runs, const ModelCatalog& catalog,
     const FitOptions& options, const std::string& trained_on) {
-  std::vector<size_t> global_index;
-  std::map<int, std::vector<size_t>> by_source;
-  std::vector<size_t> parallel_index;
-  for (size_t i = 0; i < all_runs.size(); ++i) {
-    if (HasParallel(all_runs[i].setup())) {
-      parallel_index.push_back(i);
-    } else if (InGlobalFit(all_runs[i])) {
-      global_index.push_back(i);
-    } else {
-      by_source[MeasuredBy(all_runs[i])].push_back(i);
-    }
-  }
-  bool any_usable = false;
-  for (size_t i : global_index)
-    any_usable = any_usable || IsUsable(all_runs[i]);
-  if (!any_usable) {
-    // No reference run: the global factors come from whatever was measured.
-    global_index.clear();
-    for (size_t i = 0; i < all_runs.size(); ++i) {
-      if (!HasParallel(all_runs[i].setup())) global_index.push_back(i);
-    }
-    by_source.clear();
-  }
+  const RunPartition p = PartitionRuns(all_runs);
+  const std::vector<size_t>& global_index = p.global;
+  const std::vector<size_t>& parallel_index = p.parallel;
   const std::vector<v1::MeasuredRun> runs = Subset(all_runs, global_index);
 
   std::vector<std::string> left_out;
@@ -416,19 +474,7 @@ absl::StatusOr<CalibrationResult> Calibrate(
       HeldOutFactors(samples, options);
 
   Predictions ours, ours_heldout;
-  size_t next = 0;
-  for (const v1::MeasuredRun& run : runs) {
-    if (!IsUsable(run)) {
-      ours.push_back(std::nullopt);
-      ours_heldout.push_back(std::nullopt);
-      continue;
-    }
-    const FitSample& sample = samples[next++];
-    ours.push_back(PredictGb(sample, fit.factors) + fit.constant_gb);
-    const FitResult& heldout = heldout_factors.at(sample.template_name);
-    ours_heldout.push_back(PredictGb(sample, heldout.factors) +
-                           heldout.constant_gb);
-  }
+  PredictRuns(runs, samples, fit, heldout_factors, &ours, &ours_heldout);
 
   CalibrationResult result;
   PageRules rules;
@@ -442,27 +488,13 @@ absl::StatusOr<CalibrationResult> Calibrate(
   for (std::string& line : left_out) {
     set.mutable_page()->add_left_out_of_fit(std::move(line));
   }
-  auto& summary = *set.mutable_page()->mutable_summary();
-  summary["ours"] = SummarizeColumn(runs, ours, rules);
-  summary["ours_heldout"] = SummarizeColumn(runs, ours_heldout, rules);
-  for (const char* column : {"reference_shipped", "reference_heldout",
-                             "accelerate_fp32", "accelerate_bf16"}) {
-    ASSIGN_OR_RETURN(Predictions predictions, ColumnOf(runs, column));
-    bool any = false;
-    for (const auto& p : predictions) any = any || p.has_value();
-    if (any) summary[column] = SummarizeColumn(runs, predictions, rules);
-  }
-  ASSIGN_OR_RETURN(*set.mutable_page()->mutable_upper_bound(),
-                   SummarizeUpperBound(runs, ours_heldout, {0.9, 0.95}, rules));
-  set.mutable_page()->mutable_upper_bound()->set_prediction("ours_heldout");
-  set.set_k90(set.page().upper_bound().bounds(0).k());
-  set.set_k95(set.page().upper_bound().bounds(1).k());
+  RETURN_IF_ERROR(SummarizeColumns(runs, ours, ours_heldout, rules, &set));
   RETURN_IF_ERROR(
       AddRegimes(runs, samples, ours_heldout, options, rules, &set));
   ASSIGN_OR_RETURN(
       Predictions anchored,
       AnchoredColumn(runs, catalog, heldout_factors, options, rules, &set));
-  for (const auto& [source, index] : by_source) {
+  for (const auto& [source, index] : p.by_source) {
     RETURN_IF_ERROR(AddSourceFit(runs, Subset(all_runs, index),
                                  static_cast<v1::MeasurementSource>(source),
                                  catalog, options, rules, &set));

@@ -360,7 +360,11 @@ v1::DensityLeaderboard RankAgainstPeaks(
   return board;
 }
 
-absl::StatusOr<v1::RankDensityResponse> RankDensity(
+namespace {
+
+// The list lengths the request asks for (INVALID_ARGUMENT naming a negative
+// one), the defaults where it names none.
+absl::StatusOr<DensityListLengths> ListLengths(
     const v1::RankDensityRequest& request) {
   RETURN_IF_ERROR(CheckLength("top_n", request.has_top_n(), request.top_n()));
   RETURN_IF_ERROR(CheckLength("top_speed_n", request.has_top_speed_n(),
@@ -374,6 +378,88 @@ absl::StatusOr<v1::RankDensityResponse> RankDensity(
   if (request.has_top_speed_n()) lengths.top_speed = request.top_speed_n();
   if (request.has_top_avail_n()) lengths.top_avail = request.top_avail_n();
   if (request.has_top_mix_n()) lengths.top_mix = request.top_mix_n();
+  return lengths;
+}
+
+// The runs that lead on one measure each; ties break on the id.
+struct Champions {
+  const v1::DensityRawRun* champ = nullptr;  // score
+  const v1::DensityRawRun* acc_champ =
+      nullptr;  // avg_accuracy, soft_acc, less RAM
+  const v1::DensityRawRun* soft_champ = nullptr;  // soft_acc
+  const v1::DensityRawRun* fast = nullptr;        // throughput, less RAM
+  const v1::DensityRawRun* avail = nullptr;       // availability, less RAM
+};
+
+// `runs` is not empty.
+Champions ChampionsOf(const std::vector<v1::DensityRawRun>& runs) {
+  Champions c;
+  const auto any = [](const v1::DensityRawRun&) { return true; };
+  c.champ = BestOf(runs, any,
+                   [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
+                     if (a.score() != b.score()) return a.score() > b.score();
+                     return a.id() < b.id();
+                   });
+  c.acc_champ = BestOf(
+      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
+        if (a.avg_accuracy() != b.avg_accuracy()) {
+          return a.avg_accuracy() > b.avg_accuracy();
+        }
+        if (a.soft_acc() != b.soft_acc()) return a.soft_acc() > b.soft_acc();
+        if (a.ram_kib() != b.ram_kib()) return a.ram_kib() < b.ram_kib();
+        return a.id() < b.id();
+      });
+  c.soft_champ = BestOf(
+      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
+        if (a.soft_acc() != b.soft_acc()) return a.soft_acc() > b.soft_acc();
+        return a.id() < b.id();
+      });
+  c.fast = BestOf(runs, any,
+                  [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
+                    if (a.throughput() != b.throughput()) {
+                      return a.throughput() > b.throughput();
+                    }
+                    if (a.ram_kib() != b.ram_kib())
+                      return a.ram_kib() < b.ram_kib();
+                    return a.id() < b.id();
+                  });
+  c.avail = BestOf(runs, any,
+                   [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
+                     if (a.availability() != b.availability()) {
+                       return a.availability() > b.availability();
+                     }
+                     if (a.ram_kib() != b.ram_kib())
+                       return a.ram_kib() < b.ram_kib();
+                     return a.id() < b.id();
+                   });
+  return c;
+}
+
+// The leaderboard's champions and peaks.
+void SetChampions(const Champions& c, const DensityPeaks& peaks,
+                  const v1::DensityRawRun* live_champ,
+                  v1::DensityLeaderboard* board) {
+  board->set_formula(kFormula);
+  *board->mutable_champ() = *c.champ;
+  *board->mutable_acc_champ() = *c.acc_champ;
+  *board->mutable_soft_champ() = *c.soft_champ;
+  if (live_champ != nullptr) *board->mutable_live_champ() = *live_champ;
+  board->set_peak_score(peaks.peak_score);
+  board->set_peak_soft(peaks.peak_soft);
+  board->set_peak_acc(peaks.peak_acc);
+  board->set_peak_thru(peaks.peak_thru);
+  board->set_peak_avail(peaks.peak_avail);
+  board->set_fast_thru(peaks.fast_thru);
+  board->set_fast_id(c.fast->id());
+  board->set_best_avail(peaks.best_avail);
+  board->set_avail_id(c.avail->id());
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RankDensityResponse> RankDensity(
+    const v1::RankDensityRequest& request) {
+  ASSIGN_OR_RETURN(const DensityListLengths lengths, ListLengths(request));
 
   const std::vector<v1::DensityRawRun> submitted(request.runs().begin(),
                                                  request.runs().end());
@@ -396,50 +482,15 @@ absl::StatusOr<v1::RankDensityResponse> RankDensity(
     return response;
   }
 
-  const auto any = [](const v1::DensityRawRun&) { return true; };
-  const v1::DensityRawRun* champ = BestOf(
-      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
-        if (a.score() != b.score()) return a.score() > b.score();
-        return a.id() < b.id();
-      });
-  const v1::DensityRawRun* acc_champ = BestOf(
-      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
-        if (a.avg_accuracy() != b.avg_accuracy()) {
-          return a.avg_accuracy() > b.avg_accuracy();
-        }
-        if (a.soft_acc() != b.soft_acc()) return a.soft_acc() > b.soft_acc();
-        if (a.ram_kib() != b.ram_kib()) return a.ram_kib() < b.ram_kib();
-        return a.id() < b.id();
-      });
-  const v1::DensityRawRun* soft_champ = BestOf(
-      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
-        if (a.soft_acc() != b.soft_acc()) return a.soft_acc() > b.soft_acc();
-        return a.id() < b.id();
-      });
-  const v1::DensityRawRun* fast = BestOf(
-      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
-        if (a.throughput() != b.throughput()) {
-          return a.throughput() > b.throughput();
-        }
-        if (a.ram_kib() != b.ram_kib()) return a.ram_kib() < b.ram_kib();
-        return a.id() < b.id();
-      });
-  const v1::DensityRawRun* avail = BestOf(
-      runs, any, [](const v1::DensityRawRun& a, const v1::DensityRawRun& b) {
-        if (a.availability() != b.availability()) {
-          return a.availability() > b.availability();
-        }
-        if (a.ram_kib() != b.ram_kib()) return a.ram_kib() < b.ram_kib();
-        return a.id() < b.id();
-      });
+  const Champions c = ChampionsOf(runs);
 
   DensityPeaks peaks;
-  peaks.peak_score = champ->score();
-  peaks.peak_soft = soft_champ->soft_acc();
-  peaks.peak_acc = acc_champ->avg_accuracy();
-  peaks.fast_thru = fast->throughput();
-  peaks.best_avail = avail->availability();
-  peaks.champ_ram_kib = acc_champ->ram_kib();
+  peaks.peak_score = c.champ->score();
+  peaks.peak_soft = c.soft_champ->soft_acc();
+  peaks.peak_acc = c.acc_champ->avg_accuracy();
+  peaks.fast_thru = c.fast->throughput();
+  peaks.best_avail = c.avail->availability();
+  peaks.champ_ram_kib = c.acc_champ->ram_kib();
   const auto learns = [&peaks](const v1::DensityRawRun& run) {
     return Ratio(run.avg_accuracy(), peaks.peak_acc) >= kLearnerRelAcc;
   };
@@ -467,21 +518,7 @@ absl::StatusOr<v1::RankDensityResponse> RankDensity(
         "to rank against"));
   }
 
-  v1::DensityLeaderboard* board = response.mutable_leaderboard();
-  board->set_formula(kFormula);
-  *board->mutable_champ() = *champ;
-  *board->mutable_acc_champ() = *acc_champ;
-  *board->mutable_soft_champ() = *soft_champ;
-  if (live_champ != nullptr) *board->mutable_live_champ() = *live_champ;
-  board->set_peak_score(peaks.peak_score);
-  board->set_peak_soft(peaks.peak_soft);
-  board->set_peak_acc(peaks.peak_acc);
-  board->set_peak_thru(peaks.peak_thru);
-  board->set_peak_avail(peaks.peak_avail);
-  board->set_fast_thru(peaks.fast_thru);
-  board->set_fast_id(fast->id());
-  board->set_best_avail(peaks.best_avail);
-  board->set_avail_id(avail->id());
+  SetChampions(c, peaks, live_champ, response.mutable_leaderboard());
   return response;
 }
 

@@ -346,20 +346,23 @@ absl::StatusOr<Fp16Estimate> Fp16JPer1k(const v1::EnergyCurveSet& set,
   return estimate;
 }
 
-absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
-    const v1::EnergyCurveSet& set, const v1::EstimateEnergyRequest& request) {
-  RETURN_IF_ERROR(CheckParamsB(request.params_b()));
-  ASSIGN_OR_RETURN(const Quant quant, ParseQuant(request.quant()));
-  const std::vector<std::string> known = KnownArchs(set);
-  v1::EstimateEnergyResponse response;
+namespace {
+
+// The arch the request names, directly or by its GPU (a catalog name),
+// with the hardware it reports; INVALID_ARGUMENT naming the known archs for
+// one without curves or a request with neither.
+absl::StatusOr<std::string> RequestArch(
+    const v1::EnergyCurveSet& set, const v1::EstimateEnergyRequest& request,
+    const std::vector<std::string>& known,
+    v1::EstimateEnergyResponse* response) {
   std::string arch;
   switch (request.target_case()) {
     case v1::EstimateEnergyRequest::kGpu: {
       ASSIGN_OR_RETURN(const GpuInfo gpu, FindGpu(request.gpu()));
       arch = gpu.arch;
-      response.set_gpu(gpu.name);
-      response.set_mem_bw_gb_s(gpu.memory_bandwidth_gb_s);
-      response.set_fp16_tflops(gpu.fp16_dense_tflops);
+      response->set_gpu(gpu.name);
+      response->set_mem_bw_gb_s(gpu.memory_bandwidth_gb_s);
+      response->set_fp16_tflops(gpu.fp16_dense_tflops);
       if (std::find(known.begin(), known.end(), arch) == known.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat("gpu '", gpu.name, "' is arch '", arch,
@@ -377,9 +380,9 @@ absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
       }
       if (set.hardware().contains(arch)) {
         const v1::ArchHardware& hw = set.hardware().at(arch);
-        response.set_gpu(hw.gpu());
-        response.set_mem_bw_gb_s(hw.mem_bw_gbps());
-        response.set_fp16_tflops(hw.fp16_tflops());
+        response->set_gpu(hw.gpu());
+        response->set_mem_bw_gb_s(hw.mem_bw_gbps());
+        response->set_fp16_tflops(hw.fp16_tflops());
       }
       break;
     }
@@ -388,6 +391,48 @@ absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
           "one of gpu (a catalog name) or arch is required; archs: " +
           absl::StrJoin(known, ", "));
   }
+  return arch;
+}
+
+// The curve's range against N (and how far outside it N lies), and whether
+// an anchor measured near N: within a factor of kNearFactor.
+void SetRangeAndNearest(double n_b, double n_min, double n_max,
+                        const std::vector<double>& anchor_n,
+                        v1::EstimateEnergyResponse* response) {
+  response->set_n_min(n_min);
+  response->set_n_max(n_max);
+  const bool below = n_b<n_min, above = n_b> n_max;
+  response->set_extrapolated(below || above);
+  response->set_extrapolation_b(below ? n_min - n_b : above ? n_b - n_max : 0);
+  response->set_extrapolation_ratio(below   ? n_min / n_b
+                                    : above ? n_b / n_max
+                                            : 1);
+  // Measured near N: an anchor within a factor of kNearFactor.
+  double nearest = 0, nearest_log = 0;
+  for (double a : anchor_n) {
+    const double distance = std::fabs(std::log2(n_b / a));
+    if (nearest == 0 || distance < nearest_log) {
+      nearest = a;
+      nearest_log = distance;
+    }
+  }
+  response->set_nearest_anchor_b(nearest);
+  response->set_points_near_n(nearest > 0 && nearest_log <=
+                                                 std::log2(kNearFactor) + 1e-12
+                                  ? "measured"
+                                  : "extrapolated");
+}
+
+}  // namespace
+
+absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
+    const v1::EnergyCurveSet& set, const v1::EstimateEnergyRequest& request) {
+  RETURN_IF_ERROR(CheckParamsB(request.params_b()));
+  ASSIGN_OR_RETURN(const Quant quant, ParseQuant(request.quant()));
+  const std::vector<std::string> known = KnownArchs(set);
+  v1::EstimateEnergyResponse response;
+  ASSIGN_OR_RETURN(const std::string arch,
+                   RequestArch(set, request, known, &response));
   const double n_b = request.params_b();
   ASSIGN_OR_RETURN(const Fp16Estimate fp16, Fp16JPer1k(set, arch, n_b));
 
@@ -433,28 +478,7 @@ absl::StatusOr<v1::EstimateEnergyResponse> EstimateEnergy(
   response.set_quant_j_per_1k(fp16.j_per_1k * (1 + de / 100));
   response.set_quant_j_per_1k_low(fp16.j_per_1k * (1 + (de - resid) / 100));
   response.set_quant_j_per_1k_high(fp16.j_per_1k * (1 + (de + resid) / 100));
-  response.set_n_min(n_min);
-  response.set_n_max(n_max);
-  const bool below = n_b<n_min, above = n_b> n_max;
-  response.set_extrapolated(below || above);
-  response.set_extrapolation_b(below ? n_min - n_b : above ? n_b - n_max : 0);
-  response.set_extrapolation_ratio(below   ? n_min / n_b
-                                   : above ? n_b / n_max
-                                           : 1);
-  // Measured near N: an anchor within a factor of kNearFactor.
-  double nearest = 0, nearest_log = 0;
-  for (double a : anchor_n) {
-    const double distance = std::fabs(std::log2(n_b / a));
-    if (nearest == 0 || distance < nearest_log) {
-      nearest = a;
-      nearest_log = distance;
-    }
-  }
-  response.set_nearest_anchor_b(nearest);
-  response.set_points_near_n(nearest > 0 && nearest_log <=
-                                                std::log2(kNearFactor) + 1e-12
-                                 ? "measured"
-                                 : "extrapolated");
+  SetRangeAndNearest(n_b, n_min, n_max, anchor_n, &response);
   return response;
 }
 

@@ -1,6 +1,7 @@
 #include "core/energy/energy_refit.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -350,15 +351,19 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitFromAnchors(
   return response;
 }
 
-absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
-    const v1::EnergyCurveSet& base, const v1::RefitEnergyRequest& request,
-    const std::string& trained_on) {
-  if (request.runs().empty()) {
-    return absl::InvalidArgumentError("runs is empty; nothing to refit from");
-  }
-  // (arch, gpu, model, N) -> mean J/1k, per quantization.
-  using Key = std::tuple<std::string, std::string, std::string, double>;
-  std::map<Key, Group> groups[3];
+namespace {
+
+// (arch, gpu, model, N) -> mean J/1k; one map per quantization.
+using RunKey = std::tuple<std::string, std::string, std::string, double>;
+using RunGroups = std::array<std::map<RunKey, Group>, 3>;
+// dE points per (arch, quant).
+using DePoints =
+    std::map<std::pair<std::string, Quant>, std::vector<EnergyPoint>>;
+
+// The request's runs grouped: INVALID_ARGUMENT naming the run for one that
+// CheckEnergyRun refuses or whose J per 1,000 tokens is out of range.
+absl::Status GroupRuns(const v1::RefitEnergyRequest& request,
+                       RunGroups* groups) {
   for (int i = 0; i < request.runs_size(); ++i) {
     const v1::EnergyRun& run = request.runs(i);
     const std::string index = absl::StrCat("runs[", i, "]");
@@ -383,20 +388,18 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
           " per 1,000 tokens_generated is ", j_per_1k, " J; allowed (0, ",
           kMaxJPer1kTokens, "] J per 1,000 tokens"));
     }
-    Group& group = groups[static_cast<int>(quant)]
-                         [{gpu.arch, gpu.name, run.model(), run.params_b()}];
+    Group& group = (*groups)[static_cast<int>(quant)]
+                            [{gpu.arch, gpu.name, run.model(), run.params_b()}];
     group.j_per_1k_sum += j_per_1k;
     ++group.runs;
   }
-  const std::map<Key, Group>& fp16 = groups[static_cast<int>(Quant::kFp16)];
+  return absl::OkStatus();
+}
 
-  v1::RefitEnergyResponse response;
-  v1::EnergyCurveSet* set = response.mutable_curve_set();
-  *set = base;
-  set->clear_version();
-  set->set_trained_on(trained_on);
-
-  // fp16 anchors per architecture: mean over GPUs of that architecture.
+// fp16 anchors per architecture: the mean over GPUs of that architecture,
+// replacing (merge_anchors) or else all of the set's anchors.
+void SetFp16Anchors(const std::map<RunKey, Group>& fp16, bool merge_anchors,
+                    v1::EnergyCurveSet* set) {
   std::map<std::string, std::map<double, std::pair<Group, std::string>>>
       fp16_points;
   for (const auto& [key, group] : fp16) {
@@ -409,7 +412,7 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
   for (const auto& [arch, by_n] : fp16_points) {
     v1::Fp16Energy& energy = (*set->mutable_fp16_energy())[arch];
     std::map<double, v1::Fp16Anchor> anchors;
-    if (request.merge_anchors()) {
+    if (merge_anchors) {
       for (const v1::Fp16Anchor& a : energy.anchors()) anchors[a.n()] = a;
     }
     for (const auto& [n_b, entry] : by_n) {
@@ -424,9 +427,13 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
     energy.set_n_min(anchors.begin()->first);
     energy.set_n_max(anchors.rbegin()->first);
   }
+}
 
-  // dE points per (arch, quant).
-  std::map<std::pair<std::string, Quant>, std::vector<EnergyPoint>> points;
+// Each quantized run's dE against the fp16 run of the same model on the
+// same GPU; INVALID_ARGUMENT for one without a partner or out of range.
+absl::StatusOr<DePoints> DePointsOf(const RunGroups& groups) {
+  const std::map<RunKey, Group>& fp16 = groups[static_cast<int>(Quant::kFp16)];
+  DePoints points;
   for (Quant quant : {Quant::kNf4, Quant::kInt8}) {
     for (const auto& [key, group] : groups[static_cast<int>(quant)]) {
       const auto& [arch, gpu, model, n_b] = key;
@@ -448,44 +455,78 @@ absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
       points[{arch, quant}].push_back({n_b, de_pct, model, gpu});
     }
   }
+  return points;
+}
+
+// Refits one curve on the new points (with the base's others unless
+// replaced, under merge_anchors) into `set`; the summary says how it
+// moved.
+absl::StatusOr<v1::CurveFitSummary> RefitCurve(
+    const v1::EnergyCurveSet& base, const std::string& arch, Quant quant,
+    const std::vector<EnergyPoint>& new_points, bool merge_anchors,
+    v1::EnergyCurveSet* set) {
+  const v1::EnergyCurve* previous = CurveIn(base, arch, quant);
+  std::vector<EnergyPoint> all = new_points;
+  if (merge_anchors && previous != nullptr) {
+    for (const EnergyPoint& old : PointsOf(*previous)) {
+      const bool replaced = std::any_of(
+          new_points.begin(), new_points.end(),
+          [&](const EnergyPoint& p) { return p.model == old.model; });
+      if (!replaced) all.push_back(old);
+    }
+  }
+  const std::string what = absl::StrCat(arch, " ", QuantKey(quant));
+  const double cap = base.s_cap().at(QuantKey(quant));
+  ASSIGN_OR_RETURN(const CurveFit fit, FitCurve(all, cap, what));
+  ASSIGN_OR_RETURN(v1::EnergyCurve curve, FitEnergyCurve(all, cap, what));
+  *MutableCurve(&(*set->mutable_curves())[arch], quant) = curve;
+  v1::CurveFitSummary summary =
+      Summarize(arch, QuantKey(quant), curve, &fit, previous);
+  // Held out on the new points: the refit without each point in turn,
+  // and the current set's curve (its own or borrowed), which never saw
+  // them.
+  if (std::optional<double> heldout = HeldOutMae(all, new_points.size(), cap)) {
+    summary.set_heldout_mae(*heldout);
+  }
+  std::string borrowed_from;
+  if (absl::StatusOr<const v1::EnergyCurve*> current =
+          FindCurve(base, arch, quant, &borrowed_from);
+      current.ok()) {
+    double sum = 0;
+    for (const EnergyPoint& p : new_points) {
+      sum += std::fabs(p.de_pct - DePct(**current, p.n_b));
+    }
+    summary.set_current_heldout_mae(sum / new_points.size());
+  }
+  return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RefitEnergyResponse> RefitEnergy(
+    const v1::EnergyCurveSet& base, const v1::RefitEnergyRequest& request,
+    const std::string& trained_on) {
+  if (request.runs().empty()) {
+    return absl::InvalidArgumentError("runs is empty; nothing to refit from");
+  }
+  RunGroups groups;
+  RETURN_IF_ERROR(GroupRuns(request, &groups));
+
+  v1::RefitEnergyResponse response;
+  v1::EnergyCurveSet* set = response.mutable_curve_set();
+  *set = base;
+  set->clear_version();
+  set->set_trained_on(trained_on);
+
+  SetFp16Anchors(groups[static_cast<int>(Quant::kFp16)],
+                 request.merge_anchors(), set);
+  ASSIGN_OR_RETURN(const DePoints points, DePointsOf(groups));
   std::set<std::pair<std::string, Quant>> refit;
-  for (auto& [curve_key, new_points] : points) {
+  for (const auto& [curve_key, new_points] : points) {
     const auto& [arch, quant] = curve_key;
-    const v1::EnergyCurve* previous = CurveIn(base, arch, quant);
-    std::vector<EnergyPoint> all = new_points;
-    if (request.merge_anchors() && previous != nullptr) {
-      for (const EnergyPoint& old : PointsOf(*previous)) {
-        const bool replaced = std::any_of(
-            new_points.begin(), new_points.end(),
-            [&](const EnergyPoint& p) { return p.model == old.model; });
-        if (!replaced) all.push_back(old);
-      }
-    }
-    const std::string what = absl::StrCat(arch, " ", QuantKey(quant));
-    const double cap = base.s_cap().at(QuantKey(quant));
-    ASSIGN_OR_RETURN(const CurveFit fit, FitCurve(all, cap, what));
-    ASSIGN_OR_RETURN(v1::EnergyCurve curve, FitEnergyCurve(all, cap, what));
-    *MutableCurve(&(*set->mutable_curves())[arch], quant) = curve;
-    v1::CurveFitSummary summary =
-        Summarize(arch, QuantKey(quant), curve, &fit, previous);
-    // Held out on the new points: the refit without each point in turn,
-    // and the current set's curve (its own or borrowed), which never saw
-    // them.
-    if (std::optional<double> heldout =
-            HeldOutMae(all, new_points.size(), cap)) {
-      summary.set_heldout_mae(*heldout);
-    }
-    std::string borrowed_from;
-    if (absl::StatusOr<const v1::EnergyCurve*> current =
-            FindCurve(base, arch, quant, &borrowed_from);
-        current.ok()) {
-      double sum = 0;
-      for (const EnergyPoint& p : new_points) {
-        sum += std::fabs(p.de_pct - DePct(**current, p.n_b));
-      }
-      summary.set_current_heldout_mae(sum / new_points.size());
-    }
-    *response.add_curves() = summary;
+    ASSIGN_OR_RETURN(*response.add_curves(),
+                     RefitCurve(base, arch, quant, new_points,
+                                request.merge_anchors(), set));
     refit.insert(curve_key);
   }
   for (const std::string& arch : SortedArchs(base)) {

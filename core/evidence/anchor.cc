@@ -215,15 +215,17 @@ GpuConstants FitGpuConstants(const std::vector<v1::MeasuredRun>& runs,
   return constants;
 }
 
-AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
-                                   const std::vector<AnchorGroup>& groups,
-                                   double prior_k90, double prior_k95,
-                                   const AnchorOptions& options) {
-  AnchorCalibration calibration;
-  // The shrinkage: fewest OOM runs the leave-one-run-out predictions call a
-  // fit (the page's saidFitsButOom), then the lowest median error (the
-  // first tried on a tie), with constants fitted on every group.
-  const GpuConstants all_constants = FitGpuConstants(runs, groups, options);
+namespace {
+
+// The shrinkage: fewest OOM runs the leave-one-run-out predictions call a
+// fit (the page's saidFitsButOom), then the lowest median error (the first
+// tried on a tie), with constants fitted on every group. Sets the
+// calibration's shrinkage and candidates.
+void ChooseShrinkage(const std::vector<v1::MeasuredRun>& runs,
+                     const std::vector<AnchorGroup>& groups,
+                     const GpuConstants& all_constants,
+                     const AnchorOptions& options,
+                     AnchorCalibration* calibration) {
   PageRules rules;
   rules.headroom = options.headroom;
   rules.min_gb = options.min_gb;
@@ -234,27 +236,31 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
       const v1::ColumnSummary page = SummarizeColumn(
           runs, LeaveOneRunOut(runs, groups, all_constants, shrinkage, options),
           rules);
-      calibration.candidates[absl::StrCat(weight, " x ", hold)] =
+      calibration->candidates[absl::StrCat(weight, " x ", hold)] =
           page.median_abs_err();
       const std::pair<int, double> score = {page.said_fits_but_oom(),
                                             page.median_abs_err()};
       if (best.first < 0 || score < best) {
         best = score;
-        calibration.shrinkage = shrinkage;
+        calibration->shrinkage = shrinkage;
       }
     }
   }
-  const Shrinkage shrinkage = calibration.shrinkage;
-  calibration.gpu_constant_gb = all_constants;
+}
 
-  // Honest leave-one-out: the left-out run's group does not move the GPU
-  // constants it is predicted with.
-  calibration.loo.assign(runs.size(), std::nullopt);
+// Honest leave-one-out: the left-out run's group does not move the GPU
+// constants it is predicted with. Sets the calibration's loo, models and
+// runs; returns measured / predicted per extrapolation bucket.
+std::vector<std::vector<double>> LooRatiosByBucket(
+    const std::vector<v1::MeasuredRun>& runs,
+    const std::vector<AnchorGroup>& groups, const Shrinkage& shrinkage,
+    const AnchorOptions& options, AnchorCalibration* calibration) {
+  calibration->loo.assign(runs.size(), std::nullopt);
   std::vector<std::vector<double>> ratios(options.bucket_edges.size() + 1);
   for (size_t g = 0; g < groups.size(); ++g) {
     const AnchorGroup& group = groups[g];
     if (group.runs.size() < 2) continue;
-    ++calibration.models;
+    ++calibration->models;
     std::vector<AnchorGroup> others;
     others.reserve(groups.size());
     for (size_t o = 0; o < groups.size(); ++o) {
@@ -267,8 +273,8 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
     for (size_t i = 0; i < group.runs.size(); ++i) {
       const size_t index = group.runs[i];
       if (!loo[index].has_value()) continue;  // not among LeftOut
-      calibration.loo[index] = loo[index];
-      ++calibration.runs;
+      calibration->loo[index] = loo[index];
+      ++calibration->runs;
       const v1::MeasuredRun& run = runs[index];
       if (!Completed(run) || run.measured_peak_gb() < options.min_gb ||
           !loo[index].has_value() || *loo[index] <= 0) {
@@ -283,10 +289,16 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
       ratios[bucket].push_back(run.measured_peak_gb() / *loo[index]);
     }
   }
+  return ratios;
+}
 
-  // k per bucket by the page's rule; a bucket with too few ratios takes
-  // the larger of the nearer bucket's k and the prior's, and no bucket's k
-  // is below a nearer one's.
+// k per bucket by the page's rule; a bucket with too few ratios takes the
+// larger of the nearer bucket's k and the prior's, and no bucket's k is
+// below a nearer one's.
+std::vector<v1::ExtrapolationBucket> BucketsOf(
+    const std::vector<std::vector<double>>& ratios, double prior_k90,
+    double prior_k95, const AnchorOptions& options) {
+  std::vector<v1::ExtrapolationBucket> buckets;
   const auto k_of = [](std::vector<double> values, double coverage) {
     std::sort(values.begin(), values.end());
     const size_t index = static_cast<size_t>(
@@ -320,8 +332,24 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
     bucket.set_k95(k95);
     previous90 = k90;
     previous95 = k95;
-    calibration.buckets.push_back(bucket);
+    buckets.push_back(bucket);
   }
+  return buckets;
+}
+
+}  // namespace
+
+AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
+                                   const std::vector<AnchorGroup>& groups,
+                                   double prior_k90, double prior_k95,
+                                   const AnchorOptions& options) {
+  AnchorCalibration calibration;
+  const GpuConstants all_constants = FitGpuConstants(runs, groups, options);
+  ChooseShrinkage(runs, groups, all_constants, options, &calibration);
+  calibration.gpu_constant_gb = all_constants;
+  const std::vector<std::vector<double>> ratios = LooRatiosByBucket(
+      runs, groups, calibration.shrinkage, options, &calibration);
+  calibration.buckets = BucketsOf(ratios, prior_k90, prior_k95, options);
   return calibration;
 }
 

@@ -43,12 +43,9 @@ absl::StatusOr<uint64_t> SpecParams(const v1::MeasuredRun& run,
   return CountParams(**spec);
 }
 
-}  // namespace
-
-absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
-                              const ModelCatalog& catalog,
-                              absl::string_view where_view) {
-  const std::string where(where_view);
+// The run's size, its text fields' lengths and its source.
+absl::Status CheckRunFields(const v1::MeasuredRun& run,
+                            const std::string& where) {
   if (run.ByteSizeLong() > kMaxStoredRunBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " is ", run.ByteSizeLong(),
@@ -75,6 +72,14 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
         absl::StrCat(where, ".measured_by = ", run.measured_by(),
                      " is not a known MeasurementSource"));
   }
+  return absl::OkStatus();
+}
+
+// The run's model and setup as CheckFit reads them, its batch, and its
+// parameter count against the model's.
+absl::Status CheckRunModel(const v1::MeasuredRun& run,
+                           const ModelCatalog& catalog,
+                           const std::string& where) {
   ASSIGN_OR_RETURN(const uint64_t spec_params, SpecParams(run, catalog, where));
   // The setup as CheckFit reads it: what a fit answer refuses is no
   // evidence either.
@@ -95,18 +100,13 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
         " has ", spec_params, " parameters; allowed within ",
         kParamsTolerance * 100, " % of it"));
   }
-  // The card the run was measured on bounds every memory figure of it.
-  absl::StatusOr<GpuInfo> gpu = FindGpu(run.gpu());
-  if (!gpu.ok()) {
-    return absl::Status(gpu.status().code(),
-                        absl::StrCat(where, ".gpu: ", gpu.status().message()));
-  }
-  const ValueBound peak = CardPeakBound(gpu->memory_gb);
-  const std::string card =
-      absl::StrCat("GB (", gpu->name, " has ", gpu->memory_gb, " GB, x ",
-                   kCardPeakSlack, " as GiB)");
-  const ValueBound peak_on_card{0, peak.max, false, card};
-  const ValueBound positive_peak_on_card{0, peak.max, true, card};
+  return absl::OkStatus();
+}
+
+// The device's and each rank's peak, on the card (`peak_on_card`); one rank
+// peak per GPU, or none.
+absl::Status CheckRunPeaks(const v1::MeasuredRun& run, const std::string& where,
+                           const ValueBound& peak_on_card) {
   if (run.has_device_peak_gb()) {
     RETURN_IF_ERROR(CheckBound(run.device_peak_gb(), where + ".device_peak_gb",
                                peak_on_card));
@@ -123,6 +123,13 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
                                absl::StrCat(where, ".rank_peaks_gb[", r, "]"),
                                peak_on_card));
   }
+  return absl::OkStatus();
+}
+
+// The step time, the timed steps and the energy (with its mean power).
+absl::Status CheckRunTiming(const v1::MeasuredRun& run,
+                            const std::string& where) {
+  const uint32_t gpus = std::max(1u, run.setup().gpus());
   if (run.has_step_seconds()) {
     RETURN_IF_ERROR(CheckBound(run.step_seconds(), where + ".step_seconds",
                                kStepSecondsBound));
@@ -136,6 +143,12 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
                                    run.step_seconds(), gpus,
                                    where + ".energy_j"));
   }
+  return absl::OkStatus();
+}
+
+// Other planners' predictions: they may exceed the card; they stay finite.
+absl::Status CheckRunPredictions(const v1::MeasuredRun& run,
+                                 const std::string& where) {
   for (const auto& [field, has, value] :
        {std::tuple<const char*, bool, double>{"reference_shipped_gb",
                                               run.has_reference_shipped_gb(),
@@ -146,12 +159,37 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
          run.accelerate_fp32_gb()},
         {"accelerate_bf16_gb", run.has_accelerate_bf16_gb(),
          run.accelerate_bf16_gb()}}) {
-    // Other planners' predictions may exceed the card; they stay finite.
     if (has) {
       RETURN_IF_ERROR(CheckBound(value, absl::StrCat(where, ".", field),
                                  kPredictedGbBound));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
+                              const ModelCatalog& catalog,
+                              absl::string_view where_view) {
+  const std::string where(where_view);
+  RETURN_IF_ERROR(CheckRunFields(run, where));
+  RETURN_IF_ERROR(CheckRunModel(run, catalog, where));
+  // The card the run was measured on bounds every memory figure of it.
+  absl::StatusOr<GpuInfo> gpu = FindGpu(run.gpu());
+  if (!gpu.ok()) {
+    return absl::Status(gpu.status().code(),
+                        absl::StrCat(where, ".gpu: ", gpu.status().message()));
+  }
+  const ValueBound peak = CardPeakBound(gpu->memory_gb);
+  const std::string card =
+      absl::StrCat("GB (", gpu->name, " has ", gpu->memory_gb, " GB, x ",
+                   kCardPeakSlack, " as GiB)");
+  const ValueBound peak_on_card{0, peak.max, false, card};
+  const ValueBound positive_peak_on_card{0, peak.max, true, card};
+  RETURN_IF_ERROR(CheckRunPeaks(run, where, peak_on_card));
+  RETURN_IF_ERROR(CheckRunTiming(run, where));
+  RETURN_IF_ERROR(CheckRunPredictions(run, where));
   if (!run.excluded().empty()) return absl::OkStatus();
   const bool measured = run.has_measured_peak_gb();
   const bool oom = run.has_oom_on_gb();

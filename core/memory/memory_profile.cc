@@ -97,168 +97,226 @@ double MlpLoraBytes(const Context& ctx, double p, double hidden, double ffn,
   return bytes;
 }
 
-Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
+// The activations one copy of a layer of each kind saves per sample at `p`
+// positions (LayerActivations picks by kind; the layer is not frozen).
+Activations EmbeddingActivations(const Layer& layer, double p,
+                                 const Context& ctx) {
   const double b = ctx.act_bytes;
   Activations out;
-  if (layer.frozen()) return out;  // runs under no_grad: nothing saved
   auto& bytes = out.bytes;
+  const auto& e = layer.embedding();
+  const double d = static_cast<double>(e.dim());
+  bytes[kOutputs] += p * d * b;
+  if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
+  out.boundary = p * d * b;
+  out.largest = out.boundary;
+  return out;
+}
+
+Activations LinearActivations(const Layer& layer, double p,
+                              const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& l = layer.linear();
+  const double o = p * static_cast<double>(l.out_features());
+  if (l.logits()) {
+    // fp32 logits and their gradient live together at the loss.
+    out.transient = o * 4.0 * 2.0;
+    out.largest = o * 4.0;
+  } else {
+    bytes[kOutputs] += o * b;
+    out.largest = o * b;
+    if (ctx.Adapted("linear")) {
+      bytes[kInternal] +=
+          ctx.LoraBytes(p, static_cast<double>(l.in_features()));
+    }
+  }
+  out.boundary = o * b;
+  return out;
+}
+
+Activations NormActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& n = layer.norm();
+  const double d = static_cast<double>(n.dim());
+  bytes[kOutputs] += p * d * b;
+  // Mean and reciprocal std (fp32) per normalized row.
+  if (n.kind() == v1::Norm::LAYER || n.kind() == v1::Norm::RMS) {
+    bytes[kInternal] += p * 2.0 * 4.0;
+  }
+  out.boundary = p * d * b;
+  out.largest = out.boundary;
+  return out;
+}
+
+Activations AttentionActivations(const Layer& layer, double p,
+                                 const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& a = layer.attention();
+  const double hd = static_cast<double>(
+      a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads());
+  const double heads = static_cast<double>(a.heads());
+  const double kvh =
+      static_cast<double>(a.kv_heads() != 0 ? a.kv_heads() : a.heads());
+  double kv_p = a.kv_positions() != 0
+                    ? static_cast<double>(a.kv_positions()) *
+                          (layer.positions() == 0 ? ctx.position_scale : 1)
+                    : p;
+  const double keys =
+      a.window() != 0 ? std::min(kv_p, static_cast<double>(a.window())) : kv_p;
+  // q, k, v, the attention context, and the output projection.
+  bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
+                      p * static_cast<double>(a.hidden())) *
+                     b;
+  if (FusedAttention(a, *ctx.setup)) {
+    bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
+  } else {
+    // Softmax saves its probabilities, batch x heads x q x k; their
+    // backward holds the gradient of the probabilities and of the scores.
+    // Attention dropout adds its one-byte mask and the dropped
+    // probabilities the value matmul saves.
+    const double scores = heads * p * keys;
+    bytes[kAttention] += scores * (a.dropout() > 0 ? 1.0 + 2.0 * b : b);
+    out.transient = scores * 2.0 * b;
+    out.largest = scores * b;
+  }
+  const double kin = static_cast<double>(
+      a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden());
+  if (ctx.Adapted("q")) {
+    bytes[kInternal] += ctx.LoraBytes(p, static_cast<double>(a.hidden()));
+  }
+  if (ctx.Adapted("k")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+  if (ctx.Adapted("v")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
+  if (ctx.Adapted("o")) bytes[kInternal] += ctx.LoraBytes(p, heads * hd);
+  out.boundary = p * static_cast<double>(a.hidden()) * b;
+  out.largest = std::max(
+      {out.largest, out.boundary, p * heads * hd * b, kv_p * kvh * hd * b});
+  return out;
+}
+
+Activations MlpActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& m = layer.mlp();
+  bytes[kInternal] +=
+      p * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
+  bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
+  out.boundary = p * static_cast<double>(m.hidden()) * b;
+  out.largest = p * static_cast<double>(std::max(m.ffn(), m.hidden())) * b;
+  bytes[kInternal] += MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                                   static_cast<double>(m.ffn()), m.gated());
+  return out;
+}
+
+Activations MoeActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& m = layer.moe();
+  const double active = static_cast<double>(m.top_k() + m.shared_experts());
+  bytes[kInternal] +=
+      p * active * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
+  bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
+  bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
+  // Each token passes through top_k routed and every shared expert.
+  bytes[kInternal] +=
+      active * MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
+                            static_cast<double>(m.ffn()), m.gated());
+  out.boundary = p * static_cast<double>(m.hidden()) * b;
+  out.largest = out.boundary;
+  return out;
+}
+
+Activations ConvActivations(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& c = layer.conv();
+  const double o = p * static_cast<double>(c.out_channels());
+  const double in_p =
+      c.in_positions() != 0 ? static_cast<double>(c.in_positions()) : p;
+  const double i = in_p * static_cast<double>(c.in_channels());
+  bytes[kOutputs] += o * b;
+  // Backward holds the input gradient and the output gradient at once.
+  out.transient = (o + i) * b;
+  out.boundary = o * b;
+  out.largest = std::max(o, i) * b;
+  return out;
+}
+
+Activations RecurrentActivations(const Layer& layer, double p,
+                                 const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& r = layer.recurrent();
+  const double gates = r.cell() == v1::Recurrent::LSTM  ? 4
+                       : r.cell() == v1::Recurrent::GRU ? 3
+                                                        : 1;
+  const double states = r.cell() == v1::Recurrent::LSTM ? 2 : 1;
+  const double dirs = r.bidirectional() ? 2 : 1;
+  const double layers = r.num_layers() == 0 ? 1 : r.num_layers();
+  const double h = static_cast<double>(r.hidden());
+  // Gate pre-activations and cell/hidden states of every time step.
+  bytes[kRecurrent] += layers * dirs * p * (gates + states) * h * b;
+  bytes[kOutputs] += layers * p * dirs * h * b;
+  out.boundary = p * dirs * h * b;
+  out.largest = out.boundary;
+  return out;
+}
+
+Activations ElementwiseActivations(const Layer& layer, double p,
+                                   const Context& ctx) {
+  const double b = ctx.act_bytes;
+  Activations out;
+  auto& bytes = out.bytes;
+  const auto& e = layer.elementwise();
+  const double v = p * static_cast<double>(e.dim());
+  switch (e.op()) {
+    case v1::Elementwise::DROPOUT:
+      bytes[kInternal] += v;  // one-byte mask
+      break;
+    case v1::Elementwise::ACTIVATION:
+    case v1::Elementwise::SOFTMAX:
+      bytes[kInternal] += v * b;
+      break;
+    default:
+      bytes[kOutputs] += v * b;
+      break;
+  }
+  out.boundary = v * b;
+  out.largest = out.boundary;
+  return out;
+}
+
+Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
+  Activations out;
+  if (layer.frozen()) return out;  // runs under no_grad: nothing saved
   switch (layer.kind_case()) {
-    case Layer::kEmbedding: {
-      const auto& e = layer.embedding();
-      const double d = static_cast<double>(e.dim());
-      bytes[kOutputs] += p * d * b;
-      if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
-      out.boundary = p * d * b;
-      out.largest = out.boundary;
-      break;
-    }
-    case Layer::kLinear: {
-      const auto& l = layer.linear();
-      const double o = p * static_cast<double>(l.out_features());
-      if (l.logits()) {
-        // fp32 logits and their gradient live together at the loss.
-        out.transient = o * 4.0 * 2.0;
-        out.largest = o * 4.0;
-      } else {
-        bytes[kOutputs] += o * b;
-        out.largest = o * b;
-        if (ctx.Adapted("linear")) {
-          bytes[kInternal] +=
-              ctx.LoraBytes(p, static_cast<double>(l.in_features()));
-        }
-      }
-      out.boundary = o * b;
-      break;
-    }
-    case Layer::kNorm: {
-      const auto& n = layer.norm();
-      const double d = static_cast<double>(n.dim());
-      bytes[kOutputs] += p * d * b;
-      // Mean and reciprocal std (fp32) per normalized row.
-      if (n.kind() == v1::Norm::LAYER || n.kind() == v1::Norm::RMS) {
-        bytes[kInternal] += p * 2.0 * 4.0;
-      }
-      out.boundary = p * d * b;
-      out.largest = out.boundary;
-      break;
-    }
-    case Layer::kAttention: {
-      const auto& a = layer.attention();
-      const double hd = static_cast<double>(
-          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads());
-      const double heads = static_cast<double>(a.heads());
-      const double kvh =
-          static_cast<double>(a.kv_heads() != 0 ? a.kv_heads() : a.heads());
-      double kv_p = a.kv_positions() != 0
-                        ? static_cast<double>(a.kv_positions()) *
-                              (layer.positions() == 0 ? ctx.position_scale : 1)
-                        : p;
-      const double keys = a.window() != 0
-                              ? std::min(kv_p, static_cast<double>(a.window()))
-                              : kv_p;
-      // q, k, v, the attention context, and the output projection.
-      bytes[kOutputs] += (2 * p * heads * hd + 2 * kv_p * kvh * hd +
-                          p * static_cast<double>(a.hidden())) *
-                         b;
-      if (FusedAttention(a, *ctx.setup)) {
-        bytes[kInternal] += p * heads * 4.0;  // log-sum-exp per row
-      } else {
-        // Softmax saves its probabilities, batch x heads x q x k; their
-        // backward holds the gradient of the probabilities and of the scores.
-        // Attention dropout adds its one-byte mask and the dropped
-        // probabilities the value matmul saves.
-        const double scores = heads * p * keys;
-        bytes[kAttention] += scores * (a.dropout() > 0 ? 1.0 + 2.0 * b : b);
-        out.transient = scores * 2.0 * b;
-        out.largest = scores * b;
-      }
-      const double kin = static_cast<double>(
-          a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden());
-      if (ctx.Adapted("q")) {
-        bytes[kInternal] += ctx.LoraBytes(p, static_cast<double>(a.hidden()));
-      }
-      if (ctx.Adapted("k")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
-      if (ctx.Adapted("v")) bytes[kInternal] += ctx.LoraBytes(kv_p, kin);
-      if (ctx.Adapted("o")) bytes[kInternal] += ctx.LoraBytes(p, heads * hd);
-      out.boundary = p * static_cast<double>(a.hidden()) * b;
-      out.largest = std::max(
-          {out.largest, out.boundary, p * heads * hd * b, kv_p * kvh * hd * b});
-      break;
-    }
-    case Layer::kMlp: {
-      const auto& m = layer.mlp();
-      bytes[kInternal] +=
-          p * static_cast<double>(m.ffn()) * b * (m.gated() ? 3.0 : 2.0);
-      bytes[kOutputs] += p * static_cast<double>(m.hidden()) * b;
-      out.boundary = p * static_cast<double>(m.hidden()) * b;
-      out.largest = p * static_cast<double>(std::max(m.ffn(), m.hidden())) * b;
-      bytes[kInternal] += MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
-                                       static_cast<double>(m.ffn()), m.gated());
-      break;
-    }
-    case Layer::kMoe: {
-      const auto& m = layer.moe();
-      const double active = static_cast<double>(m.top_k() + m.shared_experts());
-      bytes[kInternal] += p * active * static_cast<double>(m.ffn()) * b *
-                          (m.gated() ? 3.0 : 2.0);
-      bytes[kInternal] += p * static_cast<double>(m.experts()) * 4.0;
-      bytes[kOutputs] += p * (active + 1) * static_cast<double>(m.hidden()) * b;
-      // Each token passes through top_k routed and every shared expert.
-      bytes[kInternal] +=
-          active * MlpLoraBytes(ctx, p, static_cast<double>(m.hidden()),
-                                static_cast<double>(m.ffn()), m.gated());
-      out.boundary = p * static_cast<double>(m.hidden()) * b;
-      out.largest = out.boundary;
-      break;
-    }
-    case Layer::kConv: {
-      const auto& c = layer.conv();
-      const double o = p * static_cast<double>(c.out_channels());
-      const double in_p =
-          c.in_positions() != 0 ? static_cast<double>(c.in_positions()) : p;
-      const double i = in_p * static_cast<double>(c.in_channels());
-      bytes[kOutputs] += o * b;
-      // Backward holds the input gradient and the output gradient at once.
-      out.transient = (o + i) * b;
-      out.boundary = o * b;
-      out.largest = std::max(o, i) * b;
-      break;
-    }
-    case Layer::kRecurrent: {
-      const auto& r = layer.recurrent();
-      const double gates = r.cell() == v1::Recurrent::LSTM  ? 4
-                           : r.cell() == v1::Recurrent::GRU ? 3
-                                                            : 1;
-      const double states = r.cell() == v1::Recurrent::LSTM ? 2 : 1;
-      const double dirs = r.bidirectional() ? 2 : 1;
-      const double layers = r.num_layers() == 0 ? 1 : r.num_layers();
-      const double h = static_cast<double>(r.hidden());
-      // Gate pre-activations and cell/hidden states of every time step.
-      bytes[kRecurrent] += layers * dirs * p * (gates + states) * h * b;
-      bytes[kOutputs] += layers * p * dirs * h * b;
-      out.boundary = p * dirs * h * b;
-      out.largest = out.boundary;
-      break;
-    }
-    case Layer::kElementwise: {
-      const auto& e = layer.elementwise();
-      const double v = p * static_cast<double>(e.dim());
-      switch (e.op()) {
-        case v1::Elementwise::DROPOUT:
-          bytes[kInternal] += v;  // one-byte mask
-          break;
-        case v1::Elementwise::ACTIVATION:
-        case v1::Elementwise::SOFTMAX:
-          bytes[kInternal] += v * b;
-          break;
-        default:
-          bytes[kOutputs] += v * b;
-          break;
-      }
-      out.boundary = v * b;
-      out.largest = out.boundary;
-      break;
-    }
+    case Layer::kEmbedding:
+      return EmbeddingActivations(layer, p, ctx);
+    case Layer::kLinear:
+      return LinearActivations(layer, p, ctx);
+    case Layer::kNorm:
+      return NormActivations(layer, p, ctx);
+    case Layer::kAttention:
+      return AttentionActivations(layer, p, ctx);
+    case Layer::kMlp:
+      return MlpActivations(layer, p, ctx);
+    case Layer::kMoe:
+      return MoeActivations(layer, p, ctx);
+    case Layer::kConv:
+      return ConvActivations(layer, p, ctx);
+    case Layer::kRecurrent:
+      return RecurrentActivations(layer, p, ctx);
+    case Layer::kElementwise:
+      return ElementwiseActivations(layer, p, ctx);
     case Layer::kParameters:
       break;
     case Layer::kBlock:

@@ -204,6 +204,146 @@ uint64_t LayerParams(const Layer& layer, ParamCounter& c) {
   return n;
 }
 
+// Each kind's fields: INVALID_ARGUMENT naming the field under `path` and
+// the allowed values (ValidateLayer picks by kind).
+absl::Status ValidateNorm(const Layer& layer, const std::string& path) {
+  if (layer.norm().kind() == v1::Norm::KIND_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".norm.kind is not set; allowed LAYER, RMS, BATCH, GROUP"));
+  }
+  if (!v1::Norm::Kind_IsValid(layer.norm().kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".norm.kind = ", layer.norm().kind(),
+                     " is not known; allowed LAYER, RMS, BATCH, GROUP"));
+  }
+  return CheckSize(layer.norm().dim(), path + ".norm.dim", true);
+}
+
+absl::Status ValidateElementwise(const Layer& layer, const std::string& path) {
+  if (layer.elementwise().op() == v1::Elementwise::OP_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ".elementwise.op is not set; allowed ACTIVATION, POOL, DROPOUT, "
+        "ADD, CONCAT, SOFTMAX"));
+  }
+  if (!v1::Elementwise::Op_IsValid(layer.elementwise().op())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".elementwise.op = ", layer.elementwise().op(),
+        " is not known; allowed ACTIVATION, POOL, DROPOUT, ADD, CONCAT, "
+        "SOFTMAX"));
+  }
+  return CheckSize(layer.elementwise().dim(), path + ".elementwise.dim", true);
+}
+
+absl::Status ValidateAttention(const Layer& layer, const std::string& path) {
+  const auto& a = layer.attention();
+  const std::string p = path + ".attention";
+  RETURN_IF_ERROR(CheckSize(a.hidden(), p + ".hidden", true));
+  RETURN_IF_ERROR(CheckSize(a.heads(), p + ".heads", true));
+  RETURN_IF_ERROR(CheckSize(a.kv_heads(), p + ".kv_heads", false));
+  RETURN_IF_ERROR(CheckSize(a.head_dim(), p + ".head_dim", false));
+  RETURN_IF_ERROR(CheckSize(a.kv_input_dim(), p + ".kv_input_dim", false));
+  RETURN_IF_ERROR(CheckSize(a.kv_positions(), p + ".kv_positions", false));
+  RETURN_IF_ERROR(CheckSize(a.window(), p + ".window", false));
+  if (a.head_dim() == 0 && a.hidden() % a.heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p, ".heads = ", a.heads(), " does not divide hidden = ", a.hidden(),
+        "; set head_dim or use a divisor of hidden"));
+  }
+  if (KvHeads(a) > a.heads() || a.heads() % KvHeads(a) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p, ".kv_heads = ", a.kv_heads(), " must divide heads = ", a.heads()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMoe(const Layer& layer, const std::string& path) {
+  const auto& m = layer.moe();
+  const std::string p = path + ".moe";
+  RETURN_IF_ERROR(CheckSize(m.hidden(), p + ".hidden", true));
+  RETURN_IF_ERROR(CheckSize(m.ffn(), p + ".ffn", true));
+  RETURN_IF_ERROR(CheckSize(m.experts(), p + ".experts", true));
+  RETURN_IF_ERROR(CheckSize(m.top_k(), p + ".top_k", true));
+  if (m.top_k() > m.experts()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".top_k = ", m.top_k(), " is out of range; allowed 1..",
+                     m.experts(), " (experts)"));
+  }
+  return CheckSize(m.shared_experts(), p + ".shared_experts", false);
+}
+
+absl::Status ValidateConv(const Layer& layer, const std::string& path) {
+  const auto& c = layer.conv();
+  const std::string p = path + ".conv";
+  RETURN_IF_ERROR(CheckSize(c.in_channels(), p + ".in_channels", true));
+  RETURN_IF_ERROR(CheckSize(c.out_channels(), p + ".out_channels", true));
+  RETURN_IF_ERROR(CheckSize(c.groups(), p + ".groups", false));
+  RETURN_IF_ERROR(CheckSize(c.in_positions(), p + ".in_positions", false));
+  if (c.dims() > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p, ".dims = ", c.dims(), " is out of range; allowed 0 (=2), 1, 2, 3"));
+  }
+  const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
+  if (c.kernel_size() != 1 && c.kernel_size() != static_cast<int>(dims)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".kernel has ", c.kernel_size(),
+                     " values; allowed 1 or ", dims, " (dims)"));
+  }
+  for (int i = 0; i < c.kernel_size(); ++i) {
+    RETURN_IF_ERROR(
+        CheckSize(c.kernel(i), absl::StrCat(p, ".kernel[", i, "]"), true));
+  }
+  const uint64_t g = c.groups() == 0 ? 1 : c.groups();
+  if (c.in_channels() % g != 0 || c.out_channels() % g != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p, ".groups = ", g, " must divide in_channels and out_channels"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRecurrent(const Layer& layer, const std::string& path) {
+  const auto& r = layer.recurrent();
+  const std::string p = path + ".recurrent";
+  if (r.cell() == v1::Recurrent::CELL_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".cell is not set; allowed RNN, LSTM, GRU"));
+  }
+  if (!v1::Recurrent::Cell_IsValid(r.cell())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p, ".cell = ", r.cell(), " is not known; allowed RNN, LSTM, GRU"));
+  }
+  RETURN_IF_ERROR(CheckSize(r.input_size(), p + ".input_size", true));
+  RETURN_IF_ERROR(CheckSize(r.hidden(), p + ".hidden", true));
+  if (r.num_layers() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".num_layers = ", r.num_layers(),
+                     " is out of range; allowed 0..1000"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayer(const Layer& layer, const std::string& path,
+                           uint64_t inherited_positions, int depth);
+
+// A block's nesting and each of its layers, which inherit `positions`.
+absl::Status ValidateBlock(const Layer& layer, const std::string& path,
+                           uint64_t positions, int depth) {
+  if (depth >= kMaxBlockDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".block nests deeper than ", kMaxBlockDepth, " levels"));
+  }
+  if (layer.block().layers().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".block.layers is empty; a block needs at least one layer"));
+  }
+  for (int i = 0; i < layer.block().layers_size(); ++i) {
+    RETURN_IF_ERROR(ValidateLayer(layer.block().layers(i),
+                                  absl::StrCat(path, ".block.layers[", i, "]"),
+                                  positions, depth + 1));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateLayer(const Layer& layer, const std::string& path,
                            uint64_t inherited_positions, int depth) {
   if (layer.repeat() > 100000) {
@@ -242,140 +382,26 @@ absl::Status ValidateLayer(const Layer& layer, const std::string& path,
       return CheckSize(layer.linear().out_features(),
                        path + ".linear.out_features", true);
     case Layer::kNorm:
-      if (layer.norm().kind() == v1::Norm::KIND_UNSPECIFIED) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ".norm.kind is not set; allowed LAYER, RMS, BATCH, GROUP"));
-      }
-      if (!v1::Norm::Kind_IsValid(layer.norm().kind())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ".norm.kind = ", layer.norm().kind(),
-                         " is not known; allowed LAYER, RMS, BATCH, GROUP"));
-      }
-      return CheckSize(layer.norm().dim(), path + ".norm.dim", true);
-    case Layer::kAttention: {
-      const auto& a = layer.attention();
-      const std::string p = path + ".attention";
-      RETURN_IF_ERROR(CheckSize(a.hidden(), p + ".hidden", true));
-      RETURN_IF_ERROR(CheckSize(a.heads(), p + ".heads", true));
-      RETURN_IF_ERROR(CheckSize(a.kv_heads(), p + ".kv_heads", false));
-      RETURN_IF_ERROR(CheckSize(a.head_dim(), p + ".head_dim", false));
-      RETURN_IF_ERROR(CheckSize(a.kv_input_dim(), p + ".kv_input_dim", false));
-      RETURN_IF_ERROR(CheckSize(a.kv_positions(), p + ".kv_positions", false));
-      RETURN_IF_ERROR(CheckSize(a.window(), p + ".window", false));
-      if (a.head_dim() == 0 && a.hidden() % a.heads() != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            p, ".heads = ", a.heads(), " does not divide hidden = ", a.hidden(),
-            "; set head_dim or use a divisor of hidden"));
-      }
-      if (KvHeads(a) > a.heads() || a.heads() % KvHeads(a) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".kv_heads = ", a.kv_heads(),
-                         " must divide heads = ", a.heads()));
-      }
-      return absl::OkStatus();
-    }
+      return ValidateNorm(layer, path);
+    case Layer::kAttention:
+      return ValidateAttention(layer, path);
     case Layer::kMlp:
       RETURN_IF_ERROR(
           CheckSize(layer.mlp().hidden(), path + ".mlp.hidden", true));
       return CheckSize(layer.mlp().ffn(), path + ".mlp.ffn", true);
-    case Layer::kMoe: {
-      const auto& m = layer.moe();
-      const std::string p = path + ".moe";
-      RETURN_IF_ERROR(CheckSize(m.hidden(), p + ".hidden", true));
-      RETURN_IF_ERROR(CheckSize(m.ffn(), p + ".ffn", true));
-      RETURN_IF_ERROR(CheckSize(m.experts(), p + ".experts", true));
-      RETURN_IF_ERROR(CheckSize(m.top_k(), p + ".top_k", true));
-      if (m.top_k() > m.experts()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            p, ".top_k = ", m.top_k(), " is out of range; allowed 1..",
-            m.experts(), " (experts)"));
-      }
-      return CheckSize(m.shared_experts(), p + ".shared_experts", false);
-    }
-    case Layer::kConv: {
-      const auto& c = layer.conv();
-      const std::string p = path + ".conv";
-      RETURN_IF_ERROR(CheckSize(c.in_channels(), p + ".in_channels", true));
-      RETURN_IF_ERROR(CheckSize(c.out_channels(), p + ".out_channels", true));
-      RETURN_IF_ERROR(CheckSize(c.groups(), p + ".groups", false));
-      RETURN_IF_ERROR(CheckSize(c.in_positions(), p + ".in_positions", false));
-      if (c.dims() > 3) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".dims = ", c.dims(),
-                         " is out of range; allowed 0 (=2), 1, 2, 3"));
-      }
-      const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
-      if (c.kernel_size() != 1 && c.kernel_size() != static_cast<int>(dims)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".kernel has ", c.kernel_size(),
-                         " values; allowed 1 or ", dims, " (dims)"));
-      }
-      for (int i = 0; i < c.kernel_size(); ++i) {
-        RETURN_IF_ERROR(
-            CheckSize(c.kernel(i), absl::StrCat(p, ".kernel[", i, "]"), true));
-      }
-      const uint64_t g = c.groups() == 0 ? 1 : c.groups();
-      if (c.in_channels() % g != 0 || c.out_channels() % g != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            p, ".groups = ", g, " must divide in_channels and out_channels"));
-      }
-      return absl::OkStatus();
-    }
-    case Layer::kRecurrent: {
-      const auto& r = layer.recurrent();
-      const std::string p = path + ".recurrent";
-      if (r.cell() == v1::Recurrent::CELL_UNSPECIFIED) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".cell is not set; allowed RNN, LSTM, GRU"));
-      }
-      if (!v1::Recurrent::Cell_IsValid(r.cell())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            p, ".cell = ", r.cell(), " is not known; allowed RNN, LSTM, GRU"));
-      }
-      RETURN_IF_ERROR(CheckSize(r.input_size(), p + ".input_size", true));
-      RETURN_IF_ERROR(CheckSize(r.hidden(), p + ".hidden", true));
-      if (r.num_layers() > 1000) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".num_layers = ", r.num_layers(),
-                         " is out of range; allowed 0..1000"));
-      }
-      return absl::OkStatus();
-    }
+    case Layer::kMoe:
+      return ValidateMoe(layer, path);
+    case Layer::kConv:
+      return ValidateConv(layer, path);
+    case Layer::kRecurrent:
+      return ValidateRecurrent(layer, path);
     case Layer::kElementwise:
-      if (layer.elementwise().op() == v1::Elementwise::OP_UNSPECIFIED) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path,
-            ".elementwise.op is not set; allowed ACTIVATION, POOL, DROPOUT, "
-            "ADD, CONCAT, SOFTMAX"));
-      }
-      if (!v1::Elementwise::Op_IsValid(layer.elementwise().op())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ".elementwise.op = ", layer.elementwise().op(),
-            " is not known; allowed ACTIVATION, POOL, DROPOUT, ADD, CONCAT, "
-            "SOFTMAX"));
-      }
-      return CheckSize(layer.elementwise().dim(), path + ".elementwise.dim",
-                       true);
+      return ValidateElementwise(layer, path);
     case Layer::kParameters:
       return CheckSize(layer.parameters().count(), path + ".parameters.count",
                        true);
-    case Layer::kBlock: {
-      if (depth >= kMaxBlockDepth) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ".block nests deeper than ", kMaxBlockDepth, " levels"));
-      }
-      if (layer.block().layers().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ".block.layers is empty; a block needs at least one layer"));
-      }
-      for (int i = 0; i < layer.block().layers_size(); ++i) {
-        RETURN_IF_ERROR(
-            ValidateLayer(layer.block().layers(i),
-                          absl::StrCat(path, ".block.layers[", i, "]"),
-                          positions, depth + 1));
-      }
-      return absl::OkStatus();
-    }
+    case Layer::kBlock:
+      return ValidateBlock(layer, path, positions, depth);
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/units.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/param_tensors.h"
@@ -17,10 +18,6 @@ absl::Status Invalid(const std::string& field, const std::string& value,
                      const std::string& allowed) {
   return absl::InvalidArgumentError(
       absl::StrCat("setup.", field, " = ", value, " is invalid; ", allowed));
-}
-
-std::string Gb(double bytes) {
-  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
 }
 
 }  // namespace
@@ -230,26 +227,14 @@ bool KeepsDeepSpeedMixedPrecision(const TrainingSetup& setup) {
                        setup.precision() == TrainingSetup::FP16_MIXED);
 }
 
-void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
-                   MemoryProfile* profile) {
-  ParallelBreakdown& p = profile->parallel;
-  p = ParallelBreakdown();
-  if (!HasParallel(setup)) return;
-  p.active = true;
-  p.layout = LayoutOf(setup);
-  const ParallelLayout& l = p.layout;
-  const ParamSplit split = SplitParams(spec);
-  const double t = static_cast<double>(l.tensor_parallel);
-  const double split_fraction =
-      split.total == 0
-          ? 0.0
-          : static_cast<double>(split.split) / static_cast<double>(split.total);
-  // The share of every parameter-proportional byte one tensor-parallel
-  // rank holds.
-  const double tp_scale = (1.0 - split_fraction) + split_fraction / t;
-  ModelStates st = profile->states;
+// One rank's model states before sharding: DeepSpeed's mixed precision
+// (recorded in `p`), then each parameter-proportional byte scaled by the
+// share of a tensor-parallel rank.
+ModelStates RankStates(const ModelStates& states, const TrainingSetup& setup,
+                       double tp_scale, ParallelBreakdown* p) {
+  ModelStates st = states;
   if (KeepsDeepSpeedMixedPrecision(setup) && st.quantized_params == 0) {
-    p.deepspeed_mixed = true;
+    p->deepspeed_mixed = true;
     // DeepSpeed's bf16 / fp16 mode: the module is held in 16 bits (no
     // fp32 weights, no autocast copies), gradients are 16-bit, and the
     // optimizer keeps an fp32 master copy of each trained weight beside
@@ -269,7 +254,13 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
         &st.update_temporaries, &st.in_backward_buffers, &st.paged_states}) {
     *v *= tp_scale;
   }
-  ModelStates sh = ShardStates(st, l.stage, l.shard_degree);
+  return st;
+}
+
+// Moves what the setup offloads from the sharded states `sh` to the host
+// (per GPU and per node, in `p`).
+void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
+                   ModelStates* sh, ParallelBreakdown* p) {
   const bool offload_optimizer = setup.offload() == TrainingSetup::OPTIMIZER ||
                                  setup.offload() == TrainingSetup::BOTH;
   const bool offload_params = setup.offload() == TrainingSetup::PARAMS ||
@@ -283,49 +274,81 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
     // gradient offloading to CPU", PyTorch's FSDP docs), so the optimizer
     // state and step live in host memory too; the GPU keeps the gathered
     // units and the reduce-scatter buffer.
-    p.host_bytes_per_gpu += sh.weights + sh.gradients + sh.states +
-                            sh.update_temporaries + sh.half_copies;
-    sh.weights = sh.gradients = sh.states = sh.update_temporaries = 0;
-    sh.half_copies = 0;
+    p->host_bytes_per_gpu += sh->weights + sh->gradients + sh->states +
+                             sh->update_temporaries + sh->half_copies;
+    sh->weights = sh->gradients = sh->states = sh->update_temporaries = 0;
+    sh->half_copies = 0;
   } else {
     if (offload_optimizer) {
       // ZeRO-Offload: the fp32 state and the step on the CPU; from stage 2
       // the gradient partitions go there too.
-      p.host_bytes_per_gpu += sh.states + sh.update_temporaries;
-      sh.states = 0;
-      sh.update_temporaries = 0;
+      p->host_bytes_per_gpu += sh->states + sh->update_temporaries;
+      sh->states = 0;
+      sh->update_temporaries = 0;
       if (l.stage >= 2) {
-        p.host_bytes_per_gpu += sh.gradients;
-        sh.gradients = 0;
+        p->host_bytes_per_gpu += sh->gradients;
+        sh->gradients = 0;
       }
     }
     if (offload_params) {
-      p.host_bytes_per_gpu += sh.weights;
-      sh.weights = 0;
+      p->host_bytes_per_gpu += sh->weights;
+      sh->weights = 0;
     }
   }
-  p.host_bytes_per_node =
-      p.host_bytes_per_gpu * std::min(l.gpus, l.gpus_per_node);
+  p->host_bytes_per_node =
+      p->host_bytes_per_gpu * std::min(l.gpus, l.gpus_per_node);
+}
 
+// The buffers communication adds per GPU: the gathered units of stage 3,
+// the reduce-scatter buffer of stage 2 and up, DDP's buckets below.
+// `states` are the whole model's, `st` one rank's before sharding.
+void SetCommunicationBuffers(const TrainingSetup& setup,
+                             const ParamSplit& split, const ModelStates& states,
+                             const ModelStates& st, double tp_scale,
+                             ParallelBreakdown* p) {
+  const ParallelLayout& l = p->layout;
   const double compute = ActivationBytes(setup);
   const double params = static_cast<double>(std::max<uint64_t>(1, st.params));
   // A quantized base is gathered as stored.
   const double gather_bytes =
-      st.quantized_params != 0 ? profile->states.weights / params : compute;
+      st.quantized_params != 0 ? states.weights / params : compute;
   const double block = static_cast<double>(split.largest_block);
   const double root = static_cast<double>(split.root);
   if (l.stage == 3) {
-    p.gathered_units = (root + 2.0 * block) * gather_bytes * tp_scale;
+    p->gathered_units = (root + 2.0 * block) * gather_bytes * tp_scale;
   }
   if (l.stage >= 2 && l.shard_degree > 1) {
     const double trained =
         static_cast<double>(st.trainable) / params;  // share that trains
-    p.reduce_scatter = (block > 0 ? block : root) * std::min(1.0, trained) *
-                       compute * tp_scale;
+    p->reduce_scatter = (block > 0 ? block : root) * std::min(1.0, trained) *
+                        compute * tp_scale;
   }
   if (l.stage <= 1 && l.data_parallel > 1) {
-    p.buckets = kDdpBucketBytes * kDdpBucketsInFlight;
+    p->buckets = kDdpBucketBytes * kDdpBucketsInFlight;
   }
+}
+
+void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
+                   MemoryProfile* profile) {
+  ParallelBreakdown& p = profile->parallel;
+  p = ParallelBreakdown();
+  if (!HasParallel(setup)) return;
+  p.active = true;
+  p.layout = LayoutOf(setup);
+  const ParallelLayout& l = p.layout;
+  const ParamSplit split = SplitParams(spec);
+  const double t = static_cast<double>(l.tensor_parallel);
+  const double split_fraction =
+      split.total == 0
+          ? 0.0
+          : static_cast<double>(split.split) / static_cast<double>(split.total);
+  // The share of every parameter-proportional byte one tensor-parallel
+  // rank holds.
+  const double tp_scale = (1.0 - split_fraction) + split_fraction / t;
+  const ModelStates st = RankStates(profile->states, setup, tp_scale, &p);
+  ModelStates sh = ShardStates(st, l.stage, l.shard_degree);
+  OffloadToHost(setup, l, &sh, &p);
+  SetCommunicationBuffers(setup, split, profile->states, st, tp_scale, &p);
   p.states_backward =
       sh.weights + sh.states + sh.half_copies +
       (setup.optimizer_in_backward() ? sh.in_backward_buffers : sh.gradients);
@@ -358,7 +381,7 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
       l.stage == 0 ? "replicated"
                    : absl::StrCat("sharded to stage ", l.stage, " over ",
                                   l.shard_degree, " ranks"),
-      ", ", Gb(p.states_backward), " at backward start"));
+      ", ", FormatBytesAsGb(p.states_backward, 2), " at backward start"));
   if (p.deepspeed_mixed) {
     out.push_back(
         "DeepSpeed mixed precision: 16-bit weights and gradients, an fp32 "
@@ -370,12 +393,12 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
     out.push_back(absl::StrCat(
         "gathered units: the root unit and two wrapped blocks (computing and "
         "prefetched) in compute dtype, ",
-        Gb(p.gathered_units)));
+        FormatBytesAsGb(p.gathered_units, 2)));
   }
   if (p.reduce_scatter > 0) {
     out.push_back(absl::StrCat(
         "reduce-scatter buffer: one unit's gradients in compute dtype, ",
-        Gb(p.reduce_scatter)));
+        FormatBytesAsGb(p.reduce_scatter, 2)));
   }
   if (p.buckets > 0) {
     out.push_back(absl::StrCat(
@@ -384,14 +407,14 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
         "a flat copy of every gradient)"));
   }
   if (p.host_bytes_per_gpu > 0) {
-    out.push_back(
-        absl::StrCat("offloaded to host memory: ", Gb(p.host_bytes_per_gpu),
-                     " per GPU, ", Gb(p.host_bytes_per_node), " per node"));
+    out.push_back(absl::StrCat(
+        "offloaded to host memory: ", FormatBytesAsGb(p.host_bytes_per_gpu, 2),
+        " per GPU, ", FormatBytesAsGb(p.host_bytes_per_node, 2), " per node"));
   }
   out.push_back(
       p.collective_fitted
           ? absl::StrCat("collective buffers (NCCL, bucket overheads): ",
-                         Gb(p.collective_gb * 1e9),
+                         FormatBytesAsGb(p.collective_gb * 1e9, 2),
                          " per GPU, fitted from measured ",
                          StrategyName(l.strategy), " runs")
           : absl::StrCat("collective buffers (NCCL, bucket overheads): "

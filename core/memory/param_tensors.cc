@@ -48,8 +48,71 @@ struct Emitter {
     }
   }
 
+  // The tensors of one layer of each kind (Layer picks by kind).
+  void Attention(const v1::Attention& a) const;
+  void Conv(const v1::Conv& c) const;
+  void Recurrent(const v1::Recurrent& r) const;
+
   void Layer(const v1::Layer& layer) const;
 };
+
+// q, k, v and o (nn.Linear [out, in] each), their biases and the q/k norms.
+void Emitter::Attention(const v1::Attention& a) const {
+  const uint64_t hd = a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads();
+  const uint64_t kvh = a.kv_heads() != 0 ? a.kv_heads() : a.heads();
+  const uint64_t kin = a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden();
+  Emit({a.heads() * hd, a.hidden()}, TensorRole::kLinear, "q");
+  Emit({kvh * hd, kin}, TensorRole::kLinear, "k");
+  Emit({kvh * hd, kin}, TensorRole::kLinear, "v");
+  Emit({a.hidden(), a.heads() * hd}, TensorRole::kLinear, "o");
+  if (a.qkv_bias()) {
+    Emit({a.heads() * hd});
+    Emit({kvh * hd});
+    Emit({kvh * hd});
+  }
+  if (a.out_bias()) Emit({a.hidden()});
+  if (a.qk_norm()) {
+    Emit({hd});
+    Emit({hd});
+  }
+}
+
+// One weight [out, in / groups, kernel...] (transposed: [in, out / groups,
+// kernel...]) and its bias.
+void Emitter::Conv(const v1::Conv& c) const {
+  const uint64_t g = c.groups() == 0 ? 1 : c.groups();
+  const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
+  ParamTensor t;
+  t.shape[t.rank++] = c.transposed() ? c.in_channels() : c.out_channels();
+  t.shape[t.rank++] =
+      c.transposed() ? c.out_channels() / g : c.in_channels() / g;
+  for (uint32_t i = 0; i < dims && t.rank < 5; ++i) {
+    t.shape[t.rank++] = c.kernel_size() == 1 ? c.kernel(0) : c.kernel(i);
+  }
+  t.copies = copies;
+  t.top_level = top_level;
+  t.spec_frozen = frozen;
+  if (t.Elements() != 0) fn(t);
+  if (c.bias()) Emit({c.out_channels()});
+}
+
+// Per layer and direction: weight_ih, weight_hh and two biases.
+void Emitter::Recurrent(const v1::Recurrent& r) const {
+  const uint64_t gates = r.cell() == v1::Recurrent::LSTM  ? 4
+                         : r.cell() == v1::Recurrent::GRU ? 3
+                                                          : 1;
+  const uint64_t dirs = r.bidirectional() ? 2 : 1;
+  const uint32_t layers = r.num_layers() == 0 ? 1 : r.num_layers();
+  const uint64_t h = r.hidden();
+  for (uint32_t l = 0; l < layers; ++l) {
+    const uint64_t in = l == 0 ? r.input_size() : h * dirs;
+    Emit({gates * h, in}, TensorRole::kOther, "", dirs);
+    Emit({gates * h, h}, TensorRole::kOther, "", dirs);
+    if (!r.no_bias()) {
+      Emit({gates * h}, TensorRole::kOther, "", 2 * dirs);
+    }
+  }
+}
 
 void Emitter::Layer(const v1::Layer& layer) const {
   Emitter inner = *this;
@@ -80,29 +143,9 @@ void Emitter::Layer(const v1::Layer& layer) const {
       if (!weight_only) inner.Emit({n.dim()});
       break;
     }
-    case Layer::kAttention: {
-      const auto& a = layer.attention();
-      const uint64_t hd =
-          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads();
-      const uint64_t kvh = a.kv_heads() != 0 ? a.kv_heads() : a.heads();
-      const uint64_t kin =
-          a.kv_input_dim() != 0 ? a.kv_input_dim() : a.hidden();
-      inner.Emit({a.heads() * hd, a.hidden()}, TensorRole::kLinear, "q");
-      inner.Emit({kvh * hd, kin}, TensorRole::kLinear, "k");
-      inner.Emit({kvh * hd, kin}, TensorRole::kLinear, "v");
-      inner.Emit({a.hidden(), a.heads() * hd}, TensorRole::kLinear, "o");
-      if (a.qkv_bias()) {
-        inner.Emit({a.heads() * hd});
-        inner.Emit({kvh * hd});
-        inner.Emit({kvh * hd});
-      }
-      if (a.out_bias()) inner.Emit({a.hidden()});
-      if (a.qk_norm()) {
-        inner.Emit({hd});
-        inner.Emit({hd});
-      }
+    case Layer::kAttention:
+      inner.Attention(layer.attention());
       break;
-    }
     case Layer::kMlp: {
       const auto& m = layer.mlp();
       inner.Mlp(m.hidden(), m.ffn(), m.gated(), m.bias(), 1);
@@ -116,42 +159,12 @@ void Emitter::Layer(const v1::Layer& layer) const {
                 m.experts() + m.shared_experts());
       break;
     }
-    case Layer::kConv: {
-      const auto& c = layer.conv();
-      const uint64_t g = c.groups() == 0 ? 1 : c.groups();
-      const uint32_t dims = c.dims() == 0 ? 2 : c.dims();
-      ParamTensor t;
-      t.shape[t.rank++] = c.transposed() ? c.in_channels() : c.out_channels();
-      t.shape[t.rank++] =
-          c.transposed() ? c.out_channels() / g : c.in_channels() / g;
-      for (uint32_t i = 0; i < dims && t.rank < 5; ++i) {
-        t.shape[t.rank++] = c.kernel_size() == 1 ? c.kernel(0) : c.kernel(i);
-      }
-      t.copies = inner.copies;
-      t.top_level = top_level;
-      t.spec_frozen = inner.frozen;
-      if (t.Elements() != 0) fn(t);
-      if (c.bias()) inner.Emit({c.out_channels()});
+    case Layer::kConv:
+      inner.Conv(layer.conv());
       break;
-    }
-    case Layer::kRecurrent: {
-      const auto& r = layer.recurrent();
-      const uint64_t gates = r.cell() == v1::Recurrent::LSTM  ? 4
-                             : r.cell() == v1::Recurrent::GRU ? 3
-                                                              : 1;
-      const uint64_t dirs = r.bidirectional() ? 2 : 1;
-      const uint32_t layers = r.num_layers() == 0 ? 1 : r.num_layers();
-      const uint64_t h = r.hidden();
-      for (uint32_t l = 0; l < layers; ++l) {
-        const uint64_t in = l == 0 ? r.input_size() : h * dirs;
-        inner.Emit({gates * h, in}, TensorRole::kOther, "", dirs);
-        inner.Emit({gates * h, h}, TensorRole::kOther, "", dirs);
-        if (!r.no_bias()) {
-          inner.Emit({gates * h}, TensorRole::kOther, "", 2 * dirs);
-        }
-      }
+    case Layer::kRecurrent:
+      inner.Recurrent(layer.recurrent());
       break;
-    }
     case Layer::kParameters:
       inner.Emit({layer.parameters().count()});
       break;

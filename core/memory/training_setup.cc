@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/units.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
 #include "core/memory/param_tensors.h"
@@ -111,22 +112,15 @@ const char* OptimizerName(TrainingSetup::Optimizer optimizer) {
   }
 }
 
-std::string Gb(double bytes) {
-  return absl::StrCat(std::round(bytes / 1e7) / 100, " GB");
-}
-
 std::string Count(uint64_t n) {
   if (n >= 1000000000) return absl::StrCat(std::round(n / 1e7) / 100, " B");
   if (n >= 1000000) return absl::StrCat(std::round(n / 1e4) / 100, " M");
   return absl::StrCat(n);
 }
 
-}  // namespace
-
-absl::Status ValidateSetup(const TrainingSetup& setup) {
-  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
-    return parallel;
-  }
+// The step's own fields: positions, the enums, FlashAttention's precision,
+// gradient accumulation.
+absl::Status ValidateStep(const TrainingSetup& setup) {
   if (setup.positions() > (uint64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("setup.positions = ", setup.positions(),
@@ -168,6 +162,11 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "optimizer_in_backward steps during every backward, so "
                    "it allows grad_accum 0 or 1 only");
   }
+  return absl::OkStatus();
+}
+
+// The LoRA adapters, and a quantized base that trains only through them.
+absl::Status ValidateLora(const TrainingSetup& setup) {
   const v1::Lora& lora = setup.lora();
   if (lora.rank() > kMaxLoraRank) {
     return Invalid("lora.rank", absl::StrCat(lora.rank()),
@@ -205,7 +204,11 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "a quantized base trains only through adapters: set "
                    "lora.rank 1 .. 4096");
   }
-  const v1::Freeze& freeze = setup.freeze();
+  return absl::OkStatus();
+}
+
+// The frozen layer names and the trained last blocks.
+absl::Status ValidateFreeze(const v1::Freeze& freeze) {
   if (freeze.layers_size() > kMaxFreezeNames) {
     return Invalid("freeze.layers",
                    absl::StrCat(freeze.layers_size(), " entries"),
@@ -225,6 +228,17 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
                    "allowed 0 (off) .. 100000");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSetup(const TrainingSetup& setup) {
+  if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
+    return parallel;
+  }
+  if (absl::Status step = ValidateStep(setup); !step.ok()) return step;
+  if (absl::Status lora = ValidateLora(setup); !lora.ok()) return lora;
+  return ValidateFreeze(setup.freeze());
 }
 
 bool TrueHalfPrecision(const TrainingSetup& setup) {
@@ -486,7 +500,7 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         " base: ", Count(states.quantized_params),
         " linear weights stored quantized with their block scales, each "
         "layer dequantized for compute (",
-        Gb(states.dequantized), " at a time)"));
+        FormatBytesAsGb(states.dequantized, 2), " at a time)"));
   }
   const bool default_optimizer =
       (setup.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED ||
@@ -494,8 +508,9 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
       !setup.optimizer_in_backward() && states.adapter_params == 0;
   if (!default_optimizer) {
     out.push_back(absl::StrCat(
-        "optimizer ", OptimizerName(setup.optimizer()), ": ", Gb(states.states),
-        " of state for ", Count(states.trainable), " trained parameters",
+        "optimizer ", OptimizerName(setup.optimizer()), ": ",
+        FormatBytesAsGb(states.states, 2), " of state for ",
+        Count(states.trainable), " trained parameters",
         setup.optimizer_in_backward()
             ? "; stepped per parameter during backward, so one gradient is "
               "resident at a time"
@@ -503,7 +518,7 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
   }
   if (states.paged_states > 0) {
     out.push_back(absl::StrCat(
-        "paged optimizer state (", Gb(states.paged_states),
+        "paged optimizer state (", FormatBytesAsGb(states.paged_states, 2),
         ") is not in the peak: it lives in CUDA managed memory, which the "
         "driver pages to the host under pressure and torch's allocator does "
         "not count"));

@@ -45,22 +45,11 @@ bool Better(const v1::MicrobatchMeasurement& a,
   return a_compiled && !b_compiled;
 }
 
-}  // namespace
-
-double EstimatedUpdateSeconds(uint32_t global_batch, uint32_t microbatch,
-                              double microbatch_seconds) {
-  return static_cast<double>(global_batch) / microbatch * microbatch_seconds;
-}
-
-absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
-    const v1::AutotuneRecord& record, absl::string_view policy) {
-  if (policy.empty()) policy = record.selection_policy();
-  if (policy != kMaxBatchPolicy && policy != kMaxThroughputPolicy) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("selection_policy = '", policy, "' is unknown; allowed ",
-                     kMaxBatchPolicy, ", ", kMaxThroughputPolicy));
-  }
-  const v1::AutotuneSettings& settings = record.cache_key().settings();
+// The settings' microbatch candidates, sorted; INVALID_ARGUMENT naming the
+// field for a zero context or global batch, or candidates empty, zero or
+// repeated.
+absl::StatusOr<std::vector<uint32_t>> SortedCandidates(
+    const v1::AutotuneSettings& settings) {
   if (settings.context() == 0) {
     return absl::InvalidArgumentError(
         "cache_key.settings.context = 0; must be positive");
@@ -83,11 +72,19 @@ absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
           "; allowed distinct positive microbatches"));
     }
   }
-  const absl::Status budget_ok = CheckPositive(record.budget_gb(), "budget_gb");
-  if (!budget_ok.ok()) return budget_ok;
-  const std::vector<std::string> modes = ModesOf(settings);
+  return candidates;
+}
 
-  std::map<CandidateKey, const v1::MicrobatchMeasurement*> measured;
+using Measured = std::map<CandidateKey, const v1::MicrobatchMeasurement*>;
+
+// The record's measurements by (mode, microbatch); INVALID_ARGUMENT naming
+// the measurement for a mode the record did not try, a microbatch not among
+// the candidates, a time or peak out of range, or a repeat.
+absl::StatusOr<Measured> MeasuredCandidates(
+    const v1::AutotuneRecord& record, const std::vector<std::string>& modes,
+    const std::vector<uint32_t>& candidates) {
+  const v1::AutotuneSettings& settings = record.cache_key().settings();
+  Measured measured;
   for (int i = 0; i < record.measurements_size(); ++i) {
     const v1::MicrobatchMeasurement& m = record.measurements(i);
     const std::string field = absl::StrCat("measurements[", i, "]");
@@ -116,6 +113,33 @@ absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
                        m.mode(), " mode"));
     }
   }
+  return measured;
+}
+
+}  // namespace
+
+double EstimatedUpdateSeconds(uint32_t global_batch, uint32_t microbatch,
+                              double microbatch_seconds) {
+  return static_cast<double>(global_batch) / microbatch * microbatch_seconds;
+}
+
+absl::StatusOr<v1::MicrobatchSelection> SelectMicrobatch(
+    const v1::AutotuneRecord& record, absl::string_view policy) {
+  if (policy.empty()) policy = record.selection_policy();
+  if (policy != kMaxBatchPolicy && policy != kMaxThroughputPolicy) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selection_policy = '", policy, "' is unknown; allowed ",
+                     kMaxBatchPolicy, ", ", kMaxThroughputPolicy));
+  }
+  const v1::AutotuneSettings& settings = record.cache_key().settings();
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> candidates,
+                   SortedCandidates(settings));
+  const absl::Status budget_ok = CheckPositive(record.budget_gb(), "budget_gb");
+  if (!budget_ok.ok()) return budget_ok;
+  const std::vector<std::string> modes = ModesOf(settings);
+
+  ASSIGN_OR_RETURN(const auto measured,
+                   MeasuredCandidates(record, modes, candidates));
   std::map<CandidateKey, std::string> recorded_reasons;
   for (const v1::MicrobatchFailure& failure : record.failures()) {
     recorded_reasons[CandidateKey(failure.mode(), failure.microbatch())] =

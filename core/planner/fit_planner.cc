@@ -44,6 +44,206 @@ absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
       "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
 }
 
+// The request's targets, in order: INVALID_ARGUMENT for none, too many or an
+// empty one, NOT_FOUND for an unknown GPU.
+absl::StatusOr<std::vector<ResolvedTarget>> ResolveTargets(
+    const v1::CheckFitRequest& request) {
+  if (request.targets().empty() ||
+      request.targets_size() > kMaxTargetsPerRequest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("targets has ", request.targets_size(),
+                     " entries; allowed 1..", kMaxTargetsPerRequest));
+  }
+  std::vector<ResolvedTarget> targets;
+  targets.reserve(request.targets_size());
+  for (int i = 0; i < request.targets_size(); ++i) {
+    ASSIGN_OR_RETURN(ResolvedTarget target, Resolve(request.targets(i), i));
+    targets.push_back(std::move(target));
+  }
+  return targets;
+}
+
+// The coverage that picks k of the calibrated upper bound: the request's, or
+// `default_coverage` for 0; INVALID_ARGUMENT for one not calibrated.
+absl::StatusOr<double> CoverageOf(const v1::CheckFitRequest& request,
+                                  double default_coverage) {
+  const double coverage =
+      request.coverage() == 0 ? default_coverage : request.coverage();
+  if (!KAtCoverage(1, 1, coverage).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coverage = ", request.coverage(),
+        " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
+  }
+  return coverage;
+}
+
+// The setup the answer is for, resolved once and read by every later step
+// (issue 31 puts the resolved plan value here).
+struct FitPlan {
+  // ProfileSetup's: a conversion that bound setup.positions (an ONNX graph's
+  // symbolic lengths) is not rescaled again. Valid (ValidateSetup).
+  v1::TrainingSetup setup;
+  // The setup's GPUs, nodes and sharding (LayoutOf).
+  ParallelLayout layout;
+  // Microbatches per step (grad_accum, at least 1).
+  uint64_t accum = 1;
+
+  // `batch` rounded down to a whole number of microbatches.
+  uint32_t WholeSteps(uint64_t batch) const {
+    return static_cast<uint32_t>(batch / accum * accum);
+  }
+};
+
+// INVALID_ARGUMENT naming the setup field for an unusable setup.
+absl::StatusOr<FitPlan> ResolvePlan(const v1::CheckFitRequest& request) {
+  FitPlan plan;
+  plan.setup = ProfileSetup(request.model(), request.setup());
+  RETURN_IF_ERROR(ValidateSetup(plan.setup));
+  plan.layout = LayoutOf(plan.setup);
+  plan.accum = std::max<uint32_t>(1, plan.setup.grad_accum());
+  return plan;
+}
+
+// Under gradient accumulation a batch is grad_accum microbatches: each
+// batch must divide (INVALID_ARGUMENT naming it).
+absl::Status CheckWholeSteps(
+    const google::protobuf::RepeatedField<uint32_t>& batches,
+    const FitPlan& plan) {
+  for (int i = 0; i < batches.size(); ++i) {
+    if (batches[i] % plan.accum != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batches[", i, "] = ", batches[i],
+                       " is not a multiple of setup.grad_accum = ", plan.accum,
+                       "; allowed multiples of ", plan.accum));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Records in `profile` the plan's per-GPU collective constant, fitted from
+// its strategy's multi-GPU runs (0 while none was measured, said), and adds
+// what the setup and its parallel layout assumed to `assumptions`.
+CollectiveFit AddSetupToProfile(
+    const v1::ModelSpec& spec, const FitPlan& plan,
+    const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
+        collectives,
+    MemoryProfile* profile, std::vector<std::string>* assumptions) {
+  for (std::string& assumption :
+       SetupAssumptions(spec, plan.setup, profile->states)) {
+    assumptions->push_back(std::move(assumption));
+  }
+  const CollectiveFit collective = CollectiveOf(collectives, plan.setup);
+  SetCollective(collective, profile);
+  for (std::string& assumption : ParallelAssumptions(profile->parallel)) {
+    assumptions->push_back(std::move(assumption));
+  }
+  return collective;
+}
+
+// What an answer stands on: the model's own runs when the evidence holds
+// any (the anchor), else a prior.
+struct AnswerBasis {
+  ModelKey key;
+  // Null: answered from `prior` alone.
+  const Anchor* anchor = nullptr;
+  // The factors, k and constant the answer uses: the anchor's, else the
+  // compiled runs' for a compiled step when the set has one, else the
+  // global one.
+  const Prior* prior = nullptr;
+  // The anchor's; the identity without one.
+  Correction correction;
+};
+
+// The anchor step. `key` is the request's model key (without evidence, none
+// is needed and it is left empty); its id is set from the anchor's, else
+// from the canonical form. A compiled step answered from a prior says which
+// in `assumptions`.
+AnswerBasis AnchorAnswer(ModelKey key, const Evidence* evidence,
+                         bool include_simulated, const v1::TrainingSetup& setup,
+                         const Prior& prior, const Prior& compile_prior,
+                         std::vector<std::string>* assumptions) {
+  AnswerBasis basis;
+  if (evidence != nullptr) {
+    basis.anchor = evidence->Find(key, prior.source, include_simulated);
+    key.id =
+        basis.anchor != nullptr ? basis.anchor->key.id : KeyId(key.canonical);
+  }
+  basis.key = std::move(key);
+  const bool compiled_prior =
+      setup.compile() && compile_prior.source == v1::TORCH_COMPILE;
+  if (setup.compile() && basis.anchor == nullptr) {
+    assumptions->push_back(
+        compiled_prior
+            ? "torch.compile: factors fitted to compiled measurements "
+              "(torch-compile)"
+            : "torch.compile: no compiled measurements in this factor set "
+              "yet; answered with the eager prior (compiled steps usually "
+              "save fewer activations)");
+  }
+  basis.prior = basis.anchor != nullptr ? &basis.anchor->prior
+                : compiled_prior        ? &compile_prior
+                                        : &prior;
+  if (basis.anchor != nullptr) basis.correction = basis.anchor->correction;
+  return basis;
+}
+
+// The basis every estimate reports.
+v1::Basis BasisMessage(const AnswerBasis& basis, bool include_simulated) {
+  v1::Basis out;
+  out.set_model_key(basis.key.id);
+  out.set_source(SourceName(basis.prior->source));
+  const Anchor* anchor = basis.anchor;
+  if (anchor == nullptr) {
+    out.set_kind(v1::Basis::PRIOR);
+    out.set_why(absl::StrCat(
+        "no measured run of this model and setup (key ", basis.key.id, ")",
+        include_simulated ? "" : "; simulated runs are not asked for"));
+    return out;
+  }
+  out.set_kind(v1::Basis::ANCHORED);
+  out.set_source(SourceName(anchor->source));
+  out.set_runs(static_cast<int>(anchor->group.runs.size()));
+  out.set_oom_runs(anchor->oom_runs);
+  out.set_min_batch(static_cast<uint32_t>(anchor->min_batch));
+  out.set_max_batch(static_cast<uint32_t>(anchor->max_batch));
+  for (const std::string& gpu : anchor->gpus) out.add_gpus(gpu);
+  out.set_fixed_scale(anchor->correction.fixed_scale);
+  out.set_batch_scale(anchor->correction.batch_scale);
+  return out;
+}
+
+// A batch's size relative to the anchor's largest measured batch.
+double Extrapolation(const Anchor& anchor, uint64_t batch) {
+  return static_cast<double>(batch) /
+         static_cast<double>(std::max<uint64_t>(1, anchor.largest_batch));
+}
+
+// The calibrated upper bound: headroom and k at the coverage under the
+// answer's prior; an anchored answer takes k from the extrapolation bucket
+// of the batch when the evidence calibrated buckets.
+struct UpperBound {
+  double coverage = 0;
+  VerdictRule rule;
+  const Anchor* anchor = nullptr;
+  // The evidence's calibration; empty without evidence.
+  std::vector<v1::ExtrapolationBucket> buckets;
+
+  double KAt(uint64_t batch) const {
+    if (anchor == nullptr || buckets.empty()) return rule.k;
+    return BucketK(BucketFor(buckets, Extrapolation(*anchor, batch)), coverage);
+  }
+};
+
+UpperBound BoundOf(const AnswerBasis& basis, double coverage, double headroom,
+                   const Evidence* evidence) {
+  UpperBound bound;
+  bound.coverage = coverage;
+  bound.rule = {headroom,
+                *KAtCoverage(basis.prior->k90, basis.prior->k95, coverage)};
+  bound.anchor = basis.anchor;
+  if (evidence != nullptr) bound.buckets = evidence->calibration().buckets;
+  return bound;
+}
 // Adds `gb` to both moments, in the optimizer component (the bytes that do
 // not depend on the batch).
 void AddConstant(double gb, const ComponentArray& factors,
@@ -113,7 +313,296 @@ uint64_t AnchoredMaxBatch(const MemoryProfile& profile,
   return 0;
 }
 
-absl::Status AnswerMinGpus(
+// The answer's head: the model, the factor set and bound it is answered
+// under, and what it assumed.
+v1::CheckFitResponse ResponseHead(const v1::ModelSpec& spec,
+                                  const MemoryProfile& profile,
+                                  const v1::FactorSet& factor_set,
+                                  const UpperBound& bound, uint64_t first_batch,
+                                  std::vector<std::string> assumptions) {
+  v1::CheckFitResponse response;
+  response.set_model(spec.name());
+  response.set_params(profile.params);
+  response.set_factor_set_version(factor_set.version());
+  response.set_headroom(bound.rule.headroom);
+  response.set_coverage(bound.coverage);
+  response.set_k(bound.KAt(first_batch));
+  for (std::string& assumption : assumptions) {
+    response.add_assumptions(std::move(assumption));
+  }
+  return response;
+}
+
+// The estimate at each of the request's batches: peak, k and upper bound,
+// the factored components of the moment that peaks, and the basis (with the
+// batch's extrapolation from an anchor's largest run).
+void AddEstimates(const google::protobuf::RepeatedField<uint32_t>& batches,
+                  const MemoryProfile& anchored, const ComponentArray& factors,
+                  const UpperBound& bound, const v1::Basis& basis,
+                  v1::CheckFitResponse* response) {
+  for (uint64_t batch : batches) {
+    Moment moment = Moment::kBackward;
+    const ComponentArray bytes = anchored.PeakBytesAt(batch, factors, &moment);
+    const double peak = PeakGb(bytes, factors);
+    v1::BatchEstimate* estimate = response->add_estimates();
+    estimate->set_batch(batch);
+    estimate->set_peak_gb(peak);
+    estimate->set_k(bound.KAt(batch));
+    estimate->set_upper_gb(peak * estimate->k());
+    ComponentArray factored;
+    for (int c = 0; c < kNumComponents; ++c) {
+      factored[c] = bytes[c] * factors[c];
+    }
+    SetComponentsGb(factored, estimate->mutable_components());
+    estimate->set_moment(MomentName(moment));
+    *estimate->mutable_basis() = basis;
+    if (bound.anchor != nullptr) {
+      estimate->mutable_basis()->set_extrapolation(
+          Extrapolation(*bound.anchor, batch));
+    }
+  }
+}
+
+// How one target is judged: the profile and factors its peaks come from and
+// the rule its verdicts apply; an anchored answer's k follows the batch's
+// bucket.
+struct TargetJudge {
+  MemoryProfile profile;
+  ComponentArray factors;
+  VerdictRule rule;
+  // Set for an anchored answer.
+  const UpperBound* anchored_bound = nullptr;
+
+  double KAt(uint64_t batch) const {
+    return anchored_bound != nullptr ? anchored_bound->KAt(batch) : rule.k;
+  }
+};
+
+// An anchored answer's judge for `target`: the card's constant joins the
+// profile; a bare size takes the largest (never a smaller peak than any
+// known card would give). Sets the result's regime and constant.
+TargetJudge JudgeOnAnchor(const ResolvedTarget& target,
+                          const MemoryProfile& profile,
+                          const AnswerBasis& basis, double constant_gb,
+                          const UpperBound& bound,
+                          const GpuConstants& constants,
+                          v1::TargetResult* result) {
+  double card_constant = 0;
+  if (target.is_gpu) {
+    auto it = constants.find(target.name);
+    if (it != constants.end()) card_constant = it->second;
+  } else {
+    for (const auto& [gpu, gb] : constants) {
+      card_constant = std::max(card_constant, gb);
+    }
+  }
+  result->set_regime("anchored");
+  result->set_gpu_constant_gb(card_constant);
+  const ComponentArray& factors = basis.prior->factors;
+  return TargetJudge{AnchoredProfile(profile, basis.correction, factors,
+                                     constant_gb, card_constant),
+                     factors, bound.rule, &bound};
+}
+
+// A prior answer's judge for `target`: a catalog GPU with an adopted regime
+// of the global prior takes the regime's factors and k. Sets the result's
+// regime.
+TargetJudge JudgeOnPrior(
+    const ResolvedTarget& target, const MemoryProfile& anchored,
+    const AnswerBasis& basis, const UpperBound& bound,
+    const std::map<std::string, const v1::Regime*>& regimes,
+    v1::TargetResult* result) {
+  TargetJudge judge{anchored, basis.prior->factors, bound.rule};
+  const bool global_prior = basis.prior->source == v1::REFERENCE;
+  auto regime =
+      target.is_gpu && global_prior ? regimes.find(target.name) : regimes.end();
+  if (regime == regimes.end()) {
+    result->set_regime("global");
+    return judge;
+  }
+  judge.factors = FactorArray(regime->second->factors());
+  // The coverage was checked, so the regime has a k for it.
+  judge.rule.k =
+      KAtCoverage(regime->second->k90(), regime->second->k95(), bound.coverage)
+          .value_or(bound.rule.k);
+  result->set_regime(regime->second->gpu());
+  return judge;
+}
+
+// The target's name, size and k, and its peak and verdict at each of the
+// request's batches.
+void AddVerdicts(const TargetJudge& judge, const ResolvedTarget& target,
+                 const google::protobuf::RepeatedField<uint32_t>& batches,
+                 v1::TargetResult* result) {
+  result->set_name(target.name);
+  result->set_memory_gb(target.memory_gb);
+  result->set_k(judge.KAt(batches[0]));
+  for (uint64_t batch : batches) {
+    const double peak = PeakAt(judge.profile, judge.factors, batch);
+    result->add_peaks_gb(peak);
+    result->add_verdicts(ToApiVerdict(Verdict(
+        peak, target.memory_gb, {judge.rule.headroom, judge.KAt(batch)})));
+  }
+}
+
+// The largest batches (whole steps) that fit and that do not fail on the
+// target.
+void AddMaxBatches(const TargetJudge& judge, const ResolvedTarget& target,
+                   const FitPlan& plan, v1::TargetResult* result) {
+  for (bool fits_only : {true, false}) {
+    uint64_t max = 0;
+    if (judge.anchored_bound != nullptr) {
+      const UpperBound& bound = *judge.anchored_bound;
+      max = AnchoredMaxBatch(judge.profile, judge.factors, target.memory_gb,
+                             judge.rule.headroom, bound.buckets, bound.coverage,
+                             std::max<uint64_t>(1, bound.anchor->largest_batch),
+                             fits_only);
+    } else {
+      max = MaxBatch(judge.profile, judge.factors, target.memory_gb, judge.rule,
+                     fits_only);
+    }
+    if (fits_only) {
+      result->set_max_batch_fits(plan.WholeSteps(max));
+    } else {
+      result->set_max_batch_not_does_not_fit(plan.WholeSteps(max));
+    }
+  }
+}
+
+// The setup's per-GPU profiles at other GPU counts and strategies, each
+// (strategy, N) built once: the two solves, their verification and the
+// breakdown ask for the same counts, and every target asks for the same
+// profiles. Each is anchored like the answer, with its own collective
+// constant.
+class StrategyProfiles {
+ public:
+  StrategyProfiles(
+      const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
+      const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
+          collectives,
+      const Correction& correction, const ComponentArray& factors,
+      double constant_gb)
+      : spec_(spec),
+        setup_(setup),
+        collectives_(collectives),
+        correction_(correction),
+        factors_(factors),
+        constant_gb_(constant_gb) {}
+
+  // The setup on `n` GPUs under `strategy` (nodes derived).
+  v1::TrainingSetup SetupAt(v1::TrainingSetup::Parallel strategy,
+                            uint32_t n) const {
+    v1::TrainingSetup at = setup_;
+    at.set_gpus(n);
+    at.set_nodes(0);
+    at.set_parallel(strategy);
+    return at;
+  }
+
+  // The profile at (strategy, n); for an unusable combination an empty
+  // profile, with the first such error kept in `failed`.
+  MemoryProfile At(v1::TrainingSetup::Parallel strategy, uint32_t n,
+                   absl::Status* failed) {
+    auto [it, inserted] = built_.try_emplace({strategy, n}, MemoryProfile());
+    if (inserted) {
+      const v1::TrainingSetup at = SetupAt(strategy, n);
+      it->second = BuildProfile(spec_, at);
+      if (it->second.ok()) {
+        const CollectiveFit collective = CollectiveOf(collectives_, at);
+        SetCollective(collective, &*it->second);
+        it->second = AnchoredProfile(*it->second, correction_, factors_,
+                                     constant_gb_ + collective.constant_gb, 0);
+      }
+    }
+    if (!it->second.ok()) {
+      if (failed->ok()) *failed = it->second.status();
+      return MemoryProfile();
+    }
+    return *it->second;
+  }
+
+ private:
+  const v1::ModelSpec& spec_;
+  const v1::TrainingSetup& setup_;
+  const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
+      collectives_;
+  const Correction correction_;
+  const ComponentArray factors_;
+  const double constant_gb_;
+  std::map<std::pair<int, uint32_t>, absl::StatusOr<MemoryProfile>> built_;
+};
+
+// The breakdown of the moment that peaks at `batch`: at backward start the
+// states, gathered units, buffers and activations; at the update the states
+// and buckets. The optimizer component's rest (a prior's constant) counts
+// with the states.
+void SetBreakdown(const MemoryProfile& p, const ComponentArray& factors,
+                  uint64_t batch, v1::MinGpusStrategy* row) {
+  Moment moment = Moment::kBackward;
+  const ComponentArray bytes = p.PeakBytesAt(batch, factors, &moment);
+  const double f = factors[kOptimizer] / 1e9;
+  const bool backward = moment == Moment::kBackward;
+  const double gathered = backward ? p.parallel.gathered_units : 0;
+  const double buffers =
+      p.parallel.buckets + (backward ? p.parallel.reduce_scatter : 0);
+  // The collective constant rides in the optimizer component too; it is
+  // its own column.
+  row->set_sharded_states_gb(std::max(
+      0.0,
+      (bytes[kOptimizer] - gathered - buffers) * f - p.parallel.collective_gb));
+  row->set_gathered_units_gb(gathered * f);
+  row->set_buffers_gb(buffers * f);
+  double activations = 0;
+  for (int c = 1; c < kNumComponents; ++c) {
+    activations += bytes[c] * factors[c];
+  }
+  row->set_activations_gb(activations / 1e9);
+  row->set_host_gb_per_node(p.parallel.host_bytes_per_node / 1e9);
+  row->set_collective_gb(p.parallel.collective_gb);
+  row->set_collective_fitted(p.parallel.collective_fitted);
+}
+
+// One strategy's row for `target`: the fewest GPUs (in steps of `step`) that
+// fit and that do not fail at `batch`, and at the first of those that is
+// not 0 its nodes, peak and breakdown. False when the strategy cannot run
+// the setup (offload with DDP, ...): no row for it.
+bool AnswerStrategy(StrategyProfiles& profiles,
+                    v1::TrainingSetup::Parallel strategy,
+                    const ResolvedTarget& target, const ComponentArray& factors,
+                    const VerdictRule& rule, uint64_t batch, uint32_t step,
+                    v1::MinGpusStrategy* row) {
+  absl::Status failed = absl::OkStatus();
+  const auto peak = [&](uint32_t n) {
+    return PeakAt(profiles.At(strategy, n, &failed), factors, batch);
+  };
+  const auto verdict = [&](uint32_t n) {
+    return Verdict(peak(n), target.memory_gb, rule);
+  };
+  row->set_strategy(StrategyName(strategy));
+  const uint32_t fits = SolveMinGpus(
+      peak, [&](uint32_t n) { return verdict(n) == FitVerdict::kFits; },
+      target.memory_gb / (rule.k * rule.headroom), step, step);
+  const uint32_t not_dnf = SolveMinGpus(
+      peak, [&](uint32_t n) { return verdict(n) != FitVerdict::kDoesNotFit; },
+      target.memory_gb, step, step);
+  if (!failed.ok()) return false;
+  row->set_gpus_fits(fits);
+  row->set_gpus_not_does_not_fit(not_dnf);
+  const uint32_t at = fits != 0 ? fits : not_dnf;
+  if (at == 0) return true;
+  const MemoryProfile p = profiles.At(strategy, at, &failed);
+  row->set_gpus(at);
+  row->set_nodes(LayoutOf(profiles.SetupAt(strategy, at)).nodes);
+  row->set_peak_gb(PeakAt(p, factors, batch));
+  row->set_upper_gb(row->peak_gb() * rule.k);
+  SetBreakdown(p, factors, batch, row);
+  return true;
+}
+
+// For each target, the fewest GPUs per strategy (the setup's, else every
+// one) at `batch`, and the cheapest strategy that fits: fewest GPUs, then
+// lowest peak.
+void AnswerMinGpus(
     const v1::ModelSpec& spec, const v1::TrainingSetup& setup, uint64_t batch,
     const std::vector<ResolvedTarget>& targets, const ComponentArray& factors,
     const VerdictRule& rule, double constant_gb,
@@ -127,100 +616,21 @@ absl::Status AnswerMinGpus(
     strategies = AllStrategies();
   }
   const uint32_t step = std::max<uint32_t>(1, setup.tensor_parallel());
-  const auto setup_at = [&](v1::TrainingSetup::Parallel strategy, uint32_t n) {
-    v1::TrainingSetup at = setup;
-    at.set_gpus(n);
-    at.set_nodes(0);
-    at.set_parallel(strategy);
-    return at;
-  };
-  // Each (strategy, N) profile is built once: the two solves, their
-  // verification and the breakdown ask for the same counts, and every
-  // target asks for the same profiles.
-  std::map<std::pair<int, uint32_t>, absl::StatusOr<MemoryProfile>> built;
+  StrategyProfiles profiles(spec, setup, collectives, correction, factors,
+                            constant_gb);
   for (const ResolvedTarget& target : targets) {
     v1::MinGpusTarget* out = response->add_min_gpus();
     out->set_target(target.name);
     out->set_memory_gb(target.memory_gb);
     const v1::MinGpusStrategy* cheapest = nullptr;
     for (v1::TrainingSetup::Parallel strategy : strategies) {
-      absl::Status failed = absl::OkStatus();
-      const auto profile_at = [&](uint32_t n) {
-        auto [it, inserted] = built.try_emplace({strategy, n}, MemoryProfile());
-        if (inserted) {
-          const v1::TrainingSetup at = setup_at(strategy, n);
-          it->second = BuildProfile(spec, at);
-          if (it->second.ok()) {
-            const CollectiveFit collective = CollectiveOf(collectives, at);
-            SetCollective(collective, &*it->second);
-            it->second =
-                AnchoredProfile(*it->second, correction, factors,
-                                constant_gb + collective.constant_gb, 0);
-          }
-        }
-        if (!it->second.ok()) {
-          if (failed.ok()) failed = it->second.status();
-          return MemoryProfile();
-        }
-        return *it->second;
-      };
-      const auto peak = [&](uint32_t n) {
-        return PeakAt(profile_at(n), factors, batch);
-      };
-      const auto verdict = [&](uint32_t n) {
-        return Verdict(peak(n), target.memory_gb, rule);
-      };
       v1::MinGpusStrategy* row = out->add_strategies();
-      row->set_strategy(StrategyName(strategy));
-      const uint32_t fits = SolveMinGpus(
-          peak, [&](uint32_t n) { return verdict(n) == FitVerdict::kFits; },
-          target.memory_gb / (rule.k * rule.headroom), step, step);
-      const uint32_t not_dnf = SolveMinGpus(
-          peak,
-          [&](uint32_t n) { return verdict(n) != FitVerdict::kDoesNotFit; },
-          target.memory_gb, step, step);
-      if (!failed.ok()) {
-        // An unusable combination (offload with DDP, ...): no answer for
-        // this strategy, said in the row.
+      if (!AnswerStrategy(profiles, strategy, target, factors, rule, batch,
+                          step, row)) {
         out->mutable_strategies()->RemoveLast();
         continue;
       }
-      row->set_gpus_fits(fits);
-      row->set_gpus_not_does_not_fit(not_dnf);
-      const uint32_t at = fits != 0 ? fits : not_dnf;
-      if (at == 0) continue;
-      const MemoryProfile p = profile_at(at);
-      const ParallelLayout layout = LayoutOf(setup_at(strategy, at));
-      row->set_gpus(at);
-      row->set_nodes(layout.nodes);
-      row->set_peak_gb(PeakAt(p, factors, batch));
-      row->set_upper_gb(row->peak_gb() * rule.k);
-      // The breakdown of the moment that peaks: at backward start the
-      // states, gathered units, buffers and activations; at the update
-      // the states and buckets. The optimizer component's rest (a prior's
-      // constant) counts with the states.
-      Moment moment = Moment::kBackward;
-      const ComponentArray bytes = p.PeakBytesAt(batch, factors, &moment);
-      const double f = factors[kOptimizer] / 1e9;
-      const bool backward = moment == Moment::kBackward;
-      const double gathered = backward ? p.parallel.gathered_units : 0;
-      const double buffers =
-          p.parallel.buckets + (backward ? p.parallel.reduce_scatter : 0);
-      // The collective constant rides in the optimizer component too; it is
-      // its own column.
-      row->set_sharded_states_gb(
-          std::max(0.0, (bytes[kOptimizer] - gathered - buffers) * f -
-                            p.parallel.collective_gb));
-      row->set_gathered_units_gb(gathered * f);
-      row->set_buffers_gb(buffers * f);
-      double activations = 0;
-      for (int c = 1; c < kNumComponents; ++c) {
-        activations += bytes[c] * factors[c];
-      }
-      row->set_activations_gb(activations / 1e9);
-      row->set_host_gb_per_node(p.parallel.host_bytes_per_node / 1e9);
-      row->set_collective_gb(p.parallel.collective_gb);
-      row->set_collective_fitted(p.parallel.collective_fitted);
+      const uint32_t fits = row->gpus_fits();
       if (fits != 0 && (cheapest == nullptr || fits < cheapest->gpus_fits() ||
                         (fits == cheapest->gpus_fits() &&
                          row->peak_gb() < cheapest->peak_gb()))) {
@@ -229,7 +639,6 @@ absl::Status AnswerMinGpus(
     }
     if (cheapest != nullptr) out->set_cheapest(cheapest->strategy());
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -302,247 +711,60 @@ absl::StatusOr<ModelKey> FitPlanner::KeyOf(
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     const v1::CheckFitRequest& request, const Evidence* evidence) const {
-  // The model.
+  // The model, the request's batches, targets and coverage, the plan.
   ASSIGN_OR_RETURN(
       ResolvedModel model,
       ResolveModelRef(request.model(), request.setup(), *catalog_));
-  const v1::ModelSpec* spec = &model.spec();
   std::vector<std::string>& assumptions = model.assumptions;
-
-  // Batches and targets.
   RETURN_IF_ERROR(CheckBatches(request.batches(), kMaxBatchesPerRequest));
-  if (request.targets().empty() ||
-      request.targets_size() > kMaxTargetsPerRequest) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("targets has ", request.targets_size(),
-                     " entries; allowed 1..", kMaxTargetsPerRequest));
-  }
-  std::vector<ResolvedTarget> targets;
-  targets.reserve(request.targets_size());
-  for (int i = 0; i < request.targets_size(); ++i) {
-    ASSIGN_OR_RETURN(ResolvedTarget target, Resolve(request.targets(i), i));
-    targets.push_back(std::move(target));
-  }
+  ASSIGN_OR_RETURN(const std::vector<ResolvedTarget> targets,
+                   ResolveTargets(request));
+  ASSIGN_OR_RETURN(const double coverage,
+                   CoverageOf(request, default_coverage_));
+  ASSIGN_OR_RETURN(const FitPlan plan, ResolvePlan(request));
 
-  // Coverage picks k of the calibrated upper bound.
-  double coverage =
-      request.coverage() == 0 ? default_coverage_ : request.coverage();
-  if (!KAtCoverage(1, 1, coverage).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "coverage = ", request.coverage(),
-        " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
-  }
+  // The profile.
+  ASSIGN_OR_RETURN(MemoryProfile profile,
+                   BuildProfile(model.spec(), plan.setup));
+  RETURN_IF_ERROR(CheckWholeSteps(request.batches(), plan));
+  const CollectiveFit collective = AddSetupToProfile(
+      model.spec(), plan, factor_set_.collectives(), &profile, &assumptions);
 
-  // A conversion that bound setup.positions (an ONNX graph's symbolic
-  // lengths) is not rescaled again.
-  const v1::TrainingSetup setup =
-      ProfileSetup(request.model(), request.setup());
-  ASSIGN_OR_RETURN(MemoryProfile profile, BuildProfile(*spec, setup));
-  // Under gradient accumulation a batch is grad_accum microbatches: it must
-  // divide, and a largest batch is a whole number of microbatches.
-  const uint64_t accum = std::max<uint32_t>(1, setup.grad_accum());
-  for (int i = 0; i < request.batches_size(); ++i) {
-    if (request.batches(i) % accum != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batches[", i, "] = ", request.batches(i),
-                       " is not a multiple of setup.grad_accum = ", accum,
-                       "; allowed multiples of ", accum));
-    }
-  }
-  const auto whole_steps = [accum](uint64_t batch) {
-    return static_cast<uint32_t>(batch / accum * accum);
-  };
-  for (std::string& assumption :
-       SetupAssumptions(*spec, setup, profile.states)) {
-    assumptions.push_back(std::move(assumption));
-  }
-  // A parallel setup's per-GPU collective constant, fitted from its
-  // strategy's multi-GPU runs (0 while none was measured, said).
-  const CollectiveFit collective =
-      CollectiveOf(factor_set_.collectives(), setup);
-  SetCollective(collective, &profile);
-  for (std::string& assumption : ParallelAssumptions(profile.parallel)) {
-    assumptions.push_back(std::move(assumption));
-  }
-  // The evidence: the model's own runs when there are any, else the prior.
-  // Without evidence (offline, tests) no key is needed.
-  ModelKey key = evidence == nullptr ? ModelKey{}
-                                     : KeyFor(model, setup, /*with_id=*/false);
-  const Anchor* anchor =
-      evidence == nullptr
-          ? nullptr
-          : evidence->Find(key, prior_.source, request.include_simulated());
-  if (evidence != nullptr) {
-    key.id = anchor != nullptr ? anchor->key.id : KeyId(key.canonical);
-  }
-  // A compiled step is answered by the compiled runs' prior when the set
-  // has one.
-  const bool compiled_prior =
-      setup.compile() && compile_prior_.source == v1::TORCH_COMPILE;
-  if (setup.compile() && anchor == nullptr) {
-    assumptions.push_back(
-        compiled_prior
-            ? "torch.compile: factors fitted to compiled measurements "
-              "(torch-compile)"
-            : "torch.compile: no compiled measurements in this factor set "
-              "yet; answered with the eager prior (compiled steps usually "
-              "save fewer activations)");
-  }
-  const Prior& prior = anchor != nullptr ? anchor->prior
-                       : compiled_prior  ? compile_prior_
-                                         : prior_;
-  const ComponentArray factors = prior.factors;
-  const double k = *KAtCoverage(prior.k90, prior.k95, coverage);
-  const VerdictRule rule{factor_set_.headroom(), k};
-  const bool global_prior = anchor == nullptr && prior.source == v1::REFERENCE;
-  const double prior_constant_gb = prior.constant_gb + collective.constant_gb;
-  const MemoryProfile anchored = AnchoredProfile(
-      profile, anchor != nullptr ? anchor->correction : Correction{}, factors,
-      prior_constant_gb, 0);
-  const auto& buckets = evidence != nullptr
-                            ? evidence->calibration().buckets
-                            : std::vector<v1::ExtrapolationBucket>{};
-  const auto k_at = [&](uint64_t batch) {
-    if (anchor == nullptr || buckets.empty()) return k;
-    const double ratio =
-        static_cast<double>(batch) /
-        static_cast<double>(std::max<uint64_t>(1, anchor->largest_batch));
-    return BucketK(BucketFor(buckets, ratio), coverage);
-  };
+  // The anchor (the model's own runs, else a prior) and the bound.
+  const AnswerBasis basis = AnchorAnswer(
+      evidence == nullptr ? ModelKey{}
+                          : KeyFor(model, plan.setup, /*with_id=*/false),
+      evidence, request.include_simulated(), plan.setup, prior_, compile_prior_,
+      &assumptions);
+  const UpperBound bound =
+      BoundOf(basis, coverage, factor_set_.headroom(), evidence);
+  const ComponentArray& factors = basis.prior->factors;
+  const double constant_gb = basis.prior->constant_gb + collective.constant_gb;
+  const MemoryProfile anchored =
+      AnchoredProfile(profile, basis.correction, factors, constant_gb, 0);
 
-  v1::Basis basis;
-  basis.set_model_key(key.id);
-  basis.set_source(SourceName(prior.source));
-  if (anchor != nullptr) {
-    basis.set_kind(v1::Basis::ANCHORED);
-    basis.set_source(SourceName(anchor->source));
-    basis.set_runs(static_cast<int>(anchor->group.runs.size()));
-    basis.set_oom_runs(anchor->oom_runs);
-    basis.set_min_batch(static_cast<uint32_t>(anchor->min_batch));
-    basis.set_max_batch(static_cast<uint32_t>(anchor->max_batch));
-    for (const std::string& gpu : anchor->gpus) basis.add_gpus(gpu);
-    basis.set_fixed_scale(anchor->correction.fixed_scale);
-    basis.set_batch_scale(anchor->correction.batch_scale);
-  } else {
-    basis.set_kind(v1::Basis::PRIOR);
-    basis.set_why(absl::StrCat(
-        "no measured run of this model and setup (key ", key.id, ")",
-        request.include_simulated() ? ""
-                                    : "; simulated runs are not asked for"));
-  }
-
-  v1::CheckFitResponse response;
-  response.set_model(spec->name());
-  response.set_params(profile.params);
-  response.set_factor_set_version(factor_set_.version());
-  response.set_headroom(rule.headroom);
-  response.set_coverage(coverage);
-  response.set_k(k_at(request.batches(0)));
-  for (std::string& assumption : assumptions) {
-    response.add_assumptions(std::move(assumption));
-  }
-  std::vector<double> peaks;
-  peaks.reserve(request.batches_size());
-  for (uint64_t batch : request.batches()) {
-    Moment moment = Moment::kBackward;
-    const ComponentArray bytes = anchored.PeakBytesAt(batch, factors, &moment);
-    const double peak = PeakGb(bytes, factors);
-    peaks.push_back(peak);
-    v1::BatchEstimate* estimate = response.add_estimates();
-    estimate->set_batch(batch);
-    estimate->set_peak_gb(peak);
-    estimate->set_k(k_at(batch));
-    estimate->set_upper_gb(peak * estimate->k());
-    ComponentArray factored;
-    for (int c = 0; c < kNumComponents; ++c) {
-      factored[c] = bytes[c] * factors[c];
-    }
-    SetComponentsGb(factored, estimate->mutable_components());
-    estimate->set_moment(MomentName(moment));
-    *estimate->mutable_basis() = basis;
-    if (anchor != nullptr) {
-      estimate->mutable_basis()->set_extrapolation(
-          static_cast<double>(batch) /
-          static_cast<double>(std::max<uint64_t>(1, anchor->largest_batch)));
-    }
-  }
+  // The estimates, then each target's verdicts and largest batches.
+  v1::CheckFitResponse response =
+      ResponseHead(model.spec(), profile, factor_set_, bound,
+                   request.batches(0), std::move(assumptions));
+  AddEstimates(request.batches(), anchored, factors, bound,
+               BasisMessage(basis, request.include_simulated()), &response);
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();
-    result->set_name(target.name);
-    result->set_memory_gb(target.memory_gb);
-    if (anchor != nullptr) {
-      // The card's constant; a bare size takes the largest (never a
-      // smaller peak than any known card would give).
-      double constant = 0;
-      const GpuConstants& constants = evidence->calibration().gpu_constant_gb;
-      if (target.is_gpu) {
-        auto it = constants.find(target.name);
-        if (it != constants.end()) constant = it->second;
-      } else {
-        for (const auto& [gpu, gb] : constants) {
-          constant = std::max(constant, gb);
-        }
-      }
-      const MemoryProfile on_card = AnchoredProfile(
-          profile, anchor->correction, factors, prior_constant_gb, constant);
-      result->set_regime("anchored");
-      result->set_gpu_constant_gb(constant);
-      result->set_k(k_at(request.batches(0)));
-      for (int i = 0; i < request.batches_size(); ++i) {
-        const double peak = PeakAt(on_card, factors, request.batches(i));
-        result->add_peaks_gb(peak);
-        result->add_verdicts(
-            ToApiVerdict(Verdict(peak, target.memory_gb,
-                                 {rule.headroom, k_at(request.batches(i))})));
-      }
-      for (bool fits_only : {true, false}) {
-        const uint64_t max = AnchoredMaxBatch(
-            on_card, factors, target.memory_gb, rule.headroom, buckets,
-            coverage, std::max<uint64_t>(1, anchor->largest_batch), fits_only);
-        if (fits_only) {
-          result->set_max_batch_fits(whole_steps(max));
-        } else {
-          result->set_max_batch_not_does_not_fit(whole_steps(max));
-        }
-      }
-      continue;
-    }
-    auto regime = target.is_gpu && global_prior ? regimes_.find(target.name)
-                                                : regimes_.end();
-    ComponentArray target_factors = factors;
-    VerdictRule target_rule = rule;
-    if (regime != regimes_.end()) {
-      target_factors = FactorArray(regime->second->factors());
-      // The coverage was checked above, so the regime has a k for it.
-      target_rule.k =
-          KAtCoverage(regime->second->k90(), regime->second->k95(), coverage)
-              .value_or(k);
-      result->set_regime(regime->second->gpu());
-    } else {
-      result->set_regime("global");
-    }
-    result->set_k(target_rule.k);
-    for (size_t i = 0; i < peaks.size(); ++i) {
-      const double peak =
-          regime == regimes_.end()
-              ? peaks[i]
-              : PeakAt(anchored, target_factors, request.batches(i));
-      result->add_peaks_gb(peak);
-      result->add_verdicts(
-          ToApiVerdict(Verdict(peak, target.memory_gb, target_rule)));
-    }
-    result->set_max_batch_fits(
-        whole_steps(MaxBatch(anchored, target_factors, target.memory_gb,
-                             target_rule, /*fits_only=*/true)));
-    result->set_max_batch_not_does_not_fit(
-        whole_steps(MaxBatch(anchored, target_factors, target.memory_gb,
-                             target_rule, /*fits_only=*/false)));
+    const TargetJudge judge =
+        basis.anchor != nullptr
+            ? JudgeOnAnchor(target, profile, basis, constant_gb, bound,
+                            evidence->calibration().gpu_constant_gb, result)
+            : JudgeOnPrior(target, anchored, basis, bound, regimes_, result);
+    AddVerdicts(judge, target, request.batches(), result);
+    AddMaxBatches(judge, target, plan, result);
   }
+
+  // The fewest GPUs per strategy, when asked.
   if (request.min_gpus()) {
-    RETURN_IF_ERROR(AnswerMinGpus(
-        *spec, setup, request.batches(0), targets, factors, rule,
-        prior.constant_gb, factor_set_.collectives(),
-        anchor != nullptr ? anchor->correction : Correction{}, &response));
+    AnswerMinGpus(model.spec(), plan.setup, request.batches(0), targets,
+                  factors, bound.rule, basis.prior->constant_gb,
+                  factor_set_.collectives(), basis.correction, &response);
   }
   return response;
 }

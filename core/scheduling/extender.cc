@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/units.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/memory/fit_verdict.h"
 #include "core/planner/fit_planner.h"
@@ -255,8 +256,6 @@ absl::Status BadAnnotation(absl::string_view key, absl::string_view value,
       absl::StrCat("annotation ", kAnnotationPrefix, key, " = \"", Cut(value),
                    "\"; allowed ", allowed));
 }
-
-std::string Gb(double gb) { return absl::StrFormat("%.1f GB", gb); }
 
 std::string NodeListJson(const ExtenderArgs& args,
                          const std::vector<bool>& passes) {
@@ -538,9 +537,10 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
                (options.allow_borderline && d.verdict == v1::BORDERLINE);
     d.reason = absl::StrCat("headroom: ", model, " at batch ", batch, " is ",
                             v1::Verdict_Name(d.verdict), " on ", result.name(),
-                            " (", Gb(d.card_gb), "): predicted peak ",
-                            Gb(d.peak_gb), ", upper bound ", Gb(d.upper_gb),
-                            "; largest batch FITS ", result.max_batch_fits());
+                            " (", FormatGb(d.card_gb, 1), "): predicted peak ",
+                            FormatGb(d.peak_gb, 1), ", upper bound ",
+                            FormatGb(d.upper_gb, 1), "; largest batch FITS ",
+                            result.max_batch_fits());
     decisions.push_back(std::move(d));
   }
   return decisions;
