@@ -493,8 +493,31 @@ absl::Status ConvertPhi3(const Json& config, Conversion& c) {
 
 // ---- DeepSeek-V3 (multi-head latent attention, routed experts) -------------
 
-absl::Status ConvertDeepseekV3(const Json& config, Conversion& c) {
-  ConfigKeys keys = TopKeys(config, c, "DeepseekV3Config");
+namespace {
+
+// DeepseekV3Config's sizes (defaults in ReadDeepseekShape).
+struct DeepseekShape {
+  uint64_t vocab = 0;
+  uint64_t hidden = 0;
+  uint64_t ffn = 0;  // dense layers
+  uint64_t expert_ffn = 0;
+  uint64_t layers = 0;
+  uint64_t heads = 0;
+  uint64_t shared = 0;
+  uint64_t experts = 0;
+  uint64_t top_k = 0;
+  uint64_t first_dense = 0;
+  uint64_t kv_lora = 0;
+  std::optional<uint64_t> q_lora;  // none: a plain q_proj
+  uint64_t rope = 0;
+  uint64_t nope = 0;
+  uint64_t v_dim = 0;
+  uint64_t max_positions = 0;
+  bool tied = false;
+  bool bias = false;
+};
+
+absl::StatusOr<DeepseekShape> ReadDeepseekShape(ConfigKeys& keys) {
   // DeepseekV3Config: vocab_size=129280, hidden_size=7168,
   // intermediate_size=18432 (dense layers), moe_intermediate_size=2048,
   // num_hidden_layers=61, num_attention_heads=128, n_shared_experts=1,
@@ -504,108 +527,113 @@ absl::Status ConvertDeepseekV3(const Json& config, Conversion& c) {
   // max_position_embeddings=4096, tie_word_embeddings=False,
   // attention_bias=False. The multi-token-prediction layer of the
   // checkpoint (num_nextn_predict_layers) is not part of the model.
-  ASSIGN_OR_RETURN(const uint64_t vocab,
-                   keys.Size("vocab_size", 129280, 1, kMaxVocab));
-  ASSIGN_OR_RETURN(const uint64_t h,
-                   keys.Size("hidden_size", 7168, 1, kMaxHidden));
-  ASSIGN_OR_RETURN(const uint64_t ffn,
-                   keys.Size("intermediate_size", 18432, 1, kMaxFfn));
-  ASSIGN_OR_RETURN(const uint64_t expert_ffn,
+  DeepseekShape s;
+  ASSIGN_OR_RETURN(s.vocab, keys.Size("vocab_size", 129280, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(s.hidden, keys.Size("hidden_size", 7168, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(s.ffn, keys.Size("intermediate_size", 18432, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(s.expert_ffn,
                    keys.Size("moe_intermediate_size", 2048, 1, kMaxFfn));
-  ASSIGN_OR_RETURN(const uint64_t layers,
-                   keys.Size("num_hidden_layers", 61, 1, kMaxLayers));
-  ASSIGN_OR_RETURN(const uint64_t heads,
+  ASSIGN_OR_RETURN(s.layers, keys.Size("num_hidden_layers", 61, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(s.heads,
                    keys.Size("num_attention_heads", 128, 1, kMaxHeads));
-  ASSIGN_OR_RETURN(const uint64_t shared,
-                   keys.Size("n_shared_experts", 1, 0, kMaxExperts));
-  ASSIGN_OR_RETURN(const uint64_t experts,
+  ASSIGN_OR_RETURN(s.shared, keys.Size("n_shared_experts", 1, 0, kMaxExperts));
+  ASSIGN_OR_RETURN(s.experts,
                    keys.Size("n_routed_experts", 256, 1, kMaxExperts));
-  ASSIGN_OR_RETURN(const uint64_t top_k,
-                   keys.Size("num_experts_per_tok", 8, 1, experts));
-  ASSIGN_OR_RETURN(const uint64_t first_dense,
-                   keys.Size("first_k_dense_replace", 3, 0, layers));
-  ASSIGN_OR_RETURN(const uint64_t kv_lora,
-                   keys.Size("kv_lora_rank", 512, 1, kMaxHidden));
-  ASSIGN_OR_RETURN(std::optional<uint64_t> q_lora,
+  ASSIGN_OR_RETURN(s.top_k, keys.Size("num_experts_per_tok", 8, 1, s.experts));
+  ASSIGN_OR_RETURN(s.first_dense,
+                   keys.Size("first_k_dense_replace", 3, 0, s.layers));
+  ASSIGN_OR_RETURN(s.kv_lora, keys.Size("kv_lora_rank", 512, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(s.q_lora,
                    keys.OptionalSize("q_lora_rank", 1536, 1, kMaxHidden));
-  ASSIGN_OR_RETURN(const uint64_t rope,
-                   keys.Size("qk_rope_head_dim", 64, 1, kMaxHeads));
-  ASSIGN_OR_RETURN(const uint64_t nope,
-                   keys.Size("qk_nope_head_dim", 128, 0, kMaxHeads));
-  ASSIGN_OR_RETURN(const uint64_t v_dim,
-                   keys.Size("v_head_dim", 128, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(s.rope, keys.Size("qk_rope_head_dim", 64, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(s.nope, keys.Size("qk_nope_head_dim", 128, 0, kMaxHeads));
+  ASSIGN_OR_RETURN(s.v_dim, keys.Size("v_head_dim", 128, 1, kMaxHeads));
+  ASSIGN_OR_RETURN(s.max_positions, keys.Size("max_position_embeddings", 4096,
+                                              1, kMaxSpecDimension));
+  ASSIGN_OR_RETURN(s.tied, keys.Flag("tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(s.bias, keys.Flag("attention_bias", false));
+  return s;
+}
+
+// MLA as its projections and norms: queries through a low-rank q_a/q_b
+// pair, keys and values from a shared kv_lora_rank latent plus one rotary
+// key head; the fused attention core keeps its context (one v_head_dim
+// vector per head) for o_proj.
+void AppendMla(const DeepseekShape& s, std::vector<Layer>* parts) {
+  const uint64_t h = s.hidden;
+  const uint64_t qk = s.nope + s.rope;
+  if (s.q_lora.has_value()) {
+    parts->push_back(LinearLayer("self_attn.q_a_proj", h, *s.q_lora, s.bias));
+    parts->push_back(
+        NormLayer("self_attn.q_a_layernorm", v1::Norm::RMS, *s.q_lora));
+    parts->push_back(
+        LinearLayer("self_attn.q_b_proj", *s.q_lora, s.heads * qk, false));
+  } else {
+    parts->push_back(LinearLayer("self_attn.q_proj", h, s.heads * qk, false));
+  }
+  parts->push_back(LinearLayer("self_attn.kv_a_proj_with_mqa", h,
+                               s.kv_lora + s.rope, s.bias));
+  parts->push_back(
+      NormLayer("self_attn.kv_a_layernorm", v1::Norm::RMS, s.kv_lora));
+  parts->push_back(LinearLayer("self_attn.kv_b_proj", s.kv_lora,
+                               s.heads * (s.nope + s.v_dim), false));
+  Layer context = Named("self_attn (fused attention context)");
+  context.mutable_elementwise()->set_op(v1::Elementwise::ACTIVATION);
+  context.mutable_elementwise()->set_dim(s.heads * s.v_dim);
+  parts->push_back(std::move(context));
+  parts->push_back(
+      LinearLayer("self_attn.o_proj", s.heads * s.v_dim, h, s.bias));
+}
+
+// The router's weight and its e_score_correction_bias (one per expert); the
+// shared experts are as wide as the routed ones.
+Layer DeepseekMoe(const DeepseekShape& s) {
+  Layer moe = Named("mlp");
+  v1::Moe* m = moe.mutable_moe();
+  m->set_hidden(s.hidden);
+  m->set_ffn(s.expert_ffn);
+  m->set_experts(s.experts);
+  m->set_top_k(s.top_k);
+  m->set_shared_experts(s.shared);
+  m->set_gated(true);
+  m->set_router_bias(true);
+  return moe;
+}
+
+}  // namespace
+
+absl::Status ConvertDeepseekV3(const Json& config, Conversion& c) {
+  ConfigKeys keys = TopKeys(config, c, "DeepseekV3Config");
+  ASSIGN_OR_RETURN(const DeepseekShape s, ReadDeepseekShape(keys));
+  const uint64_t h = s.hidden;
   ASSIGN_OR_RETURN(
-      const uint64_t max_positions,
-      keys.Size("max_position_embeddings", 4096, 1, kMaxSpecDimension));
-  ASSIGN_OR_RETURN(const bool tied, keys.Flag("tie_word_embeddings", false));
-  ASSIGN_OR_RETURN(const bool bias, keys.Flag("attention_bias", false));
-  ASSIGN_OR_RETURN(const uint64_t positions,
-                   FreePositions(c, max_positions, "max_position_embeddings"));
+      const uint64_t positions,
+      FreePositions(c, s.max_positions, "max_position_embeddings"));
   v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", vocab, h);
-  // MLA as its projections and norms: queries through a low-rank
-  // q_a/q_b pair, keys and values from a shared kv_lora_rank latent plus
-  // one rotary key head; the fused attention core keeps its context (one
-  // v_head_dim vector per head) for o_proj.
-  auto mla = [&](std::vector<Layer>* parts) {
-    const uint64_t qk = nope + rope;
-    if (q_lora.has_value()) {
-      parts->push_back(LinearLayer("self_attn.q_a_proj", h, *q_lora, bias));
-      parts->push_back(
-          NormLayer("self_attn.q_a_layernorm", v1::Norm::RMS, *q_lora));
-      parts->push_back(
-          LinearLayer("self_attn.q_b_proj", *q_lora, heads * qk, false));
-    } else {
-      parts->push_back(LinearLayer("self_attn.q_proj", h, heads * qk, false));
-    }
-    parts->push_back(
-        LinearLayer("self_attn.kv_a_proj_with_mqa", h, kv_lora + rope, bias));
-    parts->push_back(
-        NormLayer("self_attn.kv_a_layernorm", v1::Norm::RMS, kv_lora));
-    parts->push_back(LinearLayer("self_attn.kv_b_proj", kv_lora,
-                                 heads * (nope + v_dim), false));
-    Layer context = Named("self_attn (fused attention context)");
-    context.mutable_elementwise()->set_op(v1::Elementwise::ACTIVATION);
-    context.mutable_elementwise()->set_dim(heads * v_dim);
-    parts->push_back(std::move(context));
-    parts->push_back(LinearLayer("self_attn.o_proj", heads * v_dim, h, bias));
-  };
+  *spec.add_layers() = EmbeddingLayer("model.embed_tokens", s.vocab, h);
   std::vector<Layer> per_layer;
-  per_layer.reserve(layers);
-  for (uint64_t i = 0; i < layers; ++i) {
+  per_layer.reserve(s.layers);
+  for (uint64_t i = 0; i < s.layers; ++i) {
     std::vector<Layer> parts;
     parts.push_back(NormLayer("input_layernorm", v1::Norm::RMS, h));
-    mla(&parts);
+    AppendMla(s, &parts);
     parts.push_back(NormLayer("post_attention_layernorm", v1::Norm::RMS, h));
-    if (i < first_dense) {
-      parts.push_back(MlpLayer("mlp", h, ffn, /*gated=*/true, false));
-    } else {
-      // The router's weight and its e_score_correction_bias (one per
-      // expert); the shared experts are as wide as the routed ones.
-      Layer moe = Named("mlp");
-      v1::Moe* m = moe.mutable_moe();
-      m->set_hidden(h);
-      m->set_ffn(expert_ffn);
-      m->set_experts(experts);
-      m->set_top_k(top_k);
-      m->set_shared_experts(shared);
-      m->set_gated(true);
-      m->set_router_bias(true);
-      parts.push_back(std::move(moe));
-    }
+    parts.push_back(i < s.first_dense
+                        ? MlpLayer("mlp", h, s.ffn, /*gated=*/true, false)
+                        : DeepseekMoe(s));
     per_layer.push_back(BlockLayer("", 1, std::move(parts)));
   }
   AppendStack("model.layers", std::move(per_layer), &spec);
   *spec.add_layers() = NormLayer("model.norm", v1::Norm::RMS, h);
-  *spec.add_layers() = LmHeadLayer("lm_head", h, vocab, tied);
+  *spec.add_layers() = LmHeadLayer("lm_head", h, s.vocab, s.tied);
   c.Note(absl::StrCat(
       "DeepseekV3ForCausalLM: multi-head latent attention written as its "
       "projections and RMS norms (exact parameters; the fused attention "
       "core keeps no score matrix, only its context), ",
-      first_dense, " dense layer(s), then ", experts, " routed experts (top ",
-      top_k, ") plus ", shared,
+      s.first_dense, " dense layer(s), then ", s.experts,
+      " routed experts (top ", s.top_k, ") plus ", s.shared,
       " shared per layer, a router with a correction bias, ",
-      tied ? "LM head tied to embed_tokens" : "untied LM head",
+      s.tied ? "LM head tied to embed_tokens" : "untied LM head",
       ". The checkpoint's multi-token-prediction layer is not part of "
       "DeepseekV3ForCausalLM and is not counted."));
   return absl::OkStatus();

@@ -16,8 +16,63 @@ namespace headroom::hf {
 
 // ---- DeBERTa-v2 / v3 -------------------------------------------------------
 
-absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
-  ConfigKeys keys = TopKeys(config, c, "DebertaV2Config");
+namespace {
+
+// DebertaV2Config's sizes and switches (defaults in ReadDebertaShape).
+struct DebertaShape {
+  uint64_t vocab = 0;
+  uint64_t hidden = 0;
+  uint64_t embedding = 0;
+  uint64_t layers = 0;
+  uint64_t heads = 0;
+  uint64_t ffn = 0;
+  uint64_t max_positions = 0;
+  uint64_t type_vocab = 0;
+  bool biased_input = true;
+  bool relative = false;
+  int64_t max_relative = -1;
+  int64_t buckets = -1;
+  bool share_att_key = false;
+  std::string norm_rel_ebd;
+  // pos_att_type names "c2p", "p2c".
+  bool c2p = false;
+  bool p2c = false;
+};
+
+// max_relative_positions and position_buckets take -1 for "unset".
+absl::StatusOr<int64_t> SignedKey(ConfigKeys& keys, const char* key,
+                                  int64_t default_value) {
+  if (!keys.Has(key)) return default_value;
+  const Json& v = keys.Raw(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < -1 ||
+      v.get<int64_t>() > static_cast<int64_t>(kMaxSpecDimension)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: ", key, " = ", Abbreviated(v),
+                     " is out of range; allowed -1..", kMaxSpecDimension));
+  }
+  return v.get<int64_t>();
+}
+
+// pos_att_type: a list, or a "|"-separated string in older configs.
+void ReadPosAttTypes(ConfigKeys& keys, DebertaShape* s) {
+  if (!keys.Has("pos_att_type") || keys.Raw("pos_att_type").is_null()) return;
+  const Json& types = keys.Raw("pos_att_type");
+  std::vector<std::string> names;
+  if (types.is_string()) {
+    names = absl::StrSplit(types.get<std::string>(), '|');
+  } else if (types.is_array()) {
+    for (const Json& t : types) {
+      if (t.is_string()) names.push_back(t.get<std::string>());
+    }
+  }
+  for (const std::string& name : names) {
+    const std::string lower = absl::AsciiStrToLower(name);
+    s->c2p = s->c2p || lower == "c2p";
+    s->p2c = s->p2c || lower == "p2c";
+  }
+}
+
+absl::StatusOr<DebertaShape> ReadDebertaShape(ConfigKeys& keys) {
   // DebertaV2Config: vocab_size=128100, hidden_size=1536,
   // num_hidden_layers=24, num_attention_heads=24, intermediate_size=6144,
   // max_position_embeddings=512, type_vocab_size=0,
@@ -25,50 +80,30 @@ absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
   // max_relative_positions=-1, pos_att_type=None; read through getattr:
   // embedding_size (hidden_size), position_buckets=-1, share_att_key=False,
   // norm_rel_ebd="none", conv_kernel_size=0.
-  ASSIGN_OR_RETURN(const uint64_t vocab,
-                   keys.Size("vocab_size", 128100, 1, kMaxVocab));
-  ASSIGN_OR_RETURN(const uint64_t hidden,
-                   keys.Size("hidden_size", 1536, 1, kMaxHidden));
+  DebertaShape s;
+  ASSIGN_OR_RETURN(s.vocab, keys.Size("vocab_size", 128100, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(s.hidden, keys.Size("hidden_size", 1536, 1, kMaxHidden));
   ASSIGN_OR_RETURN(
       std::optional<uint64_t> embedding_key,
       keys.OptionalSize("embedding_size", std::nullopt, 1, kMaxHidden));
-  const uint64_t embedding = embedding_key.value_or(hidden);
+  s.embedding = embedding_key.value_or(s.hidden);
   if (!embedding_key.has_value()) {
-    keys.AssumeDerived("embedding_size", embedding, "hidden_size");
+    keys.AssumeDerived("embedding_size", s.embedding, "hidden_size");
   }
-  ASSIGN_OR_RETURN(const uint64_t layers,
-                   keys.Size("num_hidden_layers", 24, 1, kMaxLayers));
-  ASSIGN_OR_RETURN(const uint64_t heads, ReadHeads(keys, "num_attention_heads",
-                                                   24, hidden, "hidden_size"));
-  ASSIGN_OR_RETURN(const uint64_t ffn,
-                   keys.Size("intermediate_size", 6144, 1, kMaxFfn));
-  ASSIGN_OR_RETURN(
-      const uint64_t max_positions,
-      keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
-  ASSIGN_OR_RETURN(const uint64_t type_vocab,
-                   keys.Size("type_vocab_size", 0, 0, kMaxVocab));
-  ASSIGN_OR_RETURN(const bool biased_input,
-                   keys.Flag("position_biased_input", true));
-  ASSIGN_OR_RETURN(const bool relative, keys.Flag("relative_attention", false));
-  // max_relative_positions and position_buckets take -1 for "unset".
-  auto signed_key = [&keys](const char* key,
-                            int64_t default_value) -> absl::StatusOr<int64_t> {
-    if (!keys.Has(key)) return default_value;
-    const Json& v = keys.Raw(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < -1 ||
-        v.get<int64_t>() > static_cast<int64_t>(kMaxSpecDimension)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", key, " = ", Abbreviated(v),
-                       " is out of range; allowed -1..", kMaxSpecDimension));
-    }
-    return v.get<int64_t>();
-  };
-  ASSIGN_OR_RETURN(const int64_t max_relative,
-                   signed_key("max_relative_positions", -1));
-  ASSIGN_OR_RETURN(const int64_t buckets, signed_key("position_buckets", -1));
-  ASSIGN_OR_RETURN(const bool share_att_key, keys.Flag("share_att_key", false));
-  ASSIGN_OR_RETURN(const std::string norm_rel_ebd,
-                   keys.Text("norm_rel_ebd", "none"));
+  ASSIGN_OR_RETURN(s.layers, keys.Size("num_hidden_layers", 24, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(s.heads, ReadHeads(keys, "num_attention_heads", 24, s.hidden,
+                                      "hidden_size"));
+  ASSIGN_OR_RETURN(s.ffn, keys.Size("intermediate_size", 6144, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(s.max_positions, keys.Size("max_position_embeddings", 512, 1,
+                                              kMaxSpecDimension));
+  ASSIGN_OR_RETURN(s.type_vocab, keys.Size("type_vocab_size", 0, 0, kMaxVocab));
+  ASSIGN_OR_RETURN(s.biased_input, keys.Flag("position_biased_input", true));
+  ASSIGN_OR_RETURN(s.relative, keys.Flag("relative_attention", false));
+  ASSIGN_OR_RETURN(s.max_relative,
+                   SignedKey(keys, "max_relative_positions", -1));
+  ASSIGN_OR_RETURN(s.buckets, SignedKey(keys, "position_buckets", -1));
+  ASSIGN_OR_RETURN(s.share_att_key, keys.Flag("share_att_key", false));
+  ASSIGN_OR_RETURN(s.norm_rel_ebd, keys.Text("norm_rel_ebd", "none"));
   ASSIGN_OR_RETURN(const uint64_t conv_kernel,
                    keys.Size("conv_kernel_size", 0, 0, kMaxPatch));
   if (conv_kernel != 0) {
@@ -76,77 +111,83 @@ absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
         "config.json: conv_kernel_size = ", conv_kernel,
         " is not supported (DeBERTa-v2's convolution layer); allowed 0"));
   }
-  // pos_att_type: a list, or a "|"-separated string in older configs.
-  bool c2p = false;
-  bool p2c = false;
-  if (keys.Has("pos_att_type") && !keys.Raw("pos_att_type").is_null()) {
-    const Json& types = keys.Raw("pos_att_type");
-    std::vector<std::string> names;
-    if (types.is_string()) {
-      names = absl::StrSplit(types.get<std::string>(), '|');
-    } else if (types.is_array()) {
-      for (const Json& t : types) {
-        if (t.is_string()) names.push_back(t.get<std::string>());
-      }
-    }
-    for (const std::string& name : names) {
-      const std::string lower = absl::AsciiStrToLower(name);
-      c2p = c2p || lower == "c2p";
-      p2c = p2c || lower == "p2c";
-    }
+  ReadPosAttTypes(keys, &s);
+  return s;
+}
+
+// The embeddings, and the relative position embeddings (with their norm)
+// that the layers share.
+void AppendDebertaEmbeddings(const DebertaShape& s, v1::ModelSpec* spec) {
+  const uint64_t hidden = s.hidden;
+  const uint64_t embedding = s.embedding;
+  *spec->add_layers() =
+      EmbeddingLayer("deberta.embeddings.word_embeddings", s.vocab, embedding);
+  if (s.biased_input) {
+    *spec->add_layers() = ParametersLayer(
+        "deberta.embeddings.position_embeddings", s.max_positions * embedding);
   }
-  ASSIGN_OR_RETURN(const uint64_t positions,
-                   TablePositions(c, max_positions, "max_position_embeddings"));
-  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() =
-      EmbeddingLayer("deberta.embeddings.word_embeddings", vocab, embedding);
-  if (biased_input) {
-    *spec.add_layers() = ParametersLayer(
-        "deberta.embeddings.position_embeddings", max_positions * embedding);
-  }
-  if (type_vocab > 0) {
-    *spec.add_layers() = ParametersLayer(
-        "deberta.embeddings.token_type_embeddings", type_vocab * embedding);
+  if (s.type_vocab > 0) {
+    *spec->add_layers() = ParametersLayer(
+        "deberta.embeddings.token_type_embeddings", s.type_vocab * embedding);
   }
   if (embedding != hidden) {
-    *spec.add_layers() =
+    *spec->add_layers() =
         LinearLayer("deberta.embeddings.embed_proj", embedding, hidden, false);
   }
-  *spec.add_layers() =
+  *spec->add_layers() =
       NormLayer("deberta.embeddings.LayerNorm", v1::Norm::LAYER, hidden);
-  if (relative) {
-    const uint64_t max_rel =
-        max_relative < 1 ? max_positions : static_cast<uint64_t>(max_relative);
-    const uint64_t rel_rows =
-        buckets > 0 ? 2 * static_cast<uint64_t>(buckets) : 2 * max_rel;
-    *spec.add_layers() =
-        ParametersLayer("deberta.encoder.rel_embeddings", rel_rows * hidden);
-    if (absl::StrContains(absl::AsciiStrToLower(norm_rel_ebd), "layer_norm")) {
-      *spec.add_layers() =
-          NormLayer("deberta.encoder.LayerNorm", v1::Norm::LAYER, hidden);
-    }
+  if (!s.relative) return;
+  const uint64_t max_rel = s.max_relative < 1
+                               ? s.max_positions
+                               : static_cast<uint64_t>(s.max_relative);
+  const uint64_t rel_rows =
+      s.buckets > 0 ? 2 * static_cast<uint64_t>(s.buckets) : 2 * max_rel;
+  *spec->add_layers() =
+      ParametersLayer("deberta.encoder.rel_embeddings", rel_rows * hidden);
+  if (absl::StrContains(absl::AsciiStrToLower(s.norm_rel_ebd), "layer_norm")) {
+    *spec->add_layers() =
+        NormLayer("deberta.encoder.LayerNorm", v1::Norm::LAYER, hidden);
   }
+}
+
+// One encoder layer's parts.
+std::vector<Layer> DebertaLayerParts(const DebertaShape& s) {
+  const uint64_t hidden = s.hidden;
   std::vector<Layer> parts;
   // Disentangled attention adds position terms to an explicit score matrix.
-  parts.push_back(AttentionLayer("attention", hidden, heads, heads,
-                                 hidden / heads, true, true,
+  parts.push_back(AttentionLayer("attention", hidden, s.heads, s.heads,
+                                 hidden / s.heads, true, true,
                                  /*fused=*/false));
-  if (relative && !share_att_key) {
-    if (c2p) {
+  if (s.relative && !s.share_att_key) {
+    if (s.c2p) {
       parts.push_back(
           LinearLayer("attention.self.pos_key_proj", hidden, hidden, true));
     }
-    if (p2c) {
+    if (s.p2c) {
       parts.push_back(
           LinearLayer("attention.self.pos_query_proj", hidden, hidden, true));
     }
   }
   parts.push_back(
       NormLayer("attention.output.LayerNorm", v1::Norm::LAYER, hidden));
-  parts.push_back(MlpLayer("intermediate+output", hidden, ffn, false, true));
+  parts.push_back(MlpLayer("intermediate+output", hidden, s.ffn, false, true));
   parts.push_back(NormLayer("output.LayerNorm", v1::Norm::LAYER, hidden));
-  *spec.add_layers() = BlockLayer(
-      "deberta.encoder.layer", static_cast<uint32_t>(layers), std::move(parts));
+  return parts;
+}
+
+}  // namespace
+
+absl::Status ConvertDebertaV2(const Json& config, Conversion& c) {
+  ConfigKeys keys = TopKeys(config, c, "DebertaV2Config");
+  ASSIGN_OR_RETURN(const DebertaShape s, ReadDebertaShape(keys));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      TablePositions(c, s.max_positions, "max_position_embeddings"));
+  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
+  AppendDebertaEmbeddings(s, &spec);
+  *spec.add_layers() =
+      BlockLayer("deberta.encoder.layer", static_cast<uint32_t>(s.layers),
+                 DebertaLayerParts(s));
   c.Note(
       "DebertaV2Model (no pooler; a classifier or masked-LM head named in "
       "architectures is not modelled): relative position embeddings shared "
@@ -174,10 +215,25 @@ struct BertFlavor {
   uint64_t intermediate_size;
 };
 
-absl::Status ConvertBertLike(const Json& config, Conversion& c,
-                             const BertFlavor& f) {
-  const bool roberta = f.roberta_positions;
-  ConfigKeys keys = TopKeys(config, c, f.config_class);
+namespace {
+
+// A BERT-shaped config's sizes (defaults in the flavor and ReadBertShape).
+struct BertShape {
+  uint64_t vocab = 0;
+  uint64_t hidden = 0;
+  uint64_t embedding = 0;
+  uint64_t layers = 0;
+  uint64_t heads = 0;
+  uint64_t ffn = 0;
+  uint64_t max_positions = 0;
+  uint64_t type_vocab = 0;
+  std::string position_type;
+  // Positions a sequence may use: max_positions, less RoBERTa's pad_token_id
+  // + 1.
+  uint64_t usable = 0;
+};
+
+absl::StatusOr<BertShape> ReadBertShape(ConfigKeys& keys, const BertFlavor& f) {
   // BertConfig: vocab_size=30522, hidden_size=768, num_hidden_layers=12,
   // num_attention_heads=12, intermediate_size=3072,
   // max_position_embeddings=512, type_vocab_size=2,
@@ -187,89 +243,109 @@ absl::Status ConvertBertLike(const Json& config, Conversion& c,
   // RoBERTa's positions. ElectraConfig: vocab_size=30522,
   // embedding_size=128, hidden_size=256, num_attention_heads=4,
   // intermediate_size=1024, the rest as BertConfig.
-  ASSIGN_OR_RETURN(const uint64_t vocab,
+  BertShape s;
+  ASSIGN_OR_RETURN(s.vocab,
                    keys.Size("vocab_size", f.vocab_size, 1, kMaxVocab));
-  ASSIGN_OR_RETURN(const uint64_t hidden,
+  ASSIGN_OR_RETURN(s.hidden,
                    keys.Size("hidden_size", f.hidden_size, 1, kMaxHidden));
-  uint64_t embedding = hidden;
+  s.embedding = s.hidden;
   if (f.electra) {
-    ASSIGN_OR_RETURN(embedding,
+    ASSIGN_OR_RETURN(s.embedding,
                      keys.Size("embedding_size", 128, 1, kMaxHidden));
   }
-  ASSIGN_OR_RETURN(const uint64_t layers,
-                   keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(s.layers, keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(s.heads, keys.Size("num_attention_heads",
+                                      f.num_attention_heads, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(s.hidden, s.heads, "hidden_size",
+                                   "num_attention_heads"));
   ASSIGN_OR_RETURN(
-      const uint64_t heads,
-      keys.Size("num_attention_heads", f.num_attention_heads, 1, kMaxHeads));
-  RETURN_IF_ERROR(
-      CheckHeadsDivide(hidden, heads, "hidden_size", "num_attention_heads"));
-  ASSIGN_OR_RETURN(
-      const uint64_t ffn,
-      keys.Size("intermediate_size", f.intermediate_size, 1, kMaxFfn));
-  ASSIGN_OR_RETURN(
-      const uint64_t max_positions,
-      keys.Size("max_position_embeddings", 512, 1, kMaxSpecDimension));
-  ASSIGN_OR_RETURN(const uint64_t type_vocab,
-                   keys.Size("type_vocab_size", 2, 1, kMaxVocab));
-  ASSIGN_OR_RETURN(const std::string position_type,
+      s.ffn, keys.Size("intermediate_size", f.intermediate_size, 1, kMaxFfn));
+  ASSIGN_OR_RETURN(s.max_positions, keys.Size("max_position_embeddings", 512, 1,
+                                              kMaxSpecDimension));
+  ASSIGN_OR_RETURN(s.type_vocab, keys.Size("type_vocab_size", 2, 1, kMaxVocab));
+  ASSIGN_OR_RETURN(s.position_type,
                    keys.Text("position_embedding_type", "absolute"));
-  if (position_type != "absolute" && position_type != "relative_key" &&
-      position_type != "relative_key_query") {
+  if (s.position_type != "absolute" && s.position_type != "relative_key" &&
+      s.position_type != "relative_key_query") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: position_embedding_type = \"", position_type,
+        "config.json: position_embedding_type = \"", s.position_type,
         "\" is not supported; allowed \"absolute\", \"relative_key\", "
         "\"relative_key_query\""));
   }
-  uint64_t usable = max_positions;
-  if (roberta) {
+  s.usable = s.max_positions;
+  if (f.roberta_positions) {
     ASSIGN_OR_RETURN(const uint64_t pad,
                      keys.Size("pad_token_id", 1, 0, kMaxVocab));
-    if (pad + 1 >= max_positions) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: max_position_embeddings = ", max_positions,
-                       " leaves no positions after pad_token_id = ", pad,
-                       "; RoBERTa numbers positions from pad_token_id + 1"));
+    if (pad + 1 >= s.max_positions) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: max_position_embeddings = ", s.max_positions,
+          " leaves no positions after pad_token_id = ", pad,
+          "; RoBERTa numbers positions from pad_token_id + 1"));
     }
-    usable = max_positions - pad - 1;
+    s.usable = s.max_positions - pad - 1;
   }
-  ASSIGN_OR_RETURN(
-      const uint64_t positions,
-      TablePositions(c, usable,
-                     roberta ? "max_position_embeddings - pad_token_id - 1"
-                             : "max_position_embeddings"));
-  const std::string prefix = f.prefix;
-  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
-  *spec.add_layers() =
-      EmbeddingLayer(prefix + "embeddings.word_embeddings", vocab, embedding);
-  *spec.add_layers() = ParametersLayer(
-      prefix + "embeddings.position_embeddings", max_positions * embedding);
-  *spec.add_layers() = ParametersLayer(
-      prefix + "embeddings.token_type_embeddings", type_vocab * embedding);
-  *spec.add_layers() =
-      NormLayer(prefix + "embeddings.LayerNorm", v1::Norm::LAYER, embedding);
-  if (embedding != hidden) {
-    *spec.add_layers() =
-        LinearLayer(prefix + "embeddings_project", embedding, hidden, true);
+  return s;
+}
+
+// The embeddings: word, position and token-type tables, their norm, and
+// ELECTRA's projection to hidden_size.
+void AppendBertEmbeddings(const BertShape& s, const std::string& prefix,
+                          v1::ModelSpec* spec) {
+  *spec->add_layers() = EmbeddingLayer(prefix + "embeddings.word_embeddings",
+                                       s.vocab, s.embedding);
+  *spec->add_layers() = ParametersLayer(
+      prefix + "embeddings.position_embeddings", s.max_positions * s.embedding);
+  *spec->add_layers() = ParametersLayer(
+      prefix + "embeddings.token_type_embeddings", s.type_vocab * s.embedding);
+  *spec->add_layers() =
+      NormLayer(prefix + "embeddings.LayerNorm", v1::Norm::LAYER, s.embedding);
+  if (s.embedding != s.hidden) {
+    *spec->add_layers() =
+        LinearLayer(prefix + "embeddings_project", s.embedding, s.hidden, true);
   }
+}
+
+// One encoder layer's parts.
+std::vector<Layer> BertLayerParts(const BertShape& s) {
+  const uint64_t hidden = s.hidden;
   std::vector<Layer> parts;
-  if (position_type != "absolute") {
+  if (s.position_type != "absolute") {
     // distance_embedding: (2 * max_position_embeddings - 1) x head size.
     parts.push_back(
         ParametersLayer("attention.self.distance_embedding",
-                        (2 * max_positions - 1) * (hidden / heads)));
+                        (2 * s.max_positions - 1) * (hidden / s.heads)));
   }
-  parts.push_back(AttentionLayer("attention", hidden, heads, heads,
-                                 hidden / heads, true, true,
-                                 /*fused=*/position_type == "absolute"));
+  parts.push_back(AttentionLayer("attention", hidden, s.heads, s.heads,
+                                 hidden / s.heads, true, true,
+                                 /*fused=*/s.position_type == "absolute"));
   parts.push_back(
       NormLayer("attention.output.LayerNorm", v1::Norm::LAYER, hidden));
-  parts.push_back(MlpLayer("intermediate+output", hidden, ffn, false, true));
+  parts.push_back(MlpLayer("intermediate+output", hidden, s.ffn, false, true));
   parts.push_back(NormLayer("output.LayerNorm", v1::Norm::LAYER, hidden));
+  return parts;
+}
+
+}  // namespace
+
+absl::Status ConvertBertLike(const Json& config, Conversion& c,
+                             const BertFlavor& f) {
+  ConfigKeys keys = TopKeys(config, c, f.config_class);
+  ASSIGN_OR_RETURN(const BertShape s, ReadBertShape(keys, f));
+  ASSIGN_OR_RETURN(
+      const uint64_t positions,
+      TablePositions(c, s.usable,
+                     f.roberta_positions
+                         ? "max_position_embeddings - pad_token_id - 1"
+                         : "max_position_embeddings"));
+  const std::string prefix = f.prefix;
+  v1::ModelSpec& spec = StartSpec(c, "transformer", positions);
+  AppendBertEmbeddings(s, prefix, &spec);
   *spec.add_layers() =
-      BlockLayer(prefix + "encoder.layer", static_cast<uint32_t>(layers),
-                 std::move(parts));
+      BlockLayer(prefix + "encoder.layer", static_cast<uint32_t>(s.layers),
+                 BertLayerParts(s));
   if (!f.electra) {
-    Layer pooler = LinearLayer(prefix + "pooler.dense", hidden, hidden, true);
+    Layer pooler =
+        LinearLayer(prefix + "pooler.dense", s.hidden, s.hidden, true);
     pooler.set_positions(1);
     *spec.add_layers() = std::move(pooler);
   }

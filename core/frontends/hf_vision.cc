@@ -415,6 +415,60 @@ absl::Status ConvertConvNext(const Json& config, Conversion& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Swin's mlp_ratio: a number in (0, 64], 4.0 by default.
+absl::StatusOr<double> ReadMlpRatio(ConfigKeys& keys) {
+  if (!keys.Has("mlp_ratio")) return 4.0;
+  const Json& v = keys.Raw("mlp_ratio");
+  if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: mlp_ratio = ", Abbreviated(v),
+                     " is out of range; allowed a number in (0, 64]"));
+  }
+  return v.get<double>();
+}
+
+// Stage i of Swin: `depth` blocks of window attention (w x w windows, a
+// relative position bias table) and an MLP over side x side tokens of
+// width `dim`.
+Layer SwinStage(size_t i, uint64_t depth, uint64_t dim, uint64_t heads,
+                uint64_t w, double mlp_ratio, bool qkv_bias, uint64_t side) {
+  const uint64_t ffn = static_cast<uint64_t>(mlp_ratio * dim);
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("layernorm_before", v1::Norm::LAYER, dim));
+  parts.push_back(ParametersLayer("attention.self.relative_position_bias_table",
+                                  (2 * w - 1) * (2 * w - 1) * heads));
+  Layer attn = AttentionLayer("attention", dim, heads, heads, dim / heads,
+                              qkv_bias, true,
+                              /*fused=*/false);
+  attn.mutable_attention()->set_window(w * w);
+  parts.push_back(std::move(attn));
+  parts.push_back(NormLayer("layernorm_after", v1::Norm::LAYER, dim));
+  parts.push_back(MlpLayer("intermediate+output", dim, ffn, false, true));
+  Layer stage = BlockLayer(absl::StrCat("swin.encoder.layers.", i, ".blocks"),
+                           static_cast<uint32_t>(depth), std::move(parts));
+  stage.set_positions(side * side);
+  return stage;
+}
+
+// PatchMerging after stage i: 2x2 neighbours concatenated, LayerNorm,
+// bias-free reduction to twice the width, over `side` x `side` merged
+// tokens.
+void AppendPatchMerging(size_t i, uint64_t dim, uint64_t side,
+                        v1::ModelSpec* spec) {
+  const std::string prefix =
+      absl::StrCat("swin.encoder.layers.", i, ".downsample.");
+  Layer norm = NormLayer(prefix + "norm", v1::Norm::LAYER, 4 * dim);
+  norm.set_positions(side * side);
+  *spec->add_layers() = std::move(norm);
+  Layer reduction = LinearLayer(prefix + "reduction", 4 * dim, 2 * dim, false);
+  reduction.set_positions(side * side);
+  *spec->add_layers() = std::move(reduction);
+}
+
+}  // namespace
+
 absl::Status ConvertSwin(const Json& config, Conversion& c) {
   ConfigKeys keys = TopKeys(config, c, "SwinConfig");
   // SwinConfig: image_size=224, patch_size=4, num_channels=3, embed_dim=96,
@@ -437,16 +491,7 @@ absl::Status ConvertSwin(const Json& config, Conversion& c) {
   }
   ASSIGN_OR_RETURN(const uint64_t window,
                    keys.Size("window_size", 7, 1, kMaxPatch));
-  double mlp_ratio = 4.0;
-  if (keys.Has("mlp_ratio")) {
-    const Json& v = keys.Raw("mlp_ratio");
-    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: mlp_ratio = ", Abbreviated(v),
-                       " is out of range; allowed a number in (0, 64]"));
-    }
-    mlp_ratio = v.get<double>();
-  }
+  ASSIGN_OR_RETURN(const double mlp_ratio, ReadMlpRatio(keys));
   ASSIGN_OR_RETURN(const bool qkv_bias, keys.Flag("qkv_bias", true));
   ASSIGN_OR_RETURN(const bool absolute,
                    keys.Flag("use_absolute_embeddings", false));
@@ -476,37 +521,11 @@ absl::Status ConvertSwin(const Json& config, Conversion& c) {
                                      absl::StrCat("num_heads[", i, "]")));
     // A stage smaller than the window attends over the whole stage.
     const uint64_t w = std::min(window, side);
-    const uint64_t ffn = static_cast<uint64_t>(mlp_ratio * dim);
-    std::vector<Layer> parts;
-    parts.push_back(NormLayer("layernorm_before", v1::Norm::LAYER, dim));
-    parts.push_back(
-        ParametersLayer("attention.self.relative_position_bias_table",
-                        (2 * w - 1) * (2 * w - 1) * heads[i]));
-    Layer attn = AttentionLayer("attention", dim, heads[i], heads[i],
-                                dim / heads[i], qkv_bias, true,
-                                /*fused=*/false);
-    attn.mutable_attention()->set_window(w * w);
-    parts.push_back(std::move(attn));
-    parts.push_back(NormLayer("layernorm_after", v1::Norm::LAYER, dim));
-    parts.push_back(MlpLayer("intermediate+output", dim, ffn, false, true));
-    Layer stage =
-        BlockLayer(absl::StrCat("swin.encoder.layers.", i, ".blocks"),
-                   static_cast<uint32_t>(depths[i]), std::move(parts));
-    stage.set_positions(side * side);
-    *spec.add_layers() = std::move(stage);
+    *spec.add_layers() =
+        SwinStage(i, depths[i], dim, heads[i], w, mlp_ratio, qkv_bias, side);
     if (i + 1 < depths.size()) {
-      // PatchMerging: 2x2 neighbours concatenated, LayerNorm, bias-free
-      // reduction to twice the width.
-      const std::string prefix =
-          absl::StrCat("swin.encoder.layers.", i, ".downsample.");
       side /= 2;
-      Layer norm = NormLayer(prefix + "norm", v1::Norm::LAYER, 4 * dim);
-      norm.set_positions(side * side);
-      *spec.add_layers() = std::move(norm);
-      Layer reduction =
-          LinearLayer(prefix + "reduction", 4 * dim, 2 * dim, false);
-      reduction.set_positions(side * side);
-      *spec.add_layers() = std::move(reduction);
+      AppendPatchMerging(i, dim, side, &spec);
       dim *= 2;
     }
   }
