@@ -6,7 +6,12 @@
 // statement, the transactions, the body encoding (deterministic binary
 // protobuf; measured runs unique by a content hash), the migrations and the
 // probe-claim rule. What differs between the two is a SqlDialect and the
-// connections (sql_connection.h).
+// connections (sql_connection.h). One file per interface of store.h
+// (sql_factor_sets.cc, sql_runs.cc, sql_energy_curves.cc,
+// sql_energy_runs.cc, sql_density_runs.cc, sql_probe_queue.cc,
+// sql_autotune_cache.cc, sql_workers.cc); sql_schema.cc creates and
+// migrates the schema; sql_tx.{h,cc} run the units of work and hold the
+// helpers they share.
 
 #include <functional>
 #include <memory>
