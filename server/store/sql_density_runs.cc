@@ -1,5 +1,8 @@
 // Serve-while-train runs over SQL, by id.
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "base/deterministic_bytes.h"
 #include "base/status_macros.h"
 #include "server/store/sql_store.h"
@@ -35,32 +38,36 @@ absl::StatusOr<int64_t> SqlStore::AddDensityRuns(
   return count;
 }
 
-absl::StatusOr<std::vector<v1::DensityRawRun>> SqlStore::ListDensityRuns(
-    const std::string& arch, const std::string& dtype,
-    const std::string& mode) {
-  std::vector<v1::DensityRawRun> runs;
+absl::StatusOr<Page<v1::DensityRawRun>> SqlStore::ListDensityRuns(
+    const std::string& arch, const std::string& dtype, const std::string& mode,
+    const PageSpec& page) {
+  std::vector<std::pair<std::string, v1::DensityRawRun>> entries;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
     ASSIGN_OR_RETURN(
         SqlRows rows,
         tx.Query("listing density runs",
-                 "SELECT body FROM density_runs WHERE (? = '' OR arch = ?) "
+                 "SELECT id, body FROM density_runs WHERE (? = '' OR arch = ?) "
                  "AND (? = '' OR dtype = ?) AND (? = '' OR mode = ?) "
-                 "ORDER BY id",
+                 "AND (? = 0 OR id > ?) ORDER BY id LIMIT ?",
                  SqlParams()
                      .Text(arch)
                      .Text(arch)
                      .Text(dtype)
                      .Text(dtype)
                      .Text(mode)
-                     .Text(mode)));
+                     .Text(mode)
+                     .Int(page.after.empty() ? 0 : 1)
+                     .Text(page.after)
+                     .Int(int64_t{page.max_entries} + 1)));
     for (int i = 0; i < rows.size(); ++i) {
       ASSIGN_OR_RETURN(
-          runs.emplace_back(),
-          Parse<v1::DensityRawRun>(rows.Bytes(i, 0), "density run"));
+          v1::DensityRawRun run,
+          Parse<v1::DensityRawRun>(rows.Bytes(i, 1), "density run"));
+      entries.emplace_back(rows.Bytes(i, 0), std::move(run));
     }
     return absl::OkStatus();
   }));
-  return runs;
+  return FillPage(std::move(entries), page);
 }
 
 }  // namespace headroom

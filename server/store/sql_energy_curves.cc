@@ -1,7 +1,9 @@
 // Versioned energy curve sets over SQL.
 
 #include <ctime>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "base/deterministic_bytes.h"
 #include "base/status_macros.h"
 #include "server/store/sql_store.h"
@@ -42,10 +44,11 @@ absl::Status SqlStore::SetCurrentEnergyCurveSet(const std::string& version) {
   });
 }
 
-absl::StatusOr<std::vector<std::string>> SqlStore::EnergyCurveHistory() {
-  std::vector<std::string> versions;
+absl::StatusOr<Page<std::string>> SqlStore::EnergyCurveHistory(
+    const PageSpec& page) {
+  Page<std::string> versions;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
-    ASSIGN_OR_RETURN(versions, History(tx, "energy_current_history"));
+    ASSIGN_OR_RETURN(versions, History(tx, "energy_current_history", page));
     return absl::OkStatus();
   }));
   return versions;
@@ -68,33 +71,37 @@ absl::StatusOr<v1::EnergyCurveSet> SqlStore::GetEnergyCurveSet(
   return set;
 }
 
-absl::StatusOr<std::vector<v1::EnergyCurveSet>> SqlStore::ListEnergyCurveSets(
-    const std::string& after_version, int limit) {
-  std::vector<v1::EnergyCurveSet> sets;
+absl::StatusOr<Page<v1::EnergyCurveSet>> SqlStore::ListEnergyCurveSets(
+    const PageSpec& page) {
+  std::vector<std::pair<std::string, v1::EnergyCurveSet>> entries;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
+    // The key is a version (the List RPC's page token names it): its seq.
     int64_t after_seq = 0;
-    if (!after_version.empty()) {
+    if (!page.after.empty()) {
       ASSIGN_OR_RETURN(
           SqlRows found,
           tx.Query("listing energy curves",
                    "SELECT seq FROM energy_curve_sets WHERE version = ?",
-                   SqlParams().Text(after_version)));
-      if (found.empty()) return NotStored("energy curve set", after_version);
+                   SqlParams().Text(page.after)));
+      if (found.empty()) return NotStored("energy curve set", page.after);
       after_seq = found.Int(0, 0);
     }
-    ASSIGN_OR_RETURN(SqlRows rows,
-                     tx.Query("listing energy curves",
-                              "SELECT body FROM energy_curve_sets WHERE seq > "
-                              "? ORDER BY seq LIMIT ?",
-                              SqlParams().Int(after_seq).Int(limit)));
+    ASSIGN_OR_RETURN(
+        SqlRows rows,
+        tx.Query(
+            "listing energy curves",
+            "SELECT version, body FROM energy_curve_sets WHERE seq > "
+            "? ORDER BY seq LIMIT ?",
+            SqlParams().Int(after_seq).Int(int64_t{page.max_entries} + 1)));
     for (int i = 0; i < rows.size(); ++i) {
       ASSIGN_OR_RETURN(
-          sets.emplace_back(),
-          Parse<v1::EnergyCurveSet>(rows.Bytes(i, 0), "energy curves"));
+          v1::EnergyCurveSet set,
+          Parse<v1::EnergyCurveSet>(rows.Bytes(i, 1), "energy curves"));
+      entries.emplace_back(rows.Bytes(i, 0), std::move(set));
     }
     return absl::OkStatus();
   }));
-  return sets;
+  return FillPage(std::move(entries), page);
 }
 
 absl::StatusOr<std::optional<v1::EnergyCurveSet>>

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "base/deterministic_bytes.h"
 #include "base/status_macros.h"
 #include "server/store/sql_store.h"
@@ -37,23 +38,27 @@ absl::StatusOr<bool> SqlStore::AddEnergyRun(const std::string& key,
   return added;
 }
 
-absl::StatusOr<std::vector<v1::EnergyRun>> SqlStore::ListEnergyRuns(
-    bool include_simulated, int limit) {
-  std::vector<v1::EnergyRun> runs;
+absl::StatusOr<Page<v1::EnergyRun>> SqlStore::ListEnergyRuns(
+    bool include_simulated, const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
+  std::vector<std::pair<std::string, v1::EnergyRun>> entries;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
-    ASSIGN_OR_RETURN(
-        SqlRows rows,
-        tx.Query("listing energy runs",
-                 "SELECT body FROM energy_runs WHERE simulated <= ? "
-                 "ORDER BY seq LIMIT ?",
-                 SqlParams().Int(include_simulated ? 1 : 0).Int(limit)));
+    ASSIGN_OR_RETURN(SqlRows rows,
+                     tx.Query("listing energy runs",
+                              "SELECT seq, body FROM energy_runs WHERE "
+                              "simulated <= ? AND seq > ? ORDER BY seq LIMIT ?",
+                              SqlParams()
+                                  .Int(include_simulated ? 1 : 0)
+                                  .Int(after)
+                                  .Int(int64_t{page.max_entries} + 1)));
     for (int i = 0; i < rows.size(); ++i) {
-      ASSIGN_OR_RETURN(runs.emplace_back(),
-                       Parse<v1::EnergyRun>(rows.Bytes(i, 0), "energy run"));
+      ASSIGN_OR_RETURN(v1::EnergyRun run,
+                       Parse<v1::EnergyRun>(rows.Bytes(i, 1), "energy run"));
+      entries.emplace_back(absl::StrCat(rows.Int(i, 0)), std::move(run));
     }
     return absl::OkStatus();
   }));
-  return runs;
+  return FillPage(std::move(entries), page);
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> SqlStore::CountEnergyRuns() {

@@ -59,10 +59,11 @@ absl::Status SqlStore::SetCurrentFactorSet(const std::string& version) {
   });
 }
 
-absl::StatusOr<std::vector<std::string>> SqlStore::CurrentHistory() {
-  std::vector<std::string> versions;
+absl::StatusOr<Page<std::string>> SqlStore::CurrentHistory(
+    const PageSpec& page) {
+  Page<std::string> versions;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
-    ASSIGN_OR_RETURN(versions, History(tx, "current_history"));
+    ASSIGN_OR_RETURN(versions, History(tx, "current_history", page));
     return absl::OkStatus();
   }));
   return versions;

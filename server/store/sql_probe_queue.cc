@@ -325,21 +325,44 @@ absl::StatusOr<std::vector<std::string>> SqlStore::RequeueExpired(
   return requeued;
 }
 
-absl::StatusOr<std::vector<v1::Probe>> SqlStore::ListExpiredProbes(
-    int64_t now_ms, int limit) {
-  std::vector<v1::Probe> expired;
+absl::StatusOr<Page<v1::Probe>> SqlStore::ListExpiredProbes(
+    int64_t now_ms, const PageSpec& page) {
+  // The key is (deadline, seq), written as CreatedIdKey writes
+  // (created_unix, id).
+  int64_t deadline = 0;
+  int64_t seq = 0;
+  if (!page.after.empty()) {
+    std::string seq_text;
+    RETURN_IF_ERROR(ParseCreatedIdKey(page.after, &deadline, &seq_text));
+    ASSIGN_OR_RETURN(seq, SeqAfter(seq_text));
+  }
+  std::vector<std::pair<std::string, v1::Probe>> entries;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
     ASSIGN_OR_RETURN(
         SqlRows rows,
         tx.Query("finding expired probes",
-                 "SELECT body FROM probes WHERE expires_at_ms > 0 AND "
-                 "expires_at_ms <= ? AND state = ? ORDER BY expires_at_ms, "
-                 "seq LIMIT ?",
-                 SqlParams().Int(now_ms).Int(v1::Probe::QUEUED).Int(limit)));
-    ASSIGN_OR_RETURN(expired, ProbesFromRows(tx, rows, 0));
+                 "SELECT expires_at_ms, seq, body FROM probes WHERE "
+                 "expires_at_ms > 0 AND expires_at_ms <= ? AND state = ? AND "
+                 "(? = 0 OR expires_at_ms > ? OR (expires_at_ms = ? AND "
+                 "seq > ?)) ORDER BY expires_at_ms, seq LIMIT ?",
+                 SqlParams()
+                     .Int(now_ms)
+                     .Int(v1::Probe::QUEUED)
+                     .Int(page.after.empty() ? 0 : 1)
+                     .Int(deadline)
+                     .Int(deadline)
+                     .Int(seq)
+                     .Int(int64_t{page.max_entries} + 1)));
+    ASSIGN_OR_RETURN(std::vector<v1::Probe> probes,
+                     ProbesFromRows(tx, rows, 2));
+    for (int i = 0; i < rows.size(); ++i) {
+      entries.emplace_back(
+          CreatedIdKey(rows.Int(i, 0), absl::StrCat(rows.Int(i, 1))),
+          std::move(probes[i]));
+    }
     return absl::OkStatus();
   }));
-  return expired;
+  return FillPage(std::move(entries), page);
 }
 
 absl::StatusOr<v1::Probe> SqlStore::ExpireProbe(const std::string& id,

@@ -1,5 +1,8 @@
 // Measured runs over SQL, each stored once (unique by a hash of its body).
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/store/sql_store.h"
 #include "server/store/sql_tx.h"
@@ -33,19 +36,24 @@ absl::StatusOr<int64_t> SqlStore::CountRuns() {
   return count;
 }
 
-absl::StatusOr<std::vector<v1::MeasuredRun>> SqlStore::ListRuns() {
-  std::vector<v1::MeasuredRun> runs;
+absl::StatusOr<Page<v1::MeasuredRun>> SqlStore::ListRuns(const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
+  std::vector<std::pair<std::string, v1::MeasuredRun>> entries;
   RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
-    ASSIGN_OR_RETURN(SqlRows rows,
-                     tx.Query("listing runs",
-                              "SELECT body FROM measured_runs ORDER BY seq"));
+    ASSIGN_OR_RETURN(
+        SqlRows rows,
+        tx.Query("listing runs",
+                 "SELECT seq, body FROM measured_runs WHERE seq > ? "
+                 "ORDER BY seq LIMIT ?",
+                 SqlParams().Int(after).Int(int64_t{page.max_entries} + 1)));
     for (int i = 0; i < rows.size(); ++i) {
-      ASSIGN_OR_RETURN(runs.emplace_back(),
-                       Parse<v1::MeasuredRun>(rows.Bytes(i, 0), "run"));
+      ASSIGN_OR_RETURN(v1::MeasuredRun run,
+                       Parse<v1::MeasuredRun>(rows.Bytes(i, 1), "run"));
+      entries.emplace_back(absl::StrCat(rows.Int(i, 0)), std::move(run));
     }
     return absl::OkStatus();
   }));
-  return runs;
+  return FillPage(std::move(entries), page);
 }
 
 }  // namespace headroom

@@ -101,14 +101,20 @@ absl::Status MakeCurrent(Tx& tx, const char* what, const char* versions_table,
                  SqlParams().Text(version).Int(std::time(nullptr)));
 }
 
-absl::StatusOr<std::vector<std::string>> History(Tx& tx, const char* table) {
+absl::StatusOr<Page<std::string>> History(Tx& tx, const char* table,
+                                          const PageSpec& page) {
+  ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
   ASSIGN_OR_RETURN(
       SqlRows rows,
       tx.Query("reading history",
-               absl::StrCat("SELECT version FROM ", table, " ORDER BY seq")));
-  std::vector<std::string> versions;
-  for (int i = 0; i < rows.size(); ++i) versions.push_back(rows.Bytes(i, 0));
-  return versions;
+               absl::StrCat("SELECT seq, version FROM ", table,
+                            " WHERE seq > ? ORDER BY seq LIMIT ?"),
+               SqlParams().Int(after).Int(int64_t{page.max_entries} + 1)));
+  std::vector<std::pair<std::string, std::string>> versions;
+  for (int i = 0; i < rows.size(); ++i) {
+    versions.emplace_back(absl::StrCat(rows.Int(i, 0)), rows.Bytes(i, 1));
+  }
+  return FillPage(std::move(versions), page);
 }
 
 absl::StatusOr<int64_t> Count(Tx& tx, const char* table) {

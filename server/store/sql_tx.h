@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "headroom/v1/fleet.pb.h"
+#include "server/store/page.h"
 #include "server/store/sql_connection.h"
 #include "server/store/sql_store.h"
 
@@ -91,8 +92,10 @@ absl::Status MakeCurrent(Tx& tx, const char* what, const char* versions_table,
                          const char* current_table, const char* history_table,
                          const std::string& version, bool check);
 
-// The versions a history table holds, oldest first.
-absl::StatusOr<std::vector<std::string>> History(Tx& tx, const char* table);
+// One page of the versions a history table holds, oldest first, keyed by
+// the history row's seq.
+absl::StatusOr<Page<std::string>> History(Tx& tx, const char* table,
+                                          const PageSpec& page);
 
 // How many rows `table` holds.
 absl::StatusOr<int64_t> Count(Tx& tx, const char* table);
