@@ -9,7 +9,7 @@ namespace headroom {
 absl::StatusOr<std::vector<MeasuredEnergyPoint>> StoredCurveSetPoints::Points(
     bool include_simulated) {
   ASSIGN_OR_RETURN(std::vector<v1::EnergyCurveSet> sets,
-                   store_->ListEnergyCurveSets("", kMaxSets));
+                   store_->ListEnergyCurveSets(kMaxSets));
   if (sets.empty()) return std::vector<MeasuredEnergyPoint>{};
   const v1::EnergyCurveSet baseline = sets.front();
   std::vector<MeasuredEnergyPoint> points = PointsFromCurveSets(sets, baseline);

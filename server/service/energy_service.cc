@@ -206,10 +206,12 @@ grpc::ServerUnaryReactor* EnergyService::ListEnergyCurveSets(
                           request->page_token(),
                           PageBytes(state_.options().max_request_bytes)));
       const std::string& after = spec.after;
-      const int page_size = spec.max_entries;
-      // One more than the page: whether another page follows.
-      absl::StatusOr<std::vector<v1::EnergyCurveSet>> sets =
-          state_.store()->ListEnergyCurveSets(after, page_size + 1);
+      // Bounded by count only: the reply holds summaries, not the sets.
+      PageSpec sets_spec;
+      sets_spec.after = after;
+      sets_spec.max_entries = spec.max_entries;
+      absl::StatusOr<Page<v1::EnergyCurveSet>> sets =
+          state_.store()->ListEnergyCurveSets(sets_spec);
       if (absl::IsNotFound(sets.status())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "page_token names energy curve set '", Echo(after),
@@ -222,14 +224,12 @@ grpc::ServerUnaryReactor* EnergyService::ListEnergyCurveSets(
       }
       v1::ListEnergyCurveSetsResponse out;
       out.set_current_version(current);
-      const bool more = static_cast<int>(sets->size()) > page_size;
-      if (more) sets->resize(page_size);
-      for (const v1::EnergyCurveSet& set : *sets) {
+      for (const v1::EnergyCurveSet& set : sets->entries) {
         *out.add_curve_sets() = SummaryOf(set, current);
       }
-      if (more) {
+      if (!sets->next_after.empty()) {
         out.set_next_page_token(
-            NextPageToken("energy_curve_sets", sets->back().version()));
+            NextPageToken("energy_curve_sets", sets->next_after));
       }
       return out;
     }();

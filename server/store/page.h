@@ -33,6 +33,13 @@ struct Page {
   std::string next_after;
 };
 
+// The serialized bytes of one entry: a message's, or a string's own.
+template <typename Message>
+size_t EntryBytes(const Message& entry) {
+  return entry.ByteSizeLong();
+}
+inline size_t EntryBytes(const std::string& entry) { return entry.size(); }
+
 // Fills a page from rows in listing order: `rows` holds up to
 // spec.max_entries + 1 (key, entry) pairs, the extra one saying that more
 // follow. Stops early at the byte budget.
@@ -47,7 +54,7 @@ Page<Entry> FillPage(std::vector<std::pair<std::string, Entry>> rows,
     // The entry's bytes plus its tag and length in the response, and its
     // key's in the next page token (base64: 4/3).
     const size_t size =
-        rows[i].second.ByteSizeLong() + 8 + rows[i].first.size() * 4 / 3 + 4;
+        EntryBytes(rows[i].second) + 8 + rows[i].first.size() * 4 / 3 + 4;
     if (!page.entries.empty() && bytes + size > spec.max_bytes) break;
     bytes += size;
     last_key = std::move(rows[i].first);

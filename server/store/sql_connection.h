@@ -4,7 +4,7 @@
 // The thin seam under SqlStore: one connection to one database, running
 // one statement at a time with positional parameters. SQLite and
 // PostgreSQL implement it (sqlite_connection.cc, postgres_connection.cc);
-// all of the store's SQL lives in sql_store.cc. A connection is used by
+// all of the store's SQL lives in sql_*.cc. A connection is used by
 // one thread at a time: the store's pool hands it out.
 
 #include <cstdint>

@@ -6,7 +6,12 @@
 // statement, the transactions, the body encoding (deterministic binary
 // protobuf; measured runs unique by a content hash), the migrations and the
 // probe-claim rule. What differs between the two is a SqlDialect and the
-// connections (sql_connection.h).
+// connections (sql_connection.h). One file per interface of store.h
+// (sql_factor_sets.cc, sql_runs.cc, sql_energy_curves.cc,
+// sql_energy_runs.cc, sql_density_runs.cc, sql_probe_queue.cc,
+// sql_autotune_cache.cc, sql_workers.cc); sql_schema.cc creates and
+// migrates the schema; sql_tx.{h,cc} run the units of work and hold the
+// helpers they share.
 
 #include <functional>
 #include <memory>
@@ -48,40 +53,49 @@ class SqlStore : public Store {
   absl::StatusOr<v1::FactorSet> AddFactorSet(v1::FactorSet set,
                                              bool make_current) override;
   absl::Status SetCurrentFactorSet(const std::string& version) override;
-  absl::StatusOr<std::vector<std::string>> CurrentHistory() override;
+  absl::StatusOr<Page<std::string>> CurrentHistory(
+      const PageSpec& page) override;
   absl::StatusOr<v1::FactorSet> GetFactorSet(
       const std::string& version) override;
+  using Store::CurrentHistory;
+  using Store::EnergyCurveHistory;
   using Store::ListAutotuneRecords;
+  using Store::ListDensityRuns;
+  using Store::ListEnergyCurveSets;
+  using Store::ListEnergyRuns;
+  using Store::ListExpiredProbes;
   using Store::ListFactorSets;
   using Store::ListProbes;
+  using Store::ListRuns;
   using Store::ListWorkers;
   using Store::RecordProbeResult;
   absl::StatusOr<Page<v1::FactorSet>> ListFactorSets(
       const PageSpec& page) override;
   absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) override;
-  absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() override;
+  absl::StatusOr<Page<v1::MeasuredRun>> ListRuns(const PageSpec& page) override;
   absl::StatusOr<int64_t> CountRuns() override;
   absl::StatusOr<int64_t> AddDensityRuns(
       const std::vector<v1::DensityRawRun>& runs) override;
-  absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
+  absl::StatusOr<Page<v1::DensityRawRun>> ListDensityRuns(
       const std::string& arch, const std::string& dtype,
-      const std::string& mode) override;
+      const std::string& mode, const PageSpec& page) override;
   absl::StatusOr<v1::EnergyCurveSet> AddEnergyCurveSet(
       v1::EnergyCurveSet set, bool make_current) override;
   absl::StatusOr<bool> AddEnergyRun(const std::string& key,
                                     const v1::EnergyRun& run) override;
-  absl::StatusOr<std::vector<v1::EnergyRun>> ListEnergyRuns(
-      bool include_simulated, int limit) override;
+  absl::StatusOr<Page<v1::EnergyRun>> ListEnergyRuns(
+      bool include_simulated, const PageSpec& page) override;
   absl::StatusOr<std::pair<int64_t, int64_t>> CountEnergyRuns() override;
   absl::StatusOr<std::optional<v1::EnergyCurveSet>> CurrentEnergyCurveSet()
       override;
   absl::Status SetCurrentEnergyCurveSet(const std::string& version) override;
-  absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() override;
+  absl::StatusOr<Page<std::string>> EnergyCurveHistory(
+      const PageSpec& page) override;
   absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
       const std::string& version) override;
-  absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
-      const std::string& after_version, int limit) override;
+  absl::StatusOr<Page<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      const PageSpec& page) override;
 
   absl::StatusOr<v1::Probe> AddProbe(v1::Probe probe) override;
   absl::StatusOr<v1::Probe> GetProbe(const std::string& id) override;
@@ -95,8 +109,8 @@ class SqlStore : public Store {
                           int64_t until_ms) override;
   absl::StatusOr<std::vector<std::string>> RequeueExpired(
       int64_t now_ms) override;
-  absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(int64_t now_ms,
-                                                           int limit) override;
+  absl::StatusOr<Page<v1::Probe>> ListExpiredProbes(
+      int64_t now_ms, const PageSpec& page) override;
   absl::StatusOr<v1::Probe> ExpireProbe(const std::string& id, int64_t now_ms,
                                         const std::string& error) override;
   absl::StatusOr<bool> RecordProbeResult(

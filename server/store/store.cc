@@ -35,10 +35,59 @@ absl::StatusOr<std::vector<v1::FactorSet>> FactorSetStore::ListFactorSets() {
       [this](const PageSpec& spec) { return ListFactorSets(spec); });
 }
 
+absl::StatusOr<std::vector<std::string>> FactorSetStore::CurrentHistory() {
+  return FollowPages<std::string>(
+      [this](const PageSpec& spec) { return CurrentHistory(spec); });
+}
+
+absl::StatusOr<std::vector<v1::MeasuredRun>> RunStore::ListRuns() {
+  return FollowPages<v1::MeasuredRun>(
+      [this](const PageSpec& spec) { return ListRuns(spec); });
+}
+
+absl::StatusOr<std::vector<std::string>>
+EnergyCurveStore::EnergyCurveHistory() {
+  return FollowPages<std::string>(
+      [this](const PageSpec& spec) { return EnergyCurveHistory(spec); });
+}
+
+absl::StatusOr<std::vector<v1::EnergyCurveSet>>
+EnergyCurveStore::ListEnergyCurveSets(int limit) {
+  return FollowPages<v1::EnergyCurveSet>(
+      [this](const PageSpec& spec) { return ListEnergyCurveSets(spec); },
+      limit);
+}
+
+absl::StatusOr<std::vector<v1::EnergyRun>> EnergyRunStore::ListEnergyRuns(
+    bool include_simulated, int limit) {
+  return FollowPages<v1::EnergyRun>(
+      [this, include_simulated](const PageSpec& spec) {
+        return ListEnergyRuns(include_simulated, spec);
+      },
+      limit);
+}
+
+absl::StatusOr<std::vector<v1::DensityRawRun>> DensityRunStore::ListDensityRuns(
+    const std::string& arch, const std::string& dtype,
+    const std::string& mode) {
+  return FollowPages<v1::DensityRawRun>([&](const PageSpec& spec) {
+    return ListDensityRuns(arch, dtype, mode, spec);
+  });
+}
+
 absl::StatusOr<std::vector<v1::Probe>> ProbeQueue::ListProbes(
     v1::Probe::State state, int limit) {
   return FollowPages<v1::Probe>(
       [this, state](const PageSpec& spec) { return ListProbes(state, spec); },
+      limit);
+}
+
+absl::StatusOr<std::vector<v1::Probe>> ProbeQueue::ListExpiredProbes(
+    int64_t now_ms, int limit) {
+  return FollowPages<v1::Probe>(
+      [this, now_ms](const PageSpec& spec) {
+        return ListExpiredProbes(now_ms, spec);
+      },
       limit);
 }
 

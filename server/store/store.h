@@ -4,6 +4,16 @@
 // The seam between the stateless planner and its state. Everything stateful
 // goes through these interfaces, one per kind of data; SqlStore implements
 // them over SQLite (the embedded default) and PostgreSQL.
+//
+// Listing, one convention for every listing (page.h): the interface's
+// virtual List method takes its filters and a PageSpec and returns one
+// Page, in the order its comment states, keyset-paged (the entries after
+// the key PageSpec::after, the previous page's Page::next_after), bounded
+// by PageSpec::max_entries and ::max_bytes. The non-virtual overload of the
+// same name, without the PageSpec, follows the pages (store.cc) for a
+// caller that needs every entry; where it takes an `int limit`, it stops
+// after that many (every one when negative). A backend implements only the
+// paged method. A malformed key is INVALID_ARGUMENT.
 
 #include <optional>
 #include <string>
@@ -36,8 +46,11 @@ class FactorSetStore {
   // history rollback walks; NOT_FOUND names an unknown version.
   virtual absl::Status SetCurrentFactorSet(const std::string& version) = 0;
 
-  // Versions that were current, oldest first (repeats allowed).
-  virtual absl::StatusOr<std::vector<std::string>> CurrentHistory() = 0;
+  // Versions that were current, oldest first (repeats allowed), one page.
+  virtual absl::StatusOr<Page<std::string>> CurrentHistory(
+      const PageSpec& page) = 0;
+  // The whole history (follows the pages).
+  absl::StatusOr<std::vector<std::string>> CurrentHistory();
 
   // One stored factor set; NOT_FOUND names the version.
   virtual absl::StatusOr<v1::FactorSet> GetFactorSet(
@@ -61,8 +74,11 @@ class RunStore {
   virtual absl::StatusOr<int64_t> AddRuns(
       const std::vector<v1::MeasuredRun>& runs) = 0;
 
-  // Every stored measured run in insertion order.
-  virtual absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns() = 0;
+  // Stored measured runs in insertion order, one page.
+  virtual absl::StatusOr<Page<v1::MeasuredRun>> ListRuns(
+      const PageSpec& page) = 0;
+  // Every stored measured run in insertion order (follows the pages).
+  absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns();
 
   // How many measured runs are stored (cheap: answers' evidence is rebuilt
   // when it changes).
@@ -89,18 +105,26 @@ class EnergyCurveStore {
   virtual absl::Status SetCurrentEnergyCurveSet(const std::string& version) = 0;
 
   // Energy curve set versions that were current, oldest first (repeats
-  // allowed).
-  virtual absl::StatusOr<std::vector<std::string>> EnergyCurveHistory() = 0;
+  // allowed), one page.
+  virtual absl::StatusOr<Page<std::string>> EnergyCurveHistory(
+      const PageSpec& page) = 0;
+  // The whole history (follows the pages).
+  absl::StatusOr<std::vector<std::string>> EnergyCurveHistory();
 
   // One stored energy curve set; NOT_FOUND names the version.
   virtual absl::StatusOr<v1::EnergyCurveSet> GetEnergyCurveSet(
       const std::string& version) = 0;
 
-  // Stored energy curve sets oldest first: at most `limit`, those stored
-  // after the set `after_version` ("" starts at the first). NOT_FOUND when
-  // `after_version` is not stored.
-  virtual absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
-      const std::string& after_version, int limit) = 0;
+  // Stored energy curve sets oldest first, one page. The page key is a
+  // set's version: the page holds the sets stored after the set
+  // `page.after` names ("" starts at the first); NOT_FOUND when that
+  // version is not stored.
+  virtual absl::StatusOr<Page<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      const PageSpec& page) = 0;
+  // The oldest `limit` stored sets (every one when negative; follows the
+  // pages).
+  absl::StatusOr<std::vector<v1::EnergyCurveSet>> ListEnergyCurveSets(
+      int limit);
 };
 
 // Measured energy runs (from energy probes), each stored once under a key.
@@ -115,9 +139,13 @@ class EnergyRunStore {
                                             const v1::EnergyRun& run) = 0;
 
   // Stored energy runs in the order they were stored; simulated ones only
-  // with `include_simulated`. At most `limit` (the oldest first).
-  virtual absl::StatusOr<std::vector<v1::EnergyRun>> ListEnergyRuns(
-      bool include_simulated, int limit) = 0;
+  // with `include_simulated`. One page.
+  virtual absl::StatusOr<Page<v1::EnergyRun>> ListEnergyRuns(
+      bool include_simulated, const PageSpec& page) = 0;
+  // The oldest `limit` such runs (every one when negative; follows the
+  // pages).
+  absl::StatusOr<std::vector<v1::EnergyRun>> ListEnergyRuns(
+      bool include_simulated, int limit);
 
   // How many are stored, and how many of those are simulated.
   virtual absl::StatusOr<std::pair<int64_t, int64_t>> CountEnergyRuns() = 0;
@@ -134,10 +162,14 @@ class DensityRunStore {
       const std::vector<v1::DensityRawRun>& runs) = 0;
 
   // Stored density runs in id order, only those matching every non-empty
-  // filter.
-  virtual absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
+  // filter, one page.
+  virtual absl::StatusOr<Page<v1::DensityRawRun>> ListDensityRuns(
       const std::string& arch, const std::string& dtype,
-      const std::string& mode) = 0;
+      const std::string& mode, const PageSpec& page) = 0;
+  // Every such run (follows the pages).
+  absl::StatusOr<std::vector<v1::DensityRawRun>> ListDensityRuns(
+      const std::string& arch, const std::string& dtype,
+      const std::string& mode);
 };
 
 // The probe queue (README.md, "Workers and probes").
@@ -187,9 +219,13 @@ class ProbeQueue {
 
   // QUEUED probes past their expiry (request.expires_s after submission,
   // never taken by a worker: ExpiryDeadlineMs at or before `now_ms`),
-  // soonest deadline first, at most `limit`. A read: nothing changes.
-  virtual absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(
-      int64_t now_ms, int limit) = 0;
+  // soonest deadline first, one page. A read: nothing changes.
+  virtual absl::StatusOr<Page<v1::Probe>> ListExpiredProbes(
+      int64_t now_ms, const PageSpec& page) = 0;
+  // The `limit` soonest such probes (every one when negative; follows the
+  // pages).
+  absl::StatusOr<std::vector<v1::Probe>> ListExpiredProbes(int64_t now_ms,
+                                                           int limit);
 
   // Fails the probe `id` with `error` when it is still QUEUED past its
   // expiry (MarkExpired); otherwise (a worker took it, it was cancelled

@@ -41,7 +41,7 @@ inline std::string DumpStore(Store& store) {
   status("runs", runs.status());
   if (runs.ok())
     for (const auto& run : *runs) add("run", run);
-  auto curves = store.ListEnergyCurveSets("", 1000);
+  auto curves = store.ListEnergyCurveSets(1000);
   status("curves", curves.status());
   if (curves.ok())
     for (const auto& set : *curves) add("energy curve set", set);

@@ -164,6 +164,115 @@ TEST_P(PagingStoreTest, FactorSetsAndTheAutotuneCachePageInTheirOrder) {
   EXPECT_EQ((*store)->ListAutotuneRecords()->size(), 5u);
 }
 
+// Issue 34: every listing follows the one convention, so the runs, the
+// energy runs and curve sets, the density runs, the histories and the
+// expired probes page like the others, and following their pages gives what
+// the unpaged call gives.
+TEST_P(PagingStoreTest, EveryListingPagesInItsOrder) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  PageSpec spec;
+  spec.max_entries = 2;
+
+  std::vector<v1::MeasuredRun> runs(5);
+  for (int i = 0; i < 5; ++i) runs[i].set_batch(i + 1);
+  ASSERT_EQ(*(*store)->AddRuns(runs), 5);
+  const auto batches = FollowPages<v1::MeasuredRun>(
+      [&](const PageSpec& s) { return (*store)->ListRuns(s); },
+      [](const v1::MeasuredRun& r) { return absl::StrCat(r.batch()); }, spec);
+  EXPECT_EQ(batches, (std::vector<std::vector<std::string>>{
+                         {"1", "2"}, {"3", "4"}, {"5"}}));
+  EXPECT_EQ((*store)->ListRuns()->size(), 5u);
+
+  for (int i = 0; i < 5; ++i) {
+    v1::EnergyRun run;
+    run.set_energy_j(i);
+    run.set_simulated(i % 2 == 1);
+    ASSERT_TRUE(*(*store)->AddEnergyRun(absl::StrCat("e", i), run));
+  }
+  const auto joules = [](const v1::EnergyRun& r) {
+    return absl::StrCat(r.energy_j());
+  };
+  EXPECT_EQ(
+      FollowPages<v1::EnergyRun>(
+          [&](const PageSpec& s) { return (*store)->ListEnergyRuns(false, s); },
+          joules, spec),
+      (std::vector<std::vector<std::string>>{{"0", "2"}, {"4"}}));
+  EXPECT_EQ(
+      FollowPages<v1::EnergyRun>(
+          [&](const PageSpec& s) { return (*store)->ListEnergyRuns(true, s); },
+          joules, spec)
+          .size(),
+      3u);
+  EXPECT_EQ((*store)->ListEnergyRuns(true, 4)->size(), 4u);
+  EXPECT_EQ((*store)->ListEnergyRuns(true, -1)->size(), 5u);
+
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*store)->AddEnergyCurveSet(v1::EnergyCurveSet(), true).ok());
+    ASSERT_TRUE((*store)->AddFactorSet(v1::FactorSet(), true).ok());
+  }
+  ASSERT_TRUE((*store)->SetCurrentFactorSet("fs-1").ok());
+  // A curve set's page key is its version (the List RPC's token).
+  auto first = (*store)->ListEnergyCurveSets(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->next_after, "ec-2");
+  EXPECT_EQ((*store)->ListEnergyCurveSets(2)->size(), 2u);
+  EXPECT_EQ((*store)->ListEnergyCurveSets(-1)->size(), 3u);
+  const auto same = [](const std::string& v) { return v; };
+  EXPECT_EQ(FollowPages<std::string>(
+                [&](const PageSpec& s) { return (*store)->CurrentHistory(s); },
+                same, spec),
+            (std::vector<std::vector<std::string>>{{"fs-1", "fs-2"},
+                                                   {"fs-3", "fs-1"}}));
+  EXPECT_EQ(
+      FollowPages<std::string>(
+          [&](const PageSpec& s) { return (*store)->EnergyCurveHistory(s); },
+          same, spec),
+      (std::vector<std::vector<std::string>>{{"ec-1", "ec-2"}, {"ec-3"}}));
+
+  std::vector<v1::DensityRawRun> density;
+  for (const char* id : {"d", "b", "a", "c", "e"}) {
+    density.emplace_back().set_id(id);
+    density.back().set_arch(std::string(id) == "c" ? "lstm" : "mlp");
+  }
+  ASSERT_EQ(*(*store)->AddDensityRuns(density), 5);
+  const auto id = [](const v1::DensityRawRun& r) { return r.id(); };
+  EXPECT_EQ(FollowPages<v1::DensityRawRun>(
+                [&](const PageSpec& s) {
+                  return (*store)->ListDensityRuns("mlp", "", "", s);
+                },
+                id, spec),
+            (std::vector<std::vector<std::string>>{{"a", "b"}, {"d", "e"}}));
+  EXPECT_EQ((*store)->ListDensityRuns("", "", "")->size(), 5u);
+
+  // Expired probes page by (deadline, seq): p-1 and p-3 share a deadline.
+  for (uint32_t expires_s : {10u, 5u, 10u, 0u, 20u}) {
+    v1::Probe probe = QueuedProbe("");
+    probe.set_created_unix_ms(1000);
+    probe.mutable_request()->set_expires_s(expires_s);
+    ASSERT_TRUE((*store)->AddProbe(probe).ok());
+  }
+  EXPECT_EQ(
+      FollowPages<v1::Probe>(
+          [&](const PageSpec& s) {
+            return (*store)->ListExpiredProbes(30000, s);
+          },
+          [](const v1::Probe& p) { return p.id(); }, spec),
+      (std::vector<std::vector<std::string>>{{"p-2", "p-1"}, {"p-3", "p-5"}}));
+  EXPECT_EQ((*store)->ListExpiredProbes(30000, 3)->size(), 3u);
+
+  PageSpec malformed;
+  malformed.after = "not-a-number";
+  EXPECT_EQ((*store)->ListRuns(malformed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->ListEnergyRuns(true, malformed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->CurrentHistory(malformed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->ListExpiredProbes(30000, malformed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(PagingStoreTest, AMalformedKeyIsRefused) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();

@@ -122,17 +122,27 @@ TEST_P(StoreTest, PromotesListsAndRecordsEnergyCurveSets) {
   EXPECT_EQ((*store)->GetEnergyCurveSet("ec-9").status().code(),
             absl::StatusCode::kNotFound);
 
-  auto first = (*store)->ListEnergyCurveSets("", 2);
+  // A page of `limit` sets after the version `after`.
+  const auto list =
+      [&](const std::string& after,
+          int limit) -> absl::StatusOr<std::vector<v1::EnergyCurveSet>> {
+    PageSpec spec;
+    spec.after = after;
+    spec.max_entries = limit;
+    auto page = (*store)->ListEnergyCurveSets(spec);
+    if (!page.ok()) return page.status();
+    return page->entries;
+  };
+  auto first = list("", 2);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->size(), 2u);
   EXPECT_EQ((*first)[0].version(), "ec-1");
   EXPECT_EQ((*first)[1].version(), "ec-2");
-  auto rest = (*store)->ListEnergyCurveSets("ec-2", 2);
+  auto rest = list("ec-2", 2);
   ASSERT_EQ(rest->size(), 1u);
   EXPECT_EQ((*rest)[0].version(), "ec-3");
-  EXPECT_TRUE((*store)->ListEnergyCurveSets("ec-3", 2)->empty());
-  EXPECT_EQ((*store)->ListEnergyCurveSets("ec-7", 2).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(list("ec-3", 2)->empty());
+  EXPECT_EQ(list("ec-7", 2).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_P(StoreTest, StoresDensityRunsById) {
