@@ -5,14 +5,14 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "core/calibration/calibrate.h"
-#include "core/calibration/fit_inputs.h"
-#include "core/calibration/promotion.h"
 #include "base/deterministic_bytes.h"
 #include "base/input_limits.h"
 #include "base/status_macros.h"
-#include "server/service/grpc_status.h"
+#include "core/calibration/calibrate.h"
+#include "core/calibration/fit_inputs.h"
+#include "core/calibration/promotion.h"
 #include "pages/calibration_plot.h"
+#include "server/service/grpc_status.h"
 #include "server/service/paging.h"
 #include "server/service/reply.h"
 #include "spdlog/spdlog.h"
