@@ -194,7 +194,7 @@ grpc::ServerUnaryReactor* CalibrationService::ListFactorSets(
           const PageSpec spec,
           PageFromRequest("factor_sets", request->page_size(),
                           request->page_token(),
-                          PageBytes(state_.options().max_request_bytes)));
+                          PageBytes(state_.service().max_request_bytes)));
       ASSIGN_OR_RETURN(Page<v1::FactorSet> sets,
                        state_.store()->ListFactorSets(spec));
       v1::ListFactorSetsResponse out;
@@ -215,7 +215,7 @@ grpc::ServerUnaryReactor* CalibrationService::ListFactorSets(
           summary->set_heldout_said_fits_but_oom(
               it->second.said_fits_but_oom());
         }
-        BoundEntry(summary, PageBytes(state_.options().max_request_bytes));
+        BoundEntry(summary, PageBytes(state_.service().max_request_bytes));
       }
       return out;
     }();

@@ -95,11 +95,11 @@ grpc::ServerUnaryReactor* DensityService::RankDensity(
     return refused;
   }
   if (auto* refused = RefuseOversized(context, *request,
-                                      state_.options().max_request_bytes)) {
+                                      state_.service().max_request_bytes)) {
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const size_t budget = PageBytes(state_.options().max_request_bytes);
+  const size_t budget = PageBytes(state_.service().max_request_bytes);
   if (!request->use_stored()) {
     absl::StatusOr<v1::RankDensityResponse> answer =
         headroom::RankDensity(*request);
@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* DensityService::SubmitDensityRuns(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   return state_.DeferStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::SubmitDensityRunsResponse> {
-      RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
+      RETURN_IF_ERROR(CheckSize(*request, state_.service().max_request_bytes));
       if (request->runs_size() > kMaxDensityRunsPerRequest) {
         return absl::InvalidArgumentError(absl::StrCat(
             "runs has ", request->runs_size(), " entries; allowed up to ",

@@ -204,7 +204,7 @@ grpc::ServerUnaryReactor* EnergyService::ListEnergyCurveSets(
           const PageSpec spec,
           PageFromRequest("energy_curve_sets", request->page_size(),
                           request->page_token(),
-                          PageBytes(state_.options().max_request_bytes)));
+                          PageBytes(state_.service().max_request_bytes)));
       const std::string& after = spec.after;
       // Bounded by count only: the reply holds summaries, not the sets.
       PageSpec sets_spec;
@@ -444,7 +444,7 @@ grpc::ServerUnaryReactor* EnergyService::TrainEnergy(
     return refused;
   }
   if (auto* refused = RefuseOversized(context, *request,
-                                      state_.options().max_request_bytes)) {
+                                      state_.service().max_request_bytes)) {
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -16,7 +16,7 @@ grpc::ServerUnaryReactor* FitService::CheckFit(
     return refused;
   }
   if (auto* refused = RefuseOversized(context, *request,
-                                      state_.options().max_request_bytes)) {
+                                      state_.service().max_request_bytes)) {
     return refused;
   }
   // Who asks decides whether the read may queue a probe.

@@ -1,13 +1,20 @@
 #include "server/service/fleet_autotune.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/json_io.h"
 #include "base/status_macros.h"
+#include "core/catalog/gpu_catalog.h"
+#include "core/frontends/frontend_registry.h"
 #include "core/microbatch/cache_key.h"
 #include "core/microbatch/plan.h"
 #include "core/microbatch/select.h"
+#include "server/service/fleet/worker_reports.h"
+#include "server/service/reply.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
@@ -181,6 +188,149 @@ absl::Status ValidateAutotuneRecord(
         selection.selected().microbatch(), ")"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> AutotuneGpu(
+    const v1::SubmitAutotuneRequest& request,
+    const std::vector<v1::WorkerStatus>& workers) {
+  switch (request.placement_case()) {
+    case v1::SubmitAutotuneRequest::kGpu: {
+      absl::StatusOr<GpuInfo> info = FindGpu(request.gpu());
+      if (!info.ok()) {
+        return absl::Status(info.status().code(),
+                            absl::StrCat("gpu: ", info.status().message()));
+      }
+      return info->name;
+    }
+    case v1::SubmitAutotuneRequest::kWorker: {
+      RETURN_IF_ERROR(CheckFleetId(request.worker(), "worker"));
+      std::string gpu;
+      for (const v1::WorkerStatus& w : workers) {
+        if (w.hello().worker_id() != request.worker()) continue;
+        for (const v1::GpuDevice& device : w.hello().gpus()) {
+          if (gpu.empty()) gpu = CatalogGpuForDriverName(device.name());
+        }
+      }
+      if (gpu.empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("worker '", request.worker(),
+                         "' is not known with a catalog GPU; see ListWorkers"));
+      }
+      return gpu;
+    }
+    case v1::SubmitAutotuneRequest::PLACEMENT_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "placement is empty; set gpu (a catalog GPU kind such as \"L4\") "
+      "or worker (a worker id from ListWorkers)");
+}
+
+absl::StatusOr<std::optional<CachedAutotune>> FindCachedAutotune(
+    Store* store, const v1::SubmitAutotuneRequest& request,
+    const v1::AutotunePlan& autotune, const v1::ModelSpec& spec,
+    const std::string& gpu, const std::vector<v1::WorkerStatus>& workers) {
+  for (const v1::WorkerStatus& w : workers) {
+    const v1::WorkerHello& hello = w.hello();
+    if (request.placement_case() == v1::SubmitAutotuneRequest::kWorker &&
+        hello.worker_id() != request.worker()) {
+      continue;
+    }
+    if (!request.executor().empty() &&
+        std::find(hello.executors().begin(), hello.executors().end(),
+                  request.executor()) == hello.executors().end()) {
+      continue;
+    }
+    for (const v1::GpuDevice& device : hello.gpus()) {
+      if (CatalogGpuForDriverName(device.name()) != gpu) continue;
+      const v1::AutotuneCacheKey key =
+          AutotuneKeyFor(autotune, spec, device, hello.framework_versions());
+      ASSIGN_OR_RETURN(
+          std::optional<v1::AutotuneRecord> cached,
+          store->FindAutotuneRecord(CacheKeyId(key), CacheKeyBytes(key)));
+      if (!cached.has_value()) continue;
+      spdlog::info("event=autotune_cache_reused id={} worker={}",
+                   CacheKeyId(key), hello.worker_id());
+      return CachedAutotune{CacheKeyId(key), *std::move(cached)};
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<v1::SubmitAutotuneResponse> AnswerAutotune(
+    const v1::SubmitAutotuneRequest& request, Store* store,
+    const ModelCatalog& catalog, size_t max_request_bytes,
+    const std::function<
+        absl::StatusOr<v1::Probe>(const v1::SubmitProbeRequest&)>& submit) {
+  RETURN_IF_ERROR(CheckSize(request, max_request_bytes));
+  ASSIGN_OR_RETURN(std::vector<v1::WorkerStatus> workers, store->ListWorkers());
+  ASSIGN_OR_RETURN(const std::string gpu, AutotuneGpu(request, workers));
+  ASSIGN_OR_RETURN(std::optional<v1::FactorSet> factor_set,
+                   store->CurrentFactorSet());
+  if (!factor_set.has_value()) {
+    return absl::FailedPreconditionError("no factor set is current yet");
+  }
+  ASSIGN_OR_RETURN(v1::AutotunePlan autotune,
+                   PlanAutotune(request, gpu, catalog, *factor_set));
+  const v1::SubmitProbeRequest probe_request =
+      AutotuneProbeRequest(request, autotune);
+  ASSIGN_OR_RETURN(
+      ResolvedModel model,
+      ResolveModelRef(probe_request.model(), probe_request.setup(), catalog));
+  v1::SubmitAutotuneResponse out;
+  *out.mutable_plan() = autotune.plan();
+  // The key each known worker that could run it would write: a record
+  // under any of them stands.
+  ASSIGN_OR_RETURN(
+      std::optional<CachedAutotune> cached,
+      FindCachedAutotune(store, request, autotune, model.spec(), gpu, workers));
+  if (cached.has_value()) {
+    out.set_cache_reused(true);
+    out.set_cache_id(cached->id);
+    *out.mutable_cached() = std::move(cached->record);
+    out.mutable_cached()->set_cache_reused(true);
+    return out;
+  }
+  ASSIGN_OR_RETURN(*out.mutable_probe(), submit(probe_request));
+  return out;
+}
+
+absl::StatusOr<std::string> AcceptAutotuneRecord(Store* store,
+                                                 const v1::Probe& probe,
+                                                 const v1::ProbeResult& result,
+                                                 const v1::WorkerHello& hello) {
+  if (!result.has_autotune_record()) {
+    return absl::InvalidArgumentError("the final result has no record");
+  }
+  const v1::GpuDevice* gpu = nullptr;
+  for (const v1::GpuDevice& device : hello.gpus()) {
+    if (device.index() == result.gpu().index()) gpu = &device;
+  }
+  if (gpu == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu index ", result.gpu().index(), " is not in the worker's hello"));
+  }
+  const v1::AutotuneRecord& record = result.autotune_record();
+  RETURN_IF_ERROR(
+      ValidateAutotuneRecord(record, probe, *gpu, hello.framework_versions()));
+  // Only a record with a selection is reusable; one without stays on the
+  // probe.
+  if (record.has_selected()) {
+    const std::string id = CacheKeyId(record.cache_key());
+    // Marked as the worker's, so a client's put does not replace it
+    // without force.
+    v1::AutotuneRecord measured = record;
+    measured.set_measured_by_probe(probe.id());
+    ASSIGN_OR_RETURN(bool replaced,
+                     store->PutAutotuneRecord(
+                         id, CacheKeyBytes(record.cache_key()), measured));
+    spdlog::info(
+        "event=autotune_record_stored id={} probe={} replaced={} "
+        "microbatch={} mode={}",
+        id, probe.id(), replaced, record.selected().microbatch(),
+        record.selected().mode());
+  }
+  return ToJson(record, /*pretty=*/false);
 }
 
 }  // namespace headroom

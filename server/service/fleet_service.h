@@ -7,9 +7,11 @@
 // the store; what lives here (open streams, watchers) is per process.
 //
 // The parts, in server/service/fleet/: the Connect stream (worker_stream),
-// what a worker may send (worker_reports), dispatch and its policy
-// (dispatch), and replicas' changes read back (replica_sync). This class
-// wires them: the unary handlers, the stream callbacks, the watches.
+// the connected workers (worker_roster), what a worker may send
+// (worker_reports), how its results are stored (measured_runs), dispatch
+// and its policy (dispatch), the WatchProbe calls (watch_calls), and
+// replicas' changes read back (replica_sync). This class wires them: the
+// unary handlers, the stream callbacks, the dispatcher's thread.
 
 #include <cstdint>
 #include <map>
@@ -25,12 +27,16 @@
 #include "server/service/access.h"
 #include "server/service/background_worker.h"
 #include "server/service/fleet/dispatch.h"
-#include "server/service/fleet/probe_watches.h"
+#include "server/service/fleet/measured_runs.h"
 #include "server/service/fleet/replica_sync.h"
+#include "server/service/fleet/watch_calls.h"
+#include "server/service/fleet/worker_reports.h"
+#include "server/service/fleet/worker_roster.h"
 #include "server/service/fleet/worker_stream.h"
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/service/rate_limit.h"
+#include "server/service/service_options.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -46,21 +52,16 @@ class FleetService final : public v1::Fleet::CallbackService,
     // stream backlog: the planner's flags.
     DispatchPolicy policy;
     std::string planner_version;
-    // The message limit: SubmitProbe requests larger than this get
-    // INVALID_ARGUMENT, and list pages stay well under it (PageBytes).
-    size_t max_request_bytes = 4 << 20;
-    // Who may call what; null allows everything.
-    std::shared_ptr<const Access> access;
-    // Store jobs that may wait on the executor; more: RESOURCE_EXHAUSTED.
-    size_t store_queue = 256;
   };
 
   // `store`, `metrics` and `executor` must outlive the service. Store work
   // of the RPCs and of the worker streams runs on `executor`, never on a
-  // gRPC callback thread.
+  // gRPC callback thread. `service` is the request limit (SubmitProbe
+  // requests larger get INVALID_ARGUMENT, list pages stay well under it),
+  // the access rules and the store queue every service shares.
   FleetService(std::shared_ptr<const ModelCatalog> catalog, Store* store,
                PlannerMetrics* metrics, BackgroundWorker* executor,
-               Options options);
+               ServiceOptions service, Options options);
   ~FleetService() override;
   FleetService(const FleetService&) = delete;
   FleetService& operator=(const FleetService&) = delete;
@@ -117,8 +118,6 @@ class FleetService final : public v1::Fleet::CallbackService,
       v1::ListProbesResponse* response) override;
 
  private:
-  class ProbeWatch;
-
   // WorkerStreamHandler: on the store executor, in each stream's order.
   void OnHello(WorkerStream* stream, const v1::WorkerHello& hello) override;
   void OnHeartbeat(WorkerStream* stream,
@@ -127,22 +126,32 @@ class FleetService final : public v1::Fleet::CallbackService,
   void OnResult(WorkerStream* stream, const v1::ProbeResult& result) override;
   void OnStreamDone(WorkerStream* stream) override;
 
-  // DispatchTarget and ReplicaTarget: snapshots of the streams under mu_,
-  // and what the dispatcher and the replica sync send through them.
-  std::vector<IdleWorker> IdleWorkers() override;
-  std::vector<ConnectedWorker> ConnectedWorkers() override;
+  // DispatchTarget and ReplicaTarget: the roster's snapshots, and what the
+  // dispatcher and the replica sync send through it.
+  std::vector<IdleWorker> IdleWorkers() override { return roster_.Idle(); }
+  std::vector<ConnectedWorker> ConnectedWorkers() override {
+    return roster_.Connected();
+  }
   bool Assign(const std::string& worker, const v1::Probe& probe,
-              const v1::Assignment& assignment) override;
-  void ProbeChanged(const v1::Probe& probe) override { PublishProbe(probe); }
-  std::vector<std::string> WatchedProbes() override;
-  std::vector<RunningAssignment> RunningAssignments() override;
+              const v1::Assignment& assignment) override {
+    return roster_.Assign(worker, probe, assignment);
+  }
+  void ProbeChanged(const v1::Probe& probe) override {
+    watchers_.PublishProbe(probe);
+  }
+  std::vector<std::string> WatchedProbes() override {
+    return watchers_.Watched();
+  }
+  std::vector<RunningAssignment> RunningAssignments() override {
+    return roster_.Running();
+  }
   void Withdraw(const RunningAssignment& running,
                 const std::string& reason) override;
 
-  // Renews the lease of `assignment_id` only when it is `worker`'s running
-  // assignment.
-  absl::Status RenewOwnLease(const std::string& worker,
-                             const std::string& assignment_id);
+  // Renews `assignment_id`'s lease for `worker` (RenewOwnLease); when it is
+  // not the worker's, tells `stream` to stop it.
+  void KeepOrCancel(WorkerStream* stream, const std::string& worker,
+                    const std::string& assignment_id);
   // Refuses one message of `worker` (as it named itself): counted, logged
   // (at most kRejectedLinesPerSecond lines per reason and caller, then how
   // many were held back), nothing stored; the worker is told by a Rejected
@@ -150,32 +159,27 @@ class FleetService final : public v1::Fleet::CallbackService,
   void Reject(WorkerStream* stream, const std::string& worker,
               WorkerRejection reason, const std::string& key,
               const std::string& detail, std::optional<grpc::StatusCode> end);
+  // Tells the worker of a result `outcome` refuses (RecordBatchResult,
+  // EndAssignment); true when the result was taken: neither refused nor
+  // left for the worker to send again.
+  bool Taken(WorkerStream* stream, const std::string& worker,
+             const v1::ProbeResult& result, const ResultOutcome& outcome);
 
-  // Runs `job` on the store executor, which finishes the call;
-  // RESOURCE_EXHAUSTED at once when store_queue jobs wait.
-  grpc::ServerUnaryReactor* DeferToStore(grpc::ServerUnaryReactor* reactor,
-                                         std::function<void()> job);
-  // Reads `watch`'s probe on the store executor for SendSnapshot (at once,
-  // with RESOURCE_EXHAUSTED, when store_queue jobs wait).
-  void ReadSnapshot(ProbeWatch* watch, bool follow);
-  // WatchProbe's first event: the probe as stored now; ends the watch
-  // unless it follows a probe not yet final; read again when a probe
-  // published meanwhile may be newer (SnapshotToSend). On the store
-  // executor.
-  void SendSnapshot(ProbeWatch* watch, absl::StatusOr<v1::Probe> probe,
-                    bool follow);
+  // A unary call of `method`: the access check, for a probe request (not
+  // null) CheckProbeRequestBytes before it waits for the store, then
+  // `answer` on the store executor, which finishes the call
+  // (RESOURCE_EXHAUSTED at once when store_queue jobs wait).
+  template <typename Response>
+  grpc::ServerUnaryReactor* Serve(
+      grpc::CallbackServerContext* context, const char* method,
+      const google::protobuf::Message* probe_request, Response* response,
+      std::function<absl::StatusOr<Response>()> answer);
 
   absl::StatusOr<v1::Probe> Submit(const v1::SubmitProbeRequest& request);
-  // Why no worker connected now can take `probe`; empty when one can.
-  std::string NoWorkerFor(const v1::Probe& probe);
-  absl::StatusOr<v1::SubmitAutotuneResponse> Autotune(
-      const v1::SubmitAutotuneRequest& request);
-  // Validates the record of an autotune probe's final result against the
-  // probe and the worker's hello, stores it in the autotune cache and
-  // returns it as JSON for the probe's details_json.
-  absl::StatusOr<std::string> AcceptAutotuneRecord(
-      const v1::Probe& probe, const v1::ProbeResult& result,
-      const WorkerStream& stream);
+  // Submit, with a warning when no worker connected now can take the probe
+  // (NoWorkerFor): it stays queued until one connects.
+  absl::StatusOr<v1::SubmitProbeResponse> SubmitWarned(
+      const v1::SubmitProbeRequest& request);
 
   // The dispatcher's thread: a Dispatcher pass every dispatch_ms or when
   // woken, a ReplicaSync poll every store_poll_ms, the probe gauges;
@@ -183,56 +187,26 @@ class FleetService final : public v1::Fleet::CallbackService,
   void DispatchLoop();
   void Wake();
 
-  // Watchers of `probe_id` get the live `samples`.
-  void PublishSamples(const v1::SampleBatch& samples);
-  // Watchers of `probe` get what is new to each of them in this snapshot
-  // (results they have not seen, a change of state or assignment), so the
-  // same snapshot published twice, or by two paths, is sent once; a probe
-  // in a final state ends them.
-  void PublishProbe(const v1::Probe& probe);
-
   std::shared_ptr<const ModelCatalog> catalog_;
   Store* store_;
   PlannerMetrics* metrics_;
   BackgroundWorker* executor_;
+  const ServiceOptions service_;
   const Options options_;
   const DispatchPolicy& policy_ = options_.policy;
+  WorkerRoster roster_;
+  ProbeWatchers watchers_;
   Dispatcher dispatch_;
   ReplicaSync replica_sync_;
   // Rejected messages' warning lines, per reason and caller: a flood of bad
   // messages writes a few lines a second, not one each.
   static constexpr int kRejectedLinesPerSecond = 10;
-  LogLimiter reject_log_{kRejectedLinesPerSecond};
+  RejectionLog reject_log_{kRejectedLinesPerSecond};
 
   absl::Mutex mu_;
-  // Connected workers by id (the newest stream of an id replaces older).
-  std::map<std::string, WorkerStream*> workers_ ABSL_GUARDED_BY(mu_);
-  std::multimap<std::string, ProbeWatch*> watches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_run_stored_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-
-  // What this service keeps about a stream (its registration), only under
-  // mu_: the analysis checks every access through these.
-  // What a watcher was sent (ProbeWatch's, only under mu_). Nothing is
-  // published to it until its snapshot is (cursor.synced). While its first
-  // snapshot is read on the store executor the call may end (done): then
-  // SendSnapshot frees it. What is published meanwhile is noted in `read`.
-  struct WatchState {
-    WatchCursor cursor;
-    bool snapshot_pending = false;
-    bool done = false;
-    SnapshotRead read;
-  };
-  WatchState& Of(ProbeWatch* watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  WorkerStream::Registration& Of(WorkerStream* stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stream->registration_;
-  }
-  const WorkerStream::Registration& Of(const WorkerStream* stream) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stream->registration_;
-  }
   std::thread dispatcher_;
 };
 

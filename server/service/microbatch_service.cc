@@ -34,7 +34,7 @@ grpc::ServerUnaryReactor* MicrobatchService::PlanMicrobatch(
     return refused;
   }
   if (auto* refused = RefuseOversized(context, *request,
-                                      state_.options().max_request_bytes)) {
+                                      state_.service().max_request_bytes)) {
     return refused;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -101,7 +101,7 @@ grpc::ServerUnaryReactor* MicrobatchService::PutAutotuneRecord(
   return state_.DeferStore(reactor, [this, context, request, response,
                                      reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::PutAutotuneRecordResponse> {
-      RETURN_IF_ERROR(CheckSize(*request, state_.options().max_request_bytes));
+      RETURN_IF_ERROR(CheckSize(*request, state_.service().max_request_bytes));
       if (request->force() && !CallerIsAdmin(state_.access(), context)) {
         return absl::PermissionDeniedError(
             "force replaces a worker-measured record; only an admin may set "
@@ -156,7 +156,7 @@ grpc::ServerUnaryReactor* MicrobatchService::ListAutotuneRecords(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   return state_.DeferStore(reactor, [this, request, response, reactor] {
     auto answer = [&]() -> absl::StatusOr<v1::ListAutotuneRecordsResponse> {
-      const size_t budget = PageBytes(state_.options().max_request_bytes);
+      const size_t budget = PageBytes(state_.service().max_request_bytes);
       ASSIGN_OR_RETURN(const PageSpec spec,
                        PageFromRequest("autotune_records", request->page_size(),
                                        request->page_token(), budget));

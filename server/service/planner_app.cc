@@ -257,25 +257,28 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   app->metrics_->FactorSetInstalled(set);
   auto planner = std::make_shared<const FitPlanner>(
       app->catalog_, std::move(set), config.coverage);
+  // The request limit, access rules and store queue every service answers
+  // by: decided here once, given to the domain services and the fleet.
+  ServiceOptions service;
+  service.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
+  service.access = access;
+  service.store_queue = static_cast<size_t>(config.store_queue);
   PlannerState::Options options;
-  options.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
   options.coverage = config.coverage;
   options.auto_probe = config.auto_probe;
   options.auto_probe_per_caller = config.auto_probe_per_caller;
   options.auto_probe_total = config.auto_probe_total;
   options.now_ms = config.learn_clock_ms;
-  options.access = access;
   options.before_refit_commit = config.before_refit_commit;
   options.import_threads = config.import_threads;
   options.import_queue = static_cast<size_t>(config.import_queue);
   options.import_queue_bytes = config.import_queue_bytes;
   options.before_import = config.before_import;
-  options.store_queue = static_cast<size_t>(config.store_queue);
   app->store_executor_ =
       std::make_unique<BackgroundWorker>(config.store_threads);
   app->state_ = std::make_unique<PlannerState>(
       app->catalog_, std::move(planner), app->store_.get(), app->metrics_.get(),
-      app->store_executor_.get(), options);
+      app->store_executor_.get(), service, options);
   PlannerState* state = app->state_.get();
   app->fit_ = std::make_unique<FitService>(state);
   app->calibration_ = std::make_unique<CalibrationService>(state);
@@ -299,12 +302,9 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
       static_cast<size_t>(config.worker_max_unhandled);
   fleet.policy.probe_counts_ms = config.probe_counts_ms;
   fleet.planner_version = HEADROOM_VERSION_STRING;
-  fleet.max_request_bytes = static_cast<size_t>(config.max_message_bytes);
-  fleet.access = access;
-  fleet.store_queue = static_cast<size_t>(config.store_queue);
   app->fleet_ = std::make_unique<FleetService>(
       app->catalog_, app->store_.get(), app->metrics_.get(),
-      app->store_executor_.get(), fleet);
+      app->store_executor_.get(), service, fleet);
   // Answers rest on the stored runs from the first request on; a probe's
   // stored result refreshes them, and learning probes go to the fleet.
   RETURN_IF_ERROR(app->state_->RefreshEvidence());

@@ -32,7 +32,8 @@ bool NeedsLearning(const v1::CheckFitResponse& answer, std::string* why) {
 PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
                            std::shared_ptr<const FitPlanner> planner,
                            Store* store, PlannerMetrics* metrics,
-                           BackgroundWorker* executor, Options options)
+                           BackgroundWorker* executor, ServiceOptions service,
+                           Options options)
     : catalog_(std::move(catalog)),
       planner_(std::move(planner)),
       learn_limit_({options.auto_probe_per_caller, options.auto_probe_total,
@@ -41,6 +42,7 @@ PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
       store_(store),
       metrics_(metrics),
       executor_(executor),
+      service_(std::move(service)),
       options_(options),
       worker_(1, /*nice=*/10),
       evidence_worker_(1, /*nice=*/10),
@@ -355,7 +357,7 @@ std::shared_ptr<const v1::EnergyCurveSet> PlannerState::energy() const {
 
 grpc::ServerUnaryReactor* PlannerState::DeferStore(
     grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
-  return headroom::DeferStore(executor_, options_.store_queue, reactor,
+  return headroom::DeferStore(executor_, service_.store_queue, reactor,
                               std::move(job));
 }
 

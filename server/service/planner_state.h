@@ -25,6 +25,7 @@
 #include "server/service/learner.h"
 #include "server/service/metrics.h"
 #include "server/service/rate_limit.h"
+#include "server/service/service_options.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -48,11 +49,6 @@ struct LearnGrant {
 class PlannerState {
  public:
   struct Options {
-    // Requests larger than this get INVALID_ARGUMENT (the transport allows
-    // twice that, so the caller hears why, not a bare RESOURCE_EXHAUSTED).
-    // Also the response limit: list pages and rankings of stored runs stay
-    // well under it (PageBytes).
-    size_t max_request_bytes = 4 << 20;
     // Coverage of the upper bound for planners built after a refit.
     double coverage = 0.95;
     // Learn by probing for every prior-only answer with a BORDERLINE target,
@@ -66,8 +62,6 @@ class PlannerState {
     int auto_probe_total = 30;
     // Tests only: the clock those limits count by; null: steady clock.
     NowMsFn now_ms;
-    // Who may call what; null allows everything.
-    std::shared_ptr<const Access> access;
     // Tests only: runs on the refit worker when a refit is ready to commit,
     // just before the call's liveness is checked; `live` says whether the
     // call still is (not cancelled, deadline not passed).
@@ -88,22 +82,22 @@ class PlannerState {
     size_t import_queue_bytes = size_t{64} << 20;
     // Tests only: runs on the import pool before each import.
     std::function<void()> before_import;
-    // Store jobs that may wait on the store executor (--store_queue); more
-    // are answered RESOURCE_EXHAUSTED.
-    size_t store_queue = 256;
   };
 
   // `store`, `metrics` and `executor` must outlive the state. Handlers'
   // store I/O runs on `executor` (DeferStore), never on a gRPC thread.
+  // `service` is what the FleetService is given too (PlannerApp).
   PlannerState(std::shared_ptr<const ModelCatalog> catalog,
                std::shared_ptr<const FitPlanner> planner, Store* store,
                PlannerMetrics* metrics, BackgroundWorker* executor,
-               Options options);
+               ServiceOptions service, Options options);
   PlannerState(const PlannerState&) = delete;
   PlannerState& operator=(const PlannerState&) = delete;
 
   const Options& options() const { return options_; }
-  const Access* access() const { return options_.access.get(); }
+  // The request limit, access rules and store queue of every service.
+  const ServiceOptions& service() const { return service_; }
+  const Access* access() const { return service_.access.get(); }
   const std::shared_ptr<const ModelCatalog>& catalog() const {
     return catalog_;
   }
@@ -221,6 +215,7 @@ class PlannerState {
   Store* store_;
   PlannerMetrics* metrics_;
   BackgroundWorker* executor_;
+  const ServiceOptions service_;
   Options options_;
   absl::Mutex refit_mu_;
   // Refits; declared after what its jobs use so it is joined first. Like

@@ -14,15 +14,6 @@
 
 namespace headroom {
 
-struct StoreExecutorOptions {
-  // Threads that run store work (--store_threads); a SQL store's connection
-  // pool serves as many at once.
-  int threads = 4;
-  // Store jobs that may wait (--store_queue); one more is answered
-  // RESOURCE_EXHAUSTED at once.
-  size_t max_queued = 256;
-};
-
 // Runs `job` on `executor`; the job must finish `reactor`. When
 // `max_queued` jobs already wait, finishes the call with RESOURCE_EXHAUSTED
 // instead. Returns `reactor`, for the handler to return.

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/catalog/gpu_catalog.h"
 #include "server/service/fleet_autotune.h"
 #include "server/store/probe_transitions.h"
@@ -196,6 +198,76 @@ v1::Assignment AssignmentFor(const v1::Probe& probe,
                                      ? kDefaultBatchTimeoutS
                                      : request.batch_timeout_s());
   return assignment;
+}
+
+v1::PlannerMessage CancelMessage(const std::string& assignment_id,
+                                 const std::string& reason) {
+  v1::PlannerMessage cancel;
+  cancel.mutable_cancel()->set_assignment_id(assignment_id);
+  cancel.mutable_cancel()->set_reason(reason);
+  return cancel;
+}
+
+absl::Status RenewOwnLease(Store* store, const std::string& worker,
+                           const std::string& assignment_id,
+                           int64_t lease_until_ms) {
+  const size_t dot = assignment_id.rfind('.');
+  if (dot == std::string::npos || dot == 0) {
+    return absl::NotFoundError("not an assignment id");
+  }
+  ASSIGN_OR_RETURN(v1::Probe probe,
+                   store->GetProbe(assignment_id.substr(0, dot)));
+  RETURN_IF_ERROR(CheckLeased(probe, assignment_id, worker));
+  return store->RenewLease(assignment_id, lease_until_ms);
+}
+
+absl::StatusOr<Learner::Worker> LearningWorker(
+    const std::vector<ConnectedWorker>& workers, bool include_simulated) {
+  std::optional<Learner::Worker> simulated;
+  int connected = 0;
+  for (const ConnectedWorker& worker : workers) {
+    if (worker.draining) continue;
+    ++connected;
+    for (const v1::GpuDevice& device : worker.gpus) {
+      const std::string kind = CatalogGpuForDriverName(device.name());
+      absl::StatusOr<GpuInfo> card = FindGpu(kind);
+      if (kind.empty() || !card.ok()) continue;
+      const char* executor = device.simulated() ? "sim" : "torch";
+      if (std::find(worker.executors.begin(), worker.executors.end(),
+                    executor) == worker.executors.end()) {
+        continue;
+      }
+      Learner::Worker found{worker.worker, card->name, card->memory_gb,
+                            executor, device.simulated()};
+      if (!device.simulated()) return found;
+      if (!simulated.has_value()) simulated = found;
+    }
+  }
+  if (simulated.has_value() && include_simulated) return *simulated;
+  if (simulated.has_value()) {
+    return absl::FailedPreconditionError(
+        "only simulated workers are connected, and simulated runs anchor "
+        "only questions that ask for them (set include_simulated)");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      connected == 0 ? "no worker is connected"
+                     : "no connected worker has a catalog GPU and an executor "
+                       "that builds models (torch, or sim on a simulated "
+                       "card)"));
+}
+
+std::vector<std::pair<std::string, int64_t>> NamedProbeCounts(
+    const std::vector<std::pair<v1::Probe::State, int64_t>>& counts) {
+  std::vector<std::pair<std::string, int64_t>> named;
+  for (int state = v1::Probe::QUEUED; state <= v1::Probe::CANCELLED; ++state) {
+    int64_t count = 0;
+    for (const auto& [s, n] : counts) {
+      if (s == state) count = n;
+    }
+    named.emplace_back(
+        v1::Probe::State_Name(static_cast<v1::Probe::State>(state)), count);
+  }
+  return named;
 }
 
 Dispatcher::Dispatcher(Store* store, DispatchTarget* target,

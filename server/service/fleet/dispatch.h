@@ -13,9 +13,12 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "headroom/v1/fleet.pb.h"
+#include "server/service/learner.h"
 #include "server/store/store.h"
 
 namespace headroom {
@@ -115,6 +118,38 @@ class DispatchTarget {
   // hear of it.
   virtual void ProbeChanged(const v1::Probe& probe) = 0;
 };
+
+// The reason a worker is told an assignment it still runs was taken from
+// it (a heartbeat's or a hello's running assignment the planner no longer
+// counts as its).
+inline constexpr char kNotRunningHere[] =
+    "assignment no longer running here (lease expired or probe ended)";
+
+// The message that tells a worker to stop `assignment_id`, saying why.
+v1::PlannerMessage CancelMessage(const std::string& assignment_id,
+                                 const std::string& reason);
+
+// Renews the lease of `assignment_id` ("<probe id>.<attempt>") to
+// `lease_until_ms` only when it is `worker`'s running assignment: the
+// probe says whose it is, so a connection cannot keep another worker's
+// lease alive. NOT_FOUND for a malformed id or an unknown probe;
+// CheckLeased's FAILED_PRECONDITION when it is not `worker`'s.
+absl::Status RenewOwnLease(Store* store, const std::string& worker,
+                           const std::string& assignment_id,
+                           int64_t lease_until_ms);
+
+// The worker a learning probe goes to (Learner::WorkerFor), among
+// `workers` in order: the first card the catalog knows on a worker that
+// is not draining and runs the executor that builds it ("torch", or "sim"
+// on a simulated card); a real card first, a simulated one only when
+// `include_simulated`. FAILED_PRECONDITION says why there is none.
+absl::StatusOr<Learner::Worker> LearningWorker(
+    const std::vector<ConnectedWorker>& workers, bool include_simulated);
+
+// The probes-by-state gauges' values: every state from QUEUED to
+// CANCELLED by name, 0 where `counts` (Store::CountProbes) has none.
+std::vector<std::pair<std::string, int64_t>> NamedProbeCounts(
+    const std::vector<std::pair<v1::Probe::State, int64_t>>& counts);
 
 class Dispatcher {
  public:

@@ -12,6 +12,10 @@
 #include "core/evidence/model_key.h"
 #include "core/frontends/frontend_registry.h"
 #include "core/memory/model_spec.h"
+#include "server/service/fleet/probe_watches.h"
+#include "server/service/fleet_autotune.h"
+#include "server/store/probe_transitions.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 
@@ -186,6 +190,143 @@ std::optional<v1::EnergyRun> EnergyRunFor(const v1::Probe& probe,
   run.set_source(
       absl::StrCat("probe ", probe.id(), " repetition ", batch.repetition()));
   return run;
+}
+
+ResultOutcome RecordBatchResult(Store* store, const ModelCatalog& catalog,
+                                const v1::Probe& probe,
+                                const v1::ProbeResult& result,
+                                const v1::WorkerHello& hello,
+                                int64_t now_unix) {
+  ResultOutcome outcome;
+  const std::string& worker = hello.worker_id();
+  const std::string& key = result.key();
+  const v1::BatchResult& batch = result.batch();
+  // What the run measured is the card this connection registered at
+  // hello (its kind, memory, simulated flag), never the result's own
+  // gpu field.
+  const v1::GpuDevice* device = MeasuringDevice(probe, hello);
+  if (std::optional<Rejection> bad =
+          CheckBatchResult(probe, batch, CardMemoryGb(probe, device))) {
+    outcome.rejected = std::move(bad);
+    return outcome;
+  }
+  // No such card (a hello without GPUs): the batch is the probe's, but no
+  // measured run of a catalog GPU.
+  const v1::ProbeResult measured =
+      device == nullptr ? result : AsMeasuredOn(result, *device);
+  const std::optional<v1::MeasuredRun> run =
+      device == nullptr ? std::nullopt
+                        : MeasuredRunFor(probe, measured, worker);
+  const std::optional<v1::EnergyRun> energy =
+      device == nullptr ? std::nullopt
+                        : EnergyRunFor(probe, measured, worker, now_unix);
+  // Held to the bounds a Refit holds an import to; nothing stored if not.
+  if (std::optional<Rejection> bad = CheckStoredRuns(run, energy, catalog)) {
+    outcome.rejected = std::move(bad);
+    return outcome;
+  }
+  // The planner's key, not the worker's: one per run of this assignment.
+  const std::string stored_key =
+      StoredResultKey(probe.id(), result.assignment_id(), batch);
+  v1::Probe updated;
+  absl::StatusOr<bool> stored =
+      store->RecordProbeResult(probe.id(), result.assignment_id(), worker,
+                               stored_key, batch, run, &updated);
+  if (stored.status().code() == absl::StatusCode::kFailedPrecondition) {
+    outcome.rejected = Rejection{WorkerRejection::kNotLeased,
+                                 std::string(stored.status().message())};
+    return outcome;
+  }
+  if (!stored.ok()) {
+    spdlog::error("event=result_not_stored key={} error=\"{}\"", Cut(key),
+                  std::string(stored.status().message()));
+    outcome.retry = true;
+    return outcome;
+  }
+  // An energy window, accepted for the assignment the worker holds, is
+  // also an energy run, stored under the same key: also for a duplicate
+  // (the first attempt may have failed here), and not acknowledged until
+  // it is stored, so a result re-sent after a failure stores it once.
+  if (energy.has_value()) {
+    absl::StatusOr<bool> added = store->AddEnergyRun(stored_key, *energy);
+    if (!added.ok()) {
+      spdlog::error("event=energy_run_not_stored key={} error=\"{}\"", Cut(key),
+                    std::string(added.status().message()));
+      outcome.retry = true;
+      return outcome;
+    }
+  }
+  outcome.run_stored = *stored && run.has_value();
+  outcome.counted = !*stored                 ? "duplicate"
+                    : batch.oom()            ? "oom"
+                    : !batch.error().empty() ? "error"
+                                             : "measured";
+  // The probe as the store left it, read in the same transaction.
+  if (*stored) outcome.changed = std::move(updated);
+  return outcome;
+}
+
+ResultOutcome EndAssignment(Store* store, const v1::Probe& probe,
+                            const v1::ProbeResult& result,
+                            const v1::WorkerHello& hello,
+                            uint32_t max_handbacks) {
+  ResultOutcome outcome;
+  const std::string& worker = hello.worker_id();
+  if (IsFinal(probe.state()) && probe.worker() == worker &&
+      probe.assignment_id() == result.assignment_id()) {
+    // This worker's assignment ended already: a re-sent last message
+    // whose acknowledgement was lost.
+    return outcome;
+  }
+  if (absl::Status leased = CheckLeased(probe, result.assignment_id(), worker);
+      !leased.ok()) {
+    outcome.rejected =
+        Rejection{WorkerRejection::kNotLeased, std::string(leased.message())};
+    return outcome;
+  }
+  absl::StatusOr<v1::Probe> finished;
+  if (result.handed_back()) {
+    finished = store->HandBack(probe.id(), result.assignment_id(), worker,
+                               max_handbacks);
+  } else {
+    std::string error = result.error();
+    std::string details = result.details_json();
+    if (error.empty() && probe.request().has_autotune()) {
+      absl::StatusOr<std::string> record =
+          AcceptAutotuneRecord(store, probe, result, hello);
+      if (record.ok()) {
+        details = *std::move(record);
+      } else {
+        error = absl::StrCat("autotune record rejected: ",
+                             record.status().message());
+      }
+    }
+    finished = store->FinishAssignment(
+        probe.id(), result.assignment_id(),
+        error.empty() ? v1::Probe::SUCCEEDED : v1::Probe::FAILED, error,
+        details, /*requeue=*/false);
+  }
+  if (finished.status().code() == absl::StatusCode::kFailedPrecondition) {
+    outcome.rejected = Rejection{WorkerRejection::kNotLeased,
+                                 std::string(finished.status().message())};
+    return outcome;
+  }
+  if (!finished.ok()) {
+    spdlog::error("event=finish_not_stored key={} error=\"{}\"",
+                  Cut(result.key()), std::string(finished.status().message()));
+    outcome.retry = true;
+    return outcome;
+  }
+  spdlog::info("event=assignment_done probe={} assignment={} state={}",
+               finished->id(), result.assignment_id(),
+               v1::Probe::State_Name(finished->state()));
+  if (result.handed_back() && finished->state() == v1::Probe::FAILED) {
+    // The hand-back ended the probe instead of re-queueing it.
+    outcome.rejected =
+        Rejection{WorkerRejection::kHandbackLimit, finished->error()};
+  }
+  outcome.changed = *std::move(finished);
+  return outcome;
 }
 
 }  // namespace headroom

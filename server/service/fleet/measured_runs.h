@@ -2,15 +2,20 @@
 #define HEADROOM_SERVER_SERVICE_FLEET_MEASURED_RUNS_H_
 
 // A probe's batch result as a measured run: what the calibration and the
-// answers' evidence read. No gRPC, no store.
+// answers' evidence read; and how a worker's result is stored
+// (RecordBatchResult, EndAssignment), which the FleetService answers the
+// worker by. No gRPC.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
+#include "server/service/fleet/worker_reports.h"
+#include "server/store/store.h"
 
 namespace headroom {
 
@@ -55,6 +60,50 @@ std::optional<v1::EnergyRun> EnergyRunFor(const v1::Probe& probe,
                                           const v1::ProbeResult& result,
                                           const std::string& worker,
                                           int64_t now_unix);
+
+// What became of a worker's result (RecordBatchResult, EndAssignment);
+// the service tells the worker.
+struct ResultOutcome {
+  // Refused: the worker is told why (a Rejected naming its key).
+  std::optional<Rejection> rejected;
+  // Not stored for a store error (logged): not acknowledged, so the worker
+  // sends it again.
+  bool retry = false;
+  // The probe as the store left it, when the result changed it: its
+  // watchers hear of it.
+  std::optional<v1::Probe> changed;
+  // A batch result: a measured run was stored (answers' evidence is
+  // stale), and how it counts in headroom_probe_results_total
+  // ("duplicate", "oom", "error", "measured"; empty when not counted).
+  bool run_stored = false;
+  std::string counted;
+};
+
+// Stores the batch of `result` (a result of `probe`, from `worker` whose
+// hello is `hello`, at `now_unix`) as the probe's result under the
+// planner's key (StoredResultKey), with its measured run and energy run,
+// counted on the card the connection registered (MeasuringDevice), never
+// the result's own. Refused, nothing stored: a batch CheckBatchResult or
+// CheckStoredRuns refuses, or an assignment `worker` does not hold
+// (not_leased). A duplicate is stored once, though its energy run is added
+// again (the first attempt may have failed there).
+ResultOutcome RecordBatchResult(Store* store, const ModelCatalog& catalog,
+                                const v1::Probe& probe,
+                                const v1::ProbeResult& result,
+                                const v1::WorkerHello& hello, int64_t now_unix);
+
+// Ends `worker`'s assignment of `probe` that a final or handed-back
+// `result` says is over: hands it back (a probe handed back
+// `max_handbacks` times fails, and the worker is told handback_limit), or
+// finishes it SUCCEEDED, or FAILED with the result's error; an autotune
+// probe's record is checked and stored first (AcceptAutotuneRecord; a
+// record refused fails the probe). Nothing changes, with no rejection,
+// when the assignment ended already with this worker's (a re-sent last
+// message); not_leased when the worker does not hold it.
+ResultOutcome EndAssignment(Store* store, const v1::Probe& probe,
+                            const v1::ProbeResult& result,
+                            const v1::WorkerHello& hello,
+                            uint32_t max_handbacks);
 
 }  // namespace headroom
 

@@ -13,6 +13,7 @@
 #include "core/memory/training_setup.h"
 #include "core/planner/fit_planner.h"
 #include "server/service/fleet/worker_reports.h"
+#include "server/service/paging.h"
 #include "server/service/reply.h"
 
 namespace headroom {
@@ -226,6 +227,69 @@ absl::StatusOr<v1::SubmitProbeRequest> EnergyProbeRequest(
   probe.set_batch_timeout_s(request.batch_timeout_s());
   probe.set_expires_s(request.expires_s());
   return probe;
+}
+
+absl::Status CheckOperatorProbeRequest(const v1::SubmitProbeRequest& request) {
+  if (request.has_autotune()) {
+    return absl::InvalidArgumentError(
+        "autotune is set by SubmitAutotune only; send the autotune there");
+  }
+  if (!request.learn_key().empty()) {
+    return absl::InvalidArgumentError(
+        "learn_key is set by the planner only (CheckFitRequest.learn)");
+  }
+  if (request.has_energy()) {
+    return absl::InvalidArgumentError(
+        "energy is set by SubmitEnergyProbe only; send the energy probe "
+        "there");
+  }
+  return absl::OkStatus();
+}
+
+v1::SubmitProbeRequest LearningProbeRequest(
+    const v1::CheckFitRequest& request, const std::vector<uint32_t>& batches,
+    const std::string& worker, const std::string& executor,
+    const std::string& learn_key) {
+  v1::SubmitProbeRequest probe;
+  *probe.mutable_model() = request.model();
+  *probe.mutable_setup() = request.setup();
+  for (uint32_t batch : batches) probe.add_batches(batch);
+  probe.set_worker(worker);
+  probe.set_executor(executor);
+  probe.set_repetitions(1);
+  // Few steps: the peak of a training step is reached in the first.
+  probe.set_warmup_steps(1);
+  probe.set_steps(2);
+  probe.set_learn_key(learn_key);
+  return probe;
+}
+
+absl::StatusOr<std::optional<std::string>> OutstandingLearning(
+    Store* store, const std::string& learn_key) {
+  for (v1::Probe::State state : {v1::Probe::QUEUED, v1::Probe::RUNNING}) {
+    ASSIGN_OR_RETURN(std::vector<v1::Probe> probes,
+                     store->ListProbes(state, 1000));
+    for (const v1::Probe& probe : probes) {
+      if (probe.request().learn_key() == learn_key) return probe.id();
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<int32_t> ProbesPageSize(const v1::ListProbesRequest& request) {
+  if (request.limit() > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit = ", request.limit(),
+                     " is out of range; allowed 0..10000 (0 = 100)"));
+  }
+  // A client from before paging sends limit alone: it is the page size,
+  // at most kMaxPageSize.
+  int32_t page_size = request.page_size();
+  if (page_size == 0 && request.limit() > 0) {
+    page_size =
+        static_cast<int32_t>(std::min<uint32_t>(request.limit(), kMaxPageSize));
+  }
+  return page_size;
 }
 
 }  // namespace headroom

@@ -3,15 +3,21 @@
 
 // What an operator (or the planner's learner) may ask a probe to be, and
 // the queued probe a request becomes. Plain functions over the API
-// messages; FleetService stores the probe and wakes the dispatcher.
+// messages (OutstandingLearning reads the store); FleetService stores the
+// probe and wakes the dispatcher.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/catalog/model_catalog.h"
 #include "headroom/v1/fleet.pb.h"
+#include "headroom/v1/planner.pb.h"
+#include "server/store/store.h"
 
 namespace headroom {
 
@@ -67,6 +73,31 @@ inline constexpr uint32_t kMaxGenerationTokens = 8192;
 // checks.
 absl::StatusOr<v1::SubmitProbeRequest> EnergyProbeRequest(
     const v1::SubmitEnergyProbeRequest& request);
+
+// OK when an operator's SubmitProbe may carry `request`: the fields only
+// other calls set (autotune: SubmitAutotune; learn_key: the planner's
+// learner; energy: SubmitEnergyProbe) are empty. INVALID_ARGUMENT names
+// the field and where it belongs.
+absl::Status CheckOperatorProbeRequest(const v1::SubmitProbeRequest& request);
+
+// The learning probe the planner queues for a CheckFit `request`: its model
+// and setup at `batches`, on `worker` with `executor`, one repetition of
+// few steps (the peak of a training step is reached in the first), marked
+// with `learn_key`.
+v1::SubmitProbeRequest LearningProbeRequest(
+    const v1::CheckFitRequest& request, const std::vector<uint32_t>& batches,
+    const std::string& worker, const std::string& executor,
+    const std::string& learn_key);
+
+// The id of the queued or running learning probe for `learn_key` among the
+// first 1000 of each state, if any.
+absl::StatusOr<std::optional<std::string>> OutstandingLearning(
+    Store* store, const std::string& learn_key);
+
+// The page size a ListProbes request asks for: page_size, or for a client
+// from before paging that sends limit alone, limit (at most kMaxPageSize).
+// INVALID_ARGUMENT for a limit over 10000.
+absl::StatusOr<int32_t> ProbesPageSize(const v1::ListProbesRequest& request);
 
 }  // namespace headroom
 

@@ -16,6 +16,7 @@
 #include "core/energy/energy_refit.h"
 #include "core/evidence/run_checks.h"
 #include "server/service/fleet/dispatch.h"
+#include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
@@ -379,6 +380,108 @@ std::string StoredResultKey(const std::string& probe_id,
                             const v1::BatchResult& batch) {
   return absl::StrCat(probe_id, "/", assignment_id, "/", batch.batch(), "/",
                       batch.repetition(), "/", batch.mode());
+}
+
+std::optional<HelloRefusal> RefuseHello(
+    const std::string& id, const std::string& identity, bool stopping,
+    bool registered, const std::optional<HeldConnection>& held,
+    int64_t heartbeat_ms) {
+  if (stopping) {
+    return HelloRefusal{
+        WorkerRejection::kMalformed,
+        absl::UnavailableError("hello refused: the planner is shutting down")};
+  }
+  if (registered) {
+    return HelloRefusal{WorkerRejection::kDuplicateHello,
+                        absl::FailedPreconditionError(
+                            "hello refused: sent twice on one stream")};
+  }
+  if (!held.has_value()) return std::nullopt;
+  if (!held->identity.empty() && !identity.empty()) {
+    // Both proved who they are: only the same identity replaces.
+    if (held->identity == identity) return std::nullopt;
+    return HelloRefusal{
+        WorkerRejection::kIdentityMismatch,
+        absl::PermissionDeniedError(absl::StrCat(
+            "worker ", id, " is connected as '", Cut(held->identity), "'; '",
+            Cut(identity), "' may not replace it"))};
+  }
+  // Open planner: anyone can claim an id, so a live connection keeps it; a
+  // silent one (a half-open TCP connection) gives way.
+  if (held->silent_ms > 2 * heartbeat_ms) return std::nullopt;
+  return HelloRefusal{
+      WorkerRejection::kAlreadyConnected,
+      absl::AlreadyExistsError(absl::StrCat(
+          "worker ", id, " is connected and alive from ", held->peer,
+          "; a second connection may replace it only after 2 heartbeats of "
+          "silence"))};
+}
+
+std::vector<std::string> StampCatalogGpus(v1::WorkerHello* hello) {
+  std::vector<std::string> kinds;
+  for (v1::GpuDevice& gpu : *hello->mutable_gpus()) {
+    gpu.set_catalog_gpu(CatalogGpuForDriverName(gpu.name()));
+    kinds.push_back(gpu.catalog_gpu());
+  }
+  return kinds;
+}
+
+std::map<std::string, v1::Target> NodeTargets(
+    const std::vector<v1::WorkerHello>& hellos) {
+  std::map<std::string, v1::Target> inventory;
+  for (const v1::WorkerHello& hello : hellos) {
+    if (hello.gpus().empty()) continue;
+    const std::string& node =
+        hello.node_name().empty() ? hello.hostname() : hello.node_name();
+    if (node.empty() || inventory.count(node) != 0) continue;
+    v1::Target target;
+    for (const v1::GpuDevice& device : hello.gpus()) {
+      const std::string kind = CatalogGpuForDriverName(device.name());
+      if (!kind.empty()) {
+        target.set_gpu(kind);
+        break;
+      }
+    }
+    if (target.kind_case() == v1::Target::KIND_NOT_SET) {
+      target.set_memory_gb(static_cast<double>(hello.gpus(0).memory_bytes()) /
+                           1e9);
+    }
+    inventory[node] = target;
+  }
+  return inventory;
+}
+
+v1::PlannerMessage RejectedMessage(WorkerRejection reason,
+                                   const std::string& key,
+                                   const std::string& detail) {
+  v1::PlannerMessage message;
+  v1::Rejected& rejected = *message.mutable_rejected();
+  rejected.set_key(key.substr(0, kMaxResultKeyLength));
+  rejected.set_reason(WorkerRejectionName(reason));
+  rejected.set_detail(detail);
+  return message;
+}
+
+RejectionLog::RejectionLog(int lines_per_second) : limiter_(lines_per_second) {}
+
+void RejectionLog::Note(WorkerRejection reason, const std::string& worker,
+                        const std::string& identity, const std::string& peer,
+                        const std::string& key, const std::string& detail) {
+  const std::string kind =
+      absl::StrCat(WorkerRejectionName(reason), " ", Cut(identity));
+  int64_t suppressed = 0;
+  if (!limiter_.Admit(kind, &suppressed)) return;
+  if (suppressed > 0) {
+    spdlog::warn(
+        "event=log_suppressed kind=worker_message_rejected reason={} "
+        "identity={} count={} message=\"suppressed {} similar\"",
+        WorkerRejectionName(reason), Cut(identity), suppressed, suppressed);
+  }
+  spdlog::warn(
+      "event=worker_message_rejected worker={} identity={} peer={} "
+      "reason={} key={} detail=\"{}\"",
+      Cut(worker), Cut(identity), peer, WorkerRejectionName(reason), Cut(key),
+      Cut(detail, 400));
 }
 
 std::string Cut(const std::string& text, size_t max) {

@@ -3,18 +3,25 @@
 
 // What a worker may report (issue 19, item 4): the bounds of a hello's
 // inventory, the runs a batch result may name, the values it may carry,
-// and the key the planner stores it under. Plain functions over the API
-// messages; FleetService checks the lease, stores and answers.
+// and the key the planner stores it under; whether a hello may register
+// beside (or replace) the connection that holds its worker id. Plain
+// functions over the API messages; FleetService checks the lease, stores
+// and answers.
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
 #include "headroom/v1/fleet.pb.h"
+#include "headroom/v1/planner.pb.h"
 #include "server/service/metrics.h"
+#include "server/service/rate_limit.h"
 
 namespace headroom {
 
@@ -125,6 +132,75 @@ std::optional<Rejection> CheckStoredRuns(
 std::string StoredResultKey(const std::string& probe_id,
                             const std::string& assignment_id,
                             const v1::BatchResult& batch);
+
+// The connection that holds the worker id a hello names: what a second
+// connection of the id is weighed against (RefuseHello).
+struct HeldConnection {
+  // The worker credential it proved; empty on a planner running open.
+  std::string identity;
+  std::string peer;
+  // Since it last sent anything.
+  int64_t silent_ms = 0;
+};
+
+// Why a hello that CheckHello passed may still not register: the reason
+// counted and the status the stream ends with (UNAVAILABLE: only ended,
+// the planner is stopping).
+struct HelloRefusal {
+  WorkerRejection reason;
+  absl::Status status;
+};
+
+// nullopt when a hello of worker `id` on a stream that proved `identity`
+// (empty when open) may register, replacing `held` (the connection that
+// holds the id now; nullopt: none): the planner is not `stopping`, the
+// stream is not `registered` already, and `held` may give way. When both
+// proved who they are, only the same identity replaces (PERMISSION_DENIED
+// otherwise); else anyone could claim an id, so a live connection keeps it
+// and one silent over 2 x `heartbeat_ms` (a half-open TCP connection)
+// gives way (ALREADY_EXISTS). UNAVAILABLE while stopping,
+// FAILED_PRECONDITION for a second hello on one stream.
+std::optional<HelloRefusal> RefuseHello(
+    const std::string& id, const std::string& identity, bool stopping,
+    bool registered, const std::optional<HeldConnection>& held,
+    int64_t heartbeat_ms);
+
+// Sets each GPU's catalog_gpu in `hello` from its driver name and returns
+// them, one entry per GPU ("" for a card the catalog does not know): the
+// claim counts GPUs per kind (Store::ClaimProbe).
+std::vector<std::string> StampCatalogGpus(v1::WorkerHello* hello);
+
+// The card of each node the workers of `hellos` run on (a hello's
+// node_name, else its host name; the first hello of a node counts): the
+// first GPU the catalog knows, else the first GPU's memory as a bare size.
+// Hellos without GPUs or a node name are left out.
+std::map<std::string, v1::Target> NodeTargets(
+    const std::vector<v1::WorkerHello>& hellos);
+
+// The message that tells a worker one of its messages was refused: the
+// `key` it named (cut to kMaxResultKeyLength), the reason's label and
+// what was wrong.
+v1::PlannerMessage RejectedMessage(WorkerRejection reason,
+                                   const std::string& key,
+                                   const std::string& detail);
+
+// The warning lines of refused worker messages: per reason and caller (one
+// worker's flood hides no other's rejections), at most `lines_per_second`
+// lines each, then a line saying how many were held back. Thread-safe.
+class RejectionLog {
+ public:
+  explicit RejectionLog(int lines_per_second);
+
+  // A message of `worker` (as it named itself), on a stream that proved
+  // `identity` from `peer`, was refused for `reason`: the `key` it named
+  // and what was wrong (`detail`), cut for the log.
+  void Note(WorkerRejection reason, const std::string& worker,
+            const std::string& identity, const std::string& peer,
+            const std::string& key, const std::string& detail);
+
+ private:
+  LogLimiter limiter_;
+};
 
 // `text` cut to `max` characters (with "..." when cut), for echoing a
 // worker's values into a log line or a reply.

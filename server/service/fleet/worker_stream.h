@@ -66,8 +66,8 @@ class WorkerStream
 
   const std::string identity;
 
-  // What the handler (FleetService) keeps about this stream. Only the
-  // handler reaches it, through its own accessor that requires its lock,
+  // What the planner keeps about this stream (WorkerRoster). Only the
+  // roster reaches it, through its own accessor that requires its lock,
   // so clang checks every access.
   struct Registration {
     bool registered = false;
@@ -96,7 +96,7 @@ class WorkerStream
   v1::WorkerMessage incoming_;
   std::shared_ptr<SerialQueue> handled_;
 
-  friend class FleetService;
+  friend class WorkerRoster;
   Registration registration_;
 };
 

@@ -1,12 +1,14 @@
 // The planner's side of an autotune on the fleet, without a server: what it
-// refuses before planning, the probe it queues, and the assignment a
-// re-queued search resumes with.
+// refuses before planning, the GPU it plans for, the probe it queues, the
+// assignment a re-queued search resumes with, and the records it refuses
+// to store.
 
 #include "server/service/fleet_autotune.h"
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/service/fleet/fleet_test_store.h"
 
 namespace headroom {
 namespace {
@@ -115,6 +117,62 @@ TEST(FleetAutotuneTest, AResumedSearchRunsOnlyWhatIsNotMeasured) {
   EXPECT_EQ(assignment.measured(0).batch(), 8u);
   EXPECT_EQ(assignment.measured(1).batch(), 16u);
   EXPECT_EQ(assignment.autotune().plan().candidates_size(), 6);
+}
+
+v1::WorkerStatus Known(const std::string& id,
+                       const std::vector<std::string>& cards) {
+  v1::WorkerStatus status;
+  status.mutable_hello()->set_worker_id(id);
+  for (const std::string& card : cards) {
+    status.mutable_hello()->add_gpus()->set_name(card);
+  }
+  return status;
+}
+
+TEST(AutotuneGpuTest, ThePlacementsKindOrThePinnedWorkersFirstCatalogCard) {
+  const std::vector<v1::WorkerStatus> workers = {
+      Known("w-1", {"Mystery GPU", "NVIDIA A10G", "NVIDIA L4"}),
+      Known("w-2", {"Mystery GPU"})};
+  v1::SubmitAutotuneRequest request = Request();
+  EXPECT_EQ(*AutotuneGpu(request, workers), "L4");
+  request.set_gpu("Z9000");
+  EXPECT_EQ(AutotuneGpu(request, workers).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(AutotuneGpu(request, workers).status().message(),
+              HasSubstr("gpu: "));
+  request.set_worker("w-1");
+  EXPECT_EQ(*AutotuneGpu(request, workers), "A10G");
+  request.set_worker("w-2");
+  EXPECT_EQ(AutotuneGpu(request, workers).status(),
+            absl::NotFoundError("worker 'w-2' is not known with a catalog "
+                                "GPU; see ListWorkers"));
+  request.set_worker("bad id!");
+  EXPECT_EQ(AutotuneGpu(request, workers).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.clear_placement();
+  EXPECT_EQ(AutotuneGpu(request, workers).status(),
+            absl::InvalidArgumentError(
+                "placement is empty; set gpu (a catalog GPU kind such as "
+                "\"L4\") or worker (a worker id from ListWorkers)"));
+}
+
+TEST(AcceptAutotuneRecordTest, ARecordOfNoCardInTheHelloIsRefused) {
+  TempStoreFile file;
+  absl::StatusOr<std::unique_ptr<Store>> store = file.Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::WorkerHello hello;
+  hello.set_worker_id("w-1");
+  hello.add_gpus()->set_index(0);
+  v1::ProbeResult result;
+  result.set_final(true);
+  EXPECT_EQ(
+      AcceptAutotuneRecord(store->get(), v1::Probe(), result, hello).status(),
+      absl::InvalidArgumentError("the final result has no record"));
+  result.mutable_autotune_record();
+  result.mutable_gpu()->set_index(3);
+  EXPECT_EQ(
+      AcceptAutotuneRecord(store->get(), v1::Probe(), result, hello).status(),
+      absl::InvalidArgumentError("gpu index 3 is not in the worker's hello"));
 }
 
 }  // namespace

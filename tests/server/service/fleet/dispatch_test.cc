@@ -500,3 +500,106 @@ TEST(AssignmentForTest, SendsOnlyWhatIsNotMeasuredWithTheDefaults) {
 
 }  // namespace
 }  // namespace headroom
+
+namespace headroom {
+namespace {
+
+TEST_F(DispatchTest, OnlyTheWorkerRunningAnAssignmentRenewsItsLease) {
+  const std::string id = Add(QueuedProbe("L4", "torch"));
+  fleet_.AddWorker("w-l4", {Gpu("NVIDIA L4", "L4", 0)}, {"torch"});
+  dispatcher_->Once();
+  ASSERT_EQ(fleet_.sent.size(), 1u);
+  const std::string assignment = fleet_.sent[0].assignment.assignment_id();
+  EXPECT_TRUE(RenewOwnLease(store_.get(), "w-l4", assignment, 90000).ok());
+  // Another connection cannot keep w-l4's lease alive.
+  EXPECT_EQ(RenewOwnLease(store_.get(), "w-other", assignment, 90000).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RenewOwnLease(store_.get(), "w-l4", "no-dot", 90000),
+            absl::NotFoundError("not an assignment id"));
+  EXPECT_EQ(RenewOwnLease(store_.get(), "w-l4", ".1", 90000).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(RenewOwnLease(store_.get(), "w-l4", "p-unknown.1", 90000).code(),
+            absl::StatusCode::kNotFound);
+  // Renewed to 90000: a pass at 80000 leaves it running.
+  now_ms_ = 80000;
+  dispatcher_->Once();
+  EXPECT_EQ(StateOf(id), v1::Probe::RUNNING);
+}
+
+TEST(CancelMessageTest, NamesTheAssignmentAndWhy) {
+  const v1::PlannerMessage cancel = CancelMessage("p-1.2", kNotRunningHere);
+  EXPECT_EQ(cancel.cancel().assignment_id(), "p-1.2");
+  EXPECT_EQ(cancel.cancel().reason(),
+            "assignment no longer running here (lease expired or probe "
+            "ended)");
+}
+
+ConnectedWorker Worker(const std::string& id, v1::GpuDevice gpu,
+                       std::vector<std::string> executors,
+                       bool draining = false) {
+  return {id, {std::move(gpu)}, std::move(executors), draining};
+}
+
+v1::GpuDevice Simulated(v1::GpuDevice gpu) {
+  gpu.set_simulated(true);
+  return gpu;
+}
+
+TEST(LearningWorkerTest, ARealCardFirstThenASimulatedOneWhenAsked) {
+  const std::vector<ConnectedWorker> workers = {
+      Worker("w-sim", Simulated(Gpu("NVIDIA L4", "L4", 0)), {"sim"}),
+      Worker("w-draining", Gpu("NVIDIA A10G", "A10G", 0), {"torch"}, true),
+      Worker("w-cuda", Gpu("NVIDIA A10G", "A10G", 0), {"cuda"}),
+      Worker("w-a10g", Gpu("NVIDIA A10G", "A10G", 1), {"torch"})};
+  absl::StatusOr<Learner::Worker> real = LearningWorker(workers, false);
+  ASSERT_TRUE(real.ok()) << real.status();
+  EXPECT_EQ(real->id, "w-a10g");
+  EXPECT_EQ(real->gpu, "A10G");
+  EXPECT_EQ(real->memory_gb, 24);
+  EXPECT_EQ(real->executor, "torch");
+  EXPECT_FALSE(real->simulated);
+
+  const std::vector<ConnectedWorker> simulated(workers.begin(),
+                                               workers.begin() + 3);
+  absl::StatusOr<Learner::Worker> sim = LearningWorker(simulated, true);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_EQ(sim->id, "w-sim");
+  EXPECT_EQ(sim->executor, "sim");
+  EXPECT_TRUE(sim->simulated);
+  EXPECT_EQ(LearningWorker(simulated, false).status(),
+            absl::FailedPreconditionError(
+                "only simulated workers are connected, and simulated runs "
+                "anchor only questions that ask for them (set "
+                "include_simulated)"));
+}
+
+TEST(LearningWorkerTest, SaysWhyNoWorkerCanLearn) {
+  EXPECT_EQ(LearningWorker({}, true).status(),
+            absl::FailedPreconditionError("no worker is connected"));
+  EXPECT_EQ(LearningWorker({Worker("w-draining", Gpu("NVIDIA L4", "L4", 0),
+                                   {"torch"}, true)},
+                           true)
+                .status(),
+            absl::FailedPreconditionError("no worker is connected"));
+  EXPECT_EQ(
+      LearningWorker({Worker("w-cuda", Gpu("NVIDIA L4", "L4", 0), {"cuda"}),
+                      Worker("w-odd", Gpu("Odd Card 3000", "", 0), {"torch"})},
+                     true)
+          .status(),
+      absl::FailedPreconditionError(
+          "no connected worker has a catalog GPU and an executor that "
+          "builds models (torch, or sim on a simulated card)"));
+}
+
+TEST(NamedProbeCountsTest, EveryStateByNameZeroWhereNoneAre) {
+  EXPECT_THAT(
+      NamedProbeCounts({{v1::Probe::RUNNING, 2}, {v1::Probe::FAILED, 7}}),
+      ElementsAre(std::pair<std::string, int64_t>{"QUEUED", 0},
+                  std::pair<std::string, int64_t>{"RUNNING", 2},
+                  std::pair<std::string, int64_t>{"SUCCEEDED", 0},
+                  std::pair<std::string, int64_t>{"FAILED", 7},
+                  std::pair<std::string, int64_t>{"CANCELLED", 0}));
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,6 +1,7 @@
 // A probe's batch result as the measured run the calibration reads: what
 // was measured, on which card, by whom; compiled runs and unknown cards
-// stay out.
+// stay out. How a worker's result is stored and its assignment ended, on a
+// SQLite store: once, only from the worker holding the lease.
 
 #include "server/service/fleet/measured_runs.h"
 
@@ -12,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "server/service/fleet/probe_requests.h"
+#include "server/service/fleet/worker_reports.h"
+#include "tests/server/service/fleet/fleet_test_store.h"
 
 namespace headroom {
 namespace {
@@ -217,6 +220,149 @@ TEST(MeasuredRunForTest, CompiledRunsAndUnknownCardsStayOut) {
   v1::ProbeResult card = Result(3);
   card.mutable_gpu()->set_name("Mystery GPU");
   EXPECT_FALSE(MeasuredRunFor(unknown, card, "w-1").has_value());
+}
+
+// A bert-base probe on L4 claimed by w-1, and w-1's hello.
+class ResultStoringTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto catalog =
+        LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    catalog_ = *std::move(catalog);
+    auto store = file_.Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    v1::Probe probe = BertOnL4("torch");
+    probe.clear_id();
+    ASSERT_TRUE(store_->AddProbe(probe).ok());
+    auto claimed = store_->ClaimProbe("w-1", {"L4"}, {"torch"}, 1000, 60000);
+    ASSERT_TRUE(claimed.ok()) << claimed.status();
+    ASSERT_TRUE(claimed->has_value());
+    probe_ = **claimed;
+    hello_ = Hello("w-1");
+  }
+
+  static v1::WorkerHello Hello(const std::string& worker) {
+    v1::WorkerHello hello;
+    hello.set_worker_id(worker);
+    v1::GpuDevice& gpu = *hello.add_gpus();
+    gpu.set_index(0);
+    gpu.set_name("NVIDIA L4");
+    gpu.set_memory_bytes(24'000'000'000);
+    StampCatalogGpus(&hello);
+    return hello;
+  }
+
+  v1::ProbeResult Measured(double peak_gb) const {
+    v1::ProbeResult result = Result(peak_gb);
+    result.set_key("worker-key-1");
+    result.set_probe_id(probe_.id());
+    result.set_assignment_id(probe_.assignment_id());
+    result.mutable_batch()->set_repetition(0);
+    return result;
+  }
+
+  v1::Probe Stored() const {
+    auto probe = store_->GetProbe(probe_.id());
+    EXPECT_TRUE(probe.ok()) << probe.status();
+    return probe.ok() ? *probe : v1::Probe();
+  }
+
+  ModelCatalog catalog_;
+  TempStoreFile file_;
+  std::unique_ptr<Store> store_;
+  v1::Probe probe_;
+  v1::WorkerHello hello_;
+};
+
+TEST_F(ResultStoringTest, ABatchIsStoredOnceAsARunOfTheHellosCard) {
+  const ResultOutcome first = RecordBatchResult(store_.get(), catalog_, probe_,
+                                                Measured(6.5), hello_, 100);
+  EXPECT_FALSE(first.rejected.has_value());
+  EXPECT_FALSE(first.retry);
+  EXPECT_TRUE(first.run_stored);
+  EXPECT_EQ(first.counted, "measured");
+  ASSERT_TRUE(first.changed.has_value());
+  ASSERT_EQ(first.changed->results_size(), 1);
+  EXPECT_EQ(first.changed->results(0).peak_allocated_gb(), 6.5);
+  // Stored under the planner's key, not the worker's.
+  EXPECT_EQ(Stored().results_size(), 1);
+
+  // Sent again (its acknowledgement lost): taken, not stored twice.
+  const ResultOutcome again = RecordBatchResult(store_.get(), catalog_, probe_,
+                                                Measured(6.5), hello_, 100);
+  EXPECT_FALSE(again.rejected.has_value());
+  EXPECT_FALSE(again.retry);
+  EXPECT_FALSE(again.run_stored);
+  EXPECT_EQ(again.counted, "duplicate");
+  EXPECT_FALSE(again.changed.has_value());
+  EXPECT_EQ(Stored().results_size(), 1);
+}
+
+TEST_F(ResultStoringTest, ABatchOfAnotherWorkerOrPastTheCardIsRefused) {
+  const ResultOutcome other = RecordBatchResult(
+      store_.get(), catalog_, probe_, Measured(6.5), Hello("w-2"), 100);
+  ASSERT_TRUE(other.rejected.has_value());
+  EXPECT_EQ(other.rejected->reason, WorkerRejection::kNotLeased);
+  EXPECT_TRUE(other.counted.empty());
+
+  // 30 GB on a 24 GB card (x kPeakSlack 1.05 = 25.2 at most).
+  const ResultOutcome past = RecordBatchResult(store_.get(), catalog_, probe_,
+                                               Measured(30), hello_, 100);
+  ASSERT_TRUE(past.rejected.has_value());
+  EXPECT_EQ(past.rejected->reason, WorkerRejection::kImplausibleValue);
+  EXPECT_FALSE(past.run_stored);
+  EXPECT_EQ(Stored().results_size(), 0);
+}
+
+TEST_F(ResultStoringTest, TheFinalResultEndsTheAssignmentOnce) {
+  v1::ProbeResult last = Measured(6.5);
+  last.clear_batch();
+  last.set_final(true);
+  const ResultOutcome other =
+      EndAssignment(store_.get(), probe_, last, Hello("w-2"), 3);
+  ASSERT_TRUE(other.rejected.has_value());
+  EXPECT_EQ(other.rejected->reason, WorkerRejection::kNotLeased);
+  EXPECT_EQ(Stored().state(), v1::Probe::RUNNING);
+
+  const ResultOutcome ended =
+      EndAssignment(store_.get(), probe_, last, hello_, 3);
+  EXPECT_FALSE(ended.rejected.has_value());
+  EXPECT_FALSE(ended.retry);
+  ASSERT_TRUE(ended.changed.has_value());
+  EXPECT_EQ(ended.changed->state(), v1::Probe::SUCCEEDED);
+
+  // Its acknowledgement lost, the worker sends it again: taken, nothing
+  // changes.
+  const ResultOutcome resent =
+      EndAssignment(store_.get(), Stored(), last, hello_, 3);
+  EXPECT_FALSE(resent.rejected.has_value());
+  EXPECT_FALSE(resent.retry);
+  EXPECT_FALSE(resent.changed.has_value());
+  EXPECT_EQ(Stored().state(), v1::Probe::SUCCEEDED);
+}
+
+TEST_F(ResultStoringTest, AHandBackRequeuesUntilTheLimitFailsTheProbe) {
+  v1::ProbeResult back = Measured(6.5);
+  back.clear_batch();
+  back.set_handed_back(true);
+  const ResultOutcome requeued =
+      EndAssignment(store_.get(), probe_, back, hello_, 3);
+  EXPECT_FALSE(requeued.rejected.has_value());
+  ASSERT_TRUE(requeued.changed.has_value());
+  EXPECT_EQ(requeued.changed->state(), v1::Probe::QUEUED);
+
+  auto claimed = store_->ClaimProbe("w-1", {"L4"}, {"torch"}, 2000, 60000);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  back.set_assignment_id((*claimed)->assignment_id());
+  const ResultOutcome failed =
+      EndAssignment(store_.get(), **claimed, back, hello_, 2);
+  ASSERT_TRUE(failed.rejected.has_value());
+  EXPECT_EQ(failed.rejected->reason, WorkerRejection::kHandbackLimit);
+  ASSERT_TRUE(failed.changed.has_value());
+  EXPECT_EQ(failed.changed->state(), v1::Probe::FAILED);
+  EXPECT_EQ(failed.rejected->detail, failed.changed->error());
 }
 
 }  // namespace

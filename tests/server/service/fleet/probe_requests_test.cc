@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/catalog_files.h"
+#include "tests/server/service/fleet/fleet_test_store.h"
 
 namespace headroom {
 namespace {
@@ -190,6 +191,84 @@ TEST(NewProbeTest, ARequestOverTheMessageLimitIsRefused) {
   absl::StatusOr<v1::Probe> probe = NewProbe(Request(), Catalog(), 8, 5);
   ASSERT_FALSE(probe.ok());
   EXPECT_EQ(probe.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckOperatorProbeRequestTest, FieldsOtherCallsSetAreRefused) {
+  EXPECT_TRUE(CheckOperatorProbeRequest(Request()).ok());
+  v1::SubmitProbeRequest autotune = Request();
+  autotune.mutable_autotune();
+  EXPECT_EQ(CheckOperatorProbeRequest(autotune),
+            absl::InvalidArgumentError("autotune is set by SubmitAutotune "
+                                       "only; send the autotune there"));
+  v1::SubmitProbeRequest learn = Request();
+  learn.set_learn_key("k");
+  EXPECT_EQ(CheckOperatorProbeRequest(learn),
+            absl::InvalidArgumentError("learn_key is set by the planner only "
+                                       "(CheckFitRequest.learn)"));
+  v1::SubmitProbeRequest energy = Request();
+  energy.mutable_energy();
+  EXPECT_EQ(CheckOperatorProbeRequest(energy),
+            absl::InvalidArgumentError("energy is set by SubmitEnergyProbe "
+                                       "only; send the energy probe there"));
+}
+
+TEST(LearningProbeRequestTest, FewStepsOfTheQuestionsModelOnTheWorker) {
+  v1::CheckFitRequest question;
+  question.mutable_model()->set_template_("bert-base");
+  question.mutable_setup()->set_gpus(1);
+  const v1::SubmitProbeRequest probe =
+      LearningProbeRequest(question, {8, 16}, "w-1", "torch", "key-1");
+  EXPECT_EQ(probe.model().template_(), "bert-base");
+  EXPECT_EQ(probe.setup().gpus(), 1u);
+  EXPECT_THAT(probe.batches(), ::testing::ElementsAre(8u, 16u));
+  EXPECT_EQ(probe.worker(), "w-1");
+  EXPECT_EQ(probe.executor(), "torch");
+  EXPECT_EQ(probe.repetitions(), 1u);
+  EXPECT_EQ(probe.warmup_steps(), 1u);
+  EXPECT_EQ(probe.steps(), 2u);
+  EXPECT_EQ(probe.learn_key(), "key-1");
+  // It is a probe the planner may queue.
+  EXPECT_TRUE(NewProbe(probe, Catalog(), 4 << 20, 5).ok());
+}
+
+TEST(OutstandingLearningTest, AQueuedProbeOfTheKeyIsOutstanding) {
+  TempStoreFile file;
+  absl::StatusOr<std::unique_ptr<Store>> store = file.Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::optional<std::string>> none =
+      OutstandingLearning(store->get(), "key-1");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  v1::SubmitProbeRequest request = Request();
+  request.set_learn_key("key-1");
+  absl::StatusOr<v1::Probe> probe = NewProbe(request, Catalog(), 4 << 20, 5);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  absl::StatusOr<v1::Probe> stored = (*store)->AddProbe(*probe);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  absl::StatusOr<std::optional<std::string>> found =
+      OutstandingLearning(store->get(), "key-1");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, std::optional<std::string>(stored->id()));
+  absl::StatusOr<std::optional<std::string>> other =
+      OutstandingLearning(store->get(), "key-2");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(other->has_value());
+}
+
+TEST(ProbesPageSizeTest, LimitAloneIsThePageSizeOfAnOldClient) {
+  v1::ListProbesRequest request;
+  EXPECT_EQ(*ProbesPageSize(request), 0);
+  request.set_page_size(20);
+  request.set_limit(7);
+  EXPECT_EQ(*ProbesPageSize(request), 20);
+  request.set_page_size(0);
+  EXPECT_EQ(*ProbesPageSize(request), 7);
+  request.set_limit(9000);
+  EXPECT_EQ(*ProbesPageSize(request), 500);
+  request.set_limit(10001);
+  EXPECT_EQ(ProbesPageSize(request).status(),
+            absl::InvalidArgumentError(
+                "limit = 10001 is out of range; allowed 0..10000 (0 = 100)"));
 }
 
 }  // namespace

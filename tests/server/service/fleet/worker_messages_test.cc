@@ -1,6 +1,7 @@
 // Validation of what a worker names itself and its results with: the ids
 // of a hello, a certificate's identity, and a result's key and probe id,
-// each refused with its reason and what was wrong.
+// each refused with its reason and what was wrong; when a hello may take a
+// worker id another connection holds; what a hello's cards are counted as.
 
 #include <string>
 
@@ -99,6 +100,97 @@ TEST(CheckResultIdsTest, NeedsAKeyAndAProbeId) {
   ASSERT_TRUE(bad.has_value());
   EXPECT_EQ(bad->reason, WorkerRejection::kMalformed);
   EXPECT_THAT(bad->detail, HasSubstr("result.probe_id may hold"));
+}
+
+TEST(RefuseHelloTest, ALiveConnectionKeepsItsIdOnAnOpenPlanner) {
+  EXPECT_FALSE(RefuseHello("w-1", "", false, false, std::nullopt, 5000));
+  const HeldConnection live{"", "ipv4:10.0.0.1:5000", 10000};
+  std::optional<HelloRefusal> refused =
+      RefuseHello("w-1", "", false, false, live, 5000);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->reason, WorkerRejection::kAlreadyConnected);
+  EXPECT_EQ(refused->status,
+            absl::AlreadyExistsError(
+                "worker w-1 is connected and alive from ipv4:10.0.0.1:5000; a "
+                "second connection may replace it only after 2 heartbeats of "
+                "silence"));
+  // Silent past two heartbeats: a half-open connection gives way.
+  const HeldConnection silent{"", "ipv4:10.0.0.1:5000", 10001};
+  EXPECT_FALSE(RefuseHello("w-1", "", false, false, silent, 5000));
+  // One side proved nothing: the open rule.
+  const HeldConnection proven{"cert:w-1", "peer", 0};
+  EXPECT_EQ(RefuseHello("w-1", "", false, false, proven, 5000)->reason,
+            WorkerRejection::kAlreadyConnected);
+}
+
+TEST(RefuseHelloTest, OnlyTheSameIdentityReplacesAProvenConnection) {
+  const HeldConnection held{"cert:w-1", "peer", 0};
+  EXPECT_FALSE(RefuseHello("w-1", "cert:w-1", false, false, held, 5000));
+  std::optional<HelloRefusal> other =
+      RefuseHello("w-1", "token:w-1", false, false, held, 5000);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->reason, WorkerRejection::kIdentityMismatch);
+  EXPECT_EQ(other->status,
+            absl::PermissionDeniedError("worker w-1 is connected as "
+                                        "'cert:w-1'; 'token:w-1' may not "
+                                        "replace it"));
+}
+
+TEST(RefuseHelloTest, NoneWhileStoppingAndOnePerStream) {
+  std::optional<HelloRefusal> stopping =
+      RefuseHello("w-1", "", true, true, std::nullopt, 5000);
+  ASSERT_TRUE(stopping.has_value());
+  EXPECT_EQ(
+      stopping->status,
+      absl::UnavailableError("hello refused: the planner is shutting down"));
+  std::optional<HelloRefusal> twice =
+      RefuseHello("w-1", "", false, true, std::nullopt, 5000);
+  ASSERT_TRUE(twice.has_value());
+  EXPECT_EQ(twice->reason, WorkerRejection::kDuplicateHello);
+  EXPECT_EQ(twice->status, absl::FailedPreconditionError(
+                               "hello refused: sent twice on one stream"));
+}
+
+TEST(StampCatalogGpusTest, OneKindPerGpuEmptyForUnknownCards) {
+  v1::WorkerHello hello = Hello("w-1");
+  hello.add_gpus()->set_name("NVIDIA L4");
+  hello.add_gpus()->set_name("Mystery GPU");
+  hello.add_gpus()->set_name("NVIDIA A10G");
+  EXPECT_THAT(StampCatalogGpus(&hello),
+              ::testing::ElementsAre("L4", "", "A10G"));
+  EXPECT_EQ(hello.gpus(0).catalog_gpu(), "L4");
+  EXPECT_EQ(hello.gpus(1).catalog_gpu(), "");
+}
+
+TEST(NodeTargetsTest, TheFirstCatalogCardOfEachNodeElseItsMemory) {
+  v1::WorkerHello l4 = Hello("w-1");
+  l4.set_hostname("host-a");
+  l4.set_node_name("node-a");
+  l4.add_gpus()->set_name("Mystery GPU");
+  l4.add_gpus()->set_name("NVIDIA L4");
+  v1::WorkerHello second = Hello("w-2");  // the same node: the first counts
+  second.set_node_name("node-a");
+  second.add_gpus()->set_name("NVIDIA A10G");
+  v1::WorkerHello odd = Hello("w-3");  // no node name: its host name
+  odd.set_hostname("host-b");
+  v1::GpuDevice& card = *odd.add_gpus();
+  card.set_name("Mystery GPU");
+  card.set_memory_bytes(48'000'000'000);
+  v1::WorkerHello none = Hello("w-4");  // no GPUs
+  none.set_hostname("host-c");
+  const std::map<std::string, v1::Target> targets =
+      NodeTargets({l4, second, odd, none});
+  ASSERT_EQ(targets.size(), 2u);
+  EXPECT_EQ(targets.at("node-a").gpu(), "L4");
+  EXPECT_EQ(targets.at("host-b").memory_gb(), 48);
+}
+
+TEST(RejectedMessageTest, NamesTheKeyCutTheReasonAndWhy) {
+  const v1::PlannerMessage message = RejectedMessage(
+      WorkerRejection::kNotLeased, std::string(300, 'k'), "probe p-1 ended");
+  EXPECT_EQ(message.rejected().key(), std::string(kMaxResultKeyLength, 'k'));
+  EXPECT_EQ(message.rejected().reason(), "not_leased");
+  EXPECT_EQ(message.rejected().detail(), "probe p-1 ended");
 }
 
 }  // namespace
