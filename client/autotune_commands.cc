@@ -88,13 +88,12 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
     if (!key.ok()) return Fail(err, std::string(key.status().message()));
     *request.mutable_cache_key() = *key;
   }
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PlanMicrobatchResponse response;
-  const grpc::Status status =
-      stub->PlanMicrobatch(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::PlanMicrobatch,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response) << "\n";
     return 0;
@@ -160,14 +159,11 @@ int MicrobatchAutotune(const Options& options,
   request.set_policy(policy);
   request.set_steps(probe.steps);
   request.set_warmup_steps(probe.warmup);
-  auto stub = v1::Fleet::NewStub(Connect(options));
   v1::SubmitAutotuneResponse response;
-  {
-    grpc::ClientContext context;
-    SetDeadline(context, options);
-    const grpc::Status status =
-        stub->SubmitAutotune(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Fleet::Stub::SubmitAutotune, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
   }
   if (options.json && (!probe.watch || response.cache_reused())) {
     out << CliJson(response) << "\n";
@@ -204,6 +200,7 @@ int MicrobatchAutotune(const Options& options,
       ProbeWatch(options, probe, response.probe().id(), out, err);
   if (options.json) return watched;
   // The final state carries the worker's record.
+  auto stub = v1::Fleet::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::WatchProbeRequest get;
@@ -229,18 +226,11 @@ int MicrobatchAutotune(const Options& options,
 
 int MicrobatchCacheList(const Options& options, std::ostream& out,
                         std::ostream& err) {
-  auto stub = v1::Microbatch::NewStub(Connect(options));
   v1::ListAutotuneRecordsRequest request;
   request.set_page_size(500);
   v1::ListAutotuneRecordsResponse response;
   const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context,
-          const v1::ListAutotuneRecordsRequest& page,
-          v1::ListAutotuneRecordsResponse* out) {
-        return stub->ListAutotuneRecords(context, page, out);
-      },
-      &response);
+      options, &v1::Microbatch::Stub::ListAutotuneRecords, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -271,13 +261,12 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
   absl::Status parsed = ParseJson(*text, record_path, /*ignore_unknown=*/false,
                                   request.mutable_record());
   if (!parsed.ok()) return Fail(err, std::string(parsed.message()));
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PutAutotuneRecordResponse response;
-  const grpc::Status status =
-      stub->PutAutotuneRecord(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::PutAutotuneRecord,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response) << "\n";
   } else {
@@ -289,15 +278,14 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
 
 int MicrobatchCacheDrop(const Options& options, const std::string& id,
                         std::ostream& out, std::ostream& err) {
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::DropAutotuneRecordRequest request;
   request.set_id(id);
   v1::DropAutotuneRecordResponse response;
-  const grpc::Status status =
-      stub->DropAutotuneRecord(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::DropAutotuneRecord,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << "dropped " << id << "\n";
   return 0;
 }

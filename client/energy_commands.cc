@@ -229,13 +229,12 @@ int EnergyEstimate(const Options& planner, const EnergyOptions& options,
     answer = EstimateEnergy(*set, request);
     if (!answer.ok()) return Fail(err, std::string(answer.status().message()));
   } else {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::EstimateEnergyResponse response;
-    const grpc::Status status =
-        stub->EstimateEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::EstimateEnergy,
+                              request, &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     answer = std::move(response);
   }
   if (options.json) {
@@ -277,12 +276,12 @@ int EnergyRefit(const Options& planner, const EnergyOptions& options,
   }
   absl::StatusOr<v1::RefitEnergyResponse> refit;
   if (!options.offline) {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::RefitEnergyResponse response;
-    const grpc::Status status = stub->RefitEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::RefitEnergy, request,
+                              &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     refit = std::move(response);
   } else {
     absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
@@ -355,15 +354,15 @@ int EnergyPlot(const Options& planner, const EnergyOptions& options,
     if (!drawn.ok()) return Fail(err, std::string(drawn.status().message()));
     svg = *std::move(drawn);
   } else {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::PlotEnergyRequest request;
     request.set_arch(options.arch);
     request.set_include_simulated(options.include_simulated);
     v1::PlotEnergyResponse response;
-    const grpc::Status status = stub->PlotEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::PlotEnergy, request,
+                              &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     svg = std::move(*response.mutable_svg());
   }
   if (options.svg.empty()) {
@@ -413,12 +412,12 @@ int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err) {
   request.set_batch(fit->batches(0));
   request.set_gpu(fit->targets(0).gpu());
   request.set_include_simulated(planner.include_simulated);
-  auto stub = v1::Energy::NewStub(Connect(planner));
-  grpc::ClientContext context;
-  SetDeadline(context, planner);
   v1::TrainEnergyResponse response;
-  const grpc::Status status = stub->TrainEnergy(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, planner, status);
+  if (const int code = Call(planner, &v1::Energy::Stub::TrainEnergy, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (planner.json) {
     out << CliJson(response) << "\n";
   } else {
@@ -429,17 +428,16 @@ int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err) {
 
 int EnergyCurvesList(const Options& options, std::ostream& out,
                      std::ostream& err) {
-  auto stub = v1::Energy::NewStub(Connect(options));
   v1::ListEnergyCurveSetsResponse all;
   v1::ListEnergyCurveSetsRequest request;
   // Bounded: 10,000 pages of 500 sets.
   for (int page = 0; page < 10000; ++page) {
-    grpc::ClientContext context;
-    SetDeadline(context, options);
     v1::ListEnergyCurveSetsResponse response;
-    const grpc::Status status =
-        stub->ListEnergyCurveSets(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, options, status);
+    if (const int code = Call(options, &v1::Energy::Stub::ListEnergyCurveSets,
+                              request, &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     all.set_current_version(response.current_version());
     for (v1::EnergyCurveSetSummary& s : *response.mutable_curve_sets()) {
       *all.add_curve_sets() = std::move(s);
@@ -466,16 +464,15 @@ int EnergyCurvesPromote(const Options& options, bool rollback,
   if (!rollback && options.version.empty()) {
     return Fail(err, "--version is required, e.g. --version ec-2");
   }
-  auto stub = v1::Energy::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PromoteEnergyCurveSetRequest request;
   request.set_rollback(rollback);
   if (!rollback) request.set_version(options.version);
   v1::PromoteEnergyCurveSetResponse response;
-  const grpc::Status status =
-      stub->PromoteEnergyCurveSet(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Energy::Stub::PromoteEnergyCurveSet,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << response.current_version() << " is now current (was "
       << response.previous_version() << ")\n";
   return 0;
@@ -509,13 +506,12 @@ int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
   request.set_executor(probe.executor);
   request.set_batch_timeout_s(energy.batch_timeout_s);
   request.set_expires_s(probe.expires_s);
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::SubmitProbeResponse response;
-  const grpc::Status status =
-      stub->SubmitEnergyProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Fleet::Stub::SubmitEnergyProbe,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   const auto& plan = response.probe().request().energy();
   return AfterSubmit(options, probe, response,
                      absl::StrCat("energy probe ", response.probe().id(), " (",
@@ -537,12 +533,12 @@ int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
   request.set_force(energy.force);
   request.set_subtract_idle(energy.subtract_idle);
   request.set_merge_anchors(energy.merge_anchors);
-  auto stub = v1::Energy::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::RefitEnergyResponse response;
-  const grpc::Status status = stub->RefitEnergy(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Energy::Stub::RefitEnergy, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json || energy.json) {
     out << CliJson(response) << "\n";
     return 0;

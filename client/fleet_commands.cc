@@ -80,17 +80,11 @@ void PrintProbe(const v1::Probe& p, std::ostream& out) {
 }  // namespace
 
 int Workers(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Fleet::NewStub(Connect(options));
   v1::ListWorkersRequest request;
   request.set_page_size(500);
   v1::ListWorkersResponse response;
-  const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context, const v1::ListWorkersRequest& page,
-          v1::ListWorkersResponse* out) {
-        return stub->ListWorkers(context, page, out);
-      },
-      &response);
+  const grpc::Status status =
+      ListAllPages(options, &v1::Fleet::Stub::ListWorkers, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -159,12 +153,12 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   request.set_steps(probe.steps);
   request.set_warmup_steps(probe.warmup);
   request.set_expires_s(probe.expires_s);
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::SubmitProbeResponse response;
-  const grpc::Status status = stub->SubmitProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code =
+          Call(options, &v1::Fleet::Stub::SubmitProbe, request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   return AfterSubmit(options, probe, response, response.probe().id(), out, err);
 }
 
@@ -293,14 +287,14 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
 
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err) {
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::CancelProbeRequest request;
   request.set_id(id);
   v1::CancelProbeResponse response;
-  const grpc::Status status = stub->CancelProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code =
+          Call(options, &v1::Fleet::Stub::CancelProbe, request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response.probe()) << "\n";
   } else {
@@ -322,16 +316,10 @@ int ProbeList(const Options& options, const ProbeOptions& probe,
     }
     request.set_state(state);
   }
-  auto stub = v1::Fleet::NewStub(Connect(options));
   request.set_page_size(500);
   v1::ListProbesResponse response;
-  const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context, const v1::ListProbesRequest& page,
-          v1::ListProbesResponse* out) {
-        return stub->ListProbes(context, page, out);
-      },
-      &response);
+  const grpc::Status status =
+      ListAllPages(options, &v1::Fleet::Stub::ListProbes, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
