@@ -570,15 +570,51 @@ void AddEnergyCurves(CLI::App* app, EnergyOptions& energy) {
                   "energy-curves.json)");
 }
 
+// The flags of `headroom energy` and its subcommands.
+struct EnergyFlags {
+  EnergyOptions energy;
+  EnergyProbeOptions energy_probe;
+  ProbeOptions probe;
+};
+
+// `headroom energy probe`: queue an energy probe on a worker.
+void RegisterEnergyProbeCommand(CLI::App* energy, CliContext& ctx,
+                                EnergyFlags& f) {
+  Options& o = ctx.options;
+  CLI::App* energy_probe = ctx.Command(
+      energy, "probe", "measure generation energy on a worker (queue a probe)");
+  energy_probe->add_option("--model", o.model,
+                           "catalog template, or a spec, config.json or ONNX "
+                           "file");
+  energy_probe->add_option("--gpu", o.gpu, "a catalog GPU kind, e.g. L4");
+  energy_probe->add_option("--quant", f.energy_probe.quant,
+                           "fp16,nf4,int8 (default: all three)");
+  energy_probe->add_option("--prompt_tokens", f.energy_probe.prompt_tokens,
+                           "prompt length (0 = 64)");
+  energy_probe->add_option("--new_tokens", f.energy_probe.new_tokens,
+                           "tokens generated in the window (0 = 128)");
+  energy_probe->add_option("--repetitions", f.probe.repetitions,
+                           "windows per quantization (0 = 1)");
+  energy_probe->add_option("--batch_timeout_s", f.energy_probe.batch_timeout_s,
+                           "seconds per quantization (0 = 600)");
+  energy_probe->add_option("--worker", f.probe.worker, "run on this worker id");
+  energy_probe->add_option("--executor", f.probe.executor,
+                           "torch or sim (default: the worker's)");
+  energy_probe->add_flag("--watch", f.probe.watch,
+                         "follow the probe to its end (exit 1 if it fails)");
+  energy_probe->add_option("--watch_timeout_s", f.probe.watch_timeout_s,
+                           "longest wait in seconds");
+  AddJson(energy_probe, o);
+  ctx.Run(energy_probe, [&ctx, &f] {
+    return EnergyProbeSubmit(ctx.options, f.probe, f.energy_probe, ctx.out,
+                             ctx.err);
+  });
+}
+
 }  // namespace
 
 void RegisterEnergyCommands(CLI::App& app, CliContext& ctx) {
-  struct Flags {
-    EnergyOptions energy;
-    EnergyProbeOptions energy_probe;
-    ProbeOptions probe;
-  };
-  Flags& f = ctx.Keep<Flags>();
+  EnergyFlags& f = ctx.Keep<EnergyFlags>();
   EnergyOptions& e = f.energy;
   Options& o = ctx.options;
   CLI::App* energy =
@@ -621,34 +657,7 @@ void RegisterEnergyCommands(CLI::App& app, CliContext& ctx) {
     }
     return EnergyRefit(ctx.options, e, ctx.out, ctx.err);
   });
-  CLI::App* energy_probe = ctx.Command(
-      energy, "probe", "measure generation energy on a worker (queue a probe)");
-  energy_probe->add_option("--model", o.model,
-                           "catalog template, or a spec, config.json or ONNX "
-                           "file");
-  energy_probe->add_option("--gpu", o.gpu, "a catalog GPU kind, e.g. L4");
-  energy_probe->add_option("--quant", f.energy_probe.quant,
-                           "fp16,nf4,int8 (default: all three)");
-  energy_probe->add_option("--prompt_tokens", f.energy_probe.prompt_tokens,
-                           "prompt length (0 = 64)");
-  energy_probe->add_option("--new_tokens", f.energy_probe.new_tokens,
-                           "tokens generated in the window (0 = 128)");
-  energy_probe->add_option("--repetitions", f.probe.repetitions,
-                           "windows per quantization (0 = 1)");
-  energy_probe->add_option("--batch_timeout_s", f.energy_probe.batch_timeout_s,
-                           "seconds per quantization (0 = 600)");
-  energy_probe->add_option("--worker", f.probe.worker, "run on this worker id");
-  energy_probe->add_option("--executor", f.probe.executor,
-                           "torch or sim (default: the worker's)");
-  energy_probe->add_flag("--watch", f.probe.watch,
-                         "follow the probe to its end (exit 1 if it fails)");
-  energy_probe->add_option("--watch_timeout_s", f.probe.watch_timeout_s,
-                           "longest wait in seconds");
-  AddJson(energy_probe, o);
-  ctx.Run(energy_probe, [&ctx, &f] {
-    return EnergyProbeSubmit(ctx.options, f.probe, f.energy_probe, ctx.out,
-                             ctx.err);
-  });
+  RegisterEnergyProbeCommand(energy, ctx, f);
   CLI::App* energy_plot = ctx.Command(energy, "plot", "plot one architecture");
   energy_plot->add_option("--arch", e.arch, "GPU architecture");
   energy_plot->add_option("--svg", e.svg, "the SVG file to write");
