@@ -2,11 +2,14 @@
 
 #include <iomanip>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/json_io.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/fleet_commands.h"
 #include "client/rpc.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
@@ -88,13 +91,12 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
     if (!key.ok()) return Fail(err, std::string(key.status().message()));
     *request.mutable_cache_key() = *key;
   }
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PlanMicrobatchResponse response;
-  const grpc::Status status =
-      stub->PlanMicrobatch(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::PlanMicrobatch,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response) << "\n";
     return 0;
@@ -160,14 +162,11 @@ int MicrobatchAutotune(const Options& options,
   request.set_policy(policy);
   request.set_steps(probe.steps);
   request.set_warmup_steps(probe.warmup);
-  auto stub = v1::Fleet::NewStub(Connect(options));
   v1::SubmitAutotuneResponse response;
-  {
-    grpc::ClientContext context;
-    SetDeadline(context, options);
-    const grpc::Status status =
-        stub->SubmitAutotune(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Fleet::Stub::SubmitAutotune, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
   }
   if (options.json && (!probe.watch || response.cache_reused())) {
     out << CliJson(response) << "\n";
@@ -204,6 +203,7 @@ int MicrobatchAutotune(const Options& options,
       ProbeWatch(options, probe, response.probe().id(), out, err);
   if (options.json) return watched;
   // The final state carries the worker's record.
+  auto stub = v1::Fleet::NewStub(Connect(options));
   grpc::ClientContext context;
   SetDeadline(context, options);
   v1::WatchProbeRequest get;
@@ -229,18 +229,11 @@ int MicrobatchAutotune(const Options& options,
 
 int MicrobatchCacheList(const Options& options, std::ostream& out,
                         std::ostream& err) {
-  auto stub = v1::Microbatch::NewStub(Connect(options));
   v1::ListAutotuneRecordsRequest request;
   request.set_page_size(500);
   v1::ListAutotuneRecordsResponse response;
   const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context,
-          const v1::ListAutotuneRecordsRequest& page,
-          v1::ListAutotuneRecordsResponse* out) {
-        return stub->ListAutotuneRecords(context, page, out);
-      },
-      &response);
+      options, &v1::Microbatch::Stub::ListAutotuneRecords, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -271,13 +264,12 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
   absl::Status parsed = ParseJson(*text, record_path, /*ignore_unknown=*/false,
                                   request.mutable_record());
   if (!parsed.ok()) return Fail(err, std::string(parsed.message()));
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PutAutotuneRecordResponse response;
-  const grpc::Status status =
-      stub->PutAutotuneRecord(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::PutAutotuneRecord,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response) << "\n";
   } else {
@@ -289,17 +281,81 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
 
 int MicrobatchCacheDrop(const Options& options, const std::string& id,
                         std::ostream& out, std::ostream& err) {
-  auto stub = v1::Microbatch::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::DropAutotuneRecordRequest request;
   request.set_id(id);
   v1::DropAutotuneRecordResponse response;
-  const grpc::Status status =
-      stub->DropAutotuneRecord(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Microbatch::Stub::DropAutotuneRecord,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << "dropped " << id << "\n";
   return 0;
+}
+
+namespace {
+
+void AddPlanFlags(CLI::App* app, MicrobatchPlanOptions& plan) {
+  app->add_option("--context", plan.context, "tokens per sample");
+  app->add_option("--global_batch", plan.global_batch, "samples per update");
+  app->add_option("--candidates", plan.candidates,
+                  "microbatches, e.g. 8,16,32");
+  app->add_flag("--compile", plan.compile, "plan compiled mode too");
+  app->add_option("--attention_backend", plan.attention_backend,
+                  "flash, sdpa or eager (default: --fused_attention)");
+  app->add_option("--vram_fraction", plan.vram_fraction, "budget fraction");
+  app->add_option("--reserve_gb", plan.reserve_gb, "GB kept free");
+}
+
+}  // namespace
+
+void RegisterAutotuneCommands(CLI::App& microbatch, CliContext& ctx) {
+  struct Flags {
+    MicrobatchPlanOptions plan;
+    ProbeOptions probe;
+    std::string policy;
+    std::string record;
+    std::string id;
+  };
+  Flags& f = ctx.Keep<Flags>();
+  Options& o = ctx.options;
+  CLI::App* plan = ctx.Command(&microbatch, "plan", "a microbatch plan");
+  AddModelFlags(plan, o, /*compile_flag=*/false);
+  AddPlanFlags(plan, f.plan);
+  plan->add_option("--cache_key", f.plan.cache_key,
+                   "a cache key (or record) JSON file to look up");
+  AddJson(plan, o);
+  ctx.Run(plan, [&ctx, &f] {
+    return MicrobatchPlan(ctx.options, f.plan, ctx.out, ctx.err);
+  });
+  CLI::App* autotune =
+      ctx.Command(&microbatch, "autotune", "measure candidates on a worker");
+  AddModelFlags(autotune, o, /*compile_flag=*/false);
+  AddPlanFlags(autotune, f.plan);
+  AddProbeRunFlags(autotune, f.probe);
+  autotune->add_option("--policy", f.policy, "max_batch or max_throughput");
+  AddJson(autotune, o);
+  ctx.Run(autotune, [&ctx, &f] {
+    return MicrobatchAutotune(ctx.options, f.plan, f.probe, f.policy, ctx.out,
+                              ctx.err);
+  });
+  CLI::App* cache = ctx.Command(&microbatch, "cache", "the autotune cache");
+  CLI::App* cache_list = ctx.Command(cache, "list", "every cached record");
+  AddJson(cache_list, o);
+  ctx.Run(cache_list, [&ctx] {
+    return MicrobatchCacheList(ctx.options, ctx.out, ctx.err);
+  });
+  CLI::App* cache_put = ctx.Command(cache, "put", "store a record");
+  cache_put->add_option("--record", f.record, "an autotune record");
+  AddJson(cache_put, o);
+  ctx.Run(cache_put, [&ctx, &f] {
+    return MicrobatchCachePut(ctx.options, f.record, ctx.out, ctx.err);
+  });
+  CLI::App* cache_drop = ctx.Command(cache, "drop", "drop a record");
+  cache_drop->add_option("id", f.id, "ID")->required();
+  ctx.Run(cache_drop, [&ctx, &f] {
+    return MicrobatchCacheDrop(ctx.options, f.id, ctx.out, ctx.err);
+  });
 }
 
 }  // namespace headroom::cli

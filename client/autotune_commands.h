@@ -11,7 +11,13 @@
 #include "client/commands.h"
 #include "client/fleet_commands.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 struct MicrobatchPlanOptions {
   uint32_t context = 0;
@@ -44,6 +50,10 @@ int MicrobatchCachePut(const Options& options, const std::string& record_path,
                        std::ostream& out, std::ostream& err);
 int MicrobatchCacheDrop(const Options& options, const std::string& id,
                         std::ostream& out, std::ostream& err);
+
+// Registers `plan`, `autotune` and `cache list|put|drop` on the
+// `headroom microbatch` command.
+void RegisterAutotuneCommands(CLI::App& microbatch, CliContext& ctx);
 
 }  // namespace headroom::cli
 

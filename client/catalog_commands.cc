@@ -2,9 +2,11 @@
 
 #include <iomanip>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
@@ -92,6 +94,16 @@ int ListGpus(const Options& options, std::ostream& out, std::ostream& /*err*/) {
   }
   if (options.json) out << json.dump(2) << "\n";
   return kExitAnswer;
+}
+
+void RegisterCatalogCommands(CLI::App& app, CliContext& ctx) {
+  CLI::App* models =
+      ctx.Command(&app, "models", "the model catalog's templates");
+  AddJson(models, ctx.options);
+  ctx.Run(models, [&ctx] { return ListModels(ctx.options, ctx.out, ctx.err); });
+  CLI::App* gpus = ctx.Command(&app, "gpus", "the GPU catalog");
+  AddJson(gpus, ctx.options);
+  ctx.Run(gpus, [&ctx] { return ListGpus(ctx.options, ctx.out, ctx.err); });
 }
 
 }  // namespace headroom::cli

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <memory>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -19,6 +20,7 @@
 #include "base/json_io.h"
 #include "base/status_macros.h"
 #include "client/catalog_commands.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
@@ -43,152 +45,9 @@
 
 namespace headroom::cli {
 
-grpc::ChannelArguments ChannelArgs() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  return args;
-}
-
-std::shared_ptr<grpc::Channel> Connect(const Options& options) {
-  if (options.channel != nullptr) return options.channel;
-  // Options built without main (tests): plaintext.
-  return grpc::CreateCustomChannel(
-      options.server, grpc::InsecureChannelCredentials(), ChannelArgs());
-}
-
-void SetDeadline(grpc::ClientContext& context, const Options& options) {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(options.deadline_ms));
-}
-
 int Fail(std::ostream& err, const std::string& message, int code) {
   err << "headroom: " << message << "\n";
   return code;
-}
-
-int FailRpc(std::ostream& err, const Options& options,
-            const grpc::Status& status) {
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    err << "headroom: cannot reach the planner at " << options.server << " ("
-        << status.error_message() << "); start it or pass --server";
-    const bool refused =
-        status.error_message().find("Connection refused") != std::string::npos;
-    if (refused) {
-      // Nothing listens there: TLS is not the question.
-    } else if (options.security.tls_ca.empty()) {
-      err << " (if it serves TLS, pass --tls_ca)";
-    } else if (options.security.tls_cert.empty()) {
-      err << " (if it requires client certificates, pass --tls_cert and "
-             "--tls_key)";
-    }
-    err << "\n";
-    return kExitUnreachable;
-  }
-  // What the flags named is wrong or does not exist: a usage error, as when
-  // the CLI finds it out itself.
-  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-      status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    return Fail(err, status.error_message(), kExitUsage);
-  }
-  return Fail(err, status.error_message(), kExitRefused);
-}
-
-// Builds the request from flags; an error message on bad input.
-absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
-                                               bool require_targets) {
-  v1::CheckFitRequest request;
-  if (options.model.empty() == options.onnx.empty()) {
-    return absl::InvalidArgumentError(
-        "give one model: --model (a catalog template, a spec or config.json "
-        "file) or --onnx (an ONNX model file)");
-  }
-  // The model's kind is the front-end registry's to decide
-  // (frontend_registry.h); a bare name is a catalog entry.
-  std::error_code ec;
-  const std::string& path =
-      !options.onnx.empty() ? options.onnx : options.model;
-  if (!options.onnx.empty() || std::filesystem::is_regular_file(path, ec)) {
-    absl::StatusOr<v1::ModelRef> model = ReadModelFile(path);
-    if (!model.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(!options.onnx.empty() ? "--onnx: " : "--model: ",
-                       model.status().message()));
-    }
-    if (!options.onnx.empty() && !model->has_onnx()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--onnx ", path, " is not an ONNX model; pass it as --model"));
-    }
-    *request.mutable_model() = std::move(*model);
-  } else if (NamesAFile(options.model)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model ", options.model,
-        ": no such file (a catalog template or full model is a bare name: "
-        "see headroom models)"));
-  } else {
-    request.mutable_model()->set_template_(options.model);
-  }
-  for (absl::string_view part :
-       absl::StrSplit(options.batch, ',', absl::SkipEmpty())) {
-    uint64_t batch = 0;
-    if (!absl::SimpleAtoi(part, &batch)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--batch '", part,
-          "' is not a number; give batch sizes 1..1048576, comma-separated, "
-          "e.g. --batch 8,16"));
-    }
-    if (batch == 0 || batch > (1u << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--batch '", part, "' is out of range; allowed 1..1048576"));
-    }
-    request.add_batches(static_cast<uint32_t>(batch));
-  }
-  if (request.batches().empty()) {
-    return absl::InvalidArgumentError("--batch is required, e.g. --batch 8,16");
-  }
-  for (absl::string_view part :
-       absl::StrSplit(options.gpu, ',', absl::SkipEmpty())) {
-    // A catalog name first ("4090" is the RTX 4090, not 4090 GB), then a
-    // size in GB ("24" or "24GB"), else a name the planner resolves or
-    // answers NOT_FOUND for with the closest names.
-    absl::string_view size = absl::StripAsciiWhitespace(part);
-    if (absl::EndsWithIgnoreCase(size, "GB")) {
-      size = absl::StripAsciiWhitespace(size.substr(0, size.size() - 2));
-    }
-    double gb = 0;
-    absl::StatusOr<GpuInfo> gpu = FindGpu(part);
-    if (gpu.ok()) {
-      request.add_targets()->set_gpu(std::string(part));
-    } else if (absl::IsInvalidArgument(gpu.status())) {
-      // "A100": several cards; the user must say which.
-      return absl::InvalidArgumentError(
-          absl::StrCat("--gpu: ", gpu.status().message()));
-    } else if (absl::SimpleAtod(size, &gb)) {
-      if (!CheckCardGb(gb, "--gpu").ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--gpu ", part, ": a card size in GB must be in (0, ", kMaxCardGb,
-            "]; or give a catalog name (see headroom gpus)"));
-      }
-      request.add_targets()->set_memory_gb(gb);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--gpu: ", gpu.status().message(), "; see headroom gpus"));
-    }
-  }
-  if (request.targets().empty() && require_targets) {
-    return absl::InvalidArgumentError(
-        "--gpu is required: catalog names or sizes in GB, e.g. --gpu "
-        "L4,H100,48");
-  }
-  if (absl::Status status = FillSetup(options, request.mutable_setup());
-      !status.ok()) {
-    return status;
-  }
-  request.set_coverage(options.coverage);
-  request.set_learn(options.learn);
-  request.set_include_simulated(options.include_simulated);
-  request.set_min_gpus(MinGpusAsked(options));
-  return request;
 }
 
 namespace {
@@ -375,11 +234,9 @@ void AddClientAssumptions(const Options& options,
 int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);
   if (!request.ok()) return Fail(err, std::string(request.status().message()));
-  auto stub = v1::Fit::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::CheckFitResponse response;
-  const grpc::Status status = stub->CheckFit(&context, *request, &response);
+  const grpc::Status status =
+      CallPlanner(options, &v1::Fit::Stub::CheckFit, *request, &response);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND &&
       request->model().has_template_()) {
     return Fail(err,
@@ -577,27 +434,26 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Calibration::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::GetCalibrationRequest request;
   request.set_version(options.version);
   v1::GetCalibrationResponse response;
-  const grpc::Status status =
-      stub->GetCalibration(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Calibration::Stub::GetCalibration,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << CliJson(response.factor_set()) << "\n";
   return 0;
 }
 
 int Health(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = grpc::health::v1::Health::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status status = stub->Check(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &grpc::health::v1::Health::Stub::Check,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
              response.status())
       << "\n";
@@ -666,13 +522,11 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
   }
   request.set_force(options.force);
   request.set_dry_run(options.dry_run);
-  auto stub = v1::Calibration::NewStub(Connect(options));
-  grpc::ClientContext context;
   // A refit of many runs takes seconds; allow ten times the usual deadline.
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(10 * options.deadline_ms));
   v1::RefitResponse response;
-  const grpc::Status status = stub->Refit(&context, request, &response);
+  const grpc::Status status =
+      CallPlanner(options, &v1::Calibration::Stub::Refit, request, &response,
+                  /*deadline_factor=*/10);
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     // The planner commits a refit only while its call is live.
     err << "headroom: the refit did not finish within "
@@ -702,17 +556,11 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int FactorsList(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Calibration::NewStub(Connect(options));
   v1::ListFactorSetsRequest request;
   request.set_page_size(500);
   v1::ListFactorSetsResponse response;
   const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context, const v1::ListFactorSetsRequest& page,
-          v1::ListFactorSetsResponse* out) {
-        return stub->ListFactorSets(context, page, out);
-      },
-      &response);
+      options, &v1::Calibration::Stub::ListFactorSets, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -734,162 +582,106 @@ int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
   if (!rollback && options.version.empty()) {
     return Fail(err, "--version is required, e.g. --version fs-2");
   }
-  auto stub = v1::Calibration::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PromoteFactorSetRequest request;
   request.set_rollback(rollback);
   if (!rollback) request.set_version(options.version);
   v1::PromoteFactorSetResponse response;
-  const grpc::Status status =
-      stub->PromoteFactorSet(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Calibration::Stub::PromoteFactorSet,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << response.current_version() << " is now current (was "
       << response.previous_version() << ")\n";
   return 0;
 }
 
-namespace {
-
-// The spec named by --model, resolved by its front-end as the planner would
-// (a catalog name, a spec file, a Hugging Face config.json, an ONNX model) at
-// `setup`; `ref` is the model as read.
-absl::StatusOr<ResolvedModel> ResolveSpec(const Options& options,
-                                          const v1::TrainingSetup& setup,
-                                          const ModelCatalog& catalog,
-                                          v1::ModelRef* ref) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(options.model, ec)) {
-    ASSIGN_OR_RETURN(*ref, ReadModelFile(options.model));
-  } else {
-    ref->set_template_(options.model);
-  }
-  return ResolveModelRef(*ref, setup, catalog);
+void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
+  Options& o = ctx.options;
+  CLI::App* fit = ctx.Command(&app, "fit", "will the model fit on these GPUs?");
+  AddModelFlags(fit, o);
+  fit->add_option("--batch", o.batch, "batches, comma-separated, e.g. 8,16");
+  fit->add_flag("--learn", o.learn,
+                "when the answer is prior-only and a target BORDERLINE, queue "
+                "a small probe on a connected worker so later answers are "
+                "anchored");
+  fit->add_flag("--include_simulated", o.include_simulated,
+                "let runs measured on simulated GPUs anchor the answer");
+  fit->add_option("--coverage", o.coverage,
+                  "upper-bound coverage 0.9 or 0.95 (0: the server's)");
+  AddJson(fit, o);
+  ctx.Run(fit, [&ctx] { return Fit(ctx.options, ctx.out, ctx.err); });
 }
 
-}  // namespace
+void RegisterCalibrationCommands(CLI::App& app, CliContext& ctx) {
+  Options& o = ctx.options;
+  CLI::App* calib = ctx.Command(&app, "calib", "the calibration page");
+  CLI::App* calib_page =
+      ctx.Command(calib, "page", "the calibration page, offline, from runs");
+  calib_page->add_option("--runs", o.runs, "measured runs file (JSON lines)");
+  calib_page->add_option("--svg", o.svg,
+                         "also write the predicted-vs-measured plot here");
+  AddJson(calib_page, o);
+  ctx.Run(calib_page,
+          [&ctx] { return CalibPage(ctx.options, ctx.out, ctx.err); });
+  CLI::App* calib_rows =
+      ctx.Command(calib, "rows", "per-run predictions, offline, from runs");
+  calib_rows->add_option("--runs", o.runs, "measured runs file (JSON lines)");
+  AddJson(calib_rows, o);
+  ctx.Run(calib_rows,
+          [&ctx] { return CalibRows(ctx.options, ctx.out, ctx.err); });
+  CLI::App* calib_show = ctx.Command(calib, "show", "the server's factor set");
+  calib_show->add_option("--version", o.version,
+                         "factor-set version (default current)");
+  ctx.Run(calib_show,
+          [&ctx] { return CalibShow(ctx.options, ctx.out, ctx.err); });
+  CLI::App* calib_eval =
+      ctx.Command(calib, "eval", "fit on --train, predict --test, offline");
+  calib_eval->add_option("--train", o.train, "runs to fit on (JSON lines)");
+  calib_eval->add_option("--test", o.test, "runs to predict (JSON lines)");
+  calib_eval->add_option("--coverage", o.coverage,
+                         "upper-bound coverage 0.9 or 0.95");
+  AddJson(calib_eval, o);
+  ctx.Run(calib_eval,
+          [&ctx] { return CalibEval(ctx.options, ctx.out, ctx.err); });
 
-int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
-  if (options.model.empty()) {
-    return Fail(err,
-                "a model is required: headroom model inspect TEMPLATE|FILE");
-  }
-  uint64_t batch = 1;
-  if (!options.batch.empty() && (!absl::SimpleAtoi(options.batch, &batch) ||
-                                 batch == 0 || batch > (1u << 20))) {
-    return Fail(err, "--batch '" + options.batch +
-                         "' is out of range; allowed 1..1048576 (one value)");
-  }
-  // A file needs no catalog: inspecting one works without --models_dir.
-  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
-  std::error_code ec;
-  if (!catalog.ok() && std::filesystem::is_regular_file(options.model, ec)) {
-    catalog = ModelCatalog();
-  }
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
-  v1::TrainingSetup asked;
-  if (absl::Status status = FillSetup(options, &asked); !status.ok()) {
-    return Fail(err, status.ToString());
-  }
-  v1::ModelRef ref;
-  absl::StatusOr<ResolvedModel> resolved =
-      ResolveSpec(options, asked, *catalog, &ref);
-  if (!resolved.ok()) return Fail(err, resolved.status().ToString());
-  const v1::ModelSpec* spec = &resolved->spec();
-  // A conversion that bound the lengths (ONNX) is not rescaled again.
-  const v1::TrainingSetup setup = ProfileSetup(ref, asked);
-  absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
-  if (!profile.ok()) return Fail(err, profile.status().ToString());
-  absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
-  if (!shares.ok()) return Fail(err, shares.status().ToString());
+  CLI::App* refit = ctx.Command(
+      &app, "refit",
+      "import runs and refit on the server; nothing is stored if the deadline "
+      "(10 x --deadline_ms) passes first");
+  refit->add_option("--runs", o.runs, "measured runs file (JSON lines)");
+  refit->add_flag("--force", o.force, "make the new factor set current anyway");
+  refit->add_flag("--dry_run", o.dry_run, "fit and report, store nothing");
+  AddJson(refit, o);
+  ctx.Run(refit, [&ctx] { return Refit(ctx.options, ctx.out, ctx.err); });
 
-  v1::ModelReport report;
-  report.set_model(spec->name());
-  report.set_params(static_cast<double>(profile->params));
-  const ModelStates& states = profile->states;
-  report.set_trainable_params(static_cast<double>(states.trainable));
-  report.set_adapter_params(static_cast<double>(states.adapter_params));
-  report.set_frozen_params(static_cast<double>(
-      states.params - (states.trainable - states.adapter_params)));
-  report.set_quantized_params(static_cast<double>(states.quantized_params));
-  v1::ModelStatesGb* gb = report.mutable_states();
-  gb->set_weights(states.weights / 1e9);
-  gb->set_gradients(states.gradients / 1e9);
-  gb->set_optimizer_state(states.states / 1e9);
-  gb->set_half_copies(states.half_copies / 1e9);
-  gb->set_update_temporaries(states.update_temporaries / 1e9);
-  gb->set_in_backward_buffers(states.in_backward_buffers / 1e9);
-  gb->set_dequantized(states.dequantized / 1e9);
-  report.set_batch(static_cast<uint32_t>(batch));
-  SetComponentsGb(profile->BytesAt(batch), report.mutable_components());
-  SetComponentsGb(profile->update_bytes, report.mutable_update_components());
-  for (const LayerShare& share : *shares) {
-    v1::LayerReport* layer = report.add_layers();
-    layer->set_name(share.name);
-    layer->set_repeat(share.repeat);
-    layer->set_params(static_cast<double>(share.params));
-    ComponentArray bytes = share.per_sample_bytes;
-    for (double& b : bytes) b *= static_cast<double>(batch);
-    SetComponentsGb(bytes, layer->mutable_components());
-  }
-  if (!spec->input_source().empty()) {
-    report.add_assumptions("input shapes: " + spec->input_source());
-  }
-  if (!spec->notes().empty()) report.add_assumptions("notes: " + spec->notes());
-  // The front-end's lines (where a catalog model came from, a config's
-  // assumed defaults), less those the spec's notes already hold.
-  const bool from_config =
-      ref.has_hf_config() ||
-      catalog->FullModelSourceOf(resolved->template_name) != nullptr;
-  const std::string origin =
-      catalog->OriginNotice(resolved->template_name, "the answer is");
-  for (const std::string& a : resolved->assumptions) {
-    if (absl::StrContains(spec->notes(), a)) continue;
-    if (!origin.empty() && a == origin) {
-      report.add_assumptions(
-          catalog->OriginNotice(resolved->template_name, "these figures are"));
-    } else {
-      report.add_assumptions(from_config ? "default " + a : a);
-    }
-  }
-  for (std::string& a : SetupAssumptions(*spec, setup, states)) {
-    report.add_assumptions(std::move(a));
-  }
-  if (options.json) {
-    out << CliJson(report) << "\n";
-    return 0;
-  }
-  out << std::fixed << std::setprecision(3);
-  out << report.model() << ": " << profile->params << " parameters ("
-      << states.trainable << " trained"
-      << (states.adapter_params != 0
-              ? absl::StrCat(", of them ", states.adapter_params, " adapters")
-              : "")
-      << "), batch " << batch << "; GB before factors\n";
-  out << std::left << std::setw(28) << "layer" << std::right << std::setw(7)
-      << "repeat" << std::setw(14) << "params" << std::setw(10) << "outputs"
-      << std::setw(10) << "attention" << std::setw(10) << "internal"
-      << std::setw(11) << "recurrent" << std::setw(11) << "transient"
-      << "\n";
-  for (const v1::LayerReport& layer : report.layers()) {
-    const v1::ComponentsGb& c = layer.components();
-    out << std::left << std::setw(28) << layer.name().substr(0, 27)
-        << std::right << std::setw(7) << layer.repeat() << std::setw(14)
-        << std::setprecision(0) << layer.params() << std::setprecision(3)
-        << std::setw(10) << c.outputs() << std::setw(10) << c.attention()
-        << std::setw(10) << c.internal() << std::setw(11) << c.recurrent()
-        << std::setw(11) << c.transient() << "\n";
-  }
-  const v1::ComponentsGb& t = report.components();
-  out << "backward start: optimizer " << t.optimizer() << ", outputs "
-      << t.outputs() << ", attention " << t.attention() << ", internal "
-      << t.internal() << ", recurrent " << t.recurrent() << ", transient "
-      << t.transient() << "\n";
-  out << "optimizer update: optimizer "
-      << report.update_components().optimizer()
-      << " (weights, state, gradients, the update's temporaries)\n";
-  for (const std::string& a : report.assumptions()) out << "- " << a << "\n";
-  return 0;
+  CLI::App* factors = ctx.Command(&app, "factors", "the server's factor sets");
+  CLI::App* factors_list = ctx.Command(factors, "list", "every factor set");
+  AddJson(factors_list, o);
+  ctx.Run(factors_list,
+          [&ctx] { return FactorsList(ctx.options, ctx.out, ctx.err); });
+  CLI::App* factors_show = ctx.Command(factors, "show", "one factor set");
+  factors_show->add_option("--version", o.version,
+                           "factor-set version (default current)");
+  ctx.Run(factors_show,
+          [&ctx] { return CalibShow(ctx.options, ctx.out, ctx.err); });
+  CLI::App* factors_promote =
+      ctx.Command(factors, "promote", "make a factor set current");
+  factors_promote->add_option("--version", o.version,
+                              "factor-set version, e.g. fs-2");
+  ctx.Run(factors_promote, [&ctx] {
+    return FactorsPromote(ctx.options, false, ctx.out, ctx.err);
+  });
+  CLI::App* factors_rollback =
+      ctx.Command(factors, "rollback", "make the previous factor set current");
+  ctx.Run(factors_rollback, [&ctx] {
+    return FactorsPromote(ctx.options, true, ctx.out, ctx.err);
+  });
+}
+
+void RegisterHealthCommand(CLI::App& app, CliContext& ctx) {
+  CLI::App* health = ctx.Command(&app, "health", "the server's health status");
+  ctx.Run(health, [&ctx] { return Health(ctx.options, ctx.out, ctx.err); });
 }
 
 }  // namespace headroom::cli

@@ -13,7 +13,13 @@
 #include "common/client_channel.h"
 #include "grpcpp/channel.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 // The exit codes of every command, documented in `headroom --help` and the
 // README: an answer; the planner refused the request (or a probe failed or
@@ -110,13 +116,15 @@ int FactorsList(const Options& options, std::ostream& out, std::ostream& err);
 int FactorsPromote(const Options& options, bool rollback, std::ostream& out,
                    std::ostream& err);
 
-// headroom model inspect TEMPLATE|FILE [--batch N] [--positions N] [--json]:
-// parameters, each top-level layer's bytes per component, the assumptions.
-// FILE is a spec, a Hugging Face config.json or an ONNX model.
-int ModelInspect(const Options& options, std::ostream& out, std::ostream& err);
-
 // headroom health: the server's gRPC health status; exit 0 when serving.
 int Health(const Options& options, std::ostream& out, std::ostream& err);
+
+// Registration (cli.cc calls these in the order of headroom --help): `fit`;
+// `calib`, `refit` and `factors`; `health`. Each adds its commands' flags to
+// `app` and says what they run (cli_context.h).
+void RegisterFitCommands(CLI::App& app, CliContext& ctx);
+void RegisterCalibrationCommands(CLI::App& app, CliContext& ctx);
+void RegisterHealthCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

@@ -3,10 +3,12 @@
 #include <iomanip>
 #include <set>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/json_io.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "core/density/density_rank.h"
@@ -151,6 +153,21 @@ int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
     PrintTable(response->leaderboard(), out);
   }
   return 0;
+}
+
+void RegisterDensityCommands(CLI::App& app, CliContext& ctx) {
+  Options& o = ctx.options;
+  CLI::App* density = ctx.Command(&app, "density", "density, offline");
+  CLI::App* rank = ctx.Command(density, "rank", "the density leaderboard");
+  rank->add_option("--runs", o.runs, "measured runs file (JSON lines)");
+  AddJson(rank, o);
+  ctx.Run(rank, [&ctx] {
+    if (ctx.options.runs.empty()) {
+      return Fail(ctx.err,
+                  "--runs FILE is required (measured runs, JSON lines)");
+    }
+    return DensityRank(ctx.options.runs, ctx.options.json, ctx.out, ctx.err);
+  });
 }
 
 }  // namespace headroom::cli

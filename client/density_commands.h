@@ -11,7 +11,13 @@
 #include "absl/status/statusor.h"
 #include "headroom/v1/density.pb.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 // The runs of `path`, which is either a leaderboard in
 // density-leaderboard.json's format (its champions, lists and gold_std, each
@@ -28,6 +34,9 @@ absl::StatusOr<std::vector<v1::DensityRawRun>> LoadDensityRuns(
 // or missing file.
 int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
                 std::ostream& err);
+
+// Registers `headroom density rank` on `app`.
+void RegisterDensityCommands(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iomanip>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/json_io.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "client/rpc.h"
@@ -229,13 +231,12 @@ int EnergyEstimate(const Options& planner, const EnergyOptions& options,
     answer = EstimateEnergy(*set, request);
     if (!answer.ok()) return Fail(err, std::string(answer.status().message()));
   } else {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::EstimateEnergyResponse response;
-    const grpc::Status status =
-        stub->EstimateEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::EstimateEnergy,
+                              request, &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     answer = std::move(response);
   }
   if (options.json) {
@@ -277,12 +278,12 @@ int EnergyRefit(const Options& planner, const EnergyOptions& options,
   }
   absl::StatusOr<v1::RefitEnergyResponse> refit;
   if (!options.offline) {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::RefitEnergyResponse response;
-    const grpc::Status status = stub->RefitEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::RefitEnergy, request,
+                              &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     refit = std::move(response);
   } else {
     absl::StatusOr<v1::EnergyCurveSet> set = LoadCurves(options);
@@ -355,15 +356,15 @@ int EnergyPlot(const Options& planner, const EnergyOptions& options,
     if (!drawn.ok()) return Fail(err, std::string(drawn.status().message()));
     svg = *std::move(drawn);
   } else {
-    auto stub = v1::Energy::NewStub(Connect(planner));
-    grpc::ClientContext context;
-    SetDeadline(context, planner);
     v1::PlotEnergyRequest request;
     request.set_arch(options.arch);
     request.set_include_simulated(options.include_simulated);
     v1::PlotEnergyResponse response;
-    const grpc::Status status = stub->PlotEnergy(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, planner, status);
+    if (const int code = Call(planner, &v1::Energy::Stub::PlotEnergy, request,
+                              &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     svg = std::move(*response.mutable_svg());
   }
   if (options.svg.empty()) {
@@ -413,12 +414,12 @@ int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err) {
   request.set_batch(fit->batches(0));
   request.set_gpu(fit->targets(0).gpu());
   request.set_include_simulated(planner.include_simulated);
-  auto stub = v1::Energy::NewStub(Connect(planner));
-  grpc::ClientContext context;
-  SetDeadline(context, planner);
   v1::TrainEnergyResponse response;
-  const grpc::Status status = stub->TrainEnergy(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, planner, status);
+  if (const int code = Call(planner, &v1::Energy::Stub::TrainEnergy, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (planner.json) {
     out << CliJson(response) << "\n";
   } else {
@@ -429,17 +430,16 @@ int EnergyTrain(const Options& planner, std::ostream& out, std::ostream& err) {
 
 int EnergyCurvesList(const Options& options, std::ostream& out,
                      std::ostream& err) {
-  auto stub = v1::Energy::NewStub(Connect(options));
   v1::ListEnergyCurveSetsResponse all;
   v1::ListEnergyCurveSetsRequest request;
   // Bounded: 10,000 pages of 500 sets.
   for (int page = 0; page < 10000; ++page) {
-    grpc::ClientContext context;
-    SetDeadline(context, options);
     v1::ListEnergyCurveSetsResponse response;
-    const grpc::Status status =
-        stub->ListEnergyCurveSets(&context, request, &response);
-    if (!status.ok()) return FailRpc(err, options, status);
+    if (const int code = Call(options, &v1::Energy::Stub::ListEnergyCurveSets,
+                              request, &response, err);
+        code != kExitAnswer) {
+      return code;
+    }
     all.set_current_version(response.current_version());
     for (v1::EnergyCurveSetSummary& s : *response.mutable_curve_sets()) {
       *all.add_curve_sets() = std::move(s);
@@ -466,16 +466,15 @@ int EnergyCurvesPromote(const Options& options, bool rollback,
   if (!rollback && options.version.empty()) {
     return Fail(err, "--version is required, e.g. --version ec-2");
   }
-  auto stub = v1::Energy::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::PromoteEnergyCurveSetRequest request;
   request.set_rollback(rollback);
   if (!rollback) request.set_version(options.version);
   v1::PromoteEnergyCurveSetResponse response;
-  const grpc::Status status =
-      stub->PromoteEnergyCurveSet(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Energy::Stub::PromoteEnergyCurveSet,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   out << response.current_version() << " is now current (was "
       << response.previous_version() << ")\n";
   return 0;
@@ -509,13 +508,12 @@ int EnergyProbeSubmit(const Options& options, const ProbeOptions& probe,
   request.set_executor(probe.executor);
   request.set_batch_timeout_s(energy.batch_timeout_s);
   request.set_expires_s(probe.expires_s);
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::SubmitProbeResponse response;
-  const grpc::Status status =
-      stub->SubmitEnergyProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Fleet::Stub::SubmitEnergyProbe,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   const auto& plan = response.probe().request().energy();
   return AfterSubmit(options, probe, response,
                      absl::StrCat("energy probe ", response.probe().id(), " (",
@@ -537,12 +535,12 @@ int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
   request.set_force(energy.force);
   request.set_subtract_idle(energy.subtract_idle);
   request.set_merge_anchors(energy.merge_anchors);
-  auto stub = v1::Energy::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::RefitEnergyResponse response;
-  const grpc::Status status = stub->RefitEnergy(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code = Call(options, &v1::Energy::Stub::RefitEnergy, request,
+                            &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json || energy.json) {
     out << CliJson(response) << "\n";
     return 0;
@@ -559,6 +557,142 @@ int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
       << response.promotion_reason() << "; current is "
       << response.current_version() << "\n";
   return 0;
+}
+
+namespace {
+
+void AddEnergyCurves(CLI::App* app, EnergyOptions& energy) {
+  app->add_flag("--offline", energy.offline,
+                "compute here from a curves file instead of asking the "
+                "planner");
+  app->add_option("--curves", energy.curves,
+                  "with --offline: the curve set file (default: the shipped "
+                  "energy-curves.json)");
+}
+
+// The flags of `headroom energy` and its subcommands.
+struct EnergyFlags {
+  EnergyOptions energy;
+  EnergyProbeOptions energy_probe;
+  ProbeOptions probe;
+};
+
+// `headroom energy probe`: queue an energy probe on a worker.
+void RegisterEnergyProbeCommand(CLI::App* energy, CliContext& ctx,
+                                EnergyFlags& f) {
+  Options& o = ctx.options;
+  CLI::App* energy_probe = ctx.Command(
+      energy, "probe", "measure generation energy on a worker (queue a probe)");
+  energy_probe->add_option("--model", o.model,
+                           "catalog template, or a spec, config.json or ONNX "
+                           "file");
+  energy_probe->add_option("--gpu", o.gpu, "a catalog GPU kind, e.g. L4");
+  energy_probe->add_option("--quant", f.energy_probe.quant,
+                           "fp16,nf4,int8 (default: all three)");
+  energy_probe->add_option("--prompt_tokens", f.energy_probe.prompt_tokens,
+                           "prompt length (0 = 64)");
+  energy_probe->add_option("--new_tokens", f.energy_probe.new_tokens,
+                           "tokens generated in the window (0 = 128)");
+  energy_probe->add_option("--repetitions", f.probe.repetitions,
+                           "windows per quantization (0 = 1)");
+  energy_probe->add_option("--batch_timeout_s", f.energy_probe.batch_timeout_s,
+                           "seconds per quantization (0 = 600)");
+  energy_probe->add_option("--worker", f.probe.worker, "run on this worker id");
+  energy_probe->add_option("--executor", f.probe.executor,
+                           "torch or sim (default: the worker's)");
+  energy_probe->add_flag("--watch", f.probe.watch,
+                         "follow the probe to its end (exit 1 if it fails)");
+  energy_probe->add_option("--watch_timeout_s", f.probe.watch_timeout_s,
+                           "longest wait in seconds");
+  AddJson(energy_probe, o);
+  ctx.Run(energy_probe, [&ctx, &f] {
+    return EnergyProbeSubmit(ctx.options, f.probe, f.energy_probe, ctx.out,
+                             ctx.err);
+  });
+}
+
+}  // namespace
+
+void RegisterEnergyCommands(CLI::App& app, CliContext& ctx) {
+  EnergyFlags& f = ctx.Keep<EnergyFlags>();
+  EnergyOptions& e = f.energy;
+  Options& o = ctx.options;
+  CLI::App* energy =
+      ctx.Command(&app, "energy",
+                  "energy per 1k tokens of a model on a GPU (the "
+                  "planner's, or --offline), training energy, and "
+                  "the server's curve sets");
+  energy->add_option("--params_b", e.params_b, "parameters in billions");
+  energy->add_option("--gpu", e.gpu, "a catalog GPU name (headroom gpus)");
+  energy->add_option("--arch", e.arch, "GPU architecture (instead of --gpu)");
+  energy->add_option("--quant", e.quant, "fp16, nf4 or int8");
+  AddEnergyCurves(energy, e);
+  energy->add_flag("--json", e.json, "print JSON instead of a table");
+  ctx.Run(energy, [&ctx, &e] {
+    return EnergyEstimate(ctx.options, e, ctx.out, ctx.err);
+  });
+  CLI::App* energy_refit = ctx.Command(energy, "refit", "refit the curve set");
+  energy_refit->add_option("--runs", e.runs, "energy runs (JSON lines)");
+  energy_refit->add_flag("--from_anchors", e.from_anchors,
+                         "refit from the anchors");
+  energy_refit->add_flag("--subtract_idle", e.subtract_idle,
+                         "subtract idle power");
+  energy_refit->add_flag("--merge_anchors", e.merge_anchors,
+                         "keep existing anchors");
+  energy_refit->add_option("--out", e.out, "write the new curve set here");
+  energy_refit->add_flag("--stored", e.stored,
+                         "refit on the planner from the energy runs it "
+                         "stored (energy probes)");
+  energy_refit->add_flag("--include_simulated", e.include_simulated,
+                         "with --stored: use simulated runs too");
+  energy_refit->add_flag("--force", e.force,
+                         "with --stored: make the new set current even if "
+                         "the promotion rule would keep the current one");
+  AddEnergyCurves(energy_refit, e);
+  energy_refit->add_flag("--json", e.json, "print JSON instead of a table");
+  ctx.Run(energy_refit, [&ctx, &e] {
+    if (e.stored) return EnergyRefitStored(ctx.options, e, ctx.out, ctx.err);
+    if (e.include_simulated || e.force) {
+      return Fail(ctx.err, "--include_simulated and --force need --stored");
+    }
+    return EnergyRefit(ctx.options, e, ctx.out, ctx.err);
+  });
+  RegisterEnergyProbeCommand(energy, ctx, f);
+  CLI::App* energy_plot = ctx.Command(energy, "plot", "plot one architecture");
+  energy_plot->add_option("--arch", e.arch, "GPU architecture");
+  energy_plot->add_option("--svg", e.svg, "the SVG file to write");
+  energy_plot->add_flag("--include_simulated", e.include_simulated,
+                        "draw points measured on simulated GPUs too");
+  energy_plot->add_option("--runs", e.runs,
+                          "with --offline: energy runs (JSON lines) to draw");
+  AddEnergyCurves(energy_plot, e);
+  ctx.Run(energy_plot,
+          [&ctx, &e] { return EnergyPlot(ctx.options, e, ctx.out, ctx.err); });
+  CLI::App* energy_train = ctx.Command(
+      energy, "train", "joules per training step and per 1k tokens");
+  AddModelFlags(energy_train, o);
+  energy_train->add_option("--batch", o.batch, "samples per step");
+  energy_train->add_flag("--include_simulated", o.include_simulated,
+                         "let runs measured on simulated GPUs answer");
+  AddJson(energy_train, o);
+  ctx.Run(energy_train,
+          [&ctx] { return EnergyTrain(ctx.options, ctx.out, ctx.err); });
+  CLI::App* curves = ctx.Command(energy, "curves", "the server's curve sets");
+  AddJson(curves, o);
+  ctx.Run(curves,
+          [&ctx] { return EnergyCurvesList(ctx.options, ctx.out, ctx.err); });
+  CLI::App* energy_promote =
+      ctx.Command(energy, "promote", "make a curve set current");
+  energy_promote->add_option("--version", o.version,
+                             "curve-set version, e.g. ec-2");
+  ctx.Run(energy_promote, [&ctx] {
+    return EnergyCurvesPromote(ctx.options, false, ctx.out, ctx.err);
+  });
+  CLI::App* energy_rollback =
+      ctx.Command(energy, "rollback", "make the previous curve set current");
+  ctx.Run(energy_rollback, [&ctx] {
+    return EnergyCurvesPromote(ctx.options, true, ctx.out, ctx.err);
+  });
 }
 
 }  // namespace headroom::cli

@@ -18,7 +18,13 @@
 #include "client/fleet_commands.h"
 #include "headroom/v1/energy.pb.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 struct EnergyOptions {
   // Compute here from `curves` instead of asking the planner.
@@ -128,6 +134,9 @@ void PrintRefit(const v1::RefitEnergyResponse& refit, std::ostream& out);
 
 // A training-energy answer as the CLI prints it.
 void PrintTrainEnergy(const v1::TrainEnergyResponse& answer, std::ostream& out);
+
+// Registers `headroom energy` and its subcommands on `app`.
+void RegisterEnergyCommands(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

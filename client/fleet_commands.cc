@@ -7,12 +7,14 @@
 #include <iomanip>
 #include <map>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/json_io.h"
 #include "base/units.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/rpc.h"
 #include "client/setup_flags.h"
@@ -81,17 +83,11 @@ void PrintProbe(const v1::Probe& p, std::ostream& out) {
 }  // namespace
 
 int Workers(const Options& options, std::ostream& out, std::ostream& err) {
-  auto stub = v1::Fleet::NewStub(Connect(options));
   v1::ListWorkersRequest request;
   request.set_page_size(500);
   v1::ListWorkersResponse response;
-  const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context, const v1::ListWorkersRequest& page,
-          v1::ListWorkersResponse* out) {
-        return stub->ListWorkers(context, page, out);
-      },
-      &response);
+  const grpc::Status status =
+      ListAllPages(options, &v1::Fleet::Stub::ListWorkers, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -160,12 +156,12 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
   request.set_steps(probe.steps);
   request.set_warmup_steps(probe.warmup);
   request.set_expires_s(probe.expires_s);
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::SubmitProbeResponse response;
-  const grpc::Status status = stub->SubmitProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code =
+          Call(options, &v1::Fleet::Stub::SubmitProbe, request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   return AfterSubmit(options, probe, response, response.probe().id(), out, err);
 }
 
@@ -294,14 +290,14 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
 
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err) {
-  auto stub = v1::Fleet::NewStub(Connect(options));
-  grpc::ClientContext context;
-  SetDeadline(context, options);
   v1::CancelProbeRequest request;
   request.set_id(id);
   v1::CancelProbeResponse response;
-  const grpc::Status status = stub->CancelProbe(&context, request, &response);
-  if (!status.ok()) return FailRpc(err, options, status);
+  if (const int code =
+          Call(options, &v1::Fleet::Stub::CancelProbe, request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
   if (options.json) {
     out << CliJson(response.probe()) << "\n";
   } else {
@@ -323,16 +319,10 @@ int ProbeList(const Options& options, const ProbeOptions& probe,
     }
     request.set_state(state);
   }
-  auto stub = v1::Fleet::NewStub(Connect(options));
   request.set_page_size(500);
   v1::ListProbesResponse response;
-  const grpc::Status status = ListAllPages(
-      options, request,
-      [&](grpc::ClientContext* context, const v1::ListProbesRequest& page,
-          v1::ListProbesResponse* out) {
-        return stub->ListProbes(context, page, out);
-      },
-      &response);
+  const grpc::Status status =
+      ListAllPages(options, &v1::Fleet::Stub::ListProbes, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
     out << CliJson(response) << "\n";
@@ -341,6 +331,69 @@ int ProbeList(const Options& options, const ProbeOptions& probe,
   if (response.probes().empty()) out << "no probes\n";
   for (const v1::Probe& p : response.probes()) PrintProbe(p, out);
   return 0;
+}
+
+void AddProbeRunFlags(CLI::App* app, ProbeOptions& probe) {
+  app->add_option("--worker", probe.worker, "run on this worker id");
+  app->add_option("--executor", probe.executor,
+                  "torch, cuda or sim (default: the worker's)");
+  app->add_option("--steps", probe.steps, "timed steps (0 = 3)");
+  app->add_option("--warmup", probe.warmup, "warm-up steps (0 = 1)");
+  app->add_flag("--watch", probe.watch,
+                "follow the probe to its end (exit 1 if it fails or is "
+                "cancelled)");
+  app->add_option("--watch_timeout_s", probe.watch_timeout_s,
+                  "longest wait in seconds");
+}
+
+void RegisterFleetCommands(CLI::App& app, CliContext& ctx) {
+  struct Flags {
+    ProbeOptions probe;
+    std::string id;
+  };
+  Flags& f = ctx.Keep<Flags>();
+  Options& o = ctx.options;
+  CLI::App* workers =
+      ctx.Command(&app, "workers", "worker daemons and their GPUs");
+  AddJson(workers, o);
+  ctx.Run(workers, [&ctx] { return Workers(ctx.options, ctx.out, ctx.err); });
+
+  CLI::App* probe = ctx.Command(&app, "probe", "measurements on workers");
+  CLI::App* submit = ctx.Command(probe, "submit", "queue a probe");
+  AddModelFlags(submit, o);
+  submit->add_option("--batch", o.batch, "batches, comma-separated");
+  AddProbeRunFlags(submit, f.probe);
+  submit->add_option("--repetitions", f.probe.repetitions,
+                     "runs per batch (0 = 1)");
+  submit->add_option("--expires_s", f.probe.expires_s,
+                     "fail the probe if still queued this many seconds after "
+                     "submission (0: never)");
+  AddJson(submit, o);
+  ctx.Run(submit, [&ctx, &f] {
+    return ProbeSubmit(ctx.options, f.probe, ctx.out, ctx.err);
+  });
+  CLI::App* watch = ctx.Command(probe, "watch", "follow a probe to its end");
+  watch->add_option("id", f.id, "ID")->required();
+  watch->add_option("--watch_timeout_s", f.probe.watch_timeout_s,
+                    "longest wait in seconds");
+  AddJson(watch, o);
+  ctx.Run(watch, [&ctx, &f] {
+    return ProbeWatch(ctx.options, f.probe, f.id, ctx.out, ctx.err);
+  });
+  CLI::App* cancel = ctx.Command(probe, "cancel", "cancel a probe");
+  cancel->add_option("id", f.id, "ID")->required();
+  AddJson(cancel, o);
+  ctx.Run(cancel, [&ctx, &f] {
+    return ProbeCancel(ctx.options, f.id, ctx.out, ctx.err);
+  });
+  CLI::App* list = ctx.Command(probe, "list", "probes");
+  list->add_option("--state", f.probe.state,
+                   "only this state: queued, running, succeeded, failed, "
+                   "cancelled");
+  AddJson(list, o);
+  ctx.Run(list, [&ctx, &f] {
+    return ProbeList(ctx.options, f.probe, ctx.out, ctx.err);
+  });
 }
 
 }  // namespace headroom::cli

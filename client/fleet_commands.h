@@ -13,7 +13,13 @@
 #include "headroom/v1/fleet.pb.h"
 #include "headroom/v1/planner.pb.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 struct ProbeOptions {
   // Where: --gpu KIND (in Options) or --worker ID.
@@ -59,6 +65,13 @@ int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err);
 int ProbeList(const Options& options, const ProbeOptions& probe,
               std::ostream& out, std::ostream& err);
+
+// The flags of a probe's run (--worker, --executor, --steps, --warmup,
+// --watch, --watch_timeout_s): probe submit and microbatch autotune.
+void AddProbeRunFlags(CLI::App* app, ProbeOptions& probe);
+
+// Registers `headroom workers` and `headroom probe ...` on `app`.
+void RegisterFleetCommands(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

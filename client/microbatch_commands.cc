@@ -2,9 +2,12 @@
 
 #include <iomanip>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "base/json_io.h"
+#include "client/autotune_commands.h"
+#include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
 #include "core/microbatch/select.h"
@@ -62,6 +65,27 @@ int MicrobatchSelect(const std::string& record_path, const std::string& policy,
     PrintTable(*selection, out);
   }
   return 0;
+}
+
+void RegisterMicrobatchCommands(CLI::App& app, CliContext& ctx) {
+  struct SelectFlags {
+    std::string record;
+    std::string policy;
+  };
+  SelectFlags& s = ctx.Keep<SelectFlags>();
+  CLI::App* microbatch =
+      ctx.Command(&app, "microbatch", "microbatch plans and autotune");
+  CLI::App* select = ctx.Command(microbatch, "select",
+                                 "the microbatch an autotune record chose");
+  select->add_option("--record", s.record, "an autotune record");
+  select->add_option("--policy", s.policy,
+                     "max_batch or max_throughput (default: the record's)");
+  AddJson(select, ctx.options);
+  ctx.Run(select, [&ctx, &s] {
+    return MicrobatchSelect(s.record, s.policy, ctx.options.json, ctx.out,
+                            ctx.err);
+  });
+  RegisterAutotuneCommands(*microbatch, ctx);
 }
 
 }  // namespace headroom::cli

@@ -7,7 +7,13 @@
 #include <ostream>
 #include <string>
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 // headroom microbatch select --record FILE [--policy max_batch|max_throughput]
 // [--json]: recomputes `selected` and `failures` of a record in
@@ -18,6 +24,10 @@ namespace headroom::cli {
 // candidate fits (said on `err`), 2 for a bad or missing file or policy.
 int MicrobatchSelect(const std::string& record_path, const std::string& policy,
                      bool json, std::ostream& out, std::ostream& err);
+
+// Registers `headroom microbatch` on `app`: select here, then plan,
+// autotune and cache (RegisterAutotuneCommands).
+void RegisterMicrobatchCommands(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

@@ -8,9 +8,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/commands.h"
 #include "headroom/v1/planner.pb.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace headroom::cli {
+
+class CliContext;
 
 // Reads the model file `path` into the ModelRef field its front-end fills,
 // the kind decided by the front-end registry (frontend_registry.h): an ONNX
@@ -38,6 +45,14 @@ absl::StatusOr<std::string> ReadOnnxGraph(const std::string& path);
 int ModelConvert(const std::string& path, uint64_t positions,
                  const std::string& out_path, std::ostream& out,
                  std::ostream& err);
+
+// headroom model inspect TEMPLATE|FILE [--batch N] [--positions N] [--json]:
+// parameters, each top-level layer's bytes per component, the assumptions.
+// FILE is a spec, a Hugging Face config.json or an ONNX model.
+int ModelInspect(const Options& options, std::ostream& out, std::ostream& err);
+
+// Registers `headroom model inspect` and `headroom model convert` on `app`.
+void RegisterModelCommands(CLI::App& app, CliContext& ctx);
 
 }  // namespace headroom::cli
 

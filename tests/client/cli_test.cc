@@ -2,10 +2,13 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
+#include "client/cli_context.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -197,6 +200,32 @@ TEST(CliTest, CalibRowsJsonIsJson) {
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out[0], '[');
   EXPECT_THAT(r.out, HasSubstr("\"heldoutGb\""));
+}
+
+// A family's registration: a command carries the connection and exit-code
+// footer, runs what it was given, and a group without an action has none.
+TEST(CliContextTest, RegistersCommandsAndTheirActions) {
+  std::ostringstream out, err;
+  CliContext ctx(out, err);
+  CLI::App app{"test", "headroom"};
+  CLI::App* group = ctx.Command(&app, "group", "a group");
+  CLI::App* leaf = ctx.Command(group, "leaf", "a leaf");
+  EXPECT_THAT(leaf->get_footer(), HasSubstr("Connection flags (--server"));
+  EXPECT_THAT(leaf->get_footer(), HasSubstr("Exit codes: 0 an answer"));
+  std::string& kept = ctx.Keep<std::string>();
+  leaf->add_option("--name", kept, "a name");
+  ctx.Run(leaf, [&ctx, &kept] {
+    ctx.out << kept;
+    return 7;
+  });
+  EXPECT_EQ(ctx.ActionOf(group), nullptr);
+  // CLI11 takes the words last first: headroom group leaf --name x.
+  std::vector<std::string> words = {"x", "--name", "leaf", "group"};
+  app.parse(words);
+  const std::function<int()>* action = ctx.ActionOf(leaf);
+  ASSERT_NE(action, nullptr);
+  EXPECT_EQ((*action)(), 7);
+  EXPECT_EQ(out.str(), "x");
 }
 
 }  // namespace

@@ -106,5 +106,68 @@ TEST(ModelConvertCommandTest, BadOnnxFileExitsTwo) {
   EXPECT_EQ(out.str(), "");
 }
 
+const std::string kRoot = HEADROOM_SOURCE_DIR;
+
+// One BERT-base-sized encoder layer at 512 tokens and batch 32: the saved
+// attention probabilities are 8 heads x 512 x 512 x 4 bytes per sample, and
+// their backward's two gradients the transient.
+TEST(ModelInspectCommandTest, ReportsLayerShares) {
+  Options options;
+  options.model = "transformer-block";
+  options.batch = "32";
+  options.json = true;
+  options.models_dir = kRoot + "/models";
+  std::ostringstream out, err;
+  ASSERT_EQ(ModelInspect(options, out, err), 0) << err.str();
+  v1::ModelReport report;
+  ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &report).ok());
+  EXPECT_EQ(report.params(), 7087872);
+  EXPECT_EQ(report.batch(), 32u);
+  ASSERT_EQ(report.layers_size(), 1);
+  EXPECT_NEAR(report.layers(0).components().attention(),
+              32.0 * 8 * 512 * 512 * 4 / 1e9, 1e-12);
+  EXPECT_NEAR(report.components().attention(),
+              report.layers(0).components().attention(), 1e-12);
+  EXPECT_NEAR(report.components().transient(),
+              32.0 * 8 * 512 * 512 * 2 * 4 / 1e9, 1e-12);
+  // The update: 7,087,872 x 20 bytes (weights, AdamW moments, gradients,
+  // the update's intermediate).
+  EXPECT_NEAR(report.update_components().optimizer(), 7087872 * 20 / 1e9,
+              1e-12);
+  EXPECT_FALSE(report.assumptions().empty());
+
+  options.model = "nope";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(ModelInspect(options, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("closest"));
+}
+
+// An ONNX graph of one attention block, inspected like a template.
+TEST(ModelInspectCommandTest, ReadsAnOnnxFile) {
+  testing::GraphBuilder g("attention");
+  const std::string x = g.Input("x", {"batch", "seq", 512});
+  g.Output(
+      g.Op("Add", {x, g.Attention(x, 512, 8, true, "", "/attn")}, "/residual"));
+  const std::string path = ::testing::TempDir() + "attention.onnx";
+  std::ofstream(path, std::ios::binary) << g.Serialize();
+  Options options;
+  options.model = path;
+  options.batch = "32";
+  options.positions = 512;
+  options.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(ModelInspect(options, out, err), 0) << err.str();
+  v1::ModelReport report;
+  ASSERT_TRUE(ParseJson(out.str(), "stdout", false, &report).ok());
+  EXPECT_EQ(report.params(), 4 * (512 * 512 + 512));
+  ASSERT_EQ(report.layers_size(), 1);
+  EXPECT_EQ(report.layers(0).name(), "/attn.c_attn+c_proj");
+  EXPECT_NEAR(report.layers(0).components().attention(),
+              32.0 * 8 * 512 * 512 * 4 / 1e9, 1e-12);
+  EXPECT_THAT(report.assumptions(),
+              ::testing::Contains(HasSubstr("batch axis: symbolic dimension "
+                                            "'batch' (x axis 0)")));
+}
+
 }  // namespace
 }  // namespace headroom::cli
