@@ -34,7 +34,9 @@ def functions(lines):
     start = None
     for i, line in enumerate(lines):
         if start is None:
-            if SIGNATURE_START.match(line) and not NOT_FUNCTION.match(line):
+            # "x = ..." before any "(" is a variable's initializer.
+            if (SIGNATURE_START.match(line) and not NOT_FUNCTION.match(line)
+                    and "=" not in line.split("(")[0]):
                 start = i
             continue
         if line.startswith("}"):
