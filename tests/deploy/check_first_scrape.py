@@ -42,12 +42,13 @@ UNLABELLED = ("headroom_workers_connected", "headroom_fleet_samples_total",
               "headroom_extender_nodes_filtered_total")
 
 METRIC_IN_DOCS = re.compile(
-    r"\b((?:headroom|grpc_server|DCGM_FI_DEV)_[A-Za-z0-9_]*[A-Za-z0-9])\b(?![.\w])")
+    r"\b((?:headroom|grpc_server|DCGM_FI_DEV)_[A-Za-z0-9_]*[A-Za-z0-9])\b(?![./\w])")
 
 
 def doc_names(root):
     """Metric names README.md, docs/ and deploy/ mention (a name followed by
-    a dot, such as headroom_torch_probe.py, is a file)."""
+    a dot, such as headroom_torch_probe.py, is a file; one followed by a
+    slash, such as headroom_harness/, a folder)."""
     names = set()
     paths = [os.path.join(root, "README.md")]
     paths += glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True)
