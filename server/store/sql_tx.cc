@@ -111,6 +111,7 @@ absl::StatusOr<Page<std::string>> History(Tx& tx, const char* table,
                             " WHERE seq > ? ORDER BY seq LIMIT ?"),
                SqlParams().Int(after).Int(int64_t{page.max_entries} + 1)));
   std::vector<std::pair<std::string, std::string>> versions;
+  versions.reserve(rows.size());
   for (int i = 0; i < rows.size(); ++i) {
     versions.emplace_back(absl::StrCat(rows.Int(i, 0)), rows.Bytes(i, 1));
   }
