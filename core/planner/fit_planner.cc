@@ -81,10 +81,9 @@ absl::StatusOr<double> CoverageOf(const v1::CheckFitRequest& request,
 // (issue 31 puts the resolved plan value here).
 struct FitPlan {
   // ProfileSetup's: a conversion that bound setup.positions (an ONNX graph's
-  // symbolic lengths) is not rescaled again. Valid (ValidateSetup).
+  // symbolic lengths) is not rescaled again. Not yet validated: BuildProfile
+  // validates it (ValidateSetup), the next step.
   v1::TrainingSetup setup;
-  // The setup's GPUs, nodes and sharding (LayoutOf).
-  ParallelLayout layout;
   // Microbatches per step (grad_accum, at least 1).
   uint64_t accum = 1;
 
@@ -94,12 +93,10 @@ struct FitPlan {
   }
 };
 
-// INVALID_ARGUMENT naming the setup field for an unusable setup.
-absl::StatusOr<FitPlan> ResolvePlan(const v1::CheckFitRequest& request) {
+// The setup as the profile reads it and its microbatches per step.
+FitPlan ResolvePlan(const v1::CheckFitRequest& request) {
   FitPlan plan;
   plan.setup = ProfileSetup(request.model(), request.setup());
-  RETURN_IF_ERROR(ValidateSetup(plan.setup));
-  plan.layout = LayoutOf(plan.setup);
   plan.accum = std::max<uint32_t>(1, plan.setup.grad_accum());
   return plan;
 }
@@ -721,7 +718,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
                    ResolveTargets(request));
   ASSIGN_OR_RETURN(const double coverage,
                    CoverageOf(request, default_coverage_));
-  ASSIGN_OR_RETURN(const FitPlan plan, ResolvePlan(request));
+  const FitPlan plan = ResolvePlan(request);
 
   // The profile.
   ASSIGN_OR_RETURN(MemoryProfile profile,
