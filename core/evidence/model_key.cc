@@ -165,6 +165,8 @@ const char* SourceName(v1::MeasurementSource source) {
       return "cuda-probe";
     case v1::SIM:
       return "sim";
+    case v1::PUBLISHED:
+      return "published";
     default:
       return "reference";
   }
