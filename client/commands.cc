@@ -319,6 +319,28 @@ void PrintSourceFit(const v1::SourceFit& source, std::ostream& out) {
   }
 }
 
+// The bound per kind of setup and the device costs (issue 30), one line
+// each.
+void PrintKindBounds(const v1::FactorSet& set, std::ostream& out) {
+  for (const v1::SetupKindBound& k : set.kind_bounds()) {
+    out << absl::StrFormat(
+        "kind %-28s k %.2f allocated, %.2f reserved, %.2f device; %d "
+        "held-out measurements from %d publications, %d covered, median "
+        "|error| %.1f %%, %d OOM rows, %d said FITS%s%s\n",
+        k.kind(), k.k_allocated(), k.k_reserved(), k.k_device(),
+        k.measurements(), k.publications(), k.covered(),
+        100 * k.median_abs_err(), k.oom_rows(), k.said_fits_but_oom(),
+        k.note().empty() ? "" : "; ", k.note());
+  }
+  for (const v1::DeviceCostFit& c : set.device_costs()) {
+    out << absl::StrFormat(
+        "device cost %-26s source %-14s gpu %-10s %.4g (%d runs, held out "
+        "%.1f %%)\n",
+        c.quantity(), c.source(), c.gpu(), c.value(), c.runs(),
+        100 * c.heldout_median_abs_err());
+  }
+}
+
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
   if (!offline.ok()) return Fail(err, offline.status().ToString());
@@ -368,6 +390,7 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
         << " runs): " << regime.reason() << "; k " << regime.k95()
         << " at 0.95; factors " << ToJson(regime.factors(), false) << "\n";
   }
+  PrintKindBounds(set, out);
   return 0;
 }
 

@@ -9,10 +9,12 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/units.h"
+#include "core/calibration/kind_bounds.h"
 #include "core/calibration/regimes.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/evidence.h"
 #include "core/evidence/model_key.h"
+#include "core/memory/device_memory.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/parallel.h"
 
@@ -503,6 +505,16 @@ absl::StatusOr<CalibrationResult> Calibrate(
   Predictions multi, multi_heldout;
   RETURN_IF_ERROR(AddCollectives(Subset(all_runs, parallel_index), catalog,
                                  rules, &set, &multi, &multi_heldout));
+
+  // What the device holds beyond the allocator, then the bound per kind
+  // of setup (its predictions need the device costs).
+  for (v1::DeviceCostFit& fit : FitDeviceCosts(all_runs)) {
+    *set.add_device_costs() = std::move(fit);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::SetupKindBound> kinds,
+                   CalibrateKindBounds(set, all_runs, catalog));
+  for (v1::SetupKindBound& kind : kinds)
+    *set.add_kind_bounds() = std::move(kind);
 
   result.ours = Expand(ours, global_index, all_runs.size());
   result.ours_heldout = Expand(ours_heldout, global_index, all_runs.size());
