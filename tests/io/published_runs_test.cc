@@ -64,7 +64,7 @@ TEST(PublishedRunsTest, RealRowsBecomeMeasuredRuns) {
   EXPECT_EQ(lora.params(), 6738415616u);
   EXPECT_EQ(lora.setup().positions(), 0u);
   EXPECT_EQ(lora.setup().gpus(), 2u);
-  EXPECT_EQ(lora.setup().parallel(), v1::FSDP_FULL);
+  EXPECT_EQ(lora.setup().parallel(), v1::TrainingSetup::FSDP_FULL);
   EXPECT_EQ(lora.setup().lora().rank(), 8u);
   EXPECT_FALSE(lora.model_key().empty());
 
