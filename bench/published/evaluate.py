@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -62,6 +63,10 @@ METRIC_FIGURE = {"allocated": "allocated", "reserved": "reserved",
 def camel(key):
     head, *rest = key.split("_")
     return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def snake(key):
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
 
 
 def normalized(obj):
@@ -184,10 +189,15 @@ class Planner:
                     tail = f.read()[-600:].decode("utf-8", "replace")
                 self.__exit__()
                 raise RuntimeError("planner exited: %s" % tail.strip())
-            rc, _, _ = run([self.client, "gpus", "--server", self.addr,
-                            "--deadline_ms", "2000"], 5)
-            if rc == 0:
-                return self
+            # /healthz answers once the factor set is fitted and the
+            # gRPC port serves.
+            try:
+                with urllib.request.urlopen(
+                        "http://127.0.0.1:%d/healthz" % http, timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (OSError, ValueError):
+                pass
             time.sleep(0.5)
         self.__exit__()
         raise RuntimeError("planner did not answer within %ss" % self.timeout)
@@ -230,7 +240,7 @@ def ask(row, configs, client, server, timeout):
     except (ValueError, TypeError) as e:
         return {"error": str(e)}
     rc, out, err = run(cmd, timeout + 5)
-    if rc is None or rc == 3:
+    if rc is None:
         return {"error": "fit did not answer within %ss" % timeout}
     if rc != 0:
         return {"error": "fit: rc %d: %s" % (rc, (err or out).strip()[:300])}
@@ -308,7 +318,8 @@ def read_rows(path):
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = normalized(json.loads(line))
+            # Top-level keys snake_case (the setup is read camelCase).
+            row = {snake(k): v for k, v in json.loads(line).items()}
             for field in ("publication", "row", "metric", "batch", "gpu"):
                 if field not in row:
                     raise SystemExit("%s:%d: %s is missing" % (path, n, field))
