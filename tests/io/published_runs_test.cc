@@ -59,10 +59,11 @@ TEST(PublishedRunsTest, RealRowsBecomeMeasuredRuns) {
   EXPECT_TRUE(lora.excluded().empty());
   EXPECT_TRUE(lora.template_().empty());
   // Llama-2-7b-hf: 6,738,415,616 parameters; the config converted at the
-  // row's 512 positions, which the spec then holds (the setup's cleared).
+  // row's 512 positions (an HF config binds none: the setup keeps them).
   EXPECT_EQ(CountParams(lora.spec()), 6738415616u);
   EXPECT_EQ(lora.params(), 6738415616u);
-  EXPECT_EQ(lora.setup().positions(), 0u);
+  EXPECT_EQ(lora.spec().positions(), 512u);
+  EXPECT_EQ(lora.setup().positions(), 512u);
   EXPECT_EQ(lora.setup().gpus(), 2u);
   EXPECT_EQ(lora.setup().parallel(), v1::TrainingSetup::FSDP_FULL);
   EXPECT_EQ(lora.setup().lora().rank(), 8u);
