@@ -421,6 +421,8 @@ def markdown(doc, prefixes):
             p = r.get(prefix, {})
             note = p.get("error", "") or ("" if r["setup_clear"]
                                           else "setup unclear: not in the statistics")
+            if p.get("figure", "").startswith("allocated ("):
+                note = ("%s; %s" % (note, p["figure"])).strip("; ")
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["publication"], r["row"], r["metric"],
                 "OOM" if r["oom"] else fmt(r["measured_gb"]), prefix,
