@@ -121,8 +121,11 @@ absl::Status CheckRowFields(const v1::PublishedRun& row,
                    "setup is missing; allowed: a TrainingSetup (protobuf "
                    "JSON, e.g. {\"precision\": \"BF16_TRUE\"})");
   }
-  if (row.batch() == 0) {
-    return Refused(where, "batch = 0; allowed: the per-GPU micro-batch, >= 1");
+  // A row whose setup is not clear may not know its batch: listed only.
+  if (row.batch() == 0 && row.setup_clear()) {
+    return Refused(where,
+                   "batch = 0; allowed: the per-GPU micro-batch, >= 1 (or "
+                   "setup_clear false where the source does not say it)");
   }
   if (row.has_measured_gb() == row.oom()) {
     return Refused(where, row.oom() ? "measured_gb is set on an oom row; "

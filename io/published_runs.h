@@ -48,14 +48,14 @@ struct PublishedRuns {
 // card's memory (the catalog's, else gpu_memory_gb). Strict: a line that is
 // not a PublishedRun (unknown keys included), a row without publication,
 // row name, citation (repo + path + commit, or url; and a quote), metric,
-// setup or batch, with both or neither of measured_gb and oom, an unknown
-// card without gpu_memory_gb, both config and template, an unknown
-// template, framework or unmodelled word, a config file missing, unreadable
-// or outside published-configs/, a duplicate row, or a usable row the run
-// checks refuse, fails the whole file with INVALID_ARGUMENT "<path>:<line>
-// (row <row>): <field> ...; allowed ...". Bounded by kMaxPublishedLines,
-// kMaxPublishedLineBytes and kMaxPublishedConfigBytes. NOT_FOUND when the
-// file cannot be opened.
+// setup, or batch (unless setup_clear is false: listed only), with both or
+// neither of measured_gb and oom, an unknown card without gpu_memory_gb, both
+// config and template, an unknown template, framework or unmodelled word, a
+// config file missing, unreadable or outside published-configs/, a duplicate
+// row, or a usable row the run checks refuse, fails the whole file with
+// INVALID_ARGUMENT "<path>:<line> (row <row>): <field> ...; allowed ...".
+// Bounded by kMaxPublishedLines, kMaxPublishedLineBytes and
+// kMaxPublishedConfigBytes. NOT_FOUND when the file cannot be opened.
 absl::StatusOr<PublishedRuns> LoadPublishedRuns(const std::string& path,
                                                 const ModelCatalog& catalog);
 

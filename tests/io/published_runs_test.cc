@@ -204,6 +204,23 @@ TEST_F(BadRowsTest, UnknownCardWithItsMemoryIsListedNotUsed) {
             "published: gpu '48GB GPU' is not in the catalog");
 }
 
+// The data helpers list rows whose source gives no batch, setup_clear
+// false; a clear row must have one.
+TEST_F(BadRowsTest, OnlyAnUnclearRowMayLackItsBatch) {
+  EXPECT_THAT(std::string(Load({{"\"batch\": 1,", ""}}).message()),
+              HasSubstr(":2 (row r2): batch = 0; allowed"));
+  ASSERT_TRUE(Load({{"\"batch\": 1,", ""},
+                    {"\"setup_clear\": true", "\"setup_clear\": false"}})
+                  .ok());
+  auto loaded =
+      LoadPublishedRuns((dir_ / kPublishedRunsFile).string(), Catalog());
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->unused.size(), 1u);
+  EXPECT_EQ(loaded->unused[0].batch(), 0u);
+  EXPECT_EQ(loaded->unused[0].excluded(),
+            "published: setup not clear (see its notes)");
+}
+
 TEST_F(BadRowsTest, LinesAreBounded) {
   const std::string path = (dir_ / kPublishedRunsFile).string();
   std::ofstream(path) << kGood << "\n"
