@@ -40,6 +40,7 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
+#include "io/published_runs.h"
 #include "nlohmann/json.hpp"
 #include "pages/calibration_plot.h"
 
@@ -267,8 +268,8 @@ absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
     return absl::InvalidArgumentError("--runs FILE is required");
   }
   OfflineCalibration offline;
-  ASSIGN_OR_RETURN(offline.runs, LoadRunsJsonl(options.runs));
   ASSIGN_OR_RETURN(offline.catalog, LoadModelCatalog(options.models_dir));
+  ASSIGN_OR_RETURN(offline.runs, LoadRunsFiles(options.runs, offline.catalog));
   ASSIGN_OR_RETURN(offline.result, Calibrate(offline.runs, offline.catalog,
                                              FitOptions{}, options.runs));
   return offline;
@@ -538,8 +539,12 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
 int Refit(const Options& options, std::ostream& out, std::ostream& err) {
   v1::RefitRequest request;
   if (!options.runs.empty()) {
+    // A published runs file resolves its rows' models against the local
+    // catalog (the planner's, as shipped).
+    absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
+    if (!catalog.ok()) return Fail(err, catalog.status().ToString());
     absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
-        LoadRunsJsonl(options.runs);
+        LoadRunsFiles(options.runs, *catalog);
     if (!runs.ok()) return Fail(err, runs.status().ToString());
     for (v1::MeasuredRun& run : *runs) *request.add_runs() = std::move(run);
   }

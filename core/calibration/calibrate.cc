@@ -377,7 +377,10 @@ absl::Status AddCollectives(const std::vector<v1::MeasuredRun>& runs,
 
 // Which runs calibrate what: the global fit's (single-GPU runs of the
 // reference, or of every source when none is usable), each other source's
-// own fit, and the multi-GPU runs' collective constants.
+// own fit, and the multi-GPU runs' collective constants. Published runs
+// calibrate none of them: their figures are in other metrics (reserved,
+// device) of setups measured elsewhere; they anchor answers and the
+// per-kind bounds only.
 struct RunPartition {
   std::vector<size_t> global;
   std::map<int, std::vector<size_t>> by_source;
@@ -387,6 +390,7 @@ struct RunPartition {
 RunPartition PartitionRuns(const std::vector<v1::MeasuredRun>& all_runs) {
   RunPartition p;
   for (size_t i = 0; i < all_runs.size(); ++i) {
+    if (MeasuredBy(all_runs[i]) == v1::PUBLISHED) continue;
     if (HasParallel(all_runs[i].setup())) {
       p.parallel.push_back(i);
     } else if (InGlobalFit(all_runs[i])) {
@@ -401,7 +405,10 @@ RunPartition PartitionRuns(const std::vector<v1::MeasuredRun>& all_runs) {
     // No reference run: the global factors come from whatever was measured.
     p.global.clear();
     for (size_t i = 0; i < all_runs.size(); ++i) {
-      if (!HasParallel(all_runs[i].setup())) p.global.push_back(i);
+      if (!HasParallel(all_runs[i].setup()) &&
+          MeasuredBy(all_runs[i]) != v1::PUBLISHED) {
+        p.global.push_back(i);
+      }
     }
     p.by_source.clear();
   }
