@@ -40,12 +40,12 @@ const ModelCatalog& Catalog() {
 TEST(PublishedRunsTest, RealRowsBecomeMeasuredRuns) {
   auto loaded = LoadPublishedRuns(kRows, Catalog());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  // Usable: torchtune's 2x4090 LoRA row and the two DeepSpeed BERT OOM
-  // rows; listed: the rows with unmodelled features.
-  ASSERT_EQ(loaded->usable.size(), 3u);
-  ASSERT_EQ(loaded->unused.size(), 3u);
+  // Usable: every row (a feature the setup cannot say yet keeps no row
+  // out; its source names it).
+  ASSERT_EQ(loaded->usable.size(), 6u);
+  ASSERT_EQ(loaded->unused.size(), 0u);
 
-  const v1::MeasuredRun& lora = loaded->usable[0];
+  const v1::MeasuredRun& lora = loaded->usable[1];
   EXPECT_EQ(lora.measured_by(), v1::PUBLISHED);
   EXPECT_EQ(lora.metric(), v1::UNSTATED);
   EXPECT_EQ(lora.publication(), "torchtune-readme-2024-04");
@@ -70,22 +70,24 @@ TEST(PublishedRunsTest, RealRowsBecomeMeasuredRuns) {
   EXPECT_FALSE(lora.model_key().empty());
 
   // OOM rows: OOM on the card's catalog memory.
-  EXPECT_EQ(loaded->usable[1].gpu(), "V100-16GB");
-  EXPECT_DOUBLE_EQ(loaded->usable[1].oom_on_gb(), 16);
-  EXPECT_FALSE(loaded->usable[1].has_measured_peak_gb());
-  EXPECT_EQ(loaded->usable[1].batch(), 6u);
-  EXPECT_DOUBLE_EQ(loaded->usable[2].oom_on_gb(), 32);
+  EXPECT_EQ(loaded->usable[3].gpu(), "V100-16GB");
+  EXPECT_DOUBLE_EQ(loaded->usable[3].oom_on_gb(), 16);
+  EXPECT_FALSE(loaded->usable[3].has_measured_peak_gb());
+  EXPECT_EQ(loaded->usable[3].batch(), 6u);
+  EXPECT_DOUBLE_EQ(loaded->usable[4].oom_on_gb(), 32);
 
-  // Listed, with why; a template's spec is copied into the run and keeps
-  // the setup's positions.
-  EXPECT_EQ(loaded->unused[0].excluded(),
-            "published: unmodelled chunked-ce, generate-eval");
-  EXPECT_EQ(loaded->unused[0].metric(), v1::ALLOCATED);
-  const v1::MeasuredRun& templated = loaded->unused[1];
+  // Rows with unmodelled features: used, the features in the source; a
+  // template's spec is copied into the run and keeps the setup's positions.
+  const v1::MeasuredRun& chunked = loaded->usable[0];
+  EXPECT_TRUE(chunked.excluded().empty());
+  EXPECT_THAT(chunked.source(),
+              HasSubstr("(unmodelled: chunked-ce, generate-eval)"));
+  EXPECT_EQ(chunked.metric(), v1::ALLOCATED);
+  const v1::MeasuredRun& templated = loaded->usable[2];
   EXPECT_EQ(templated.spec().name(), "llama-3.1-70b");
   EXPECT_EQ(templated.setup().positions(), 2048u);
-  EXPECT_EQ(loaded->unused[2].metric(), v1::RESERVED);
-  EXPECT_DOUBLE_EQ(loaded->unused[2].measured_peak_gb(), 51.164);
+  EXPECT_EQ(loaded->usable[5].metric(), v1::RESERVED);
+  EXPECT_DOUBLE_EQ(loaded->usable[5].measured_peak_gb(), 51.164);
 }
 
 // A scratch folder holding a published runs file and its configs.
@@ -164,7 +166,6 @@ TEST_F(BadRowsTest, EachBadFieldIsNamedAndNothingLoads) {
        at + "setup is missing"},
       {{{"\"publication\": \"p\"", "\"publication\": \"\""}},
        ":2 (row r2): publication is empty"},
-      {{{"\"gpu\": \"L4\"", "\"gpu\": \"unnamed\""}}, at + "gpu: "},
       {{{"\"config\": \"llama-2-7b.json\"", "\"config\": \"../outside.json\""}},
        at + "config '../outside.json' is outside published-configs/"},
       {{{"\"config\": \"llama-2-7b.json\"", "\"config\": \"missing.json\""}},
@@ -187,7 +188,11 @@ TEST_F(BadRowsTest, EachBadFieldIsNamedAndNothingLoads) {
   }
 }
 
+// A card the catalog lacks, with or without its memory: listed, not used,
+// and the rest of the file loads.
 TEST_F(BadRowsTest, UnknownCardWithItsMemoryIsListedNotUsed) {
+  ASSERT_TRUE(Load({{"\"gpu\": \"L4\"", "\"gpu\": \"unnamed\""}}).ok());
+
   ASSERT_TRUE(
       Load({{"\"gpu\": \"L4\"", "\"gpu\": \"48GB GPU\", \"gpu_memory_gb\": 48"},
             {"\"measured_gb\": 12.5,", ""},
@@ -257,11 +262,11 @@ TEST(PublishedRunsFileTest, RunsFilesReadBothKinds) {
   auto runs =
       LoadRunsFiles(kRoot + "/data/memory-runs.jsonl," + kRows, Catalog());
   ASSERT_TRUE(runs.ok()) << runs.status();
-  // Every published row here is on a catalog card: all six are stored, the
-  // unused ones excluded.
+  // Every published row here is on a catalog card and used: all six are
+  // stored, none excluded.
   ASSERT_EQ(runs->size(), reference->size() + 6);
   EXPECT_EQ(runs->back().measured_by(), v1::PUBLISHED);
-  EXPECT_FALSE(runs->back().excluded().empty());
+  EXPECT_TRUE(runs->back().excluded().empty());
   EXPECT_NE((*runs)[0].measured_by(), v1::PUBLISHED);
   auto bad =
       LoadRunsFiles(kRoot + "/data/memory-runs.jsonl,/nonexistent", Catalog());
