@@ -23,6 +23,10 @@ namespace {
 // the catalog lacks (its figures, not its verdict, are what is compared).
 constexpr double kUnknownCardGb = 1e6;
 
+// The coverage the held-out answers are asked at: the figures compared
+// are the estimate's, not its bound, so any calibrated one serves.
+constexpr double kAnswerCoverage = 0.95;
+
 // k at `coverage`: the sorted ratio at index ceil(coverage * (n - 1)),
 // rounded up to 0.01 and never below 1 (UpperBoundK's rule); 0 for none.
 double KOfRatios(std::vector<double> ratios, double coverage) {
@@ -333,7 +337,7 @@ absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
   unbounded.clear_kind_bounds();
   const FitPlanner planner(
       std::shared_ptr<const ModelCatalog>(&catalog, [](const ModelCatalog*) {}),
-      unbounded, options.coverage);
+      unbounded, kAnswerCoverage);
   AnchorOptions anchor_options;
   anchor_options.device_costs = &set.device_costs();
 
