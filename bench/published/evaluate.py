@@ -320,6 +320,9 @@ def read_rows(path):
                 continue
             # Top-level keys snake_case (the setup is read camelCase).
             row = {snake(k): v for k, v in json.loads(line).items()}
+            # An unclear row may lack its batch: it is listed, not asked.
+            if not row.get("setup_clear"):
+                row.setdefault("batch", 0)
             for field in ("publication", "row", "metric", "batch", "gpu"):
                 if field not in row:
                     raise SystemExit("%s:%d: %s is missing" % (path, n, field))
