@@ -73,11 +73,18 @@ std::string BasisLine(const v1::Basis& basis) {
 
 // "bound: kind 1gpu/qlora, k allocated 1.19, reserved 1.22, device 1.25
 // (14 held-out measurements of this kind)", saying where k is the widest
-// of all kinds or nothing of the kind was measured.
+// of all kinds or nothing of the kind was measured. A kind without k of
+// its own (0) takes the answer's k, and its note says which.
 std::string BoundLine(const v1::SetupKindBound& bound) {
-  std::string line = absl::StrFormat(
-      "bound: kind %s, k allocated %.2f, reserved %.2f, device %.2f",
-      bound.kind(), bound.k_allocated(), bound.k_reserved(), bound.k_device());
+  std::string line = absl::StrCat("bound: kind ", bound.kind());
+  if (bound.k_allocated() > 0 || bound.k_reserved() > 0 ||
+      bound.k_device() > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(", k allocated %.2f, reserved %.2f, "
+                                    "device %.2f",
+                                    bound.k_allocated(), bound.k_reserved(),
+                                    bound.k_device()));
+  }
   if (bound.untested()) {
     absl::StrAppend(&line,
                     " (untested: no measurement of this kind, so no answer "
@@ -86,7 +93,7 @@ std::string BoundLine(const v1::SetupKindBound& bound) {
     absl::StrAppend(&line, " (", bound.measurements(),
                     " held-out measurements of this kind, too few: the "
                     "widest k of all kinds)");
-  } else {
+  } else if (bound.measurements() > 0) {
     absl::StrAppend(&line, " (", bound.measurements(),
                     " held-out measurements of this kind)");
   }
@@ -139,7 +146,7 @@ std::string Basis(const std::string& basis) {
 // fit --explain, per card: what turns allocated bytes into the device's,
 // and per batch every phase three ways with the verdict's arithmetic.
 void PrintExplain(const v1::TargetResult& t, double headroom,
-                  std::ostream& out) {
+                  const v1::SetupKindBound& bound, std::ostream& out) {
   if (t.has_device()) {
     const v1::DeviceCosts& d = t.device();
     out << "  device costs: reserved = allocated x "
@@ -153,8 +160,12 @@ void PrintExplain(const v1::TargetResult& t, double headroom,
     const double upper = b.figures().device_upper_gb();
     out << "  batch " << b.batch() << ": device upper " << Gb(upper)
         << " GB x headroom " << Gb(headroom) << " = " << Gb(upper * headroom)
-        << " GB on " << Gb(t.memory_gb()) << " GB: " << VerdictOf(t, i)
-        << ", decided by phase " << b.phase() << "\n";
+        << " GB on " << Gb(t.memory_gb()) << " GB: " << VerdictOf(t, i);
+    if (bound.untested() && upper * headroom <= t.memory_gb() &&
+        i < t.verdicts_size() && t.verdicts(i) != v1::FITS) {
+      out << " (not FITS: nothing of the setup's kind has been measured)";
+    }
+    out << ", decided by phase " << b.phase() << "\n";
     Table table({"phase", "allocated", "upper", "reserved", "upper", "device",
                  "upper", "holds"},
                 {true, false, false, false, false, false, false, true});
@@ -281,7 +292,7 @@ void PrintFit(const v1::CheckFitResponse& r, bool explain, std::ostream& out) {
     if (t.batches_size() > 0) {
       figures = true;
       PrintFigures(t, out);
-      if (explain) PrintExplain(t, r.headroom(), out);
+      if (explain) PrintExplain(t, r.headroom(), r.bound(), out);
     }
     if (t.regime() == "anchored") {
       out << "  anchored; card constant " << std::showpos << t.gpu_constant_gb()

@@ -159,6 +159,19 @@ TEST(FitOutputTest, TheBoundSaysWhenItsKIsTheWidestOrUntested) {
       Print(r, false),
       HasSubstr("device 1.25 (untested: no measurement of this kind, "
                 "so no answer on it is FITS); no FSDP-QLoRA run yet\n"));
+  // --explain says why a batch whose arithmetic fits is not FITS.
+  r.mutable_targets(0)->set_verdicts(0, v1::BORDERLINE);
+  EXPECT_THAT(Print(r, true),
+              HasSubstr("22.77 GB on 24.00 GB: BORDERLINE (not FITS: nothing "
+                        "of the setup's kind has been measured), decided by "
+                        "phase load\n"));
+  // A kind without k of its own: no zeros printed, its note says which k.
+  v1::SetupKindBound* own = r.mutable_bound();
+  own->Clear();
+  own->set_kind("1gpu/full");
+  own->set_note("the prior's held-out k");
+  EXPECT_THAT(Print(r, false),
+              HasSubstr("\nbound: kind 1gpu/full; the prior's held-out k\n"));
 }
 
 // A planner without the device figures: the answer reads as before them.
