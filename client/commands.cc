@@ -22,6 +22,7 @@
 #include "client/catalog_commands.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/fit_output.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
 #include "client/setup_flags.h"
@@ -50,137 +51,6 @@ int Fail(std::ostream& err, const std::string& message, int code) {
   err << "headroom: " << message << "\n";
   return code;
 }
-
-namespace {
-
-// "anchored on 4 measured runs (batch 8-96; A10G, H100)" or "prior only".
-std::string BasisLine(const v1::Basis& basis) {
-  if (basis.kind() != v1::Basis::ANCHORED) {
-    return absl::StrCat("prior only (", basis.source(), " factors; ",
-                        basis.why(), ")");
-  }
-  return absl::StrCat(
-      "anchored on ", basis.runs(), " measured runs (batch ", basis.min_batch(),
-      basis.max_batch() != basis.min_batch()
-          ? absl::StrCat("-", basis.max_batch())
-          : "",
-      "; ", absl::StrJoin(basis.gpus(), ", "), "; ", basis.source(),
-      basis.oom_runs() > 0 ? absl::StrCat("; ", basis.oom_runs(), " OOM") : "",
-      ")");
-}
-
-// The largest batches in words: "none fits" and the cap said as such.
-std::string MaxBatchWords(const v1::TargetResult& t) {
-  constexpr uint64_t kCap = 1u << 20;
-  auto words = [&](uint64_t batch, const char* what) {
-    if (batch == 0) return absl::StrCat("no batch is ", what);
-    if (batch >= kCap) {
-      return absl::StrCat("every batch up to ", kCap, " is ", what,
-                          " (1048576 is the largest batch the planner "
-                          "considers)");
-    }
-    return absl::StrCat("largest batch ", what, ": ", batch);
-  };
-  return absl::StrCat(
-      words(t.max_batch_fits(), "FITS"), "; ",
-      words(t.max_batch_not_does_not_fit(), "FITS or BORDERLINE"));
-}
-
-// --gpus auto: per GPU kind, the smallest count per strategy and the
-// per-GPU breakdown there.
-void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
-  for (const v1::MinGpusTarget& t : r.min_gpus()) {
-    out << "\n"
-        << t.target() << " (" << t.memory_gb()
-        << " GB): smallest GPU count at batch "
-        << (r.estimates_size() > 0 ? r.estimates(0).batch() : 0) << " per GPU";
-    if (!t.cheapest().empty()) out << "; cheapest " << t.cheapest();
-    out << "\n  strategy      fits  not-DNF  nodes  peak/GPU  states  "
-           "gathered  buffers  activations  host/node  collective\n";
-    for (const v1::MinGpusStrategy& s : t.strategies()) {
-      const auto count = [](uint32_t n) {
-        return n == 0 ? std::string(">512") : absl::StrCat(n);
-      };
-      out << "  " << std::left << std::setw(12) << s.strategy() << std::right
-          << std::setw(6) << count(s.gpus_fits()) << std::setw(9)
-          << count(s.gpus_not_does_not_fit());
-      if (s.gpus() == 0) {
-        out << "\n";
-        continue;
-      }
-      out << std::setw(7) << s.nodes() << std::setw(10) << s.peak_gb()
-          << std::setw(8) << s.sharded_states_gb() << std::setw(10)
-          << s.gathered_units_gb() << std::setw(9) << s.buffers_gb()
-          << std::setw(13) << s.activations_gb() << std::setw(11)
-          << s.host_gb_per_node() << std::setw(12)
-          << (s.collective_fitted() ? absl::StrFormat("%.2f", s.collective_gb())
-                                    : std::string("unfitted"))
-          << "\n";
-    }
-  }
-  if (r.min_gpus_size() > 0) {
-    out << "\nfits / not-DNF: the smallest N whose verdict is FITS / not "
-           "DOES_NOT_FIT (>512: none). The breakdown is at that N and at the "
-           "moment that peaks there: backward start (states, gathered units, "
-           "buffers, activations) or the optimizer update (states and "
-           "buckets; the activations are freed by then, so 0).\n";
-  }
-}
-
-void PrintFit(const v1::CheckFitResponse& r, std::ostream& out) {
-  out << std::fixed << std::setprecision(2);
-  for (const std::string& assumption : r.assumptions()) {
-    out << "assumed " << assumption << "\n";
-  }
-  out << r.model() << ": " << r.params() << " parameters; factor set "
-      << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
-      << r.k() << " at coverage " << r.coverage() << "\n";
-  if (r.estimates_size() > 0) {
-    out << BasisLine(r.estimates(0).basis()) << "\n";
-  }
-  if (!r.learning().empty()) out << "learning: " << r.learning() << "\n";
-  out << "\n";
-  out << "batch   peak GB  upper GB   optimizer outputs attention internal "
-         "recurrent transient  peak at\n";
-  for (const auto& e : r.estimates()) {
-    const auto& c = e.components();
-    out << std::setw(5) << e.batch() << std::setw(10) << e.peak_gb()
-        << std::setw(10) << e.upper_gb() << std::setw(12) << c.optimizer()
-        << std::setw(8) << c.outputs() << std::setw(10) << c.attention()
-        << std::setw(9) << c.internal() << std::setw(10) << c.recurrent()
-        << std::setw(10) << c.transient() << "  " << e.moment();
-    if (e.basis().kind() == v1::Basis::ANCHORED) {
-      out << " (k " << e.k() << ", " << e.basis().extrapolation()
-          << "x the largest measured batch)";
-    }
-    out << "\n";
-  }
-  out << "\n";
-  for (const auto& t : r.targets()) {
-    // The card the --gpu value was understood as ("RTX 4090 (24.00 GB)"); a
-    // bare size names itself.
-    if (absl::EndsWith(t.name(), " GB")) {
-      out << t.name() << ":";
-    } else {
-      out << t.name() << " (" << t.memory_gb() << " GB):";
-    }
-    for (int i = 0; i < t.verdicts_size(); ++i) {
-      out << " batch " << r.estimates(i).batch() << " "
-          << v1::Verdict_Name(t.verdicts(i))
-          << (i + 1 < t.verdicts_size() ? ";" : "");
-    }
-    if (t.regime() == "anchored") {
-      out << "\n  anchored; card constant " << std::showpos
-          << t.gpu_constant_gb() << std::noshowpos << " GB";
-    } else if (t.regime() != "global") {
-      out << "\n  regime " << t.regime() << ", k " << t.k();
-    }
-    out << "\n  " << MaxBatchWords(t) << "\n";
-  }
-  PrintMinGpus(r, out);
-}
-
-}  // namespace
 
 namespace {
 
@@ -250,7 +120,7 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   if (options.json) {
     out << CliJson(response) << "\n";
   } else {
-    PrintFit(response, out);
+    PrintFit(response, options.explain, out);
   }
   return 0;
 }
@@ -637,6 +507,10 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
                 "let runs measured on simulated GPUs anchor the answer");
   fit->add_option("--coverage", o.coverage,
                   "upper-bound coverage 0.9 or 0.95 (0: the server's)");
+  fit->add_flag("--explain", o.explain,
+                "per card: its device costs (reserved ratio, CUDA context, "
+                "NCCL) and every phase's allocated, reserved and device "
+                "figures");
   AddJson(fit, o);
   ctx.Run(fit, [&ctx] { return Fit(ctx.options, ctx.out, ctx.err); });
 }

@@ -64,6 +64,13 @@ struct Options {
   uint32_t train_last_blocks = 0;
   uint32_t grad_accum = 0;
   bool compile = false;
+  // The allocator and the job's phases: --expandable_segments, --phases
+  // (load,first-step,step,eval,generate,save), --eval_batch,
+  // --generate_tokens.
+  bool expandable_segments = false;
+  std::string phases;
+  uint32_t eval_batch = 0;
+  uint32_t generate_tokens = 0;
   // The parallel setup: --gpus N or auto (the smallest N per GPU kind),
   // --parallel, --offload, --tensor_parallel, --nodes, --gpus_per_node.
   std::string gpus;
@@ -76,6 +83,8 @@ struct Options {
   // and let simulated runs anchor the answer.
   bool learn = false;
   bool include_simulated = false;
+  // fit: every phase's three figures and each card's device costs.
+  bool explain = false;
   uint64_t positions = 0;
   std::string runs;
   double coverage = 0;
@@ -89,7 +98,8 @@ struct Options {
 };
 
 // headroom fit --model TEMPLATE|FILE | --onnx FILE --batch N[,N...]
-// --gpu NAME|GB[,...]
+// --gpu NAME|GB[,...] [--explain]: the answer as fit_output.h prints it, or
+// with --json the CheckFitResponse, every field.
 int Fit(const Options& options, std::ostream& out, std::ostream& err);
 
 // headroom calib page --runs FILE [--json] [--svg FILE]: the calibration

@@ -1,5 +1,6 @@
 #include "client/setup_flags.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,12 @@ constexpr Word<TrainingSetup::BaseQuant> kQuant[] = {
     {"int8", TrainingSetup::INT8},
 };
 
+// JobPhase by its name in answers and measurements (PhaseFigures.phase).
+constexpr Word<v1::JobPhase> kPhases[] = {
+    {"load", v1::LOAD}, {"first-step", v1::FIRST_STEP}, {"step", v1::STEP},
+    {"eval", v1::EVAL}, {"generate", v1::GENERATE},     {"save", v1::SAVE},
+};
+
 std::vector<std::string> List(const std::string& text) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
@@ -93,6 +100,29 @@ std::vector<std::string> List(const std::string& text) {
     if (!part.empty()) out.emplace_back(part);
   }
   return out;
+}
+
+// --phases, each phase once, and the allocator and phase options.
+absl::Status FillPhases(const Options& o, TrainingSetup* setup) {
+  setup->set_expandable_segments(o.expandable_segments);
+  std::vector<std::string> seen;
+  for (const std::string& name : List(o.phases)) {
+    v1::JobPhase phase = v1::JOB_PHASE_UNSPECIFIED;
+    if (absl::Status s = Lookup("--phases", name, kPhases, &phase); !s.ok()) {
+      return s;
+    }
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--phases names '", name,
+                       "' twice; give each of load, first-step, step, eval, "
+                       "generate, save at most once"));
+    }
+    seen.push_back(name);
+    setup->add_phases(phase);
+  }
+  setup->set_eval_batch(o.eval_batch);
+  setup->set_generate_tokens(o.generate_tokens);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -142,6 +172,17 @@ void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
   app->add_option("--nodes", o.nodes, "nodes (hybrid sharding)");
   app->add_option("--gpus_per_node", o.gpus_per_node,
                   "GPUs per node (default 8)");
+  app->add_flag("--expandable_segments", o.expandable_segments,
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (reserved "
+                "memory stays closer to allocated)");
+  app->add_option("--phases", o.phases,
+                  "the job's phases, comma-separated: load, first-step, step, "
+                  "eval, generate, save (default load,step); the answer is "
+                  "the largest");
+  app->add_option("--eval_batch", o.eval_batch,
+                  "the eval phase's batch (0: the training batch)");
+  app->add_option("--generate_tokens", o.generate_tokens,
+                  "new tokens per sample in the generate phase (0: 128)");
   app->add_option("--positions", o.positions,
                   "sequence length / tokens per sample, the longest when "
                   "batches are padded (0: the model's standard)");
@@ -225,6 +266,7 @@ absl::Status FillSetup(const Options& o, TrainingSetup* setup) {
     }
     setup->set_offload(offload);
   }
+  if (absl::Status s = FillPhases(o, setup); !s.ok()) return s;
   setup->set_tensor_parallel(o.tensor_parallel);
   setup->set_nodes(o.nodes);
   setup->set_gpus_per_node(o.gpus_per_node);

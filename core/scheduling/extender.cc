@@ -530,17 +530,32 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
     const v1::TargetResult& result = results[node_card[i]];
     d.known = true;
     d.card_gb = result.memory_gb();
-    d.peak_gb = result.peaks_gb(0);
     d.verdict = static_cast<v1::Verdict>(result.verdicts(0));
-    d.upper_gb = d.peak_gb * estimates[node_card[i]].k();
     d.passes = d.verdict == v1::FITS ||
                (options.allow_borderline && d.verdict == v1::BORDERLINE);
     d.reason = absl::StrCat("headroom: ", model, " at batch ", batch, " is ",
                             v1::Verdict_Name(d.verdict), " on ", result.name(),
-                            " (", FormatGb(d.card_gb, 1), "): predicted peak ",
-                            FormatGb(d.peak_gb, 1), ", upper bound ",
-                            FormatGb(d.upper_gb, 1), "; largest batch FITS ",
-                            result.max_batch_fits());
+                            " (", FormatGb(d.card_gb, 1), "): ");
+    if (result.batches_size() > 0) {
+      // The verdict was taken on the device figure: say it and score by it.
+      const v1::TargetBatch& answer = result.batches(0);
+      d.peak_gb = answer.figures().device_gb();
+      d.upper_gb = answer.figures().device_upper_gb();
+      d.allocated_gb = answer.figures().allocated_gb();
+      d.reserved_gb = answer.figures().reserved_gb();
+      d.phase = answer.phase();
+      absl::StrAppend(&d.reason, "device ", FormatGb(d.peak_gb, 1),
+                      " (allocated ", FormatGb(d.allocated_gb, 1),
+                      ", reserved ", FormatGb(d.reserved_gb, 1), ") in the ",
+                      d.phase, " phase, upper bound ", FormatGb(d.upper_gb, 1));
+    } else {
+      d.peak_gb = result.peaks_gb(0);
+      d.upper_gb = d.peak_gb * estimates[node_card[i]].k();
+      absl::StrAppend(&d.reason, "predicted peak ", FormatGb(d.peak_gb, 1),
+                      ", upper bound ", FormatGb(d.upper_gb, 1));
+    }
+    absl::StrAppend(&d.reason, "; largest batch FITS ",
+                    result.max_batch_fits());
     decisions.push_back(std::move(d));
   }
   return decisions;

@@ -76,8 +76,17 @@ struct NodeDecision {
   bool passes = false;
   v1::Verdict verdict = v1::VERDICT_UNSPECIFIED;
   double card_gb = 0;
+  // What the device holds at the job's largest phase, and its upper bound
+  // (TargetBatch.figures.device_gb / device_upper_gb): what the verdict
+  // and the scores compare with the card. From a planner without device
+  // figures: the allocator's peak and peak x k.
   double peak_gb = 0;
   double upper_gb = 0;
+  // The allocator's and the caching allocator's figures, and the phase that
+  // decides (empty without device figures).
+  double allocated_gb = 0;
+  double reserved_gb = 0;
+  std::string phase;
   // Why it fails, or what it was checked as.
   std::string reason;
 };
@@ -109,8 +118,9 @@ std::string PassThroughFilterJson(const ExtenderArgs& args);
 std::string FailAllFilterJson(const ExtenderArgs& args,
                               const std::string& reason);
 
-// HostPriorityList JSON: 0..10 by the GPU memory left free above the upper
-// bound, among the nodes that pass; 0 for the others.
+// HostPriorityList JSON: 0..10 by the GPU memory left free above the
+// device upper bound (NodeDecision.upper_gb), among the nodes that pass; 0
+// for the others.
 std::string PriorityListJson(const ExtenderArgs& args,
                              const std::vector<NodeDecision>& decisions,
                              const ExtenderOptions& options);

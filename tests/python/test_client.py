@@ -39,6 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "client/python/examples"))
 # Importing the example must leave no __pycache__ in the source tree.
 sys.dont_write_bytecode = True
 from headroom_client import Client, HeadroomError  # noqa: E402
+from headroom_client import client as client_module  # noqa: E402
+from headroom.v1 import calibration_pb2, model_pb2, planner_pb2  # noqa: E402
 import placement_hook  # noqa: E402
 
 
@@ -144,7 +146,7 @@ class ClientTest(unittest.TestCase):
         for kind in kinds:
             self.assertTrue(self.client.fits("bert-base", 32, kind), kind)
         answer = self.client.check_fit("bert-base", 32, kinds)
-        left_over = [t.memory_gb - t.peaks_gb[32] for t in answer.targets]
+        left_over = [t.memory_gb - t.device_gb(32) for t in answer.targets]
         self.assertEqual(left_over, sorted(left_over))
         # L4 at batch 512 is not FITS, so it cannot be offered.
         self.assertNotIn("L4", placement_hook.fitting_gpus(
@@ -166,6 +168,28 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(HeadroomError) as caught:
             self.client.probe("p-no-such")
         self.assertEqual(caught.exception.code, "NOT_FOUND")
+
+    def test_phases_and_allocator_setup(self):
+        answer = self.client.check_fit(
+            "bert-base", 32, ["L4", "H100"], phases="load,step,eval",
+            eval_batch=64, expandable_segments=True)
+        for target in answer.targets:
+            self.assertIn(target.verdicts[32], VERDICTS)
+            # A planner with the device figures answers them per batch, in
+            # order allocated <= reserved <= device, at one of the phases.
+            for batch, answered in target.figures.items():
+                self.assertEqual(batch, 32)
+                f = answered.figures
+                self.assertLessEqual(f.allocated_gb, f.reserved_gb)
+                self.assertLessEqual(f.reserved_gb, f.device_gb)
+                self.assertLessEqual(f.device_gb, f.device_upper_gb)
+                self.assertIn(answered.phase, {"load", "step", "eval"})
+                self.assertEqual(target.device_gb(32), f.device_gb)
+        with self.assertRaises(HeadroomError) as caught:
+            self.client.check_fit("bert-base", 32, "L4", phases=["step", "train"])
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("'train' is unknown; allowed load, first-step, step, eval, "
+                      "generate, save", caught.exception.message)
 
     def test_unreachable(self):
         with Client(f"127.0.0.1:{free_port()}", timeout_s=5) as closed:
@@ -250,6 +274,96 @@ class SecureClientTest(unittest.TestCase):
             self.assertEqual(refused.exception.code, "UNAVAILABLE")
         with self.assertRaises(ValueError):
             Client(self.address, cert="a.pem", key="a-key.pem")
+
+def _figures(allocated, reserved, device):
+    return planner_pb2.MemoryFigures(
+        allocated_gb=allocated, allocated_upper_gb=allocated * 1.2,
+        reserved_gb=reserved, reserved_upper_gb=reserved * 1.2,
+        device_gb=device, device_upper_gb=device * 1.2)
+
+
+class FiguresTest(unittest.TestCase):
+    """The three figures, phases, device costs and bound of a hand-built
+    answer (no planner), and the setup fields of issue 30."""
+
+    def answer(self):
+        response = planner_pb2.CheckFitResponse(model="qwen2.5-7b", headroom=1.15)
+        for batch, phase in ((4, "load"), (8, "step")):
+            response.estimates.add(batch=batch, peak_gb=9.5, phase=phase)
+        target = response.targets.add(
+            name="L4", memory_gb=24, verdicts=[model_pb2.FITS, model_pb2.BORDERLINE],
+            peaks_gb=[9.5, 12.0])
+        target.device.CopyFrom(planner_pb2.DeviceCosts(
+            reserved_ratio=1.125, context_gb=0.7, nccl_gb=0,
+            reserved_basis="fitted on 12 torch-harness runs on H200"))
+        first = target.batches.add(batch=4, phase="load",
+                                   figures=_figures(15.2, 16, 16.5))
+        first.phases.add(phase="load", figures=_figures(15.2, 16, 16.5),
+                         holds="weights in bf16 before quantising")
+        first.phases.add(phase="step", figures=_figures(9.5, 10.5, 11))
+        target.batches.add(batch=8, phase="step", figures=_figures(12, 13.5, 14.2))
+        response.bound.CopyFrom(calibration_pb2.SetupKindBound(
+            kind="1gpu/qlora", k_allocated=1.19, k_reserved=1.22, k_device=1.25,
+            measurements=14))
+        return client_module._answer(response, [4, 8])
+
+    def test_figures_phases_costs_and_bound(self):
+        answer = self.answer()
+        self.assertEqual([e.phase for e in answer.estimates], ["load", "step"])
+        l4 = answer.targets[0]
+        self.assertEqual(set(l4.figures), {4, 8})
+        self.assertEqual(l4.figures[4].phase, "load")
+        self.assertEqual(l4.figures[4].figures.device_gb, 16.5)
+        self.assertAlmostEqual(l4.figures[4].figures.device_upper_gb, 19.8)
+        self.assertEqual(l4.figures[8].figures.reserved_gb, 13.5)
+        self.assertEqual([p.phase for p in l4.figures[4].phases], ["load", "step"])
+        self.assertEqual(l4.figures[4].phases[0].holds,
+                         "weights in bf16 before quantising")
+        self.assertEqual(l4.figures[4].phases[1].figures.allocated_gb, 9.5)
+        # The device figure, not the allocator's peak (9.5).
+        self.assertEqual(l4.device_gb(4), 16.5)
+        self.assertEqual(l4.device.reserved_ratio, 1.125)
+        self.assertEqual(l4.device.context_gb, 0.7)
+        self.assertEqual(l4.device.reserved_basis,
+                         "fitted on 12 torch-harness runs on H200")
+        self.assertEqual(answer.bound.kind, "1gpu/qlora")
+        self.assertEqual(answer.bound.k_device, 1.25)
+        self.assertEqual(answer.bound.measurements, 14)
+        self.assertFalse(answer.bound.widest or answer.bound.untested)
+
+    def test_without_device_figures(self):
+        response = planner_pb2.CheckFitResponse(model="bert-base")
+        response.estimates.add(batch=32, peak_gb=2.3)
+        response.targets.add(name="L4", memory_gb=24, verdicts=[model_pb2.FITS],
+                             peaks_gb=[2.3])
+        answer = client_module._answer(response, [32])
+        self.assertEqual(answer.targets[0].figures, {})
+        self.assertIsNone(answer.targets[0].device)
+        self.assertIsNone(answer.bound)
+        self.assertEqual(answer.estimates[0].phase, "")
+        # Then the allocator's peak is all there is.
+        self.assertEqual(answer.targets[0].device_gb(32), 2.3)
+
+    def test_setup_fields(self):
+        setup = client_module._setup(
+            expandable_segments=True, phases="load, first-step,step,eval,generate,save",
+            eval_batch=16, generate_tokens=256)
+        self.assertTrue(setup.expandable_segments)
+        self.assertEqual(list(setup.phases),
+                         [model_pb2.LOAD, model_pb2.FIRST_STEP, model_pb2.STEP,
+                          model_pb2.EVAL, model_pb2.GENERATE, model_pb2.SAVE])
+        self.assertEqual((setup.eval_batch, setup.generate_tokens), (16, 256))
+        self.assertEqual(list(client_module._setup(phases=["step"]).phases),
+                         [model_pb2.STEP])
+        for bad, words in ((dict(phases=["train"]), "'train' is unknown; allowed load"),
+                           (dict(phases="step,step"), "'step' is given twice"),
+                           (dict(eval_batch=-1), "eval_batch -1 is not a count"),
+                           (dict(generate_tokens=2**32), "generate_tokens")):
+            with self.assertRaises(HeadroomError) as caught:
+                client_module._setup(**bad)
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+            self.assertIn(words, caught.exception.message)
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *UNITTEST_ARGS])

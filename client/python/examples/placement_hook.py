@@ -8,10 +8,11 @@ placing a job:
     with Client(server) as planner:
         kinds = fitting_gpus(planner, "bert-base", 32, ["L4", "H100"])
 
-Only FITS counts (peak * k * headroom <= card); a BORDERLINE card may OOM,
-so it is left out. Tightest first means the least memory left over
-(card - predicted peak), so the job takes the smallest card it fits and
-leaves the large ones free.
+Only FITS counts (device upper bound * headroom <= card); a BORDERLINE
+card may OOM, so it is left out. Tightest first means the least memory left
+over (card - what the device holds at the job's largest phase: reserved
+memory plus the CUDA context and NCCL), so the job takes the smallest card
+it fits and leaves the large ones free.
 
     PYTHONPATH=OUTDIR python3 client/python/examples/placement_hook.py \\
         --server 127.0.0.1:50051 --model bert-base --batch 32 --gpus L4,H100
@@ -42,7 +43,7 @@ def _fitting(planner: Client, model, batch: int, gpu_kinds: Sequence[str],
              **setup) -> list[tuple[str, float]]:
     answer = planner.check_fit(model, [batch], list(gpu_kinds), **setup)
     # Targets come back in request order, so each pairs with its kind.
-    left_over = [(kind, target.memory_gb - target.peaks_gb[batch])
+    left_over = [(kind, target.memory_gb - target.device_gb(batch))
                  for kind, target in zip(gpu_kinds, answer.targets)
                  if target.verdicts[batch] == "FITS"]
     return sorted(left_over, key=lambda pair: pair[1])

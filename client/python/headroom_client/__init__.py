@@ -8,8 +8,11 @@ The gRPC stubs (package headroom.v1) are generated at build time beside
 this package (client/python/README.md); they are never committed.
 """
 
-from headroom_client.client import (Basis, Client, Estimate, FitAnswer,
-                                    HeadroomError, TargetAnswer)
+from headroom_client.client import (Basis, BatchFigures, Client, DeviceCosts,
+                                    Estimate, FitAnswer, HeadroomError,
+                                    KindBound, MemoryFigures, PhaseFigures,
+                                    TargetAnswer)
 
-__all__ = ["Basis", "Client", "Estimate", "FitAnswer", "HeadroomError",
-           "TargetAnswer"]
+__all__ = ["Basis", "BatchFigures", "Client", "DeviceCosts", "Estimate",
+           "FitAnswer", "HeadroomError", "KindBound", "MemoryFigures",
+           "PhaseFigures", "TargetAnswer"]

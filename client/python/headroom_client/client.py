@@ -38,6 +38,15 @@ _OPTIMIZERS = {
     "sgd": model_pb2.TrainingSetup.SGD,
     "sgd-momentum": model_pb2.TrainingSetup.SGD_MOMENTUM,
 }
+# The job's phases by the names answers use (PhaseFigures.phase).
+_PHASES = {
+    "load": model_pb2.LOAD,
+    "first-step": model_pb2.FIRST_STEP,
+    "step": model_pb2.STEP,
+    "eval": model_pb2.EVAL,
+    "generate": model_pb2.GENERATE,
+    "save": model_pb2.SAVE,
+}
 
 
 class HeadroomError(Exception):
@@ -82,6 +91,77 @@ class Estimate:
     moment: str
     components_gb: dict[str, float]
     basis: Basis
+    # The phase whose allocator peak peak_gb is ("step" unless another of
+    # the setup's phases is larger; "" from a planner without phases).
+    phase: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """One figure three ways, GB, each with its upper bound: the allocator's
+    peak (torch max_memory_allocated), the caching allocator's reserved peak
+    (max_memory_reserved), and what the device holds (reserved plus the CUDA
+    context, workspaces and NCCL: what nvidia-smi shows). Verdicts compare
+    device_upper_gb x headroom with the card."""
+
+    allocated_gb: float
+    allocated_upper_gb: float
+    reserved_gb: float
+    reserved_upper_gb: float
+    device_gb: float
+    device_upper_gb: float
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """One phase of the job ("load", "first-step", "step", "eval",
+    "generate", "save"), its three figures, and what it holds in words."""
+
+    phase: str
+    figures: MemoryFigures
+    holds: str
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """The answer at one batch on one card: the job's largest phase three
+    ways (`phase` decides the verdict), and every phase."""
+
+    batch: int
+    figures: MemoryFigures
+    phase: str
+    phases: list[PhaseFigures]
+
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """What turns allocated bytes into the device's on one card: reserved =
+    allocated * reserved_ratio; device = reserved + context_gb + nccl_gb.
+    The *_basis fields say where each came from."""
+
+    reserved_ratio: float
+    context_gb: float
+    nccl_gb: float
+    reserved_basis: str
+    context_basis: str
+    nccl_basis: str
+
+
+@dataclass(frozen=True)
+class KindBound:
+    """The setup's kind ("1gpu/qlora", "multi/fsdp-full/lora") and the k of
+    its upper bounds per figure, from `measurements` held-out measurements.
+    widest: too few of its own, k is the widest of all kinds; untested: no
+    measurement of the kind, so no answer on it is FITS."""
+
+    kind: str
+    k_allocated: float
+    k_reserved: float
+    k_device: float
+    measurements: int
+    widest: bool
+    untested: bool
+    note: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +177,17 @@ class TargetAnswer:
     max_batch_fits: int
     max_batch_not_does_not_fit: int
     regime: str
+    # Keyed by requested batch: the three figures and every phase (empty
+    # from a planner without device figures). device: this card's costs
+    # (None without them).
+    figures: dict[int, BatchFigures] = field(default_factory=dict)
+    device: DeviceCosts | None = None
+
+    def device_gb(self, batch: int) -> float:
+        """What the device holds at `batch` (the largest phase), GB; the
+        allocator's peak from a planner without device figures."""
+        answer = self.figures.get(batch)
+        return answer.figures.device_gb if answer else self.peaks_gb[batch]
 
 
 @dataclass(frozen=True)
@@ -114,6 +205,9 @@ class FitAnswer:
     targets: list[TargetAnswer] = field(default_factory=list)
     learning: str = ""
     assumptions: list[str] = field(default_factory=list)
+    # The setup's kind and the k its bounds use (None from a planner without
+    # per-kind bounds).
+    bound: KindBound | None = None
 
 
 def _invalid(message: str) -> HeadroomError:
@@ -158,17 +252,36 @@ def _target(gpu: Gpu) -> planner_pb2.Target:
 
 def _setup(precision: str = "fp32", optimizer: str = "adamw",
            checkpointing: bool = False, fused_attention: bool = False,
-           positions: int = 0) -> model_pb2.TrainingSetup:
+           positions: int = 0, expandable_segments: bool = False,
+           phases: Sequence[str] = (), eval_batch: int = 0,
+           generate_tokens: int = 0) -> model_pb2.TrainingSetup:
     if precision not in _PRECISIONS:
         raise _invalid(f"precision {precision!r} is unknown; allowed "
                        f"{', '.join(_PRECISIONS)}")
     if optimizer not in _OPTIMIZERS:
         raise _invalid(f"optimizer {optimizer!r} is unknown; allowed "
                        f"{', '.join(_OPTIMIZERS)}")
+    if isinstance(phases, str):
+        phases = [p.strip() for p in phases.split(",") if p.strip()]
+    for i, phase in enumerate(phases):
+        if phase not in _PHASES:
+            raise _invalid(f"phases: {phase!r} is unknown; allowed "
+                           f"{', '.join(_PHASES)}")
+        if phase in phases[:i]:
+            raise _invalid(f"phases: {phase!r} is given twice; give each of "
+                           f"{', '.join(_PHASES)} at most once")
+    for name, value in (("eval_batch", eval_batch),
+                        ("generate_tokens", generate_tokens)):
+        if not (isinstance(value, int) and 0 <= value < 2**32):
+            raise _invalid(f"{name} {value!r} is not a count; allowed "
+                           f"0 .. {2**32 - 1} (0: the default)")
     return model_pb2.TrainingSetup(
         precision=_PRECISIONS[precision], optimizer=_OPTIMIZERS[optimizer],
         activation_checkpointing=checkpointing,
-        fused_attention=fused_attention, positions=positions)
+        fused_attention=fused_attention, positions=positions,
+        expandable_segments=expandable_segments,
+        phases=[_PHASES[p] for p in phases], eval_batch=eval_batch,
+        generate_tokens=generate_tokens)
 
 
 def _batches(batch: int | Iterable[int]) -> list[int]:
@@ -196,6 +309,33 @@ def _answer(response: planner_pb2.CheckFitResponse,
     def components(c: planner_pb2.ComponentsGb) -> dict[str, float]:
         return {f.name: getattr(c, f.name) for f in c.DESCRIPTOR.fields}
 
+    def figures(f: planner_pb2.MemoryFigures) -> MemoryFigures:
+        return MemoryFigures(**{d.name: getattr(f, d.name)
+                                for d in f.DESCRIPTOR.fields})
+
+    def batch_figures(b: planner_pb2.TargetBatch) -> BatchFigures:
+        return BatchFigures(
+            batch=b.batch, figures=figures(b.figures), phase=b.phase,
+            phases=[PhaseFigures(phase=p.phase, figures=figures(p.figures),
+                                 holds=p.holds) for p in b.phases])
+
+    def device(t: planner_pb2.TargetResult) -> DeviceCosts | None:
+        if not t.HasField("device"):
+            return None
+        d = t.device
+        return DeviceCosts(
+            reserved_ratio=d.reserved_ratio, context_gb=d.context_gb,
+            nccl_gb=d.nccl_gb, reserved_basis=d.reserved_basis,
+            context_basis=d.context_basis, nccl_basis=d.nccl_basis)
+
+    def bound(b) -> KindBound | None:
+        if not response.HasField("bound") or not b.kind:
+            return None
+        return KindBound(kind=b.kind, k_allocated=b.k_allocated,
+                         k_reserved=b.k_reserved, k_device=b.k_device,
+                         measurements=b.measurements, widest=b.widest,
+                         untested=b.untested, note=b.note)
+
     return FitAnswer(
         model=response.model, params=response.params,
         factor_set_version=response.factor_set_version,
@@ -203,7 +343,7 @@ def _answer(response: planner_pb2.CheckFitResponse,
         estimates=[Estimate(batch=e.batch, peak_gb=e.peak_gb,
                             upper_gb=e.upper_gb, k=e.k, moment=e.moment,
                             components_gb=components(e.components),
-                            basis=basis(e.basis))
+                            basis=basis(e.basis), phase=e.phase)
                    for e in response.estimates],
         targets=[TargetAnswer(
             name=t.name, memory_gb=t.memory_gb,
@@ -212,8 +352,12 @@ def _answer(response: planner_pb2.CheckFitResponse,
             peaks_gb=dict(zip(batches, t.peaks_gb)),
             max_batch_fits=t.max_batch_fits,
             max_batch_not_does_not_fit=t.max_batch_not_does_not_fit,
-            regime=t.regime) for t in response.targets],
-        learning=response.learning, assumptions=list(response.assumptions))
+            regime=t.regime,
+            # In request order, one per batch (TargetResult.batches).
+            figures={b: batch_figures(f) for b, f in zip(batches, t.batches)},
+            device=device(t)) for t in response.targets],
+        learning=response.learning, assumptions=list(response.assumptions),
+        bound=bound(response.bound))
 
 
 class Client:
@@ -279,7 +423,10 @@ class Client:
                   optimizer: str = "adamw", checkpointing: bool = False,
                   fused_attention: bool = False, positions: int = 0,
                   coverage: float = 0, learn: bool = False,
-                  include_simulated: bool = False) -> FitAnswer:
+                  include_simulated: bool = False,
+                  expandable_segments: bool = False,
+                  phases: Sequence[str] | str = (), eval_batch: int = 0,
+                  generate_tokens: int = 0) -> FitAnswer:
         """Peaks and verdicts of `model` at each batch on each of `gpus`.
 
         precision: "fp32", "bf16" or "fp16" (mixed precision); optimizer:
@@ -288,7 +435,14 @@ class Client:
         0.95 (0: the planner's default). learn: when the answer is
         prior-only and a card is BORDERLINE, queue a probe on a worker
         (answer.learning says what happened). include_simulated: let runs
-        from simulated GPUs anchor the answer.
+        from simulated GPUs anchor the answer. expandable_segments: the
+        job sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. phases:
+        the job's phases, of "load", "first-step", "step", "eval",
+        "generate", "save" (empty: load and step); eval_batch and
+        generate_tokens size the eval and generate phases (0: the training
+        batch, 128 tokens). Each target's figures[batch] gives the
+        allocated, reserved and device figures and every phase; the
+        verdict compares the device upper bound (x headroom) with the card.
         """
         batches = _batches(batch)
         if isinstance(gpus, (str, int, float)):
@@ -296,7 +450,8 @@ class Client:
         request = planner_pb2.CheckFitRequest(
             model=_model_ref(model),
             setup=_setup(precision, optimizer, checkpointing,
-                         fused_attention, positions),
+                         fused_attention, positions, expandable_segments,
+                         phases, eval_batch, generate_tokens),
             batches=batches, targets=[_target(g) for g in gpus],
             coverage=coverage, learn=learn,
             include_simulated=include_simulated)
@@ -324,7 +479,8 @@ class Client:
         both); returns the probe id ("p-7"). executor: "torch", "cuda",
         "sim" or "" for the worker's own. repetitions: 0 means 1.
         setup: precision, optimizer, checkpointing, fused_attention,
-        positions as in check_fit."""
+        positions, expandable_segments, phases, eval_batch, generate_tokens
+        as in check_fit."""
         if gpu and worker:
             raise _invalid("give gpu or worker, not both")
         request = fleet_pb2.SubmitProbeRequest(

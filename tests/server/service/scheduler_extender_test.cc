@@ -127,5 +127,73 @@ TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
   EXPECT_EQ(fail_open, 2);
 }
 
+// A planner that gives the device figures: the filter reports them and the
+// scores rank by the device upper bound, not the allocator's peak x k (by
+// which the A100 would be the tightest fit here, not the H100).
+TEST(SchedulerExtenderTest, ReportsAndScoresByTheDeviceFigure) {
+  struct Card {
+    double memory_gb, peak_gb, device_gb, device_upper_gb;
+    v1::Verdict verdict;
+  };
+  const std::map<std::string, Card> cards = {
+      {"L4", {24, 5, 30, 33, v1::DOES_NOT_FIT}},
+      {"H100", {80, 5, 70, 75, v1::FITS}},
+      {"A100-40GB", {40, 30, 18, 20, v1::FITS}},
+  };
+  const auto check_fit = [&](const v1::CheckFitRequest& request)
+      -> absl::StatusOr<v1::CheckFitResponse> {
+    v1::CheckFitResponse response;
+    v1::BatchEstimate* estimate = response.add_estimates();
+    estimate->set_batch(request.batches(0));
+    estimate->set_k(1.2);
+    for (const v1::Target& target : request.targets()) {
+      const Card& card = cards.at(target.gpu());
+      v1::TargetResult* result = response.add_targets();
+      result->set_name(target.gpu());
+      result->set_memory_gb(card.memory_gb);
+      result->add_verdicts(card.verdict);
+      result->add_peaks_gb(card.peak_gb);
+      v1::TargetBatch* batch = result->add_batches();
+      batch->set_batch(request.batches(0));
+      batch->set_phase("eval");
+      batch->mutable_figures()->set_allocated_gb(card.peak_gb);
+      batch->mutable_figures()->set_reserved_gb(card.peak_gb * 1.2);
+      batch->mutable_figures()->set_device_gb(card.device_gb);
+      batch->mutable_figures()->set_device_upper_gb(card.device_upper_gb);
+    }
+    return response;
+  };
+  PlannerMetrics metrics;
+  SchedulerExtender::Options options;
+  options.budget = absl::Seconds(10);
+  SchedulerExtender extender(
+      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
+      options);
+
+  const HttpServer::Answer filtered =
+      extender.Filter(ExtenderBody("filter-nodes.json"));
+  ASSERT_EQ(filtered.status, 200);
+  const Json result = Json::parse(filtered.body);
+  ASSERT_EQ(result["Nodes"]["items"].size(), 2u);
+  ASSERT_TRUE(result["FailedAndUnresolvableNodes"].contains("gpu-l4-a"));
+  EXPECT_EQ(result["FailedAndUnresolvableNodes"]["gpu-l4-a"],
+            "headroom: bert-base at batch 512 is DOES_NOT_FIT on L4 (24.0 "
+            "GB): device 30.0 GB (allocated 5.0 GB, reserved 6.0 GB) in the "
+            "eval phase, upper bound 33.0 GB; largest batch FITS 0");
+
+  const HttpServer::Answer scored =
+      extender.Prioritize(ExtenderBody("filter-nodes.json"));
+  ASSERT_EQ(scored.status, 200);
+  const Json scores = Json::parse(scored.body);
+  ASSERT_EQ(scores.size(), 4u);
+  // Tightest fit first: the H100 leaves 5 GB above its device upper bound,
+  // the A100 20 GB.
+  EXPECT_EQ(scores[1]["Host"], "gpu-h100-a");
+  EXPECT_EQ(scores[1]["Score"], 10);
+  EXPECT_EQ(scores[2]["Host"], "gpu-a100-40");
+  EXPECT_EQ(scores[2]["Score"], 0);
+  EXPECT_EQ(scores[0]["Score"], 0);  // the L4 does not pass
+}
+
 }  // namespace
 }  // namespace headroom
