@@ -34,6 +34,7 @@
 #include "core/frontends/hf_config.h"
 #include "core/frontends/onnx_import.h"
 #include "core/memory/memory_profile.h"
+#include "core/memory/parallel.h"
 #include "core/memory/model_spec.h"
 #include "core/planner/fit_planner.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -276,7 +277,12 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
     size_t next = 0;
     for (size_t i = 0; i < runs->size(); ++i) {
       const v1::MeasuredRun& run = (*runs)[i];
-      if (!IsUsable(run)) continue;
+      // Rows of the global fit only: the runs with a fit sample (another
+      // source's, a multi-GPU or a published run has none).
+      if (!IsUsable(run) || !result->ours[i].has_value() ||
+          HasParallel(run.setup()) || next >= result->samples.size()) {
+        continue;
+      }
       const FitSample& sample = result->samples[next++];
       auto or_null = [](bool has, double value) {
         return has ? nlohmann::json(value) : nlohmann::json(nullptr);
@@ -311,7 +317,10 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   out << std::setprecision(4);
   for (size_t i = 0; i < runs->size(); ++i) {
     const v1::MeasuredRun& run = (*runs)[i];
-    if (!IsUsable(run)) continue;
+    if (!IsUsable(run) || !result->ours[i].has_value() ||
+        HasParallel(run.setup()) || next >= result->samples.size()) {
+      continue;
+    }
     const FitSample& sample = result->samples[next++];
     out << run.template_() << " " << run.gpu() << " " << run.batch() << " "
         << (run.has_measured_peak_gb() ? run.measured_peak_gb() : -1) << " "

@@ -122,7 +122,8 @@ std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
                                    const v1::ModelSpec& spec,
                                    const v1::TrainingSetup& setup,
                                    const ComponentArray& factors,
-                                   uint64_t batch, double step_gb) {
+                                   uint64_t batch, double step_gb,
+                                   bool describe) {
   const StatesOnGpu s = StatesOf(profile, setup);
   const double f_states = factors[kOptimizer];
   const double f_buffers = factors[kTransient];
@@ -140,26 +141,30 @@ std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
         p.allocated_gb = f_states *
                          (s.weights + s.gathered + profile.states.dequantized) /
                          1e9;
-        p.holds = s.weights_sharded
-                      ? "this GPU's weight shard and one gathered unit"
-                      : "the weights as stored in training";
+        if (describe)
+          p.holds = s.weights_sharded
+                        ? "this GPU's weight shard and one gathered unit"
+                        : "the weights as stored in training";
         if (profile.states.dequantized > 0) {
-          absl::StrAppend(&p.holds,
-                          ", one weight dequantised while quantising on load");
+          if (describe)
+            absl::StrAppend(
+                &p.holds, ", one weight dequantised while quantising on load");
         }
         break;
       case v1::FIRST_STEP:
         p.allocated_gb = step_gb;
-        p.holds =
-            "the step's bytes: the optimizer's state is created in the first "
-            "update, which the step's update moment counts";
+        if (describe)
+          p.holds =
+              "the step's bytes: the optimizer's state is created in the first "
+              "update, which the step's update moment counts";
         break;
       case v1::EVAL:
         p.allocated_gb = kept + forward;
-        p.holds = absl::StrCat(
-            "weights and optimizer state kept, gradients freed; forward "
-            "buffers at eval batch ",
-            eval_batch);
+        if (describe)
+          p.holds = absl::StrCat(
+              "weights and optimizer state kept, gradients freed; forward "
+              "buffers at eval batch ",
+              eval_batch);
         break;
       case v1::GENERATE: {
         const uint32_t tokens = setup.generate_tokens() > 0
@@ -173,9 +178,10 @@ std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
                           (PositionsOf(spec, setup) + tokens) * eval_batch /
                           tp / 1e9;
         p.allocated_gb = kept + forward + f_buffers * kv;
-        p.holds = absl::StrCat("eval plus the KV cache over ",
-                               PositionsOf(spec, setup), " + ", tokens,
-                               " positions at batch ", eval_batch);
+        if (describe)
+          p.holds = absl::StrCat("eval plus the KV cache over ",
+                                 PositionsOf(spec, setup), " + ", tokens,
+                                 " positions at batch ", eval_batch);
         break;
       }
       case v1::SAVE: {
@@ -185,15 +191,17 @@ std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
                      ActivationBytes(setup);
         }
         p.allocated_gb = kept + f_states * gathered / 1e9;
-        p.holds = s.weights_sharded
-                      ? "a full state dict: the whole model gathered in the "
-                        "compute dtype beside the shards (rank 0)"
-                      : "a state dict: views of the weights and state kept";
+        if (describe)
+          p.holds = s.weights_sharded
+                        ? "a full state dict: the whole model gathered in the "
+                          "compute dtype beside the shards (rank 0)"
+                        : "a state dict: views of the weights and state kept";
         break;
       }
       default:
         p.allocated_gb = step_gb;
-        p.holds = "a steady training step (the memory model's peak)";
+        if (describe)
+          p.holds = "a steady training step (the memory model's peak)";
         break;
     }
     out.push_back(std::move(p));

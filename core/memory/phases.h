@@ -50,11 +50,14 @@ struct PhaseBytes {
 // `step_gb` is the step's answered peak (factored and anchored); the other
 // phases are counted from `profile` and `spec` with the optimizer factor on
 // the states and the transient factor on the forward buffers.
+// `describe` false leaves `holds` empty (the verdict's own arithmetic,
+// asked many times per answer, needs only the bytes).
 std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
                                    const v1::ModelSpec& spec,
                                    const v1::TrainingSetup& setup,
                                    const ComponentArray& factors,
-                                   uint64_t batch, double step_gb);
+                                   uint64_t batch, double step_gb,
+                                   bool describe = true);
 
 // Bytes of the KV cache one sample needs per position: 2 x kv heads x head
 // dim x the compute dtype's bytes, summed over every attention layer.

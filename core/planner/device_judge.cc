@@ -24,8 +24,29 @@ Ks KsAt(const DeviceJudge& judge, uint64_t batch) {
   return ks;
 }
 
+// The verdict from the worst phase's device figure and upper bound.
+FitVerdict VerdictOf(const DeviceJudge& judge, double worst_device,
+                     double worst_upper) {
+  if (worst_device > judge.card_gb) return FitVerdict::kDoesNotFit;
+  if (worst_upper * judge.headroom <= judge.card_gb && !judge.untested) {
+    return FitVerdict::kFits;
+  }
+  return FitVerdict::kBorderline;
+}
+
+// JudgeBatch's verdict alone: the bytes, no message (the max-batch solve
+// asks it many times).
 bool Passes(const DeviceJudge& judge, uint64_t batch, bool fits_only) {
-  const FitVerdict verdict = JudgeBatch(judge, batch).verdict;
+  const double step_gb = PeakAt(*judge.step_profile, judge.factors, batch);
+  const double k = KsAt(judge, batch).device;
+  double worst_device = 0;
+  for (const PhaseBytes& phase :
+       PhasePeaks(*judge.profile, *judge.spec, *judge.setup, judge.factors,
+                  batch, step_gb, /*describe=*/false)) {
+    worst_device =
+        std::max(worst_device, judge.costs.DeviceGb(phase.allocated_gb));
+  }
+  const FitVerdict verdict = VerdictOf(judge, worst_device, worst_device * k);
   return fits_only ? verdict == FitVerdict::kFits
                    : verdict != FitVerdict::kDoesNotFit;
 }
@@ -59,13 +80,7 @@ BatchJudgement JudgeBatch(const DeviceJudge& judge, uint64_t batch) {
       *out.batch.mutable_figures() = *f;
     }
   }
-  if (worst_device > judge.card_gb) {
-    out.verdict = FitVerdict::kDoesNotFit;
-  } else if (worst_upper * judge.headroom <= judge.card_gb && !judge.untested) {
-    out.verdict = FitVerdict::kFits;
-  } else {
-    out.verdict = FitVerdict::kBorderline;
-  }
+  out.verdict = VerdictOf(judge, worst_device, worst_upper);
   return out;
 }
 

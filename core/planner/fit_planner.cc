@@ -360,7 +360,7 @@ void AddEstimates(const google::protobuf::RepeatedField<uint32_t>& batches,
     std::string phase = PhaseName(v1::STEP);
     for (const PhaseBytes& p :
          PhasePeaks(*phases.profile, *phases.spec, *phases.setup, factors,
-                    batch, step)) {
+                    batch, step, /*describe=*/false)) {
       if (p.allocated_gb > peak) {
         peak = p.allocated_gb;
         phase = PhaseName(p.phase);
