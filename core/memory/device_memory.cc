@@ -252,12 +252,15 @@ void AnchorDeviceCosts(const std::vector<const v1::MeasuredRun*>& runs,
                        absl::string_view gpu, DeviceCosts* costs) {
   std::vector<double> ratios, outside;
   for (const v1::MeasuredRun* run : runs) {
-    if (!Usable(*run) || (!gpu.empty() && run->gpu() != gpu)) continue;
+    if (!Usable(*run)) continue;
+    // The ratio is the allocator's on this model's tensors, on any card;
+    // the context is the card's (and its driver's).
     if (run->has_peak_reserved_gb() &&
         run->peak_reserved_gb() >= run->measured_peak_gb() &&
         run->measured_peak_gb() >= kDeviceFitMinGb) {
       ratios.push_back(run->peak_reserved_gb() / run->measured_peak_gb());
     }
+    if (!gpu.empty() && run->gpu() != gpu) continue;
     if (run->setup().gpus() <= 1) {
       if (const std::optional<double> o = Outside(*run)) outside.push_back(*o);
     }

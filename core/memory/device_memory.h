@@ -66,10 +66,11 @@ DeviceCosts DeviceCostsFor(
     absl::string_view source, absl::string_view gpu,
     const v1::TrainingSetup& setup);
 
-// A model's own runs correct the ratio and context on their GPU (the
-// anchor): the median of their reserved / allocated over runs of at least
-// kDeviceFitMinGb, and of device - reserved; unchanged where none carries
-// the figure.
+// A model's own runs correct the ratio and context (the anchor): the median
+// of their reserved / allocated over runs of at least kDeviceFitMinGb on any
+// card (the allocator's on the model's tensors), and of device - reserved
+// over its one-GPU runs on `gpu` (any card for ""); unchanged where none
+// carries the figure.
 void AnchorDeviceCosts(const std::vector<const v1::MeasuredRun*>& runs,
                        absl::string_view gpu, DeviceCosts* costs);
 
