@@ -239,7 +239,7 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
     phases = setup_phases(setup)
     if "eval" in phases:
         meter.start("eval")
-        _evaluate(program, forward, setup.eval_batch or micro, device, mixed)
+        _evaluate(program, model, forward, setup.eval_batch or micro, device, mixed)
         meter.end()
     if "save" in phases:
         meter.start("save")
@@ -247,10 +247,11 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
         meter.end()
 
 
-def _evaluate(program, forward, batch, device, mixed):
-    """An evaluation pass: model.eval(), a forward at `batch` under
-    torch.no_grad() (no activations kept for a backward), model.train()."""
-    program.eval()
+def _evaluate(program, model, forward, batch, device, mixed):
+    """An evaluation pass: model.eval() (the wrapper, when there is one),
+    a forward at `batch` of the program's inputs under torch.no_grad() (no
+    activations kept for a backward), model.train()."""
+    model.eval()
     try:
         context = (torch.autocast(device_type=device.type, dtype=mixed) if mixed
                    else contextlib.nullcontext())
@@ -258,7 +259,7 @@ def _evaluate(program, forward, batch, device, mixed):
             loss = forward(program.make_batch(batch, device))
         del loss
     finally:
-        program.train()
+        model.train()
 
 
 def _save(model, fsdp):
