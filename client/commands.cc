@@ -40,6 +40,7 @@
 #include "headroom/v1/planner.grpc.pb.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
+#include "io/published_runs.h"
 #include "nlohmann/json.hpp"
 #include "pages/calibration_plot.h"
 
@@ -267,8 +268,8 @@ absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
     return absl::InvalidArgumentError("--runs FILE is required");
   }
   OfflineCalibration offline;
-  ASSIGN_OR_RETURN(offline.runs, LoadRunsJsonl(options.runs));
   ASSIGN_OR_RETURN(offline.catalog, LoadModelCatalog(options.models_dir));
+  ASSIGN_OR_RETURN(offline.runs, LoadRunsFiles(options.runs, offline.catalog));
   ASSIGN_OR_RETURN(offline.result, Calibrate(offline.runs, offline.catalog,
                                              FitOptions{}, options.runs));
   return offline;
@@ -316,6 +317,28 @@ void PrintSourceFit(const v1::SourceFit& source, std::ostream& out) {
     out << "  predicting " << other << " runs: medianAbsErr "
         << s.median_abs_err() << ", under " << s.under() << " of " << s.runs()
         << ", saidFitsButOom " << s.said_fits_but_oom() << "\n";
+  }
+}
+
+// The bound per kind of setup and the device costs (issue 30), one line
+// each.
+void PrintKindBounds(const v1::FactorSet& set, std::ostream& out) {
+  for (const v1::SetupKindBound& k : set.kind_bounds()) {
+    out << absl::StrFormat(
+        "kind %-28s k %.2f allocated, %.2f reserved, %.2f device; %d "
+        "held-out measurements from %d publications, %d covered, median "
+        "|error| %.1f %%, %d OOM rows, %d said FITS%s%s\n",
+        k.kind(), k.k_allocated(), k.k_reserved(), k.k_device(),
+        k.measurements(), k.publications(), k.covered(),
+        100 * k.median_abs_err(), k.oom_rows(), k.said_fits_but_oom(),
+        k.note().empty() ? "" : "; ", k.note());
+  }
+  for (const v1::DeviceCostFit& c : set.device_costs()) {
+    out << absl::StrFormat(
+        "device cost %-26s source %-14s gpu %-10s %.4g (%d runs, held out "
+        "%.1f %%)\n",
+        c.quantity(), c.source(), c.gpu(), c.value(), c.runs(),
+        100 * c.heldout_median_abs_err());
   }
 }
 
@@ -368,6 +391,7 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
         << " runs): " << regime.reason() << "; k " << regime.k95()
         << " at 0.95; factors " << ToJson(regime.factors(), false) << "\n";
   }
+  PrintKindBounds(set, out);
   return 0;
 }
 
@@ -515,8 +539,12 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
 int Refit(const Options& options, std::ostream& out, std::ostream& err) {
   v1::RefitRequest request;
   if (!options.runs.empty()) {
+    // A published runs file resolves its rows' models against the local
+    // catalog (the planner's, as shipped).
+    absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
+    if (!catalog.ok()) return Fail(err, catalog.status().ToString());
     absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
-        LoadRunsJsonl(options.runs);
+        LoadRunsFiles(options.runs, *catalog);
     if (!runs.ok()) return Fail(err, runs.status().ToString());
     for (v1::MeasuredRun& run : *runs) *request.add_runs() = std::move(run);
   }

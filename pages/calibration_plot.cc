@@ -439,6 +439,74 @@ std::string SimulatedSection(const std::vector<v1::MeasuredRun>& runs,
                        "runs&rdquo;");
 }
 
+// The bound per kind of setup (issue 30 item 5) and the device costs
+// (item 2): what answers of each kind are bounded by, held out by
+// publication.
+std::string KindSection(const v1::FactorSet& set) {
+  static const auto* const columns = new std::vector<Column>{
+      {"kind", "one GPU or the strategy, full / LoRA / QLoRA, +offload"},
+      {"k allocated", "k of the allocator figure"},
+      {"k reserved", "k of the caching allocator's reserved figure"},
+      {"k device", "k of the device figure the verdict compares"},
+      {"measurements",
+       "held-out measurements k came from (published rows predicted "
+       "without their publication; OOM rows as card / predicted)"},
+      {"publications", "the publications they came from"},
+      {"covered",
+       "rows whose figure the bound held out by publication covers (OOM "
+       "rows: not called FITS)"},
+      {"medianAbsErr", "the figure each row reports, held out"},
+      {"OOM rows", "published OOMs of this kind"},
+      {"saidFitsButOom", "of them, called FITS held out: must be 0"},
+      {"note", "widest: too few of its own; 0: the prior's k"},
+  };
+  std::string html =
+      "<h2 id=\"kinds\">Upper bound per kind of setup</h2><p>Answers of a "
+      "kind take the larger of the prior's k and the kind's; a kind nothing "
+      "measured takes the widest k and is never FITS.</p><table "
+      "id=\"kind-table\">" +
+      HeadRow("kind", *columns);
+  for (const v1::SetupKindBound& k : set.kind_bounds()) {
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td>%s</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%d</td>"
+        "<td>%d</td><td>%d</td><td>%.1f %%</td><td>%d</td><td>%d</td><td "
+        "class=\"text\">%s</td></tr>",
+        Escape(k.kind()), k.k_allocated(), k.k_reserved(), k.k_device(),
+        k.measurements(), k.publications(), k.covered(),
+        100 * k.median_abs_err(), k.oom_rows(), k.said_fits_but_oom(),
+        Escape(k.note()));
+  }
+  html += "</table>" + Legend("kind", *columns,
+                              "docs/calibration-page.md, &ldquo;Kinds of "
+                              "setup&rdquo;");
+  static const auto* const cost_columns = new std::vector<Column>{
+      {"quantity",
+       "reserved_ratio (reserved / allocated), context_gb (CUDA context and "
+       "workspaces), nccl_gb/&lt;strategy&gt;"},
+      {"source", "measurement source; * is the prior over every source"},
+      {"GPU", "GPU kind; * is the prior over every kind"},
+      {"value", "the median over its runs"},
+      {"runs", "runs carrying the figures"},
+      {"held out", "median |error| of the figure it predicts, model left out"},
+  };
+  html +=
+      "<h2 id=\"device-costs\">Device costs</h2><table "
+      "id=\"device-cost-table\">" +
+      HeadRow("cost", *cost_columns);
+  for (const v1::DeviceCostFit& c : set.device_costs()) {
+    absl::StrAppendFormat(&html,
+                          "<tr><td>%s</td><td>%s</td><td>%s</td><td>%.4g</td>"
+                          "<td>%d</td><td>%.1f %%</td></tr>",
+                          Escape(c.quantity()), Escape(c.source()),
+                          Escape(c.gpu()), c.value(), c.runs(),
+                          100 * c.heldout_median_abs_err());
+  }
+  return html + "</table>" +
+         Legend("cost", *cost_columns,
+                "docs/calibration-page.md, &ldquo;Device costs&rdquo;");
+}
+
 }  // namespace
 
 std::string CalibrationHtml(const v1::FactorSet& set,
@@ -575,6 +643,7 @@ std::string CalibrationHtml(const v1::FactorSet& set,
     }
     html += "</p>";
   }
+  html += KindSection(set);
   html += RegimeSection(set);
   if (!set.page().sources().empty()) {
     static const auto* const source_columns = new std::vector<Column>{

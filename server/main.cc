@@ -34,7 +34,9 @@ ABSL_FLAG(std::string, models_dir, HEADROOM_DEFAULT_MODELS_DIR,
           "model catalog directory");
 ABSL_FLAG(std::string, runs, HEADROOM_DEFAULT_RUNS_PATH,
           "measured runs fitted on first start (JSON lines; several files "
-          "comma-separated: the reference file and the torch harness's)");
+          "comma-separated: the reference file, the torch harness's and the "
+          "published runs, data/published-runs.jsonl, which anchor answers "
+          "but never fit the factors; any may be left out)");
 ABSL_FLAG(std::string, extender_listen, "",
           "also serve the Kubernetes scheduler extender (POST "
           "/scheduler/filter, /scheduler/prioritize) on this address; it is "

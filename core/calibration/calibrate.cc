@@ -9,10 +9,12 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/units.h"
+#include "core/calibration/kind_bounds.h"
 #include "core/calibration/regimes.h"
 #include "core/evidence/anchor.h"
 #include "core/evidence/evidence.h"
 #include "core/evidence/model_key.h"
+#include "core/memory/device_memory.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/parallel.h"
 
@@ -375,7 +377,10 @@ absl::Status AddCollectives(const std::vector<v1::MeasuredRun>& runs,
 
 // Which runs calibrate what: the global fit's (single-GPU runs of the
 // reference, or of every source when none is usable), each other source's
-// own fit, and the multi-GPU runs' collective constants.
+// own fit, and the multi-GPU runs' collective constants. Published runs
+// calibrate none of them: their figures are in other metrics (reserved,
+// device) of setups measured elsewhere; they anchor answers and the
+// per-kind bounds only.
 struct RunPartition {
   std::vector<size_t> global;
   std::map<int, std::vector<size_t>> by_source;
@@ -385,6 +390,7 @@ struct RunPartition {
 RunPartition PartitionRuns(const std::vector<v1::MeasuredRun>& all_runs) {
   RunPartition p;
   for (size_t i = 0; i < all_runs.size(); ++i) {
+    if (MeasuredBy(all_runs[i]) == v1::PUBLISHED) continue;
     if (HasParallel(all_runs[i].setup())) {
       p.parallel.push_back(i);
     } else if (InGlobalFit(all_runs[i])) {
@@ -399,7 +405,10 @@ RunPartition PartitionRuns(const std::vector<v1::MeasuredRun>& all_runs) {
     // No reference run: the global factors come from whatever was measured.
     p.global.clear();
     for (size_t i = 0; i < all_runs.size(); ++i) {
-      if (!HasParallel(all_runs[i].setup())) p.global.push_back(i);
+      if (!HasParallel(all_runs[i].setup()) &&
+          MeasuredBy(all_runs[i]) != v1::PUBLISHED) {
+        p.global.push_back(i);
+      }
     }
     p.by_source.clear();
   }
@@ -503,6 +512,16 @@ absl::StatusOr<CalibrationResult> Calibrate(
   Predictions multi, multi_heldout;
   RETURN_IF_ERROR(AddCollectives(Subset(all_runs, parallel_index), catalog,
                                  rules, &set, &multi, &multi_heldout));
+
+  // What the device holds beyond the allocator, then the bound per kind
+  // of setup (its predictions need the device costs).
+  for (v1::DeviceCostFit& fit : FitDeviceCosts(all_runs)) {
+    *set.add_device_costs() = std::move(fit);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::SetupKindBound> kinds,
+                   CalibrateKindBounds(set, all_runs, catalog));
+  for (v1::SetupKindBound& kind : kinds)
+    *set.add_kind_bounds() = std::move(kind);
 
   result.ours = Expand(ours, global_index, all_runs.size());
   result.ours_heldout = Expand(ours_heldout, global_index, all_runs.size());

@@ -75,6 +75,12 @@ struct AnchorOptions {
   int min_bucket_runs = 8;
   // Ratios of runs below this measured peak do not enter k (PageRules).
   double min_gb = 1.0;
+  // The factor set's device costs: a published run reporting reserved or
+  // device memory anchors on the allocator peak they correspond to
+  // (DeviceCosts::AllocatedFrom on its card). Unset: such runs are left
+  // out of the evidence.
+  const google::protobuf::RepeatedPtrField<v1::DeviceCostFit>* device_costs =
+      nullptr;
   // A model with more runs has this many of them, spread over its batches,
   // left out one at a time (the rest are not predicted held out).
   size_t max_left_out_per_model = 8;

@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "core/calibration/calibrate.h"
 #include "core/calibration/calibration_page.h"
+#include "core/memory/device_memory.h"
 #include "core/memory/memory_profile.h"
 
 namespace headroom {
@@ -71,16 +72,47 @@ void StampRuns(const ModelCatalog& catalog,
   }
 }
 
+namespace {
+
+// The runs with every published figure of another metric turned into the
+// allocator peak it corresponds to on its card; without device costs such
+// runs are excluded (their figure is not an allocator peak).
+std::vector<v1::MeasuredRun> AllocatorFigures(
+    const std::vector<v1::MeasuredRun>& runs,
+    const google::protobuf::RepeatedPtrField<v1::DeviceCostFit>* costs) {
+  std::vector<v1::MeasuredRun> out = runs;
+  for (v1::MeasuredRun& run : out) {
+    if (MeasuredBy(run) != v1::PUBLISHED || !run.has_measured_peak_gb() ||
+        run.metric() == v1::ALLOCATED ||
+        run.metric() == v1::MEMORY_METRIC_UNSPECIFIED) {
+      continue;
+    }
+    if (costs == nullptr) {
+      run.set_excluded(
+          "a published figure of another metric, and no device costs to read "
+          "it by");
+      continue;
+    }
+    const DeviceCosts device = DeviceCostsFor(*costs, SourceName(v1::PUBLISHED),
+                                              run.gpu(), run.setup());
+    run.set_measured_peak_gb(
+        device.AllocatedFrom(run.measured_peak_gb(), run.metric()));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<const Evidence> Evidence::Build(
     const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
     const std::vector<Prior>& priors, const AnchorOptions& options) {
   std::shared_ptr<Evidence> evidence(new Evidence());
-  evidence->runs_ = runs;
+  evidence->runs_ = AllocatorFigures(runs, options.device_costs);
   // (canonical key, source) -> anchors_ index.
   std::map<std::pair<std::string, int>, size_t> index;
   std::map<std::string, std::pair<v1::ModelSpec, v1::TrainingSetup>> templates;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const v1::MeasuredRun& run = runs[i];
+  for (size_t i = 0; i < evidence->runs_.size(); ++i) {
+    const v1::MeasuredRun& run = evidence->runs_[i];
     if (!IsUsable(run) || run.batch() == 0) continue;
     if (!run.has_measured_peak_gb() && !run.has_oom_on_gb()) continue;
     std::pair<v1::ModelSpec, v1::TrainingSetup> model;
@@ -135,18 +167,19 @@ std::shared_ptr<const Evidence> Evidence::Build(
   }
   const Prior global = priors.front();
   evidence->calibration_ =
-      CalibrateAnchors(runs, real, global.k90, global.k95, options);
+      CalibrateAnchors(evidence->runs_, real, global.k90, global.k95, options);
   const GpuConstants& constants = evidence->calibration_.gpu_constant_gb;
   for (size_t a = 0; a < evidence->anchors_.size(); ++a) {
     Anchor& anchor = evidence->anchors_[a];
     anchor.correction =
-        FitCorrection(anchor.group.shape, runs, anchor.group.runs, constants,
-                      evidence->calibration_.shrinkage, options);
-    anchor.largest_batch = LargestMeasuredBatch(runs, anchor.group.runs);
+        FitCorrection(anchor.group.shape, evidence->runs_, anchor.group.runs,
+                      constants, evidence->calibration_.shrinkage, options);
+    anchor.largest_batch =
+        LargestMeasuredBatch(evidence->runs_, anchor.group.runs);
     std::set<std::string> gpus;
     anchor.min_batch = UINT64_MAX;
     for (size_t i : anchor.group.runs) {
-      const v1::MeasuredRun& run = runs[i];
+      const v1::MeasuredRun& run = evidence->runs_[i];
       if (!run.has_measured_peak_gb()) ++anchor.oom_runs;
       anchor.min_batch = std::min<uint64_t>(anchor.min_batch, run.batch());
       anchor.max_batch = std::max<uint64_t>(anchor.max_batch, run.batch());

@@ -3,18 +3,24 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "core/calibration/kind_bounds.h"
 #include "core/catalog/gpu_catalog.h"
+#include "core/memory/device_memory.h"
 #include "core/memory/fit_verdict.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
+#include "core/memory/phases.h"
 #include "core/memory/training_setup.h"
+#include "core/planner/device_judge.h"
 
 namespace headroom {
 namespace {
@@ -330,20 +336,40 @@ v1::CheckFitResponse ResponseHead(const v1::ModelSpec& spec,
   return response;
 }
 
+// What the phases other than the step are counted from: the built profile,
+// the spec and the setup.
+struct PhaseContext {
+  const MemoryProfile* profile = nullptr;
+  const v1::ModelSpec* spec = nullptr;
+  const v1::TrainingSetup* setup = nullptr;
+};
+
 // The estimate at each of the request's batches: peak, k and upper bound,
 // the factored components of the moment that peaks, and the basis (with the
 // batch's extrapolation from an anchor's largest run).
 void AddEstimates(const google::protobuf::RepeatedField<uint32_t>& batches,
                   const MemoryProfile& anchored, const ComponentArray& factors,
                   const UpperBound& bound, const v1::Basis& basis,
-                  v1::CheckFitResponse* response) {
+                  const PhaseContext& phases, v1::CheckFitResponse* response) {
   for (uint64_t batch : batches) {
     Moment moment = Moment::kBackward;
     const ComponentArray bytes = anchored.PeakBytesAt(batch, factors, &moment);
-    const double peak = PeakGb(bytes, factors);
+    const double step = PeakGb(bytes, factors);
+    // The job's peak: the largest phase's allocator figure.
+    double peak = step;
+    std::string phase = PhaseName(v1::STEP);
+    for (const PhaseBytes& p :
+         PhasePeaks(*phases.profile, *phases.spec, *phases.setup, factors,
+                    batch, step)) {
+      if (p.allocated_gb > peak) {
+        peak = p.allocated_gb;
+        phase = PhaseName(p.phase);
+      }
+    }
     v1::BatchEstimate* estimate = response->add_estimates();
     estimate->set_batch(batch);
     estimate->set_peak_gb(peak);
+    estimate->set_phase(phase);
     estimate->set_k(bound.KAt(batch));
     estimate->set_upper_gb(peak * estimate->k());
     ComponentArray factored;
@@ -428,25 +454,66 @@ TargetJudge JudgeOnPrior(
 
 // The target's name, size and k, and its peak and verdict at each of the
 // request's batches.
-void AddVerdicts(const TargetJudge& judge, const ResolvedTarget& target,
+void AddVerdicts(const TargetJudge& judge, const DeviceJudge& device,
+                 const ResolvedTarget& target,
                  const google::protobuf::RepeatedField<uint32_t>& batches,
                  v1::TargetResult* result) {
   result->set_name(target.name);
   result->set_memory_gb(target.memory_gb);
   result->set_k(judge.KAt(batches[0]));
+  device.costs.ToProto(result->mutable_device());
   for (uint64_t batch : batches) {
-    const double peak = PeakAt(judge.profile, judge.factors, batch);
-    result->add_peaks_gb(peak);
-    result->add_verdicts(ToApiVerdict(Verdict(
-        peak, target.memory_gb, {judge.rule.headroom, judge.KAt(batch)})));
+    result->add_peaks_gb(PeakAt(judge.profile, judge.factors, batch));
+    BatchJudgement judged = JudgeBatch(device, batch);
+    result->add_verdicts(ToApiVerdict(judged.verdict));
+    *result->add_batches() = std::move(judged.batch);
   }
+}
+
+// The device side of a target's judge: the card's device costs (the
+// model's own runs correct them when the answer is anchored) and, for a
+// prior answer, the kind of setup's bound. `judge` must outlive it.
+DeviceJudge DeviceJudgeFor(const TargetJudge& judge,
+                           const ResolvedTarget& target,
+                           const AnswerBasis& basis, const Evidence* evidence,
+                           const v1::FactorSet& set,
+                           const std::optional<v1::SetupKindBound>& kind,
+                           const PhaseContext& phases) {
+  DeviceJudge device;
+  device.step_profile = &judge.profile;
+  device.factors = judge.factors;
+  device.profile = phases.profile;
+  device.spec = phases.spec;
+  device.setup = phases.setup;
+  device.card_gb = target.memory_gb;
+  device.headroom = judge.rule.headroom;
+  device.k_at = [&judge](uint64_t batch) { return judge.KAt(batch); };
+  const std::string gpu = target.is_gpu ? target.name : "";
+  const v1::MeasurementSource source =
+      basis.anchor != nullptr ? basis.anchor->source : basis.prior->source;
+  device.costs = DeviceCostsFor(set.device_costs(), SourceName(source), gpu,
+                                *phases.setup);
+  if (basis.anchor != nullptr && evidence != nullptr) {
+    std::vector<const v1::MeasuredRun*> runs;
+    for (size_t i : basis.anchor->group.runs) {
+      runs.push_back(&evidence->runs()[i]);
+    }
+    AnchorDeviceCosts(runs, gpu, &device.costs);
+  } else if (kind.has_value()) {
+    device.kind = kind;
+    device.untested = kind->untested();
+  }
+  return device;
 }
 
 // The largest batches (whole steps) that fit and that do not fail on the
 // target.
-void AddMaxBatches(const TargetJudge& judge, const ResolvedTarget& target,
-                   const FitPlan& plan, v1::TargetResult* result) {
+void AddMaxBatches(const TargetJudge& judge, const DeviceJudge& device,
+                   const ResolvedTarget& target, const FitPlan& plan,
+                   v1::TargetResult* result) {
   for (bool fits_only : {true, false}) {
+    // The step's answer bounds the job's (no phase is below the step, no
+    // device figure below the allocator's), then every phase decides.
     uint64_t max = 0;
     if (judge.anchored_bound != nullptr) {
       const UpperBound& bound = *judge.anchored_bound;
@@ -455,9 +522,9 @@ void AddMaxBatches(const TargetJudge& judge, const ResolvedTarget& target,
                              std::max<uint64_t>(1, bound.anchor->largest_batch),
                              fits_only);
     } else {
-      max = MaxBatch(judge.profile, judge.factors, target.memory_gb, judge.rule,
-                     fits_only);
+      max = StepMaxBatchOnDevice(device, fits_only);
     }
+    max = DeviceMaxBatch(device, max, fits_only);
     if (fits_only) {
       result->set_max_batch_fits(plan.WholeSteps(max));
     } else {
@@ -563,24 +630,63 @@ void SetBreakdown(const MemoryProfile& p, const ComponentArray& factors,
 // fit and that do not fail at `batch`, and at the first of those that is
 // not 0 its nodes, peak and breakdown. False when the strategy cannot run
 // the setup (offload with DDP, ...): no row for it.
+// The device side of the fewest-GPUs answer: the device costs and the
+// kind's k at each count and strategy (one GPU and several are different
+// kinds, and NCCL's cost is the strategy's).
+struct MinGpusDevice {
+  const google::protobuf::RepeatedPtrField<v1::DeviceCostFit>* fits = nullptr;
+  const google::protobuf::RepeatedPtrField<v1::SetupKindBound>* kinds = nullptr;
+  std::string source;
+  // An anchored answer stands on its own k (no kind's).
+  bool anchored = false;
+
+  DeviceCosts CostsAt(const ResolvedTarget& target,
+                      const v1::TrainingSetup& setup) const {
+    return DeviceCostsFor(*fits, source, target.is_gpu ? target.name : "",
+                          setup);
+  }
+  // k of the device figure, and whether the kind is untested.
+  std::pair<double, bool> KAt(const v1::TrainingSetup& setup, double k) const {
+    if (anchored) return {k, false};
+    const std::optional<v1::SetupKindBound> kind =
+        BoundFor(*kinds, SetupKind(setup));
+    if (!kind.has_value()) return {k, false};
+    return {std::max(k, KOf(*kind, v1::DEVICE)), kind->untested()};
+  }
+};
+
 bool AnswerStrategy(StrategyProfiles& profiles,
                     v1::TrainingSetup::Parallel strategy,
                     const ResolvedTarget& target, const ComponentArray& factors,
-                    const VerdictRule& rule, uint64_t batch, uint32_t step,
-                    v1::MinGpusStrategy* row) {
+                    const VerdictRule& rule, const MinGpusDevice& device,
+                    uint64_t batch, uint32_t step, v1::MinGpusStrategy* row) {
   absl::Status failed = absl::OkStatus();
-  const auto peak = [&](uint32_t n) {
-    return PeakAt(profiles.At(strategy, n, &failed), factors, batch);
+  // The device figure of the step at n GPUs, and its upper bound.
+  const auto figures = [&](uint32_t n) {
+    const v1::TrainingSetup at = profiles.SetupAt(strategy, n);
+    const double device_gb =
+        device.CostsAt(target, at)
+            .DeviceGb(
+                PeakAt(profiles.At(strategy, n, &failed), factors, batch));
+    const auto [k, untested] = device.KAt(at, rule.k);
+    return std::make_tuple(device_gb, device_gb * k, untested);
   };
   const auto verdict = [&](uint32_t n) {
-    return Verdict(peak(n), target.memory_gb, rule);
+    const auto [device_gb, upper_gb, untested] = figures(n);
+    if (device_gb > target.memory_gb) return FitVerdict::kDoesNotFit;
+    if (!untested && upper_gb * rule.headroom <= target.memory_gb) {
+      return FitVerdict::kFits;
+    }
+    return FitVerdict::kBorderline;
   };
   row->set_strategy(StrategyName(strategy));
-  const uint32_t fits = SolveMinGpus(
-      peak, [&](uint32_t n) { return verdict(n) == FitVerdict::kFits; },
-      target.memory_gb / (rule.k * rule.headroom), step, step);
+  const uint32_t fits =
+      SolveMinGpus([&](uint32_t n) { return std::get<1>(figures(n)); },
+                   [&](uint32_t n) { return verdict(n) == FitVerdict::kFits; },
+                   target.memory_gb / rule.headroom, step, step);
   const uint32_t not_dnf = SolveMinGpus(
-      peak, [&](uint32_t n) { return verdict(n) != FitVerdict::kDoesNotFit; },
+      [&](uint32_t n) { return std::get<0>(figures(n)); },
+      [&](uint32_t n) { return verdict(n) != FitVerdict::kDoesNotFit; },
       target.memory_gb, step, step);
   if (!failed.ok()) return false;
   row->set_gpus_fits(fits);
@@ -592,6 +698,9 @@ bool AnswerStrategy(StrategyProfiles& profiles,
   row->set_nodes(LayoutOf(profiles.SetupAt(strategy, at)).nodes);
   row->set_peak_gb(PeakAt(p, factors, batch));
   row->set_upper_gb(row->peak_gb() * rule.k);
+  const auto [device_gb, device_upper_gb, untested] = figures(at);
+  row->set_device_gb(device_gb);
+  row->set_device_upper_gb(device_upper_gb);
   SetBreakdown(p, factors, batch, row);
   return true;
 }
@@ -605,7 +714,8 @@ void AnswerMinGpus(
     const VerdictRule& rule, double constant_gb,
     const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
         collectives,
-    const Correction& correction, v1::CheckFitResponse* response) {
+    const Correction& correction, const MinGpusDevice& device,
+    v1::CheckFitResponse* response) {
   std::vector<v1::TrainingSetup::Parallel> strategies;
   if (setup.parallel() != v1::TrainingSetup::PARALLEL_UNSPECIFIED) {
     strategies.push_back(setup.parallel());
@@ -622,8 +732,8 @@ void AnswerMinGpus(
     const v1::MinGpusStrategy* cheapest = nullptr;
     for (v1::TrainingSetup::Parallel strategy : strategies) {
       v1::MinGpusStrategy* row = out->add_strategies();
-      if (!AnswerStrategy(profiles, strategy, target, factors, rule, batch,
-                          step, row)) {
+      if (!AnswerStrategy(profiles, strategy, target, factors, rule, device,
+                          batch, step, row)) {
         out->mutable_strategies()->RemoveLast();
         continue;
       }
@@ -740,12 +850,18 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   const MemoryProfile anchored =
       AnchoredProfile(profile, basis.correction, factors, constant_gb, 0);
 
-  // The estimates, then each target's verdicts and largest batches.
+  // The estimates, then each target's verdicts and largest batches on the
+  // device figure of the job's largest phase, under its kind's bound.
   v1::CheckFitResponse response =
       ResponseHead(model.spec(), profile, factor_set_, bound,
                    request.batches(0), std::move(assumptions));
+  const std::optional<v1::SetupKindBound> kind =
+      BoundFor(factor_set_.kind_bounds(), SetupKind(plan.setup));
+  if (kind.has_value()) *response.mutable_bound() = *kind;
+  const PhaseContext phases{&profile, &model.spec(), &plan.setup};
   AddEstimates(request.batches(), anchored, factors, bound,
-               BasisMessage(basis, request.include_simulated()), &response);
+               BasisMessage(basis, request.include_simulated()), phases,
+               &response);
   for (const ResolvedTarget& target : targets) {
     v1::TargetResult* result = response.add_targets();
     const TargetJudge judge =
@@ -753,15 +869,23 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
             ? JudgeOnAnchor(target, profile, basis, constant_gb, bound,
                             evidence->calibration().gpu_constant_gb, result)
             : JudgeOnPrior(target, anchored, basis, bound, regimes_, result);
-    AddVerdicts(judge, target, request.batches(), result);
-    AddMaxBatches(judge, target, plan, result);
+    const DeviceJudge device = DeviceJudgeFor(judge, target, basis, evidence,
+                                              factor_set_, kind, phases);
+    AddVerdicts(judge, device, target, request.batches(), result);
+    AddMaxBatches(judge, device, target, plan, result);
   }
 
   // The fewest GPUs per strategy, when asked.
   if (request.min_gpus()) {
-    AnswerMinGpus(model.spec(), plan.setup, request.batches(0), targets,
-                  factors, bound.rule, basis.prior->constant_gb,
-                  factor_set_.collectives(), basis.correction, &response);
+    AnswerMinGpus(
+        model.spec(), plan.setup, request.batches(0), targets, factors,
+        bound.rule, basis.prior->constant_gb, factor_set_.collectives(),
+        basis.correction,
+        MinGpusDevice{&factor_set_.device_costs(), &factor_set_.kind_bounds(),
+                      SourceName(basis.anchor != nullptr ? basis.anchor->source
+                                                         : basis.prior->source),
+                      basis.anchor != nullptr},
+        &response);
   }
   return response;
 }

@@ -21,6 +21,7 @@
 #include "grpcpp/server_builder.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
+#include "io/published_runs.h"
 #include "server/service/decode_errors.h"
 #include "server/store/open_store.h"
 #include "spdlog/spdlog.h"
@@ -39,7 +40,8 @@ absl::StatusOr<v1::FactorSet> EnsureFactorSet(Store& store,
   ASSIGN_OR_RETURN(std::optional<v1::FactorSet> current,
                    store.CurrentFactorSet());
   if (current.has_value()) return *current;
-  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, LoadRunsJsonl(runs_path));
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs,
+                   LoadRunsFiles(runs_path, catalog));
   StampRuns(catalog, &runs);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(

@@ -89,8 +89,10 @@ absl::Status PlannerState::RefreshEvidence() {
   ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
   const auto start = std::chrono::steady_clock::now();
   const int64_t count = static_cast<int64_t>(runs.size());
+  AnchorOptions options;
+  options.device_costs = &current->factor_set().device_costs();
   std::shared_ptr<const Evidence> built =
-      Evidence::Build(runs, *catalog_, current->priors());
+      Evidence::Build(runs, *catalog_, current->priors(), options);
   spdlog::info(
       "event=evidence_built runs={} keys={} seconds={:.3f} factor_set={}",
       count, built->groups(),

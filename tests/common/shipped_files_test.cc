@@ -41,6 +41,20 @@ TEST(ShippedFilesTest, ListsResolveElementByElement) {
   EXPECT_THAT(*found, HasSubstr("data/harness-runs.jsonl"));
 }
 
+// The planner's default --runs: the published runs ship with the others,
+// their configs beside them.
+TEST(ShippedFilesTest, PublishedRunsShipWithTheirConfigs) {
+  auto found = FindShipped(
+      "data/memory-runs.jsonl,data/harness-runs.jsonl,"
+      "data/published-runs.jsonl",
+      "runs");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_THAT(*found, HasSubstr("data/published-runs.jsonl"));
+  EXPECT_TRUE(
+      std::filesystem::exists(std::string(HEADROOM_SOURCE_DIR) +
+                              "/data/published-configs/llama-2-7b.json"));
+}
+
 TEST(ShippedFilesTest, AMissingFileNamesTheFlagAndWhereItLooked) {
   auto missing = FindShipped("data/no-such-file.jsonl", "runs");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);

@@ -35,6 +35,11 @@ out=$("$prefix/bin/headroom" model inspect llama-3.2-1b)
   echo "check_install: headroom model inspect llama-3.2-1b from / printed: ${out:0:200}" >&2
   exit 1
 }
+# The published runs, with the config files their rows name beside them.
+[[ -f $prefix/share/headroom/data/published-runs.jsonl && -f $prefix/share/headroom/data/published-configs/llama-2-7b.json ]] || {
+  echo "check_install: data/published-runs.jsonl or data/published-configs/ is not installed" >&2
+  exit 1
+}
 [[ -x $prefix/bin/headroom_torch_probe.py ]] || {
   echo "check_install: the torch harness is not beside headroom-worker" >&2
   exit 1

@@ -435,7 +435,9 @@ TEST(SourceFitTest, TheHarnessIsItsOwnPrior) {
   // Not biased low: at most 60 % of its runs under-predicted held out.
   EXPECT_LE(10 * torch->heldout().under(), 6 * torch->heldout().runs());
   const v1::ColumnSummary& cross = reference->predicts().at("torch-harness");
-  EXPECT_EQ(cross.under(), 93);  // the reference's factors, today
+  // The reference's factors, today: 93 of the harness's first 155 runs and
+  // 14 of the 18 fleet probes added beside them (issue 30) under-predicted.
+  EXPECT_EQ(cross.under(), 107);
   EXPECT_LT(torch->heldout().under(), cross.under());
   // Answers default to the harness's prior.
   const FitPlanner planner(std::make_shared<const ModelCatalog>(LoadCatalog()),
