@@ -1,7 +1,6 @@
 #include "core/evidence/run_checks.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -14,6 +13,7 @@
 #include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/memory/model_spec.h"
+#include "core/memory/phases.h"
 #include "core/memory/training_setup.h"
 
 namespace headroom {
@@ -213,31 +213,20 @@ absl::Status CheckPhase(const v1::PhaseMeasurement& phase,
 
 }  // namespace
 
-std::string PhaseMeasurementName(v1::JobPhase phase) {
-  if (phase == v1::JOB_PHASE_UNSPECIFIED || !v1::JobPhase_IsValid(phase)) {
-    return "";
-  }
-  std::string name = v1::JobPhase_Name(phase);
-  for (char& c : name) {
-    c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
-  }
-  return name;
-}
-
 std::string PhaseMeasurementNames() {
   std::string out;
   for (int p = v1::JobPhase_MIN; p <= v1::JobPhase_MAX; ++p) {
-    const std::string name = PhaseMeasurementName(static_cast<v1::JobPhase>(p));
-    if (!name.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
+    if (p == v1::JOB_PHASE_UNSPECIFIED || !v1::JobPhase_IsValid(p)) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ",
+                    PhaseName(static_cast<v1::JobPhase>(p)));
   }
   return out;
 }
 
 bool IsPhaseMeasurementName(absl::string_view name) {
   for (int p = v1::JobPhase_MIN; p <= v1::JobPhase_MAX; ++p) {
-    const std::string known =
-        PhaseMeasurementName(static_cast<v1::JobPhase>(p));
-    if (!known.empty() && known == name) return true;
+    if (p == v1::JOB_PHASE_UNSPECIFIED || !v1::JobPhase_IsValid(p)) continue;
+    if (name == PhaseName(static_cast<v1::JobPhase>(p))) return true;
   }
   return false;
 }

@@ -48,11 +48,8 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
                               const ModelCatalog& catalog,
                               absl::string_view where);
 
-// PhaseMeasurement.phase's spelling of a JobPhase: its name in lower case,
-// '_' as '-' ("load", "first-step", ...); "" for JOB_PHASE_UNSPECIFIED or
-// a value the enum lacks.
-std::string PhaseMeasurementName(v1::JobPhase phase);
-// Every such name, in JobPhase order, joined by ", " (for errors).
+// Every name PhaseMeasurement.phase may hold (PhaseName, phases.h, of each
+// JobPhase but UNSPECIFIED), in JobPhase order, joined by ", " (for errors).
 std::string PhaseMeasurementNames();
 // Whether `name` is one of them.
 bool IsPhaseMeasurementName(absl::string_view name);
