@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/input_limits.h"
@@ -12,6 +13,7 @@
 #include "core/catalog/gpu_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/memory/model_spec.h"
+#include "core/memory/phases.h"
 #include "core/memory/training_setup.h"
 
 namespace headroom {
@@ -167,7 +169,110 @@ absl::Status CheckRunPredictions(const v1::MeasuredRun& run,
   return absl::OkStatus();
 }
 
+// OK when `lower` (at `lower_field`) is at most `upper` (at
+// `upper_field`): the device holds what the allocator reserved, which
+// holds what it allocated.
+absl::Status CheckNotBelow(double upper, const std::string& upper_field,
+                           double lower, const std::string& lower_field,
+                           absl::string_view why) {
+  if (upper >= lower) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(upper_field, " = ", upper,
+                                                 " is below ", lower_field,
+                                                 " = ", lower, "; ", why));
+}
+
+constexpr absl::string_view kReservedHoldsAllocated =
+    "the caching allocator reserves at least what it allocated";
+constexpr absl::string_view kDeviceHoldsReserved =
+    "the device holds at least what the allocator reserved";
+
+// One phase's figures: on the card, and in the device's order.
+absl::Status CheckPhase(const v1::PhaseMeasurement& phase,
+                        const std::string& at, const ValueBound& on_card) {
+  for (const auto& [field, has, value] :
+       {std::tuple<const char*, bool, double>{
+            "allocated_gb", phase.has_allocated_gb(), phase.allocated_gb()},
+        {"reserved_gb", phase.has_reserved_gb(), phase.reserved_gb()},
+        {"device_gb", phase.has_device_gb(), phase.device_gb()}}) {
+    if (has) {
+      RETURN_IF_ERROR(CheckBound(value, absl::StrCat(at, ".", field), on_card));
+    }
+  }
+  if (phase.has_allocated_gb() && phase.has_reserved_gb()) {
+    RETURN_IF_ERROR(CheckNotBelow(phase.reserved_gb(), at + ".reserved_gb",
+                                  phase.allocated_gb(), at + ".allocated_gb",
+                                  kReservedHoldsAllocated));
+  }
+  if (phase.has_reserved_gb() && phase.has_device_gb()) {
+    RETURN_IF_ERROR(CheckNotBelow(phase.device_gb(), at + ".device_gb",
+                                  phase.reserved_gb(), at + ".reserved_gb",
+                                  kDeviceHoldsReserved));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string PhaseMeasurementNames() {
+  std::string out;
+  for (int p = v1::JobPhase_MIN; p <= v1::JobPhase_MAX; ++p) {
+    if (p == v1::JOB_PHASE_UNSPECIFIED || !v1::JobPhase_IsValid(p)) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ",
+                    PhaseName(static_cast<v1::JobPhase>(p)));
+  }
+  return out;
+}
+
+bool IsPhaseMeasurementName(absl::string_view name) {
+  for (int p = v1::JobPhase_MIN; p <= v1::JobPhase_MAX; ++p) {
+    if (p == v1::JOB_PHASE_UNSPECIFIED || !v1::JobPhase_IsValid(p)) continue;
+    if (name == PhaseName(static_cast<v1::JobPhase>(p))) return true;
+  }
+  return false;
+}
+
+absl::Status CheckMemoryOrder(const v1::MeasuredRun& run,
+                              const std::string& where,
+                              const ValueBound& peak_on_card) {
+  if (run.has_peak_reserved_gb()) {
+    RETURN_IF_ERROR(CheckBound(run.peak_reserved_gb(),
+                               where + ".peak_reserved_gb", peak_on_card));
+    if (run.has_measured_peak_gb()) {
+      RETURN_IF_ERROR(
+          CheckNotBelow(run.peak_reserved_gb(), where + ".peak_reserved_gb",
+                        run.measured_peak_gb(), where + ".measured_peak_gb",
+                        kReservedHoldsAllocated));
+    }
+    if (run.has_device_peak_gb()) {
+      RETURN_IF_ERROR(
+          CheckNotBelow(run.device_peak_gb(), where + ".device_peak_gb",
+                        run.peak_reserved_gb(), where + ".peak_reserved_gb",
+                        kDeviceHoldsReserved));
+    }
+  }
+  if (run.has_device_context_gb()) {
+    RETURN_IF_ERROR(CheckBound(run.device_context_gb(),
+                               where + ".device_context_gb", peak_on_card));
+  }
+  std::vector<std::string> seen;
+  for (int i = 0; i < run.phases_size(); ++i) {
+    const v1::PhaseMeasurement& phase = run.phases(i);
+    const std::string at = absl::StrCat(where, ".phases[", i, "]");
+    if (!IsPhaseMeasurementName(phase.phase())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".phase = \"", absl::string_view(phase.phase()).substr(0, 64),
+          "\" is unknown; allowed ", PhaseMeasurementNames()));
+    }
+    if (std::find(seen.begin(), seen.end(), phase.phase()) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".phase = \"", phase.phase(),
+                       "\" is measured twice; each phase at most once"));
+    }
+    seen.push_back(phase.phase());
+    RETURN_IF_ERROR(CheckPhase(phase, at, peak_on_card));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
                               const ModelCatalog& catalog,
@@ -188,6 +293,7 @@ absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
   const ValueBound peak_on_card{0, peak.max, false, card};
   const ValueBound positive_peak_on_card{0, peak.max, true, card};
   RETURN_IF_ERROR(CheckRunPeaks(run, where, peak_on_card));
+  RETURN_IF_ERROR(CheckMemoryOrder(run, where, peak_on_card));
   RETURN_IF_ERROR(CheckRunTiming(run, where));
   RETURN_IF_ERROR(CheckRunPredictions(run, where));
   if (!run.excluded().empty()) return absl::OkStatus();

@@ -8,12 +8,15 @@
 // by, so a run one path refuses every path refuses.
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/value_bounds.h"
 #include "core/catalog/model_catalog.h"
 #include "headroom/v1/calibration.pb.h"
 #include "headroom/v1/energy.pb.h"
+#include "headroom/v1/model.pb.h"
 
 namespace headroom {
 
@@ -37,12 +40,29 @@ inline constexpr double kParamsTolerance = 0.02;
 // timed_steps at most kMaxTimedSteps; energy within kMeasuredRunEnergyBound
 // and at most kMaxCardWatts per GPU over its timed steps; other planners'
 // predictions within kPredictedGbBound; exactly one of measured_peak_gb and
-// oom_on_gb unless excluded. INVALID_ARGUMENT (NOT_FOUND for an unknown
+// oom_on_gb unless excluded; the memory figures in the device's order
+// (CheckMemoryOrder). INVALID_ARGUMENT (NOT_FOUND for an unknown
 // template or GPU) begins with `where` and the field, and says what is
 // allowed.
 absl::Status CheckMeasuredRun(const v1::MeasuredRun& run,
                               const ModelCatalog& catalog,
                               absl::string_view where);
+
+// Every name PhaseMeasurement.phase may hold (PhaseName, phases.h, of each
+// JobPhase but UNSPECIFIED), in JobPhase order, joined by ", " (for errors).
+std::string PhaseMeasurementNames();
+// Whether `name` is one of them.
+bool IsPhaseMeasurementName(absl::string_view name);
+
+// OK when the run's memory figures are in the order the device holds them:
+// peak_reserved_gb at least measured_peak_gb, device_peak_gb at least
+// peak_reserved_gb (each where both are present); device_context_gb and
+// every phase figure within `peak_on_card`; each phase a known name, at
+// most once, with reserved_gb at least allocated_gb and device_gb at least
+// reserved_gb. INVALID_ARGUMENT names `where`, the fields and both values.
+absl::Status CheckMemoryOrder(const v1::MeasuredRun& run,
+                              const std::string& where,
+                              const ValueBound& peak_on_card);
 
 // OK when the energy run (one generation window) `run` may be stored: its
 // strings within input_limits.h, a catalog GPU, a known quantization,

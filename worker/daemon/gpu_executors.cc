@@ -10,12 +10,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/json_io.h"
+#include "core/evidence/run_checks.h"
 #include "nlohmann/json.hpp"
 #include "worker/daemon/subprocess.h"
 #include "worker/gpu/sampler.h"
@@ -162,6 +169,77 @@ std::optional<std::vector<double>> JsonNumberList(const nlohmann::json& line,
 constexpr double kMaxReportedGb = 1e6;
 // setup.gpus at most (kMaxGpus in core/memory/parallel.h).
 constexpr uint32_t kMaxRunGpus = 512;
+
+// At most this many phase rows in a result line (each phase once).
+constexpr size_t kMaxPhases = v1::JobPhase_MAX;
+
+// A byte figure of a harness object, as GB: nullopt when absent or null
+// (not measured); an error naming `where` and the value when it is not a
+// number in [0, kMaxReportedGb GB] (negative, or beyond any card: an
+// overflowed or non-finite figure).
+absl::StatusOr<std::optional<double>> JsonBytesAsGb(const nlohmann::json& obj,
+                                                    const char* key,
+                                                    const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::optional<double>();
+  const double bytes = it->is_number() ? it->get<double>() : -1;
+  if (!it->is_number() || !(bytes >= 0 && bytes <= kMaxReportedGb * 1e9)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the harness's result ", where, ".", key, " = ", it->dump(),
+        " is not a byte count; allowed null or 0 .. ", kMaxReportedGb * 1e9));
+  }
+  return std::optional<double>(bytes / 1e9);
+}
+
+// The harness's device_context_bytes and phases (worker/harness/README.md,
+// "Output of run") into `result`; nothing is kept when any figure or phase
+// name is bad, and the error names it.
+absl::Status ReadDeviceMemory(const nlohmann::json& line,
+                              v1::BatchResult* result) {
+  absl::StatusOr<std::optional<double>> context =
+      JsonBytesAsGb(line, "device_context_bytes", "line");
+  if (!context.ok()) return context.status();
+  std::vector<v1::PhaseMeasurement> phases;
+  auto list = line.find("phases");
+  if (list != line.end() && !list->is_null()) {
+    if (!list->is_array() || list->size() > kMaxPhases) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the harness's result phases is not a list of at most ",
+                       kMaxPhases, " phases"));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const nlohmann::json& row = (*list)[i];
+      const std::string where = absl::StrCat("phases[", i, "]");
+      auto name = row.is_object() ? row.find("phase") : row.end();
+      if (name == row.end() || !name->is_string() ||
+          !IsPhaseMeasurementName(name->get<std::string>())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the harness's result ", where, ".phase = ",
+            name == row.end() ? "(none)" : name->dump().substr(0, 80),
+            " is unknown; allowed ", PhaseMeasurementNames()));
+      }
+      v1::PhaseMeasurement phase;
+      phase.set_phase(name->get<std::string>());
+      for (const auto& [key, set] : std::initializer_list<
+               std::pair<const char*, void (v1::PhaseMeasurement::*)(double)>>{
+               {"peak_allocated_bytes",
+                &v1::PhaseMeasurement::set_allocated_gb},
+               {"peak_reserved_bytes", &v1::PhaseMeasurement::set_reserved_gb},
+               {"device_bytes", &v1::PhaseMeasurement::set_device_gb}}) {
+        absl::StatusOr<std::optional<double>> gb =
+            JsonBytesAsGb(row, key, where);
+        if (!gb.ok()) return gb.status();
+        if (gb->has_value()) (phase.*set)(**gb);
+      }
+      phases.push_back(std::move(phase));
+    }
+  }
+  if (context->has_value()) result->set_device_context_gb(**context);
+  for (v1::PhaseMeasurement& phase : phases) {
+    *result->add_phases() = std::move(phase);
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -481,6 +559,12 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
         }
       }
       result.set_error(result_line.value("error", ""));
+      // The phases finished before an OOM are kept too (where it struck);
+      // a bad figure is the batch's error unless it already has one.
+      if (absl::Status memory = ReadDeviceMemory(result_line, &result);
+          !memory.ok() && !result.oom() && result.error().empty()) {
+        result.set_error(std::string(memory.message()));
+      }
     } else if (process.timed_out) {
       result.set_error(
           absl::StrCat("timed out after ", assignment.batch_timeout_s(), " s"));

@@ -145,6 +145,57 @@ double SimExecutor::TrueRankPeakGb(const v1::Assignment& assignment,
                                                     : truth;
 }
 
+std::vector<v1::PhaseMeasurement> SimExecutor::SimulatedPhases(
+    const v1::Assignment& assignment, uint32_t batch, double step_gb,
+    double truth_gb) const {
+  absl::StatusOr<MemoryProfile> profile =
+      BuildProfile(assignment.spec(), assignment.setup());
+  if (!profile.ok() || truth_gb <= 0) return {};
+  const v1::TrainingSetup& setup = assignment.setup();
+  const double noise = step_gb / truth_gb;
+  // The optimizer component is one GPU's model states (sharded where the
+  // setup shards); the profile's states are the whole model's.
+  const double resident = profile->fixed_bytes[kOptimizer];
+  const double states_gb = resident * factors_[kOptimizer] / 1e9 * noise;
+  const double weights_gb = std::min(profile->states.weights, resident) *
+                            factors_[kOptimizer] / 1e9 * noise;
+  const uint32_t eval_batch =
+      setup.eval_batch() != 0 ? setup.eval_batch() : batch;
+  const double eval_gb = states_gb + profile->per_sample_bytes[kTransient] *
+                                         eval_batch * factors_[kTransient] /
+                                         1e9 * noise;
+  std::vector<std::pair<const char*, double>> allocated = {
+      {"load", weights_gb}, {"first-step", step_gb}, {"step", step_gb}};
+  const auto asked = [&](v1::JobPhase phase) {
+    return std::find(setup.phases().begin(), setup.phases().end(), phase) !=
+           setup.phases().end();
+  };
+  if (asked(v1::EVAL)) allocated.emplace_back("eval", eval_gb);
+  if (asked(v1::SAVE)) allocated.emplace_back("save", states_gb);
+  std::vector<v1::PhaseMeasurement> phases;
+  for (const auto& [name, gb] : allocated) {
+    v1::PhaseMeasurement& phase = phases.emplace_back();
+    phase.set_phase(name);
+    phase.set_allocated_gb(gb);
+    phase.set_reserved_gb(gb * ReservedRatio(setup));
+    phase.set_device_gb(gb * ReservedRatio(setup) + context_gb_);
+  }
+  return phases;
+}
+
+namespace {
+
+// The batch's allocator peak: its largest phase, or `step_gb` without any.
+double LargestPhaseGb(const std::vector<v1::PhaseMeasurement>& phases,
+                      double step_gb) {
+  for (const v1::PhaseMeasurement& phase : phases) {
+    step_gb = std::max(step_gb, phase.allocated_gb());
+  }
+  return step_gb;
+}
+
+}  // namespace
+
 double SimExecutor::StepSeconds(const v1::Assignment& assignment,
                                 uint32_t batch, const std::string& mode) const {
   absl::StatusOr<MemoryProfile> profile =
@@ -252,6 +303,9 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
       std::normal_distribution<double> noise(1.0, config_.noise);
       measured = truth * std::max(0.5, noise(rng_));
     }
+    const std::vector<v1::PhaseMeasurement> phases =
+        SimulatedPhases(assignment, run.batch(), measured, truth);
+    measured = LargestPhaseGb(phases, measured);
     const bool oom = measured + context_gb_ > config_.memory_gb;
     // Memory ramps up over the first step to the peak (or to the card when
     // the run goes OOM, which it does at the end of that step).
@@ -262,9 +316,14 @@ ExecutionOutcome SimExecutor::Run(const v1::Assignment& assignment,
     if (Stopped(stop, &outcome)) return outcome;
     v1::BatchResult result = SimulatedResult(run, oom, samples);
     if (!oom) {
+      const double ratio = ReservedRatio(assignment.setup());
       result.set_peak_allocated_gb(measured);
-      result.set_peak_reserved_gb(measured * 1.05);
-      result.set_device_peak_gb(measured * 1.05 + context_gb_);
+      result.set_peak_reserved_gb(measured * ratio);
+      result.set_device_peak_gb(measured * ratio + context_gb_);
+      result.set_device_context_gb(context_gb_);
+      for (const v1::PhaseMeasurement& phase : phases) {
+        *result.add_phases() = phase;
+      }
       const double step_s = StepSeconds(assignment, run.batch(), run.mode());
       result.set_step_seconds(step_s);
       // The timed steps only (the warm-up is not timed).
@@ -332,7 +391,14 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
         host_gb = host_truth_gb * std::max(0.5, noise(rng_));
       }
     }
-    const double largest = *std::max_element(measured.begin(), measured.end());
+    const auto fullest = std::max_element(measured.begin(), measured.end());
+    const uint32_t fullest_rank =
+        static_cast<uint32_t>(fullest - measured.begin());
+    // The fullest GPU's phases (the one that decides whether the job fits).
+    const std::vector<v1::PhaseMeasurement> phases = SimulatedPhases(
+        assignment, run.batch(), *fullest,
+        TrueRankPeakGb(assignment, run.batch(), fullest_rank, run.mode()));
+    const double largest = LargestPhaseGb(phases, *fullest);
     const bool oom = largest + context_gb_ > config_.memory_gb;
     const bool host_full = host_gb > config_.host_memory_gb;
     // Every rank's memory ramps up over the first step to its peak (or to
@@ -353,9 +419,14 @@ ExecutionOutcome SimExecutor::RunParallel(const v1::Assignment& assignment,
                        std::to_string(config_.host_memory_gb) + " GB");
     } else if (!oom) {
       for (double gb : measured) result.add_rank_peaks_gb(gb);
+      const double ratio = ReservedRatio(assignment.setup());
       result.set_peak_allocated_gb(largest);
-      result.set_peak_reserved_gb(largest * 1.05);
-      result.set_device_peak_gb(largest * 1.05 + context_gb_);
+      result.set_peak_reserved_gb(largest * ratio);
+      result.set_device_peak_gb(largest * ratio + context_gb_);
+      result.set_device_context_gb(context_gb_);
+      for (const v1::PhaseMeasurement& phase : phases) {
+        *result.add_phases() = phase;
+      }
       result.set_step_seconds(StepSeconds(assignment, run.batch(), run.mode()));
       result.set_timed_steps(assignment.steps());
     }

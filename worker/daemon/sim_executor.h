@@ -39,6 +39,17 @@
 // and for an offload setup reports host_peak_gb (the profile's host bytes
 // per node, with noise; beyond config.host_memory_gb the run fails saying
 // so). Samples name each rank's GPU. A multi-GPU run reports no energy_j.
+//
+// Memory as the device holds it (issue 30): every run reports the context
+// (device_context_gb) and its phases, each with allocated, reserved
+// (allocated times 1.05, or 1.02 with expandable_segments) and device
+// (reserved plus the context) GB, all with the run's own noise: load (the
+// weights as stored, at most the GPU's model states), first-step and step
+// (the step's peak), and where the setup's phases ask for them eval (the
+// GPU's model states, the profile's optimizer component, plus the largest
+// forward tensor at eval_batch) and save (the model states: a one-GPU state
+// dict is views). The batch's peak is the largest phase; generate is not
+// simulated (as the harness does not measure it).
 
 #include <array>
 #include <atomic>
@@ -98,6 +109,16 @@ class SimExecutor final : public Executor {
   double rank0_extra() const { return rank0_extra_; }
   double StepSeconds(const v1::Assignment& assignment, uint32_t batch,
                      const std::string& mode = "") const;
+  // The phases of a batch whose step peaked at `step_gb` (noise included)
+  // against its truth `truth_gb`: the other phases carry the same noise.
+  // Empty where the setup does not build.
+  std::vector<v1::PhaseMeasurement> SimulatedPhases(
+      const v1::Assignment& assignment, uint32_t batch, double step_gb,
+      double truth_gb) const;
+  // Reserved over allocated for a setup.
+  static double ReservedRatio(const v1::TrainingSetup& setup) {
+    return setup.expandable_segments() ? 1.02 : 1.05;
+  }
   // Training power of the card without noise, W.
   double TrainingWatts() const { return train_w_; }
   // The hidden generation truth: J per 1,000 generated tokens of a model of

@@ -131,9 +131,18 @@ std::optional<v1::MeasuredRun> MeasuredRunFor(const v1::Probe& probe,
   }
   std::sort(versions.begin(), versions.end());
   run.set_framework(absl::StrJoin(versions, ", "));
+  // Memory as the device holds it (issue 30): the allocator's reserved
+  // peak, the device's, the CUDA context and each phase, as measured.
+  if (batch.has_peak_reserved_gb()) {
+    run.set_peak_reserved_gb(batch.peak_reserved_gb());
+  }
   if (batch.has_device_peak_gb()) {
     run.set_device_peak_gb(batch.device_peak_gb());
   }
+  if (batch.has_device_context_gb()) {
+    run.set_device_context_gb(batch.device_context_gb());
+  }
+  *run.mutable_phases() = batch.phases();
   if (batch.has_step_seconds()) run.set_step_seconds(batch.step_seconds());
   if (batch.has_energy_j()) run.set_energy_j(batch.energy_j());
   run.set_timed_steps(batch.timed_steps());

@@ -318,10 +318,32 @@ std::optional<Rejection> CheckBatchResult(
                                               batch.peak_allocated_gb()},
         {"peak_reserved_gb", batch.has_peak_reserved_gb(),
          batch.peak_reserved_gb()},
-        {"device_peak_gb", batch.has_device_peak_gb(),
-         batch.device_peak_gb()}}) {
+        {"device_peak_gb", batch.has_device_peak_gb(), batch.device_peak_gb()},
+        {"device_context_gb", batch.has_device_context_gb(),
+         batch.device_context_gb()}}) {
     if (!has) continue;
     if (auto bad = CheckPeak(field, value, card_memory_gb)) return bad;
+  }
+  // Per phase: bounded here; names and the order allocated <= reserved <=
+  // device are checked on the run it makes (CheckMeasuredRun).
+  constexpr int kMaxPhases = static_cast<int>(v1::JobPhase_MAX);
+  if (batch.phases_size() > kMaxPhases) {
+    return Rejection{WorkerRejection::kMalformed,
+                     absl::StrCat("phases has ", batch.phases_size(),
+                                  " entries; allowed up to ", kMaxPhases,
+                                  " (each phase at most once)")};
+  }
+  for (int i = 0; i < batch.phases_size(); ++i) {
+    const v1::PhaseMeasurement& phase = batch.phases(i);
+    for (const auto& [field, has, value] :
+         {std::tuple<const char*, bool, double>{
+              "allocated_gb", phase.has_allocated_gb(), phase.allocated_gb()},
+          {"reserved_gb", phase.has_reserved_gb(), phase.reserved_gb()},
+          {"device_gb", phase.has_device_gb(), phase.device_gb()}}) {
+      if (!has) continue;
+      const std::string at = absl::StrCat("phases[", i, "].", field);
+      if (auto bad = CheckPeak(at.c_str(), value, card_memory_gb)) return bad;
+    }
   }
   // A multi-GPU run's per-rank figures: bounded here; each value is
   // checked where the run is made (MeasuredRunFor excludes a bad one).

@@ -1,6 +1,7 @@
 #include "core/evidence/run_checks.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/memory/model_spec.h"
@@ -136,6 +137,101 @@ TEST_F(RunChecksTest, PeaksAreBoundedByTheCatalogCard) {
   run.clear_rank_peaks_gb();
   run.add_rank_peaks_gb(1.2);
   EXPECT_THAT(Refused(run), HasSubstr("needs one per rank"));
+}
+
+// Issue 30: the allocator reserves at least what it allocated and the
+// device holds at least what was reserved, over the run and in each phase.
+// A run out of that order is refused naming both fields and values,
+// whichever path it arrives by.
+TEST_F(RunChecksTest, MemoryFiguresFollowTheDevicesOrder) {
+  v1::MeasuredRun run = BertOnL4();  // 1.2 GB allocated
+  run.set_peak_reserved_gb(1.5);
+  run.set_device_peak_gb(2.0);
+  run.set_device_context_gb(0.5);
+  for (const auto& [name, allocated, reserved, device] :
+       {std::tuple<const char*, double, double, double>{"load", 0.25, 0.25,
+                                                        0.75},
+        {"first-step", 1.2, 1.5, 2.0},
+        {"eval", 0.5, 1.5, 2.0}}) {
+    v1::PhaseMeasurement& phase = *run.add_phases();
+    phase.set_phase(name);
+    phase.set_allocated_gb(allocated);
+    phase.set_reserved_gb(reserved);
+    phase.set_device_gb(device);
+  }
+  EXPECT_TRUE(CheckMeasuredRun(run, catalog_, "runs[0]").ok())
+      << CheckMeasuredRun(run, catalog_, "runs[0]");
+
+  v1::MeasuredRun bad = run;
+  bad.set_peak_reserved_gb(1.1);
+  EXPECT_THAT(Refused(bad),
+              HasSubstr("runs[0].peak_reserved_gb = 1.1 is below "
+                        "runs[0].measured_peak_gb = 1.2; the caching "
+                        "allocator reserves at least what it allocated"));
+  bad = run;
+  bad.set_device_peak_gb(1.4);
+  EXPECT_THAT(Refused(bad),
+              HasSubstr("runs[0].device_peak_gb = 1.4 is below "
+                        "runs[0].peak_reserved_gb = 1.5; the device holds at "
+                        "least what the allocator reserved"));
+  bad = run;
+  bad.mutable_phases(2)->set_reserved_gb(0.4);
+  EXPECT_THAT(Refused(bad),
+              HasSubstr("runs[0].phases[2].reserved_gb = 0.4 is below "
+                        "runs[0].phases[2].allocated_gb = 0.5"));
+  bad = run;
+  bad.mutable_phases(0)->set_device_gb(0.2);
+  EXPECT_THAT(Refused(bad),
+              HasSubstr("runs[0].phases[0].device_gb = 0.2 is below "
+                        "runs[0].phases[0].reserved_gb = 0.25"));
+  bad = run;
+  bad.mutable_phases(1)->set_phase("warmup");
+  EXPECT_THAT(Refused(bad),
+              HasSubstr("runs[0].phases[1].phase = \"warmup\" is unknown; "
+                        "allowed load, first-step, step, eval, generate, "
+                        "save"));
+  bad = run;
+  bad.mutable_phases(2)->set_phase("first-step");
+  EXPECT_THAT(Refused(bad), HasSubstr("runs[0].phases[2].phase = "
+                                      "\"first-step\" is measured twice"));
+  bad = run;
+  bad.mutable_phases(1)->set_device_gb(1e300);
+  EXPECT_THAT(Refused(bad), HasSubstr("runs[0].phases[1].device_gb = 1e+300 "
+                                      "is out of range"));
+  bad = run;
+  bad.set_device_context_gb(-1);
+  EXPECT_THAT(Refused(bad), HasSubstr("runs[0].device_context_gb = -1"));
+  bad = run;
+  bad.set_peak_reserved_gb(900);
+  EXPECT_THAT(Refused(bad), HasSubstr("runs[0].peak_reserved_gb = 900 is out "
+                                      "of range"));
+}
+
+// A figure that is absent is not compared: runs stored before issue 30
+// (no reserved, context or phases) and an OOM run pass as they did, and a
+// phase may carry only the figures it measured.
+TEST_F(RunChecksTest, AbsentFiguresAreNotCompared) {
+  v1::MeasuredRun run = BertOnL4();
+  run.set_device_peak_gb(0.9);  // below allocated: sampled, never compared
+  EXPECT_TRUE(CheckMeasuredRun(run, catalog_, "runs[0]").ok());
+  run.clear_measured_peak_gb();
+  run.set_oom_on_gb(24);
+  run.set_peak_reserved_gb(0.5);
+  run.set_device_peak_gb(0.75);
+  v1::PhaseMeasurement& load = *run.add_phases();
+  load.set_phase("load");
+  load.set_allocated_gb(0.5);
+  load.set_device_gb(0.25);  // no reserved figure between them
+  EXPECT_TRUE(CheckMeasuredRun(run, catalog_, "runs[0]").ok())
+      << CheckMeasuredRun(run, catalog_, "runs[0]");
+}
+
+TEST(PhaseMeasurementNameTest, SpellsJobPhaseAsTheHarnessDoes) {
+  EXPECT_EQ(PhaseMeasurementNames(),
+            "load, first-step, step, eval, generate, save");
+  EXPECT_TRUE(IsPhaseMeasurementName("save"));
+  EXPECT_FALSE(IsPhaseMeasurementName("SAVE"));
+  EXPECT_FALSE(IsPhaseMeasurementName(""));
 }
 
 // A run of an inline spec carries the spec, checked as at import: a count

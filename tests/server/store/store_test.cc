@@ -1,5 +1,7 @@
 // Factor sets, runs, energy curves and density runs, against every store.
 
+#include <tuple>
+
 #include "gtest/gtest.h"
 #include "tests/server/store/store_fixture.h"
 
@@ -192,6 +194,47 @@ TEST_P(StoreTest, PersistsAcrossReopen) {
   ASSERT_EQ(runs->size(), 2u);
   EXPECT_TRUE((*runs)[0].has_measured_peak_gb());
   EXPECT_FALSE((*runs)[0].has_oom_on_gb());
+}
+
+// Issue 30: a run keeps its reserved, device and context figures and its
+// phases through the store and a reopen, exactly as reported.
+TEST_P(StoreTest, KeepsTheDeviceMemoryFiguresAndPhasesOfARun) {
+  v1::MeasuredRun run;
+  run.set_template_("bert-base");
+  run.set_batch(16);
+  run.set_measured_peak_gb(4.5);
+  run.set_peak_reserved_gb(5.25);
+  run.set_device_peak_gb(6.0);
+  run.set_device_context_gb(0.625);
+  for (const auto& [name, allocated, reserved, device] :
+       {std::tuple<const char*, double, double, double>{"load", 0.5, 0.75, 1.5},
+        {"step", 4.5, 5.25, 6.0},
+        {"eval", 1.25, 5.25, 6.0}}) {
+    v1::PhaseMeasurement* phase = run.add_phases();
+    phase->set_phase(name);
+    phase->set_allocated_gb(allocated);
+    phase->set_reserved_gb(reserved);
+    phase->set_device_gb(device);
+  }
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(*(*store)->AddRuns({run}), 1);
+  }
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto runs = (*store)->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 1u);
+  const v1::MeasuredRun& back = (*runs)[0];
+  EXPECT_DOUBLE_EQ(back.peak_reserved_gb(), 5.25);
+  EXPECT_DOUBLE_EQ(back.device_peak_gb(), 6.0);
+  EXPECT_DOUBLE_EQ(back.device_context_gb(), 0.625);
+  ASSERT_EQ(back.phases_size(), 3);
+  EXPECT_EQ(back.phases(2).phase(), "eval");
+  EXPECT_DOUBLE_EQ(back.phases(2).allocated_gb(), 1.25);
+  EXPECT_DOUBLE_EQ(back.phases(0).device_gb(), 1.5);
+  EXPECT_EQ(back.SerializeAsString(), run.SerializeAsString());
 }
 
 TEST_P(StoreTest, RefusesNewerSchemaAndKeepsTheData) {

@@ -12,10 +12,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/catalog/model_catalog.h"
 #include "core/memory/memory_profile.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "worker/daemon/gpu_executors.h"
@@ -385,6 +387,150 @@ TEST(TorchExecutorTest, ReadsTheHarnessResultLine) {
   EXPECT_DOUBLE_EQ(r.step_seconds(), 0.25);
   EXPECT_FALSE(r.simulated());
   EXPECT_TRUE(r.error().empty());
+}
+
+// Issue 30: the harness's context and phases become the BatchResult's, in
+// GB; a phase without a figure keeps it absent.
+TEST(TorchExecutorTest, ReadsTheContextAndEveryPhase) {
+  GpuExecutorOptions options;
+  options.python = "/bin/sh";
+  options.harness = FakeHarness(
+      "phases",
+      "echo '{\"event\":\"result\",\"batch\":16,\"oom\":false,"
+      "\"peak_allocated_bytes\":5500000000,\"peak_reserved_bytes\":"
+      "6000000000,\"steps\":2,\"error\":\"\","
+      "\"device_context_bytes\":520093696,\"phases\":["
+      "{\"phase\":\"load\",\"peak_allocated_bytes\":1000000000,"
+      "\"peak_reserved_bytes\":1073741824,\"device_bytes\":1600000000},"
+      "{\"phase\":\"first-step\",\"peak_allocated_bytes\":5500000000,"
+      "\"peak_reserved_bytes\":6000000000,\"device_bytes\":null},"
+      "{\"phase\":\"eval\",\"peak_allocated_bytes\":2000000000,"
+      "\"peak_reserved_bytes\":6000000000,\"device_bytes\":6500000000}],"
+      "\"unmeasured_phases\":[]}'\n");
+  Collect sink;
+  std::atomic<StopReason> stop{StopReason::kNone};
+  TorchExecutor(options).Run(TorchAssignment(30), &sink, stop);
+  ASSERT_EQ(sink.results.size(), 1u);
+  const v1::BatchResult& r = sink.results[0];
+  EXPECT_TRUE(r.error().empty()) << r.error();
+  EXPECT_DOUBLE_EQ(r.device_context_gb(), 0.520093696);
+  ASSERT_EQ(r.phases_size(), 3);
+  EXPECT_EQ(r.phases(0).phase(), "load");
+  EXPECT_DOUBLE_EQ(r.phases(0).allocated_gb(), 1.0);
+  EXPECT_DOUBLE_EQ(r.phases(0).reserved_gb(), 1.073741824);
+  EXPECT_DOUBLE_EQ(r.phases(0).device_gb(), 1.6);
+  EXPECT_EQ(r.phases(1).phase(), "first-step");
+  EXPECT_FALSE(r.phases(1).has_device_gb());
+  EXPECT_DOUBLE_EQ(r.phases(2).device_gb(), 6.5);
+}
+
+// A bad figure or phase name is the batch's error, naming it; nothing of
+// the context or phases is kept, and the executor goes on.
+TEST(TorchExecutorTest, ABadPhaseOrFigureIsTheBatchsError) {
+  GpuExecutorOptions options;
+  options.python = "/bin/sh";
+  const std::string head =
+      "echo '{\"event\":\"result\",\"batch\":16,\"oom\":false,"
+      "\"peak_allocated_bytes\":5500000000,\"error\":\"\",";
+  const struct {
+    const char* tail;
+    const char* message;
+  } cases[] = {
+      {"\"phases\":[{\"phase\":\"lunch\",\"peak_allocated_bytes\":1}]}",
+       "the harness's result phases[0].phase = \"lunch\" is unknown; "
+       "allowed load, first-step, step, eval, generate, save"},
+      {"\"phases\":[{\"peak_allocated_bytes\":1}]}",
+       "phases[0].phase = (none) is unknown"},
+      {"\"phases\":[{\"phase\":\"step\",\"peak_reserved_bytes\":-5}]}",
+       "the harness's result phases[0].peak_reserved_bytes = -5 is not a "
+       "byte count; allowed null or 0 .. "},
+      {"\"phases\":[{\"phase\":\"step\",\"device_bytes\":1e30}]}",
+       "phases[0].device_bytes = 1e+30 is not a byte count"},
+      // Python's json writes a non-finite float as NaN / Infinity, which is
+      // no JSON: the line is not read, and the batch says so.
+      {"\"phases\":[{\"phase\":\"step\",\"device_bytes\":NaN}]}",
+       "harness exited with 0 and no result"},
+      {"\"phases\":[{\"phase\":\"step\",\"device_bytes\":\"4\"}]}",
+       "phases[0].device_bytes = \"4\" is not a byte count"},
+      {"\"device_context_bytes\":-1}",
+       "the harness's result line.device_context_bytes = -1 is not a byte "
+       "count"},
+      {"\"phases\":{\"phase\":\"step\"}}",
+       "phases is not a list of at most 6 phases"},
+  };
+  for (const auto& c : cases) {
+    options.harness = FakeHarness("bad-phase", head + c.tail + "'\n");
+    Collect sink;
+    std::atomic<StopReason> stop{StopReason::kNone};
+    const ExecutionOutcome outcome =
+        TorchExecutor(options).Run(TorchAssignment(30), &sink, stop);
+    EXPECT_TRUE(outcome.error.empty()) << outcome.error;
+    ASSERT_EQ(sink.results.size(), 1u) << c.tail;
+    const v1::BatchResult& r = sink.results[0];
+    EXPECT_THAT(r.error(), ::testing::HasSubstr(c.message)) << c.tail;
+    EXPECT_EQ(r.phases_size(), 0);
+    EXPECT_FALSE(r.has_device_context_gb());
+  }
+}
+
+// The sim reports the context and phases from its own model, in the
+// device's order, and the batch's peak is its largest phase.
+TEST(SimExecutorTest, ReportsTheContextAndPhasesInTheDevicesOrder) {
+  auto catalog = LoadModelCatalog(kRoot + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  SimGpuConfig config;
+  config.kind = "L4";
+  config.memory_gb = 24;
+  config.step_ms = 5;
+  config.sample_ms = 2;
+  SimExecutor sim(config);
+  v1::Assignment assignment;
+  assignment.set_assignment_id("p-1.2");
+  *assignment.mutable_spec() = **catalog->Find("gpt2");
+  assignment.set_warmup_steps(1);
+  assignment.set_steps(1);
+  assignment.add_runs()->set_batch(1);
+  std::atomic<StopReason> stop{StopReason::kNone};
+  {
+    Collect sink;
+    sim.Run(assignment, &sink, stop);
+    ASSERT_EQ(sink.results.size(), 1u);
+    const v1::BatchResult& r = sink.results[0];
+    EXPECT_DOUBLE_EQ(r.device_context_gb(), sim.context_gb());
+    std::vector<std::string> names;
+    for (const v1::PhaseMeasurement& p : r.phases()) {
+      names.push_back(p.phase());
+      EXPECT_GT(p.allocated_gb(), 0) << p.phase();
+      EXPECT_DOUBLE_EQ(p.reserved_gb(), p.allocated_gb() * 1.05) << p.phase();
+      EXPECT_DOUBLE_EQ(p.device_gb(), p.reserved_gb() + sim.context_gb());
+      EXPECT_LE(p.allocated_gb(), r.peak_allocated_gb()) << p.phase();
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"load", "first-step", "step"}));
+    EXPECT_LT(r.phases(0).allocated_gb(), r.phases(2).allocated_gb());
+    EXPECT_DOUBLE_EQ(r.phases(2).allocated_gb(), r.peak_allocated_gb());
+    EXPECT_GE(r.peak_reserved_gb(), r.peak_allocated_gb());
+    EXPECT_GE(r.device_peak_gb(), r.peak_reserved_gb());
+  }
+  // Eval at a large batch and save, asked for; expandable segments.
+  v1::TrainingSetup& setup = *assignment.mutable_setup();
+  for (v1::JobPhase p : {v1::LOAD, v1::STEP, v1::EVAL, v1::SAVE}) {
+    setup.add_phases(p);
+  }
+  setup.set_eval_batch(16);
+  setup.set_expandable_segments(true);
+  Collect sink;
+  sim.Run(assignment, &sink, stop);
+  ASSERT_EQ(sink.results.size(), 1u);
+  const v1::BatchResult& r = sink.results[0];
+  ASSERT_EQ(r.phases_size(), 5);
+  EXPECT_EQ(r.phases(3).phase(), "eval");
+  EXPECT_EQ(r.phases(4).phase(), "save");
+  // Forward-only at 16 beats the training step at 1 here: it is the peak.
+  EXPECT_GT(r.phases(3).allocated_gb(), r.phases(2).allocated_gb());
+  EXPECT_DOUBLE_EQ(r.peak_allocated_gb(), r.phases(3).allocated_gb());
+  EXPECT_DOUBLE_EQ(r.phases(3).reserved_gb(),
+                   r.phases(3).allocated_gb() * 1.02);
+  EXPECT_DOUBLE_EQ(r.peak_reserved_gb(), r.peak_allocated_gb() * 1.02);
 }
 
 TEST(TorchExecutorTest, OomCrashAndTimeoutAreResults) {

@@ -10,7 +10,8 @@ import pytest
 
 from test_records import RESULT_KEYS
 
-TORCH_FREE = ("errors", "records", "proto", "model_spec", "setups", "wiring", "flags")
+TORCH_FREE = ("errors", "records", "proto", "model_spec", "setups", "wiring", "flags",
+              "memory")
 
 
 def python(code, *argv, cwd=None):
@@ -77,3 +78,18 @@ def test_bad_flags_are_one_error_line(harness_dir, model_path, generated_protos)
                              "--batches", "1", "--setup", '{"gpus": 2}')
     assert rc == 2 and len(lines) == 1 and lines[0]["event"] == "error"
     assert "--nproc_per_node 2" in lines[0]["error"]
+
+
+def test_run_with_eval_and_save_phases_on_the_cpu(harness_dir, model_path, generated_protos):
+    setup = json.dumps({"phases": ["LOAD", "STEP", "EVAL", "SAVE", "GENERATE"],
+                        "evalBatch": 3, "expandableSegments": True})
+    rc, lines, stderr = run_entry(harness_dir, "run", "--spec", model_path("simple-cnn"),
+                                  "--batches", "2", "--device", "cpu", "--warmup", "1",
+                                  "--steps", "1", "--setup", setup)
+    assert rc == 0, stderr
+    result = lines[-1]
+    assert (result["event"], result["error"], result["steps"]) == ("result", "", 1)
+    # No allocator or NVML on the CPU: no phase figures, and generate is
+    # named as a phase the harness does not measure.
+    assert (result["phases"], result["device_context_bytes"]) == ([], None)
+    assert result["unmeasured_phases"] == ["generate"]

@@ -6,9 +6,10 @@ import json
 from headroom_harness import records
 
 RESULT_KEYS = ["event", "batch", "oom", "peak_allocated_bytes", "peak_reserved_bytes",
-               "step_seconds", "steps", "energy_j", "error", "optimizer"]
-GROUP_KEYS = RESULT_KEYS + ["world_size", "rank_peaks_gb", "peak_allocated_gb", "host_peak_gb",
-                            "peak_source"]
+               "step_seconds", "steps", "energy_j", "error", "optimizer",
+               "device_context_bytes", "phases", "unmeasured_phases"]
+GROUP_KEYS = RESULT_KEYS[:10] + ["world_size", "rank_peaks_gb", "peak_allocated_gb",
+                                 "host_peak_gb", "peak_source"] + RESULT_KEYS[10:]
 
 
 def timed(seconds, start_mj=None, end_mj=None):
@@ -39,7 +40,8 @@ def test_a_batch_result_line():
     assert line == {"event": "result", "batch": 4, "oom": False,
                     "peak_allocated_bytes": 2_000_000_000, "peak_reserved_bytes": 2_147_483_648,
                     "step_seconds": 1.0, "steps": 2, "energy_j": 30.0, "error": "",
-                    "optimizer": "torch.optim.AdamW(foreach=True)"}
+                    "optimizer": "torch.optim.AdamW(foreach=True)",
+                    "device_context_bytes": None, "phases": [], "unmeasured_phases": []}
 
 
 def test_a_failed_batch_keeps_its_peak_and_steps_but_no_timing():

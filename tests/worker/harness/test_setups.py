@@ -124,3 +124,22 @@ def test_freeze_layers_by_name_and_prefix():
         setups.apply_freeze(spec, Setup(freeze_layers=["body"]))
     assert str(error.value) == ("setup.freeze.layers[0] = 'body' names no top-level layer of "
                                 "stack; its layers: embed, blocks, head")
+
+
+def test_the_issue_30_fields_are_read():
+    setup = parse({"expandableSegments": True, "phases": ["LOAD", "STEP", "EVAL"],
+                   "evalBatch": 16, "generateTokens": 64})
+    assert setup.expandable_segments
+    assert (setup.phases, setup.eval_batch, setup.generate_tokens) == (
+        ["LOAD", "STEP", "EVAL"], 16, 64)
+    assert parse({}).phases == []
+
+
+def test_an_unspecified_phase_is_named_with_the_allowed_ones():
+    with pytest.raises(SpecError) as error:
+        parse({"phases": ["LOAD", "JOB_PHASE_UNSPECIFIED"]})
+    assert str(error.value) == ("setup.phases[1] = JOB_PHASE_UNSPECIFIED is not allowed; "
+                                "allowed LOAD, FIRST_STEP, STEP, EVAL, GENERATE, SAVE")
+    with pytest.raises(SpecError) as error:
+        parse({"phases": ["LUNCH"]})
+    assert "phases" in str(error.value)

@@ -11,12 +11,13 @@ from headroom_harness.distributed import (Group, distributed_env, run_batches_di
 from headroom_harness.energy import run_generation
 from headroom_harness.errors import EXIT_BAD_INPUT, SpecError
 from headroom_harness.model_spec import load_spec
+from headroom_harness.memory import apply_alloc_conf
 from headroom_harness.models import count_params
 from headroom_harness.phases import run_batches
 from headroom_harness.program import Program
 from headroom_harness.proto import load_proto
 from headroom_harness.setups import has_parallel, parse_setup
-from headroom_harness.torch_support import HAS_SDPA
+from headroom_harness.torch_support import HAS_SDPA, torch_at_least
 
 
 def _device(name):
@@ -85,8 +86,15 @@ def main(argv=None):
             records.emit(dict({"name": spec.name}, **count_params(spec, setup)))
             return 0
         batches = flags.check_run(args, setup, env[1] if env is not None else 1)
+        # Before anything initialises CUDA: the allocator reads it once.
+        apply_alloc_conf(setup.expandable_segments)
         device = _device(args.device) if env is None else torch.device(
             "cpu" if args.device == "cpu" else "cuda")
+        if (setup.expandable_segments and device.type == "cuda"
+                and not torch_at_least(2, 1)):
+            raise SpecError("setup.expandable_segments = true needs torch >= 2.1 "
+                            "(PYTORCH_CUDA_ALLOC_CONF expandable_segments), found "
+                            f"{torch.__version__}; allowed false on this torch")
         # A parallel setup on one GPU (the planner counts its buckets or
         # gathered units too) runs its strategy in a group of one; without
         # the launcher the harness starts that group itself.

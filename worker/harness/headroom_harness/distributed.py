@@ -29,7 +29,9 @@ import torch
 from headroom_harness.energy import open_nvml
 from headroom_harness.errors import SpecError
 from headroom_harness.optimizers import optimizer_impl
-from headroom_harness.phases import batch_outcome, cuda_peaks, measure_batch
+from headroom_harness.memory import PhaseMeter
+from headroom_harness.phases import (CudaStats, batch_outcome, cuda_peaks, measure_batch,
+                                     unmeasured_phases)
 from headroom_harness.program import Unit
 from headroom_harness.records import (Measurement, emit, group_result, mean_step_seconds,
                                       unsupported_result)
@@ -293,13 +295,17 @@ def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_
         watcher = group.watch(index) if group.rank == 0 else None
         record = Measurement()
         record.count_states = not cuda
+        record.unmeasured_phases = unmeasured_phases(setup)
+        # Per phase on this rank's GPU; no context figure (the group's
+        # NCCL set-up created the context before any baseline was read).
+        meter = PhaseMeter(CudaStats(device, nvml)) if cuda else None
         # This rank's failure is the batch's result.
         oom, error = batch_outcome(
             lambda: measure_batch(spec, setup, device, batch, warmup, steps,
-                                   record, compile_model, nvml, group),
+                                   record, compile_model, nvml, group, meter),
             prefix=f"rank {group.rank}: ")
         gc.collect()
-        peak, reserved = (cuda_peaks(device) if cuda
+        peak, reserved = (cuda_peaks(device, meter) if cuda
                           else (record.counted_bytes, None))
         ok = not oom and not error
         mine = {"rank": group.rank, "batch": batch, "world_size": group.world, "oom": oom,
@@ -307,7 +313,9 @@ def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_
                 "reserved_bytes": reserved, "rss_bytes": _rss_bytes(), "steps": record.steps,
                 "step_seconds": mean_step_seconds(record, ok),
                 "energy_j": record.energy_j() if ok else None,
-                "peak_source": PEAK_SOURCE_CUDA if cuda else PEAK_SOURCE_CPU}
+                "peak_source": PEAK_SOURCE_CUDA if cuda else PEAK_SOURCE_CPU,
+                "phases": meter.phases if meter is not None else None,
+                "unmeasured_phases": record.unmeasured_phases}
         if not ok:
             group.fail(index, mine)  # does not return
         ranks = group.gather(mine)

@@ -16,8 +16,9 @@ from headroom_harness.torch_support import is_oom
 
 class Nvml:
     """The few NVML calls the harness makes, through ctypes (no package
-    needed): the total-energy counter (mJ since the driver loaded) and the
-    board power (mW). Raises NvmlError where NVML or the counter is missing."""
+    needed): the total-energy counter (mJ since the driver loaded), the
+    board power (mW) and the device's used memory. Raises NvmlError where
+    NVML or the counter is missing."""
 
     class NvmlError(RuntimeError):
         pass
@@ -58,6 +59,18 @@ class Nvml:
             raise Nvml.NvmlError("this GPU has no total-energy counter "
                                  "(nvmlDeviceGetTotalEnergyConsumption)")
         return value.value
+
+    def used_bytes(self):
+        """The device's used memory (nvmlDeviceGetMemoryInfo), bytes: every
+        process's, the driver's own reservation included."""
+        class Memory(self._ctypes.Structure):
+            _fields_ = [("total", self._ctypes.c_ulonglong),
+                        ("free", self._ctypes.c_ulonglong),
+                        ("used", self._ctypes.c_ulonglong)]
+        memory = Memory()
+        if self._lib.nvmlDeviceGetMemoryInfo(self._handle, self._ctypes.byref(memory)) != 0:
+            raise Nvml.NvmlError("nvmlDeviceGetMemoryInfo failed")
+        return memory.used
 
     def power_w(self):
         value = self._ctypes.c_uint()

@@ -5,6 +5,8 @@ without it."""
 
 import json
 
+from headroom_harness.memory import largest_phases
+
 # Under torch.distributed only rank 0 prints (main sets this False on the
 # other ranks), so the worker reads one line per event.
 EMITS = [True]
@@ -35,6 +37,12 @@ class Measurement:
         # and after the last one; None without NVML.
         self.energy_start_mj = None
         self.energy_end_mj = None
+        # On a GPU: the CUDA context (NVML's used bytes it added before the
+        # model was built), each measured phase's figures (memory.py's
+        # PhaseMeter rows) and the phases asked for but not measured.
+        self.device_context_bytes = None
+        self.phases = []
+        self.unmeasured_phases = []
 
     def energy_j(self):
         if self.energy_start_mj is None or self.energy_end_mj is None:
@@ -45,7 +53,9 @@ class Measurement:
 def batch_result(batch, oom, error, peak_allocated, peak_reserved, record, optimizer):
     """A one-process run's result line for one batch: the allocator's peaks
     (None on the CPU), the record's timing and energy when the batch
-    succeeded, what implemented the optimizer (None when nothing could)."""
+    succeeded, what implemented the optimizer (None when nothing could),
+    the CUDA context and the phases measured (those finished before a
+    failure)."""
     ok = not oom and not error
     return {"event": "result", "batch": batch, "oom": oom,
             "peak_allocated_bytes": peak_allocated,
@@ -53,7 +63,10 @@ def batch_result(batch, oom, error, peak_allocated, peak_reserved, record, optim
             "step_seconds": mean_step_seconds(record, ok),
             "steps": record.steps,
             "energy_j": record.energy_j() if ok else None,
-            "error": error, "optimizer": optimizer}
+            "error": error, "optimizer": optimizer,
+            "device_context_bytes": record.device_context_bytes,
+            "phases": list(record.phases),
+            "unmeasured_phases": list(record.unmeasured_phases)}
 
 
 def unsupported_result(batch, error, optimizer, world_size):
@@ -93,4 +106,12 @@ def group_result(batch, ranks, failed=None):
             "rank_peaks_gb": [p / 1e9 for p in peaks] if have_peaks else None,
             "peak_allocated_gb": max(peaks) / 1e9 if have_peaks else None,
             "host_peak_gb": sum(r["rss_bytes"] for r in ranks) / 1e9,
-            "peak_source": ranks[0]["peak_source"]}
+            "peak_source": ranks[0]["peak_source"],
+            "device_context_bytes": _largest(r.get("device_context_bytes") for r in ranks),
+            "phases": largest_phases([r.get("phases") for r in ranks]) or [],
+            "unmeasured_phases": ranks[0].get("unmeasured_phases", [])}
+
+
+def _largest(values):
+    values = list(values)
+    return max(values) if values and all(v is not None for v in values) else None

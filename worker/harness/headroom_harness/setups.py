@@ -41,6 +41,13 @@ class Setup:
     tensor_parallel: int = 0
     nodes: int = 0
     gpus_per_node: int = 0
+    # Issue 30: the caching allocator's expandable segments, the job's
+    # phases (JobPhase names; empty: LOAD and STEP), EVAL's batch (0: the
+    # training micro-batch) and GENERATE's new tokens.
+    expandable_segments: bool = False
+    phases: list = dataclasses.field(default_factory=list)
+    eval_batch: int = 0
+    generate_tokens: int = 0
 
     @property
     def true_half(self):
@@ -71,6 +78,20 @@ def _bad(field, value, allowed):
     return SpecError(f"setup.{field} = {value} is not allowed; {allowed}")
 
 
+def _phase_names(message):
+    """setup.phases as JobPhase names; an unknown or unspecified one is
+    named with the allowed values."""
+    enum = message.DESCRIPTOR.fields_by_name["phases"].enum_type
+    allowed = ", ".join(v.name for v in enum.values if v.number != 0)
+    names = []
+    for i, number in enumerate(message.phases):
+        value = enum.values_by_number.get(number)
+        if value is None or value.number == 0:
+            raise _bad(f"phases[{i}]", value.name if value else number, f"allowed {allowed}")
+        names.append(value.name)
+    return names
+
+
 def setup_from_message(message):
     """A Setup from a headroom.v1.TrainingSetup, checked as ValidateSetup."""
     f = message_fields(message, "setup")
@@ -87,7 +108,10 @@ def setup_from_message(message):
                   grad_accum=f["grad_accum"], compile=f["compile"],
                   gpus=f["gpus"], parallel=f["parallel"], offload=f["offload"],
                   tensor_parallel=f["tensor_parallel"], nodes=f["nodes"],
-                  gpus_per_node=f["gpus_per_node"])
+                  gpus_per_node=f["gpus_per_node"],
+                  expandable_segments=f["expandable_segments"],
+                  phases=_phase_names(message), eval_batch=f["eval_batch"],
+                  generate_tokens=f["generate_tokens"])
     if setup.precision == "PRECISION_UNSPECIFIED":
         setup.precision = "FP32"
     if setup.optimizer == "OPTIMIZER_UNSPECIFIED":

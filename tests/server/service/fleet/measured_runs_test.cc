@@ -64,6 +64,47 @@ TEST(MeasuredRunForTest, AMeasuredPeakIsARunOfTheWorker) {
   EXPECT_FALSE(run->has_spec());
 }
 
+// Issue 30: what the worker measured of the device goes into the run:
+// reserved, device, the context and every phase.
+void AddPhase(v1::BatchResult* batch, const char* name, double allocated,
+              double reserved, double device) {
+  v1::PhaseMeasurement* phase = batch->add_phases();
+  phase->set_phase(name);
+  phase->set_allocated_gb(allocated);
+  phase->set_reserved_gb(reserved);
+  phase->set_device_gb(device);
+}
+
+v1::ProbeResult WithDeviceMemory(v1::ProbeResult result) {
+  v1::BatchResult* batch = result.mutable_batch();
+  batch->set_peak_reserved_gb(7.25);
+  batch->set_device_peak_gb(8.0);
+  batch->set_device_context_gb(0.5);
+  AddPhase(batch, "load", 0.75, 1.0, 1.5);
+  AddPhase(batch, "step", 6.5, 7.25, 8.0);
+  return result;
+}
+
+TEST(MeasuredRunForTest, ARunCarriesReservedDeviceContextAndPhases) {
+  const std::optional<v1::MeasuredRun> run =
+      MeasuredRunFor(BertOnL4("torch"), WithDeviceMemory(Result(6.5)), "w-1");
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->measured_peak_gb(), 6.5);
+  EXPECT_EQ(run->peak_reserved_gb(), 7.25);
+  EXPECT_EQ(run->device_peak_gb(), 8.0);
+  EXPECT_EQ(run->device_context_gb(), 0.5);
+  ASSERT_EQ(run->phases_size(), 2);
+  EXPECT_EQ(run->phases(0).phase(), "load");
+  EXPECT_EQ(run->phases(1).reserved_gb(), 7.25);
+  // Without them the run has none (as runs before issue 30).
+  const std::optional<v1::MeasuredRun> plain =
+      MeasuredRunFor(BertOnL4("torch"), Result(6.5), "w-1");
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_FALSE(plain->has_peak_reserved_gb());
+  EXPECT_FALSE(plain->has_device_context_gb());
+  EXPECT_EQ(plain->phases_size(), 0);
+}
+
 TEST(MeasuredRunForTest, OomErrorAndSimulatedRuns) {
   v1::ProbeResult oom = Result(0);
   oom.mutable_batch()->clear_peak_allocated_gb();
@@ -314,6 +355,59 @@ TEST_F(ResultStoringTest, ABatchOfAnotherWorkerOrPastTheCardIsRefused) {
   EXPECT_EQ(past.rejected->reason, WorkerRejection::kImplausibleValue);
   EXPECT_FALSE(past.run_stored);
   EXPECT_EQ(Stored().results_size(), 0);
+}
+
+TEST_F(ResultStoringTest, TheDeviceFiguresAreStoredAndReadBack) {
+  const ResultOutcome stored =
+      RecordBatchResult(store_.get(), catalog_, probe_,
+                        WithDeviceMemory(Measured(6.5)), hello_, 100);
+  ASSERT_FALSE(stored.rejected.has_value()) << stored.rejected->detail;
+  EXPECT_TRUE(stored.run_stored);
+  auto runs = store_->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 1u);
+  const v1::MeasuredRun& run = (*runs)[0];
+  EXPECT_EQ(run.peak_reserved_gb(), 7.25);
+  EXPECT_EQ(run.device_peak_gb(), 8.0);
+  EXPECT_EQ(run.device_context_gb(), 0.5);
+  ASSERT_EQ(run.phases_size(), 2);
+  EXPECT_EQ(run.phases(1).phase(), "step");
+  EXPECT_EQ(run.phases(1).device_gb(), 8.0);
+}
+
+// Reserved below allocated, device below reserved, a phase out of that
+// order or of an unknown name: refused by name, nothing stored.
+TEST_F(ResultStoringTest, FiguresOutOfTheDevicesOrderAreRefusedByName) {
+  const struct {
+    void (*spoil)(v1::BatchResult*);
+    const char* message;
+  } cases[] = {
+      {[](v1::BatchResult* b) { b->set_peak_reserved_gb(6.0); },
+       "run.peak_reserved_gb = 6 is below run.measured_peak_gb = 6.5"},
+      {[](v1::BatchResult* b) { b->set_device_peak_gb(7.0); },
+       "run.device_peak_gb = 7 is below run.peak_reserved_gb = 7.25"},
+      {[](v1::BatchResult* b) { b->mutable_phases(0)->set_reserved_gb(0.5); },
+       "run.phases[0].reserved_gb = 0.5 is below run.phases[0].allocated_gb = "
+       "0.75"},
+      {[](v1::BatchResult* b) { b->mutable_phases(1)->set_device_gb(7.0); },
+       "run.phases[1].device_gb = 7 is below run.phases[1].reserved_gb = "
+       "7.25"},
+      {[](v1::BatchResult* b) { b->mutable_phases(1)->set_phase("lunch"); },
+       "run.phases[1].phase = \"lunch\" is unknown; allowed load, "
+       "first-step, step, eval, generate, save"},
+  };
+  for (const auto& c : cases) {
+    v1::ProbeResult result = WithDeviceMemory(Measured(6.5));
+    c.spoil(result.mutable_batch());
+    const ResultOutcome refused =
+        RecordBatchResult(store_.get(), catalog_, probe_, result, hello_, 100);
+    ASSERT_TRUE(refused.rejected.has_value()) << c.message;
+    EXPECT_EQ(refused.rejected->reason, WorkerRejection::kImplausibleValue);
+    EXPECT_THAT(refused.rejected->detail, ::testing::HasSubstr(c.message));
+    EXPECT_FALSE(refused.run_stored);
+  }
+  EXPECT_EQ(Stored().results_size(), 0);
+  EXPECT_EQ(store_->ListRuns()->size(), 0u);
 }
 
 TEST_F(ResultStoringTest, TheFinalResultEndsTheAssignmentOnce) {
