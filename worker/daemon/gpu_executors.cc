@@ -565,6 +565,17 @@ ExecutionOutcome TorchExecutor::Run(const v1::Assignment& assignment,
           !memory.ok() && !result.oom() && result.error().empty()) {
         result.set_error(std::string(memory.message()));
       }
+      // The sampler reads NVML every sample_ms and can miss the top; each
+      // phase's reading at its end (the allocator keeps its segments) is a
+      // measurement of the device too: the peak is the largest of them.
+      if (result.has_device_peak_gb()) {
+        for (const v1::PhaseMeasurement& phase : result.phases()) {
+          if (phase.has_device_gb() &&
+              phase.device_gb() > result.device_peak_gb()) {
+            result.set_device_peak_gb(phase.device_gb());
+          }
+        }
+      }
     } else if (process.timed_out) {
       result.set_error(
           absl::StrCat("timed out after ", assignment.batch_timeout_s(), " s"));
