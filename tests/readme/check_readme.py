@@ -206,7 +206,8 @@ class Services:
             planner = subprocess.Popen(
                 [self.args.planner, "--db=:memory:", f"--listen={self.server}",
                  "--http_listen=", f"--models_dir={root}/models",
-                 f"--runs={root}/data/memory-runs.jsonl,{root}/data/harness-runs.jsonl",
+                 f"--runs={root}/data/memory-runs.jsonl,{root}/data/harness-runs.jsonl,"
+                 f"{root}/data/published-runs.jsonl",
                  f"--energy_curves={root}/data/energy-curves.json"],
                 cwd=self.tmp, env=clean_env(), stdout=subprocess.DEVNULL,
                 stderr=open(log, "w"))
