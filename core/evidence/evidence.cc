@@ -170,7 +170,7 @@ std::shared_ptr<const Evidence> Evidence::Build(
       real.push_back(anchor.group);
     }
   }
-  const Prior global = priors.front();
+  const Prior& global = priors.front();
   evidence->calibration_ =
       CalibrateAnchors(evidence->runs_, real, global.k90, global.k95, options);
   const GpuConstants& constants = evidence->calibration_.gpu_constant_gb;

@@ -109,6 +109,7 @@ v1::DeviceCostFit FitGroup(const GroupKey& key,
   fit.set_source(std::get<1>(key));
   fit.set_gpu(std::get<2>(key));
   std::vector<double> values;
+  values.reserve(observations.size());
   for (const Observation& o : observations) values.push_back(o.value);
   fit.set_value(Median(values));
   fit.set_runs(static_cast<int32_t>(observations.size()));
@@ -200,6 +201,7 @@ std::vector<v1::DeviceCostFit> FitDeviceCosts(
     if (Usable(run)) AddObservations(run, &groups);
   }
   std::vector<v1::DeviceCostFit> fits;
+  fits.reserve(groups.size());
   for (const auto& [key, observations] : groups) {
     fits.push_back(FitGroup(key, observations));
   }

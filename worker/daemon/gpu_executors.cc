@@ -91,7 +91,9 @@ bool Cancelled(const std::atomic<StopReason>& stop) {
 // ended, and the samplers' summary (nullopt without NVML): the first GPU's
 // readings go to the sink; the summary's samples are summed over the GPUs
 // and its peak over baseline is the largest GPU's (device_peak_bytes).
-struct HarnessRun {
+// Its implicit moves may throw (nlohmann::json's): it is built and returned
+// once per batch, never moved in a noexcept context.
+struct HarnessRun {  // NOLINT(bugprone-exception-escape)
   nlohmann::json line;
   std::string harness_error;
   ProcessResult process;
@@ -120,8 +122,11 @@ HarnessRun RunHarness(const GpuExecutorOptions& options,
             nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
         if (!event.is_object()) return;
         const std::string event_kind = event.value("event", "");
-        if (event_kind == kind) out.line = std::move(event);
-        if (event_kind == "error") out.harness_error = event.value("error", "");
+        if (event_kind == "error") {
+          out.harness_error = event.value("error", "");
+        } else if (event_kind == kind) {
+          out.line = std::move(event);
+        }
       },
       [&] { return Cancelled(stop); });
   for (const std::unique_ptr<RunSampler>& sampler : samplers) {
