@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/ratios.h"
 #include "core/memory/fit_verdict.h"
 
 namespace headroom {
@@ -96,13 +98,7 @@ v1::ColumnSummary SummarizeColumn(const std::vector<v1::MeasuredRun>& runs,
       }
     }
   }
-  double median = 0;
-  if (!errors.empty()) {
-    std::sort(errors.begin(), errors.end());
-    const size_t n = errors.size();
-    median =
-        n % 2 == 1 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2.0;
-  }
+  const double median = Median(errors);
   summary.set_runs(static_cast<int>(errors.size()));
   summary.set_median_abs_err(RoundTo(median, 1e4));
   summary.set_within25(within25);
@@ -135,12 +131,7 @@ absl::StatusOr<double> UpperBoundK(const std::vector<v1::MeasuredRun>& runs,
         "no usable measured run of at least ", rules.min_gb,
         " GB with a prediction; the upper bound needs at least one"));
   }
-  std::sort(ratios.begin(), ratios.end());
-  const size_t index = static_cast<size_t>(
-      std::ceil(coverage * static_cast<double>(ratios.size() - 1) - 1e-9));
-  const double k = ratios[std::min(index, ratios.size() - 1)];
-  // Round up to 0.01; the epsilon keeps an exact 1.17 from becoming 1.18.
-  return std::ceil(k * 100.0 - 1e-9) / 100.0;
+  return RatioAtCoverage(std::move(ratios), coverage);
 }
 
 v1::UpperBound CountVerdicts(const std::vector<v1::MeasuredRun>& runs,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/ratios.h"
 #include "core/calibration/calibration_page.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/evidence/evidence.h"
@@ -27,22 +28,10 @@ constexpr double kUnknownCardGb = 1e6;
 // are the estimate's, not its bound, so any calibrated one serves.
 constexpr double kAnswerCoverage = 0.95;
 
-// k at `coverage`: the sorted ratio at index ceil(coverage * (n - 1)),
-// rounded up to 0.01 and never below 1 (UpperBoundK's rule); 0 for none.
+// k at `coverage` (RatioAtCoverage, never below 1); 0 for none.
 double KOfRatios(std::vector<double> ratios, double coverage) {
   if (ratios.empty()) return 0;
-  std::sort(ratios.begin(), ratios.end());
-  const size_t index = static_cast<size_t>(
-      std::ceil(coverage * static_cast<double>(ratios.size() - 1) - 1e-9));
-  const double k = ratios[std::min(index, ratios.size() - 1)];
-  return std::max(1.0, std::ceil(k * 100.0 - 1e-9) / 100.0);
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return std::max(1.0, RatioAtCoverage(std::move(ratios), coverage));
 }
 
 // What an observation says of the bound: measured / predicted of its

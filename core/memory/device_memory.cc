@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/ratios.h"
 #include "core/evidence/model_key.h"
 #include "core/memory/parallel.h"
 
@@ -19,16 +20,6 @@ constexpr char kRatio[] = "reserved_ratio";
 constexpr char kRatioExpandable[] = "reserved_ratio_expandable";
 constexpr char kContext[] = "context_gb";
 constexpr char kNcclPrefix[] = "nccl_gb/";
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + mid);
-  return (lower + upper) / 2;
-}
 
 // One run's contribution to a quantity: the value it measured, what that
 // value predicts from (allocated for the ratio, reserved for the costs),
