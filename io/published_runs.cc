@@ -263,7 +263,9 @@ absl::StatusOr<v1::MeasuredRun> RunOfRow(const v1::PublishedRun& row,
                                  row.framework_version().empty() ? "" : " ",
                                  row.framework_version()));
   run.set_gpu(gpu.ok() ? gpu->name : row.gpu());
-  run.set_batch(row.batch());
+  // The row's batch is the per-GPU micro-batch; a run's is the step's (as
+  // CheckFitRequest.batches: grad_accum microbatches of it).
+  run.set_batch(row.batch() * std::max<uint32_t>(1, row.setup().grad_accum()));
   if (row.oom()) {
     // 0 (no card size known): the row is listed, not used (WhyUnused).
     run.set_oom_on_gb(gpu.ok() ? gpu->memory_gb : row.gpu_memory_gb());

@@ -227,9 +227,13 @@ def fit_command(row, configs, client, server, timeout):
     gpu = row["gpu"]
     if row.get("gpu_memory_gb"):
         gpu = "%g" % row["gpu_memory_gb"]
+    # The row's batch is the per-GPU micro-batch; --batch is the step's,
+    # which --grad_accum divides into microbatches.
+    setup = row.get("setup", {})
+    accum = max(1, int(setup.get("gradAccum", setup.get("grad_accum", 1)) or 1))
     return ([client, "fit", "--server", server, "--deadline_ms",
              str(int(timeout * 1000)), "--model", model, "--gpu", gpu,
-             "--batch", str(int(row["batch"])), "--json"] +
+             "--batch", str(int(row["batch"]) * accum), "--json"] +
             setup_flags(row.get("setup", {})))
 
 

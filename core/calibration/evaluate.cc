@@ -11,6 +11,26 @@
 #include "core/planner/fit_planner.h"
 
 namespace headroom {
+v1::CheckFitRequest RequestForRun(const v1::MeasuredRun& run,
+                                  double unknown_card_gb) {
+  v1::CheckFitRequest request;
+  if (run.has_spec()) {
+    *request.mutable_model()->mutable_spec() = run.spec();
+  } else {
+    request.mutable_model()->set_template_(run.template_());
+  }
+  *request.mutable_setup() = run.has_setup() ? run.setup() : CalibrationSetup();
+  request.add_batches(static_cast<uint32_t>(run.batch()));
+  request.set_include_simulated(run.simulated());
+  absl::StatusOr<GpuInfo> gpu = FindGpu(run.gpu());
+  if (gpu.ok()) {
+    request.add_targets()->set_gpu(gpu->name);
+  } else {
+    request.add_targets()->set_memory_gb(unknown_card_gb);
+  }
+  return request;
+}
+
 absl::StatusOr<v1::EvalReport> EvaluateOn(
     const v1::FactorSet& set, const std::vector<v1::MeasuredRun>& test,
     const ModelCatalog& catalog, double coverage, const PageRules& rules,
@@ -36,24 +56,8 @@ absl::StatusOr<v1::EvalReport> EvaluateOn(
           absl::StrCat("test row ", i + 1, ": batch = ", run.batch(),
                        " is out of range; allowed 1..", kMaxBatch));
     }
-    v1::CheckFitRequest request;
-    if (run.has_spec()) {
-      *request.mutable_model()->mutable_spec() = run.spec();
-    } else {
-      request.mutable_model()->set_template_(run.template_());
-    }
-    *request.mutable_setup() =
-        run.has_setup() ? run.setup() : CalibrationSetup();
-    request.add_batches(static_cast<uint32_t>(run.batch()));
-    request.set_include_simulated(run.simulated());
-    absl::StatusOr<GpuInfo> gpu = FindGpu(run.gpu());
-    if (gpu.ok()) {
-      request.add_targets()->set_gpu(gpu->name);
-    } else {
-      request.add_targets()->set_memory_gb(rules.cards_gb.front());
-    }
     absl::StatusOr<v1::CheckFitResponse> answer =
-        planner.CheckFit(request, evidence);
+        planner.CheckFit(RequestForRun(run, rules.cards_gb.front()), evidence);
     if (!answer.ok()) {
       return absl::Status(
           answer.status().code(),
@@ -61,8 +65,8 @@ absl::StatusOr<v1::EvalReport> EvaluateOn(
     }
     const v1::BatchEstimate& estimate = answer->estimates(0);
     // On the row's own card (its GPU constant) when the catalog knows it.
-    const double peak =
-        gpu.ok() ? answer->targets(0).peaks_gb(0) : estimate.peak_gb();
+    const double peak = FindGpu(run.gpu()).ok() ? answer->targets(0).peaks_gb(0)
+                                                : estimate.peak_gb();
     const double k = estimate.k();
     predictions.push_back(peak);
     ks.push_back(k);

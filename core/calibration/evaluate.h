@@ -11,8 +11,16 @@
 #include "core/catalog/model_catalog.h"
 #include "core/evidence/evidence.h"
 #include "headroom/v1/calibration.pb.h"
+#include "headroom/v1/planner.pb.h"
 
 namespace headroom {
+
+// The question a measured run answers: its model (its spec, else its
+// catalog template), its setup (else the calibration setup), its batch, and
+// its card (the catalog GPU, else a bare `unknown_card_gb`); simulated
+// evidence asked for exactly when the run is simulated.
+v1::CheckFitRequest RequestForRun(const v1::MeasuredRun& run,
+                                  double unknown_card_gb);
 
 // Predicts every row of `test` as CheckFit would with `set` (the row's
 // setup or the calibration setup, on the row's GPU, k at `coverage`: 0.9 or

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/ratios.h"
 #include "core/calibration/calibration_page.h"
+#include "core/calibration/evaluate.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/evidence/evidence.h"
 #include "core/evidence/model_key.h"
@@ -169,29 +170,18 @@ void AddPageFigures(
   bound->set_median_abs_err(Median(errors));
 }
 
-// The request that asks a published run's question: its model and setup at
-// its batch on its card.
-v1::CheckFitRequest RequestFor(const v1::MeasuredRun& run) {
-  v1::CheckFitRequest request;
-  *request.mutable_model()->mutable_spec() = run.spec();
-  *request.mutable_setup() = run.setup();
-  request.add_batches(
-      static_cast<uint32_t>(std::max<uint64_t>(1, run.batch()) *
-                            std::max<uint32_t>(1, run.setup().grad_accum())));
-  if (FindGpu(run.gpu()).ok()) {
-    request.add_targets()->set_gpu(run.gpu());
-  } else {
-    request.add_targets()->set_memory_gb(run.has_oom_on_gb() ? run.oom_on_gb()
-                                                             : kUnknownCardGb);
-  }
-  return request;
+// The card a published run on a card the catalog lacks is asked against:
+// the one it ran out on, else one no job fills (its figures, not its
+// verdict, are compared).
+double CardOf(const v1::MeasuredRun& run) {
+  return run.has_oom_on_gb() ? run.oom_on_gb() : kUnknownCardGb;
 }
 
 std::optional<KindObservation> Observe(const v1::MeasuredRun& run,
                                        const FitPlanner& planner,
                                        const Evidence& evidence) {
   absl::StatusOr<v1::CheckFitResponse> answer =
-      planner.CheckFit(RequestFor(run), &evidence);
+      planner.CheckFit(RequestForRun(run, CardOf(run)), &evidence);
   if (!answer.ok() || answer->targets().empty() ||
       answer->targets(0).batches().empty()) {
     return std::nullopt;
@@ -350,7 +340,8 @@ absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
   std::map<std::string, std::set<std::string>> publications_of_key;
   for (const auto& [publication, indices] : by_publication) {
     for (size_t i : indices) {
-      absl::StatusOr<ModelKey> key = planner.KeyOf(RequestFor(runs[i]));
+      absl::StatusOr<ModelKey> key =
+          planner.KeyOf(RequestForRun(runs[i], CardOf(runs[i])));
       key_of[i] = key.ok() ? key->canonical : absl::StrCat("#", i);
       publications_of_key[key_of[i]].insert(publication);
     }

@@ -226,6 +226,22 @@ TEST_F(BadRowsTest, OnlyAnUnclearRowMayLackItsBatch) {
             "published: setup not clear (see its notes)");
 }
 
+// The row's batch is the per-GPU micro-batch; the run's is the step's:
+// 3 microbatches of 2 are a step of 6, which CheckFit divides back.
+TEST_F(BadRowsTest, AStepIsGradAccumMicroBatches) {
+  ASSERT_TRUE(
+      Load({{"\"positions\": 512,", "\"positions\": 512, \"gradAccum\": 3,"},
+            {"\"batch\": 1,", "\"batch\": 2,"}})
+          .ok());
+  auto loaded =
+      LoadPublishedRuns((dir_ / kPublishedRunsFile).string(), Catalog());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->usable.size(), 2u);
+  EXPECT_EQ(loaded->usable[0].batch(), 1u);
+  EXPECT_EQ(loaded->usable[1].batch(), 6u);
+  EXPECT_EQ(loaded->usable[1].setup().grad_accum(), 3u);
+}
+
 TEST_F(BadRowsTest, LinesAreBounded) {
   const std::string path = (dir_ / kPublishedRunsFile).string();
   std::ofstream(path) << kGood << "\n"
