@@ -185,6 +185,11 @@ std::vector<PhaseBytes> PhasePeaks(const MemoryProfile& profile,
         break;
       }
       case v1::SAVE: {
+        // FULL_STATE_DICT unshards each unit and clones every parameter
+        // before resharding, on the GPU unless offload_to_cpu
+        // (pytorch/pytorch torch/distributed/fsdp/_state_dict_utils.py at
+        // 00c0db4e2b4a2c63eef4a9ce4ea34c86661d2c39: _full_pre_state_dict_hook,
+        // param_hook's state_dict[fqn].clone().detach()).
         double gathered = 0;
         if (s.weights_sharded) {
           gathered = static_cast<double>(profile.states.params) *
