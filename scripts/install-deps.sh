@@ -14,6 +14,8 @@ packages=(
   libssl-dev
   # The scheduler extender's request bodies (core/scheduling/extender.cc).
   libsimdjson-dev
+  # Job config files (--job: litgpt, torchtune, axolotl, TRL, accelerate YAML; core/jobs/).
+  libyaml-cpp-dev
   # libpq for the PostgreSQL store; the server for its tests (scripts/test-postgres.sh).
   libpq-dev postgresql
   # The torch harness's test builds every catalog template on the CPU; its
