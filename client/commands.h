@@ -71,6 +71,9 @@ struct Options {
   std::string phases;
   uint32_t eval_batch = 0;
   uint32_t generate_tokens = 0;
+  // The framework profile: --framework, --framework_version.
+  std::string framework;
+  std::string framework_version;
   // The parallel setup: --gpus N or auto (the smallest N per GPU kind),
   // --parallel, --offload, --tensor_parallel, --nodes, --gpus_per_node.
   std::string gpus;

@@ -264,6 +264,14 @@ void PrintFit(const v1::CheckFitResponse& r, bool explain, std::ostream& out) {
   out << r.model() << ": " << r.params() << " parameters; factor set "
       << r.factor_set_version() << ", headroom " << r.headroom() << ", k "
       << r.k() << " at coverage " << r.coverage() << "\n";
+  if (!r.framework().empty()) {
+    out << "framework profile: " << r.framework()
+        << (explain ? "" : " (--explain prints the plan)") << "\n";
+  }
+  if (explain && r.plan_size() > 0) {
+    out << "plan:\n";
+    for (const std::string& line : r.plan()) out << "  " << line << "\n";
+  }
   if (r.estimates_size() > 0) {
     out << BasisLine(r.estimates(0).basis()) << "\n";
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/memory/framework_profile.h"
 #include "core/memory/parallel.h"
 
 namespace headroom::cli {
@@ -68,6 +69,14 @@ constexpr Word<TrainingSetup::Attention> kAttention[] = {
 };
 
 // The strategies by the names the planner answers with (StrategyName).
+std::vector<Word<TrainingSetup::Framework>> FrameworkWords() {
+  std::vector<Word<TrainingSetup::Framework>> words;
+  for (TrainingSetup::Framework f : AllFrameworks()) {
+    words.push_back({FrameworkName(f), f});
+  }
+  return words;
+}
+
 std::vector<Word<TrainingSetup::Parallel>> ParallelWords() {
   std::vector<Word<TrainingSetup::Parallel>> words;
   for (TrainingSetup::Parallel s : AllStrategies()) {
@@ -122,6 +131,16 @@ absl::Status FillPhases(const Options& o, TrainingSetup* setup) {
   }
   setup->set_eval_batch(o.eval_batch);
   setup->set_generate_tokens(o.generate_tokens);
+  if (!o.framework.empty()) {
+    TrainingSetup::Framework framework = TrainingSetup::GENERIC;
+    if (absl::Status s =
+            Lookup("--framework", o.framework, FrameworkWords(), &framework);
+        !s.ok()) {
+      return s;
+    }
+    setup->set_framework(framework);
+  }
+  setup->set_framework_version(o.framework_version);
   return absl::OkStatus();
 }
 
@@ -183,6 +202,14 @@ void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
                   "the eval phase's batch (0: the training batch)");
   app->add_option("--generate_tokens", o.generate_tokens,
                   "new tokens per sample in the generate phase (0: 128)");
+  app->add_option("--framework", o.framework,
+                  "what runs the job: generic (default), hf-trainer "
+                  "(transformers Trainer, TRL, axolotl), litgpt, torchtune, "
+                  "deepspeed or torch; its profile fills what the setup "
+                  "leaves unset (--explain prints the plan)");
+  app->add_option("--framework_version", o.framework_version,
+                  "the framework's version where its behaviour changed, "
+                  "e.g. 0.5.10 (default: the profile's newest)");
   app->add_option("--positions", o.positions,
                   "sequence length / tokens per sample, the longest when "
                   "batches are padded (0: the model's standard)");

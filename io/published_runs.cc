@@ -17,6 +17,7 @@
 #include "core/evidence/model_key.h"
 #include "core/evidence/run_checks.h"
 #include "core/frontends/frontend_registry.h"
+#include "core/memory/framework_profile.h"
 #include "core/memory/model_spec.h"
 #include "io/files.h"
 
@@ -242,6 +243,24 @@ std::string WhyUnused(const v1::PublishedRun& row, bool catalog_gpu) {
   return "";
 }
 
+// The framework profile the row's framework runs under, where the row's
+// setup names none: axolotl runs transformers' Trainer (hf-trainer);
+// torchtitan, unsloth and other have no profile (generic). The version
+// where it is dot-separated numbers.
+void SetProfile(const v1::PublishedRun& row, v1::TrainingSetup* setup) {
+  if (setup->framework() != v1::TrainingSetup::FRAMEWORK_UNSPECIFIED) return;
+  const std::string name =
+      row.framework() == "axolotl" ? "hf-trainer" : row.framework();
+  v1::TrainingSetup::Framework framework;
+  if (!ParseFramework(name, &framework)) return;
+  setup->set_framework(framework);
+  v1::TrainingSetup versioned;
+  versioned.set_framework_version(row.framework_version());
+  if (ValidateFramework(versioned).ok()) {
+    setup->set_framework_version(row.framework_version());
+  }
+}
+
 // The row as a measured run, or the error naming where it is wrong.
 absl::StatusOr<v1::MeasuredRun> RunOfRow(const v1::PublishedRun& row,
                                          const fs::path& configs_dir,
@@ -273,6 +292,7 @@ absl::StatusOr<v1::MeasuredRun> RunOfRow(const v1::PublishedRun& row,
     run.set_measured_peak_gb(row.measured_gb());
   }
   *run.mutable_setup() = row.setup();
+  SetProfile(row, run.mutable_setup());
   if (!row.config().empty() || !row.template_().empty()) {
     v1::ModelRef ref;
     ASSIGN_OR_RETURN(ResolvedModel model,

@@ -216,7 +216,27 @@ class Planner:
             self.dir = None
 
 
-def fit_command(row, configs, client, server, timeout):
+# The framework profile a publication's framework runs under (`headroom fit
+# --framework`): axolotl runs transformers' Trainer; the others have no
+# profile and are asked as `generic` in both columns.
+PROFILE_OF = {"hf-trainer": "hf-trainer", "axolotl": "hf-trainer",
+              "litgpt": "litgpt", "torchtune": "torchtune",
+              "deepspeed": "deepspeed", "torch": "torch"}
+
+
+def profile_flags(row):
+    """--framework (and --framework_version) for a row, [] for none."""
+    name = PROFILE_OF.get(row.get("framework", ""))
+    if name is None:
+        return []
+    flags = ["--framework", name]
+    version = str(row.get("framework_version") or "")
+    if version and all(p.isdigit() for p in version.split(".")):
+        flags.extend(["--framework_version", version])
+    return flags
+
+
+def fit_command(row, configs, client, server, timeout, extra=()):
     """The `headroom fit` command for a row, or raises ValueError."""
     if row.get("config"):
         model = os.path.join(configs, row["config"])
@@ -234,13 +254,13 @@ def fit_command(row, configs, client, server, timeout):
     return ([client, "fit", "--server", server, "--deadline_ms",
              str(int(timeout * 1000)), "--model", model, "--gpu", gpu,
              "--batch", str(int(row["batch"]) * accum), "--json"] +
-            setup_flags(row.get("setup", {})))
+            setup_flags(row.get("setup", {})) + list(extra))
 
 
-def ask(row, configs, client, server, timeout):
+def ask(row, configs, client, server, timeout, extra=()):
     """The planner's answer for a row: figure, upper bound, verdict."""
     try:
-        cmd = fit_command(row, configs, client, server, timeout)
+        cmd = fit_command(row, configs, client, server, timeout, extra)
     except (ValueError, TypeError) as e:
         return {"error": str(e)}
     rc, out, err = run(cmd, timeout + 5)
@@ -381,6 +401,14 @@ def evaluate(args, rows, configs, publications):
                         results[i]["new"] = score(rows[i], ask(
                             rows[i], configs, args.client, planner.addr,
                             args.timeout))
+                        if not args.profiles:
+                            continue
+                        flags = profile_flags(rows[i])
+                        results[i]["profile"] = (
+                            score(rows[i], ask(rows[i], configs, args.client,
+                                               planner.addr, args.timeout,
+                                               flags))
+                            if flags else dict(results[i]["new"]))
             except RuntimeError as e:
                 for i in index:
                     results[i]["new"] = {"error": "planner: %s" % e}
@@ -456,6 +484,10 @@ def main():
                     help="seconds per fit call (1..600)")
     ap.add_argument("--start_timeout", type=float, default=300,
                     help="seconds a planner may take to start (1..3600)")
+    ap.add_argument("--profiles", action="store_true",
+                    help="also ask each row under its framework's profile "
+                         "(--framework; column 'profile' beside 'new', the "
+                         "generic answer)")
     ap.add_argument("--json", action="store_true", help="print the JSON")
     ap.add_argument("--json_out", help="write the JSON to this file")
     args = ap.parse_args()
@@ -476,7 +508,8 @@ def main():
     # Held out against every other publication's rows, asked only for these.
     results = [r for r in evaluate(args, rows, configs, publications)
                if r["publication"] in publications]
-    prefixes = ["new"] + (["old"] if args.old_planner else [])
+    prefixes = (["new"] + (["profile"] if args.profiles else []) +
+                (["old"] if args.old_planner else []))
     doc = {"published": args.published, "runs": args.runs,
            "rows": results,
            "summary": {p: {"kind": summarize(results, p, "kind"),

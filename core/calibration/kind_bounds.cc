@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/ratios.h"
 #include "core/calibration/calibration_page.h"
@@ -15,6 +16,7 @@
 #include "core/evidence/evidence.h"
 #include "core/evidence/model_key.h"
 #include "core/memory/device_memory.h"
+#include "core/memory/framework_profile.h"
 #include "core/memory/parallel.h"
 #include "core/planner/fit_planner.h"
 
@@ -309,6 +311,56 @@ std::optional<v1::SetupKindBound> BoundFor(
   return untested;
 }
 
+std::string FrameworkKind(const std::string& kind,
+                          v1::TrainingSetup::Framework framework) {
+  if (framework == v1::TrainingSetup::FRAMEWORK_UNSPECIFIED ||
+      framework == v1::TrainingSetup::GENERIC) {
+    return kind;
+  }
+  return absl::StrCat(kind, "@", FrameworkName(framework));
+}
+
+std::optional<v1::SetupKindBound> BoundForSetup(
+    const google::protobuf::RepeatedPtrField<v1::SetupKindBound>& bounds,
+    const v1::TrainingSetup& setup) {
+  const std::string kind = SetupKind(setup);
+  const std::string own = FrameworkKind(kind, setup.framework());
+  if (own != kind) {
+    for (const v1::SetupKindBound& bound : bounds) {
+      if (bound.kind() == own && !bound.widest()) return bound;
+    }
+    return BoundFor(bounds, kind);
+  }
+  std::optional<v1::SetupKindBound> pooled = BoundFor(bounds, kind);
+  if (!pooled.has_value() || pooled->untested()) return pooled;
+  const std::string prefix = absl::StrCat(kind, "@");
+  std::string widened_by;
+  for (const v1::SetupKindBound& bound : bounds) {
+    if (!absl::StartsWith(bound.kind(), prefix) || bound.widest()) continue;
+    bool wider = false;
+    if (bound.k_allocated() > pooled->k_allocated()) {
+      pooled->set_k_allocated(bound.k_allocated());
+      wider = true;
+    }
+    if (bound.k_reserved() > pooled->k_reserved()) {
+      pooled->set_k_reserved(bound.k_reserved());
+      wider = true;
+    }
+    if (bound.k_device() > pooled->k_device()) {
+      pooled->set_k_device(bound.k_device());
+      wider = true;
+    }
+    if (wider) widened_by = bound.kind();
+  }
+  if (!widened_by.empty()) {
+    pooled->set_note(absl::StrCat(
+        "no framework named (generic): the kind's bound widened to its "
+        "frameworks' largest k (",
+        widened_by, "); --framework names the one that runs the job"));
+  }
+  return pooled;
+}
+
 absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
     const v1::FactorSet& set, const std::vector<v1::MeasuredRun>& runs,
     const ModelCatalog& catalog, const KindBoundOptions& options) {
@@ -367,7 +419,15 @@ absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
     }
     for (size_t i : indices) {
       std::optional<KindObservation> o = Observe(runs[i], planner, *evidence);
-      if (o.has_value()) observations.push_back(*std::move(o));
+      if (!o.has_value()) continue;
+      // Counted again under its framework's own kind.
+      const std::string own =
+          FrameworkKind(o->kind, runs[i].setup().framework());
+      if (own != o->kind) {
+        observations.push_back(*o);
+        observations.back().kind = own;
+      }
+      observations.push_back(*std::move(o));
     }
   }
   return KindBounds(observations,

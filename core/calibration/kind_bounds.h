@@ -26,6 +26,11 @@ namespace headroom {
 // "multi/fsdp-full/lora+offload".
 std::string SetupKind(const v1::TrainingSetup& setup);
 
+// The kind of a setup run by a named framework profile: "1gpu/lora@litgpt"
+// (framework_profile.h names); the kind itself for generic.
+std::string FrameworkKind(const std::string& kind,
+                          v1::TrainingSetup::Framework framework);
+
 // One published measurement predicted without its publication.
 struct KindObservation {
   std::string kind;
@@ -66,6 +71,16 @@ std::vector<v1::SetupKindBound> KindBounds(
 std::optional<v1::SetupKindBound> BoundFor(
     const google::protobuf::RepeatedPtrField<v1::SetupKindBound>& bounds,
     const std::string& kind);
+
+// The bound an answer under `setup` (the plan's effective setup) uses: a
+// named framework's own kind (FrameworkKind) where its publications
+// calibrated one on enough measurements, else the kind's pooled bound
+// (BoundFor). A generic answer (no framework named) takes the pooled bound
+// widened to the largest k of the kind's framework bounds: the framework
+// that will run it is unknown.
+std::optional<v1::SetupKindBound> BoundForSetup(
+    const google::protobuf::RepeatedPtrField<v1::SetupKindBound>& bounds,
+    const v1::TrainingSetup& setup);
 
 // The k of `metric` in a bound (RESERVED, DEVICE; anything else allocated).
 double KOf(const v1::SetupKindBound& bound, v1::MemoryMetric metric);

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/deterministic_bytes.h"
+#include "core/memory/framework_profile.h"
 #include "core/memory/parallel.h"
 
 namespace headroom {
@@ -65,8 +66,51 @@ std::string CanonicalArchitectureInPlace(v1::ModelSpec* spec) {
   return bytes;
 }
 
+namespace {
+
+// The framework profile's fields (framework_profile.h), written only where
+// set so that the keys of setups without them stay as they were.
+void NormalizeProfile(const v1::TrainingSetup& setup,
+                      v1::TrainingSetup* normalized) {
+  if (setup.framework() != v1::TrainingSetup::GENERIC) {
+    normalized->set_framework(setup.framework());
+    normalized->set_framework_version(setup.framework_version());
+  }
+  if (setup.loss() == v1::TrainingSetup::CHUNKED_CE) {
+    normalized->set_loss(setup.loss());
+    normalized->set_loss_chunks(setup.loss_chunks());
+  }
+  if (setup.checkpointing() == v1::TrainingSetup::FULL) {
+    normalized->set_activation_checkpointing(true);
+  } else if (setup.checkpointing() == v1::TrainingSetup::SELECTIVE) {
+    normalized->set_activation_checkpointing(false);
+    normalized->set_checkpointing(setup.checkpointing());
+    normalized->set_checkpoint_every(setup.checkpoint_every());
+  } else if (setup.checkpointing() == v1::TrainingSetup::NO_CHECKPOINTING) {
+    normalized->set_activation_checkpointing(false);
+  }
+  normalized->set_activation_offloading(setup.activation_offloading());
+}
+
+}  // namespace
+
 ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
-                    const v1::TrainingSetup& setup, bool with_id) {
+                    const v1::TrainingSetup& asked, bool with_id) {
+  // A run and an answer of a named framework are keyed as its profile runs
+  // them (the profile only fills unset fields: applying it again is a
+  // no-op).
+  v1::TrainingSetup profiled;
+  if (asked.framework() != v1::TrainingSetup::FRAMEWORK_UNSPECIFIED &&
+      asked.framework() != v1::TrainingSetup::GENERIC) {
+    profiled = asked;
+    ApplyProfile(asked.positions() != 0 ? asked.positions() : spec_positions,
+                 &profiled);
+  }
+  const v1::TrainingSetup& setup =
+      asked.framework() == v1::TrainingSetup::FRAMEWORK_UNSPECIFIED ||
+              asked.framework() == v1::TrainingSetup::GENERIC
+          ? asked
+          : profiled;
   v1::TrainingSetup normalized;
   normalized.set_precision(setup.precision() ==
                                    v1::TrainingSetup::PRECISION_UNSPECIFIED
@@ -126,6 +170,7 @@ ModelKey ModelKeyOf(const std::string& architecture, uint64_t spec_positions,
     normalized.set_nodes(layout.nodes);
     normalized.set_gpus_per_node(layout.gpus_per_node);
   }
+  NormalizeProfile(setup, &normalized);
   normalized.set_positions(setup.positions() != 0 ? setup.positions()
                                                   : spec_positions);
   const std::string setup_bytes = DeterministicBytes(normalized);

@@ -19,6 +19,7 @@
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
 #include "core/memory/phases.h"
+#include "core/memory/plan.h"
 #include "core/memory/training_setup.h"
 #include "core/planner/device_judge.h"
 
@@ -83,29 +84,28 @@ absl::StatusOr<double> CoverageOf(const v1::CheckFitRequest& request,
   return coverage;
 }
 
-// The setup the answer is for, resolved once and read by every later step
-// (issue 31 puts the resolved plan value here).
+// The setup the answer is for, resolved once (plan.h) and read by every
+// later step.
 struct FitPlan {
-  // ProfileSetup's: a conversion that bound setup.positions (an ONNX graph's
-  // symbolic lengths) is not rescaled again. Not yet validated: BuildProfile
-  // validates it (ValidateSetup), the next step.
-  v1::TrainingSetup setup;
+  // The request's setup (ProfileSetup's: a conversion that bound
+  // setup.positions, an ONNX graph's symbolic lengths, is not rescaled
+  // again) with its framework profile applied: `resolved.setup`.
+  Plan resolved;
+  const v1::TrainingSetup& setup = resolved.setup;
   // Microbatches per step (grad_accum, at least 1).
   uint64_t accum = 1;
+
+  explicit FitPlan(Plan plan)
+      : resolved(std::move(plan)), accum(resolved.accum) {}
+  // `setup` refers into `resolved`: built in place, never copied.
+  FitPlan(const FitPlan&) = delete;
+  FitPlan& operator=(const FitPlan&) = delete;
 
   // `batch` rounded down to a whole number of microbatches.
   uint32_t WholeSteps(uint64_t batch) const {
     return static_cast<uint32_t>(batch / accum * accum);
   }
 };
-
-// The setup as the profile reads it and its microbatches per step.
-FitPlan ResolvePlan(const v1::CheckFitRequest& request) {
-  FitPlan plan;
-  plan.setup = ProfileSetup(request.model(), request.setup());
-  plan.accum = std::max<uint32_t>(1, plan.setup.grad_accum());
-  return plan;
-}
 
 // Under gradient accumulation a batch is grad_accum microbatches: each
 // batch must divide (INVALID_ARGUMENT naming it).
@@ -648,8 +648,7 @@ struct MinGpusDevice {
   // k of the device figure, and whether the kind is untested.
   std::pair<double, bool> KAt(const v1::TrainingSetup& setup, double k) const {
     if (anchored) return {k, false};
-    const std::optional<v1::SetupKindBound> kind =
-        BoundFor(*kinds, SetupKind(setup));
+    const std::optional<v1::SetupKindBound> kind = BoundForSetup(*kinds, setup);
     if (!kind.has_value()) return {k, false};
     return {std::max(k, KOf(*kind, v1::DEVICE)), kind->untested()};
   }
@@ -828,7 +827,10 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
                    ResolveTargets(request));
   ASSIGN_OR_RETURN(const double coverage,
                    CoverageOf(request, default_coverage_));
-  const FitPlan plan = ResolvePlan(request);
+  ASSIGN_OR_RETURN(Plan resolved,
+                   ResolvePlan(model.spec(),
+                               ProfileSetup(request.model(), request.setup())));
+  const FitPlan plan(std::move(resolved));
 
   // The profile.
   ASSIGN_OR_RETURN(MemoryProfile profile,
@@ -856,8 +858,12 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
       ResponseHead(model.spec(), profile, factor_set_, bound,
                    request.batches(0), std::move(assumptions));
   const std::optional<v1::SetupKindBound> kind =
-      BoundFor(factor_set_.kind_bounds(), SetupKind(plan.setup));
+      BoundForSetup(factor_set_.kind_bounds(), plan.setup);
   if (kind.has_value()) *response.mutable_bound() = *kind;
+  response.set_framework(plan.resolved.profile.label);
+  for (const std::string& line : plan.resolved.lines) {
+    response.add_plan(line);
+  }
   const PhaseContext phases{&profile, &model.spec(), &plan.setup};
   AddEstimates(request.batches(), anchored, factors, bound,
                BasisMessage(basis, request.include_simulated()), phases,

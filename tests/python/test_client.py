@@ -364,6 +364,24 @@ class FiguresTest(unittest.TestCase):
             self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
             self.assertIn(words, caught.exception.message)
 
+    def test_framework_profile(self):
+        setup = client_module._setup(framework="litgpt", framework_version="0.5.10")
+        self.assertEqual(setup.framework, model_pb2.TrainingSetup.LITGPT)
+        self.assertEqual(setup.framework_version, "0.5.10")
+        self.assertEqual(client_module._setup().framework,
+                         model_pb2.TrainingSetup.FRAMEWORK_UNSPECIFIED)
+        with self.assertRaises(HeadroomError) as caught:
+            client_module._setup(framework="keras")
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("'keras' is unknown; allowed generic, hf-trainer",
+                      caught.exception.message)
+        response = planner_pb2.CheckFitResponse(
+            model="llama-3.1-8b", framework="litgpt 0.5.10",
+            plan=["loss: chunked cross-entropy, 4 chunks [litgpt: ...]"])
+        answer = client_module._answer(response, [])
+        self.assertEqual(answer.framework, "litgpt 0.5.10")
+        self.assertEqual(answer.plan[0][:5], "loss:")
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *UNITTEST_ARGS])

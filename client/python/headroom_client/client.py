@@ -47,6 +47,15 @@ _PHASES = {
     "generate": model_pb2.GENERATE,
     "save": model_pb2.SAVE,
 }
+# TrainingSetup.framework by the CLI's --framework words.
+_FRAMEWORKS = {
+    "generic": model_pb2.TrainingSetup.GENERIC,
+    "hf-trainer": model_pb2.TrainingSetup.HF_TRAINER,
+    "litgpt": model_pb2.TrainingSetup.LITGPT,
+    "torchtune": model_pb2.TrainingSetup.TORCHTUNE,
+    "deepspeed": model_pb2.TrainingSetup.DEEPSPEED,
+    "torch": model_pb2.TrainingSetup.TORCH,
+}
 
 
 class HeadroomError(Exception):
@@ -208,6 +217,10 @@ class FitAnswer:
     # The setup's kind and the k its bounds use (None from a planner without
     # per-kind bounds).
     bound: KindBound | None = None
+    # The framework profile the answer used ("generic", "litgpt 0.5.10") and
+    # its resolved plan, one line per decision with its source.
+    framework: str = ""
+    plan: list[str] = field(default_factory=list)
 
 
 def _invalid(message: str) -> HeadroomError:
@@ -254,7 +267,8 @@ def _setup(precision: str = "fp32", optimizer: str = "adamw",
            checkpointing: bool = False, fused_attention: bool = False,
            positions: int = 0, expandable_segments: bool = False,
            phases: Sequence[str] = (), eval_batch: int = 0,
-           generate_tokens: int = 0) -> model_pb2.TrainingSetup:
+           generate_tokens: int = 0, framework: str = "",
+           framework_version: str = "") -> model_pb2.TrainingSetup:
     if precision not in _PRECISIONS:
         raise _invalid(f"precision {precision!r} is unknown; allowed "
                        f"{', '.join(_PRECISIONS)}")
@@ -275,7 +289,15 @@ def _setup(precision: str = "fp32", optimizer: str = "adamw",
         if not (isinstance(value, int) and 0 <= value < 2**32):
             raise _invalid(f"{name} {value!r} is not a count; allowed "
                            f"0 .. {2**32 - 1} (0: the default)")
+    if framework and framework not in _FRAMEWORKS:
+        raise _invalid(f"framework {framework!r} is unknown; allowed "
+                       f"{', '.join(_FRAMEWORKS)}")
+    if not isinstance(framework_version, str) or len(framework_version) > 32:
+        raise _invalid("framework_version must be a string of at most 32 "
+                       "bytes, such as '0.5.10'")
     return model_pb2.TrainingSetup(
+        framework=_FRAMEWORKS.get(framework, 0),
+        framework_version=framework_version,
         precision=_PRECISIONS[precision], optimizer=_OPTIMIZERS[optimizer],
         activation_checkpointing=checkpointing,
         fused_attention=fused_attention, positions=positions,
@@ -357,7 +379,8 @@ def _answer(response: planner_pb2.CheckFitResponse,
             figures={b: batch_figures(f) for b, f in zip(batches, t.batches)},
             device=device(t)) for t in response.targets],
         learning=response.learning, assumptions=list(response.assumptions),
-        bound=bound(response.bound))
+        bound=bound(response.bound), framework=response.framework,
+        plan=list(response.plan))
 
 
 class Client:
@@ -426,7 +449,8 @@ class Client:
                   include_simulated: bool = False,
                   expandable_segments: bool = False,
                   phases: Sequence[str] | str = (), eval_batch: int = 0,
-                  generate_tokens: int = 0) -> FitAnswer:
+                  generate_tokens: int = 0, framework: str = "",
+                  framework_version: str = "") -> FitAnswer:
         """Peaks and verdicts of `model` at each batch on each of `gpus`.
 
         precision: "fp32", "bf16" or "fp16" (mixed precision); optimizer:
@@ -440,7 +464,11 @@ class Client:
         the job's phases, of "load", "first-step", "step", "eval",
         "generate", "save" (empty: load and step); eval_batch and
         generate_tokens size the eval and generate phases (0: the training
-        batch, 128 tokens). Each target's figures[batch] gives the
+        batch, 128 tokens). framework: what runs the job, of "generic",
+        "hf-trainer", "litgpt", "torchtune", "deepspeed", "torch" (empty:
+        generic), with framework_version where its behaviour changed; the
+        answer names the profile (answer.framework) and its plan
+        (answer.plan). Each target's figures[batch] gives the
         allocated, reserved and device figures and every phase; the
         verdict compares the device upper bound (x headroom) with the card.
         """
@@ -451,7 +479,8 @@ class Client:
             model=_model_ref(model),
             setup=_setup(precision, optimizer, checkpointing,
                          fused_attention, positions, expandable_segments,
-                         phases, eval_batch, generate_tokens),
+                         phases, eval_batch, generate_tokens, framework,
+                         framework_version),
             batches=batches, targets=[_target(g) for g in gpus],
             coverage=coverage, learn=learn,
             include_simulated=include_simulated)
