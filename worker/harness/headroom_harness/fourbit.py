@@ -155,14 +155,18 @@ class Linear4bit(nn.Module):
     def emulates(self):
         return LIBRARY_LAYERS[self.library]
 
-    def load_weight(self, weight):
+    def load_weight(self, weight, bias=None):
         """Quantizes a 16- or 32-bit weight (on this layer's device) into
-        the packed buffers; the caller frees the weight."""
+        the packed buffers and copies the bias; the caller frees the
+        weight."""
         packed, absmax, scale, mean = quantize_nf4(weight)
         self.packed.copy_(packed)
         self.absmax.copy_(absmax)
         self.scale.copy_(scale)
         self.mean.copy_(mean)
+        if bias is not None and self.bias is not None:
+            with torch.no_grad():
+                self.bias.copy_(bias)
 
     def dequantized(self, dtype):
         return dequantize_nf4(self.packed, self.absmax, self.scale, self.mean,
@@ -176,3 +180,104 @@ class Linear4bit(nn.Module):
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.to(in_dtype)
+
+
+def _torchao_nf4():
+    """(to_nf4, linear_nf4) from torchao (torchtune's imports @ bd2a0fc7,
+    then the older torchao.dtypes path), or None."""
+    try:
+        from torchao.quantization import to_nf4
+        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4
+        return to_nf4, linear_nf4
+    except ImportError:
+        pass
+    try:
+        from torchao.dtypes.nf4tensor import linear_nf4, to_nf4
+        return to_nf4, linear_nf4
+    except ImportError:
+        return None
+
+
+class TorchaoNF4Linear(nn.Module):
+    """torchtune's FrozenNF4Linear / LoRALinear(quantize_base) base with
+    torchao itself: the weight an NF4Tensor made by to_nf4 on load, the
+    forward linear_nf4 (modules/low_precision/nf4_linear.py @ bd2a0fc7)."""
+
+    emulates = None
+
+    def __init__(self, in_features, out_features, bias, device, dtype):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight_dtype = dtype
+        self.weight = None
+        self.bias = (nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype),
+                                  requires_grad=False) if bias else None)
+
+    def load_weight(self, weight, bias=None):
+        to_nf4, _ = _torchao_nf4()
+        self.weight = nn.Parameter(to_nf4(weight), requires_grad=False)
+        if bias is not None and self.bias is not None:
+            with torch.no_grad():
+                self.bias.copy_(bias)
+
+    def forward(self, x):
+        _, linear_nf4 = _torchao_nf4()
+        out = linear_nf4(input=x, weight=self.weight)
+        return out if self.bias is None else out + self.bias
+
+
+class BitsandbytesLinear4bit(nn.Module):
+    """bitsandbytes' own Linear4bit (NF4, double quantization, bf16
+    compute) filled as transformers loads it: Params4bit(the 16-bit value
+    on the CPU).to(device), which quantizes it there
+    (set_module_quantized_tensor_to_device, huggingface/transformers
+    src/transformers/integrations/bitsandbytes.py @
+    01ae98ae2414210efd0d9ac1ffe78ff21588f1f7)."""
+
+    emulates = None
+
+    def __init__(self, in_features, out_features, bias, device, dtype):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight_dtype = dtype
+        self.has_bias = bias
+        # Made by load_weight, so materializing the model (to_empty) never
+        # touches bitsandbytes' parameters.
+        self.inner = None
+
+    def load_weight(self, weight, bias=None):
+        import bitsandbytes as bnb
+        inner = bnb.nn.Linear4bit(self.in_features, self.out_features, bias=self.has_bias,
+                                  compute_dtype=torch.bfloat16, compress_statistics=True,
+                                  quant_type="nf4", device="meta")
+        inner.weight = bnb.nn.Params4bit(weight.to("cpu"), requires_grad=False,
+                                         compress_statistics=True,
+                                         quant_type="nf4").to(weight.device)
+        if self.has_bias:
+            inner.bias = nn.Parameter(
+                (bias if bias is not None else torch.zeros(self.out_features)).to(
+                    weight.device, self.weight_dtype), requires_grad=False)
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def library_imports(library):
+    """Whether the library itself runs here (then nothing is emulated)."""
+    if library == "torchao":
+        return _torchao_nf4() is not None
+    try:
+        import bitsandbytes  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def base_layer(in_features, out_features, bias, library, device, dtype):
+    """The frozen 4-bit base linear a framework's QLoRA holds: the library's
+    own where it imports, else Linear4bit emulating it."""
+    if library_imports(library):
+        cls = TorchaoNF4Linear if library == "torchao" else BitsandbytesLinear4bit
+        return cls(in_features, out_features, bias, device, dtype)
+    return Linear4bit(in_features, out_features, bias, library, torch.bfloat16, device, dtype)

@@ -79,15 +79,57 @@ def load_dtype(setup):
     return _true_half(setup) or (torch.bfloat16 if _quantized(setup) else torch.float32)
 
 
-def checkpoint_state(spec, setup, fsdp_units=False):
+# A checkpoint's values: the usual initializer_range of a transformer's
+# config for matrices and tables; norms 1, biases and running means 0.
+CHECKPOINT_STD = 0.02
+
+
+class Checkpoint:
     """The "checkpoint file": the base model's tensors (no adapters, no
-    quantization) as the harness initializes them, in host memory, keyed
-    as the adapted model names them less the adapters' `.base`. Frameworks
-    read it from an mmap'd file; here it is built on the CPU in fp32."""
-    base = dataclasses.replace(setup, lora_rank=0, lora_targets=[], lora_dropout=0.0,
-                               quant_base="BASE_QUANT_UNSPECIFIED")
-    torch.manual_seed(0)
-    return Program(spec, base, torch.device("cpu"), fsdp_units=fsdp_units).state_dict()
+    quantization), keyed as the adapted model names them less the adapters'
+    `.base`, each made when read, in fp32 on the host, the same values on
+    every read (seeded by its key's position). Frameworks read it from an
+    mmap'd file; it is never all in memory at once here either."""
+
+    def __init__(self, spec, setup, fsdp_units=False):
+        base = dataclasses.replace(setup, lora_rank=0, lora_targets=[], lora_dropout=0.0,
+                                   quant_base="BASE_QUANT_UNSPECIFIED")
+        program = Program(spec, base, torch.device("meta"), fsdp_units=fsdp_units)
+        modules = dict(program.named_modules())
+        self._tensors = {}
+        for i, (name, tensor) in enumerate(program.state_dict(keep_vars=True).items()):
+            owner, _, leaf = name.rpartition(".")
+            self._tensors[name] = (i, tuple(tensor.shape), _fill(modules.get(owner), leaf,
+                                                                 tensor))
+
+    def __contains__(self, key):
+        return key in self._tensors
+
+    def get(self, key, default=None):
+        return self[key] if key in self._tensors else default
+
+    def __getitem__(self, key):
+        index, shape, fill = self._tensors[key]
+        if fill != "normal":
+            return torch.full(shape, float(fill))
+        generator = torch.Generator().manual_seed(index)
+        return torch.randn(shape, generator=generator) * CHECKPOINT_STD
+
+
+def _fill(module, leaf, tensor):
+    """How a checkpoint tensor is filled: "normal" (std 0.02) or a value."""
+    if leaf in ("bias", "running_mean"):
+        return 0.0
+    if leaf == "running_var" or leaf in ("q_norm", "k_norm"):
+        return 1.0
+    if type(module).__name__ == "Norm" and leaf == "weight":
+        return 1.0
+    return "normal"
+
+
+def checkpoint_state(spec, setup, fsdp_units=False):
+    """The setup's base model's Checkpoint."""
+    return Checkpoint(spec, setup, fsdp_units)
 
 
 def _checkpoint_key(name):
@@ -96,24 +138,25 @@ def _checkpoint_key(name):
 
 def _swap_quantized(program, setup, library, device):
     """Replaces every quantized target base linear (the planner's kLinear,
-    never the head) by a fourbit.Linear4bit of `library`, empty, on
-    `device`; returns the emulated layer names (one entry)."""
+    never the head) by `library`'s 4-bit layer, empty, on `device`: the
+    library's own where it imports, else fourbit.Linear4bit emulating it.
+    Returns the emulated layer names (one entry, or none)."""
     if not _quantized(setup):
         return []
     if setup.quant_base != "NF4":
         raise SpecError(f"setup.quant_base = {setup.quant_base} under framework "
                         f"{setup.framework}: its QLoRA path quantizes NF4 only; allowed NF4")
-    swapped = 0
+    emulated = set()
     for parent, name, linear in _targeted(program.layers):
-        if isinstance(linear, fourbit.Linear4bit):
+        if hasattr(linear, "load_weight"):
             continue
-        in_features, out_features = linear.in_features, linear.out_features
-        layer = fourbit.Linear4bit(in_features, out_features, linear.bias is not None, library,
-                                   torch.bfloat16, device, dtype=load_dtype(setup))
+        layer = fourbit.base_layer(linear.in_features, linear.out_features,
+                                   linear.bias is not None, library, device, load_dtype(setup))
         layer.headroom_target = linear.headroom_target
         parent._modules[name] = layer
-        swapped += 1
-    return [fourbit.LIBRARY_LAYERS[library]] if swapped else []
+        if layer.emulates:
+            emulated.add(layer.emulates)
+    return sorted(emulated)
 
 
 def _reset_adapters(program, dtype=None):
@@ -140,25 +183,24 @@ def _reset_adapters(program, dtype=None):
 def _load_tensors(program, state, device):
     """Copies the checkpoint into the program one tensor at a time, as
     load_state_dict does (each tensor converted to the parameter's dtype on
-    its device); a fourbit.Linear4bit's weight is moved to the device in
-    16 bits and quantized there, then freed. Adapters are not in the
-    checkpoint."""
-    modules = dict(program.named_modules())
+    its device). A 4-bit layer (one with load_weight) gets its weight moved
+    to the device in 16 bits and quantized there, then freed, and its bias.
+    Adapters are not in the checkpoint."""
+    quantized = {name: module for name, module in program.named_modules()
+                 if hasattr(module, "load_weight")}
+    for name, module in quantized.items():
+        weight = state[_checkpoint_key(name + ".weight")].to(device=device,
+                                                             dtype=module.weight_dtype)
+        bias = state.get(_checkpoint_key(name + ".bias"))
+        module.load_weight(weight, None if bias is None else bias.to(device))
+        del weight
     for name, tensor in program.state_dict(keep_vars=True).items():
-        owner, _, leaf = name.rpartition(".")
-        module = modules.get(owner)
-        if isinstance(module, fourbit.Linear4bit) and leaf in ("packed", "absmax", "scale",
-                                                               "mean"):
-            if leaf == "packed":
-                weight = state[_checkpoint_key(owner + ".weight")]
-                module.load_weight(weight.to(device=device, dtype=module.weight_dtype))
-                del weight
+        if any(name.startswith(prefix + ".") for prefix in quantized):
             continue
         key = _checkpoint_key(name)
-        if key not in state:
-            continue  # an adapter
-        with torch.no_grad():
-            tensor.copy_(state[key])
+        if key in state:  # else an adapter
+            with torch.no_grad():
+                tensor.copy_(state[key])
 
 
 def _materialize(program, device):
@@ -217,9 +259,11 @@ def load_litgpt(spec, setup, device, fsdp_units=False):
     (_quantize_on_load_hook; Lightning-AI/pytorch-lightning
     src/lightning/fabric/plugins/precision/bitsandbytes.py @
     d9ff9f3b62d77dd89592d92b018d96d5dfe1aae8). Adapters follow the model's
-    dtype (the whole model is cast)."""
+    dtype (the whole model is cast). A quantized model is built on meta
+    here and each 4-bit layer filled as it loads: one 16-bit weight on the
+    device at a time, as quantizing at init does."""
     dtype = load_dtype(setup)
-    build = torch.device("meta") if fsdp_units else device
+    build = torch.device("meta") if fsdp_units or _quantized(setup) else device
     with default_dtype(dtype):
         program = Program(spec, setup, build, fsdp_units=fsdp_units)
     emulated = _swap_quantized(program, setup, "bitsandbytes", build)
@@ -230,7 +274,8 @@ def load_litgpt(spec, setup, device, fsdp_units=False):
     del state
     _reset_adapters(program, dtype)
     program.input_dtype = dtype
-    where = "meta init (several processes)" if build.type == "meta" else "init on the device"
+    where = "init on the device" if build.type != "meta" else (
+        "meta init (several processes)" if fsdp_units else "4-bit layers made as they load")
     return Loaded(program, emulated, f"{where} in {_dtype_name(dtype)}, load_checkpoint" +
                   (", quantized at init and on load" if emulated else ""))
 
@@ -244,9 +289,11 @@ def load_torchtune(spec, setup, device, fsdp_units=False):
     (training/_distributed.py load_from_full_model_state_dict: to_nf4 per
     parameter), the base state dict loaded with strict=False; adapters in
     the default dtype. pytorch/torchtune @
-    bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1."""
+    bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1. A quantized model is built on
+    meta here and each NF4 weight made as it loads (one 16-bit weight on
+    the device at a time, as to_nf4 at construction)."""
     dtype = load_dtype(setup)
-    build = torch.device("meta") if fsdp_units else device
+    build = torch.device("meta") if fsdp_units or _quantized(setup) else device
     with default_dtype(dtype):
         program = Program(spec, setup, build, fsdp_units=fsdp_units)
     emulated = _swap_quantized(program, setup, "torchao", build)
@@ -257,8 +304,9 @@ def load_torchtune(spec, setup, device, fsdp_units=False):
     del state
     _reset_adapters(program, dtype)
     program.input_dtype = dtype
-    where = "meta init" if build.type == "meta" else "init on the device"
-    return Loaded(program, [e for e in emulated], f"{where} under set_default_dtype("
+    where = "init on the device" if build.type != "meta" else (
+        "meta init" if fsdp_units else "NF4 layers made as they load")
+    return Loaded(program, emulated, f"{where} under set_default_dtype("
                   f"{_dtype_name(dtype)}), state dict loaded" +
                   (", base weights to_nf4" if emulated else ""))
 
