@@ -280,3 +280,50 @@ def test_an_optimizer_without_its_library_is_refused_clearly(setup, library, mes
     with pytest.raises(SpecError) as error:
         one_step(setup)
     assert str(error.value).startswith(message)
+
+
+def test_a_framework_path_under_ddp_on_two_gloo_ranks(tmp_path, generated_protos):
+    """torchtune's LoRA path (fp32, chunked loss, selective checkpointing,
+    offloaded activations) as two DDP ranks on the CPU (gloo), launched as
+    the worker launches a multi-GPU probe (worker/harness/test_distributed.py
+    torchrun): rank 0's result names the profile and the wrapper. (QLoRA
+    loads in bf16, which gloo cannot broadcast: that runs on NCCL only.)"""
+    import os
+    import test_distributed
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    proto_dir = os.path.dirname(os.path.dirname(os.path.dirname(
+        generated_protos[0].__file__)))
+    setup = {"gpus": 2, "parallel": "DDP", "framework": "TORCHTUNE", "loss": "CHUNKED_CE",
+             "checkpointing": "SELECTIVE", "checkpointEvery": 2, "activationOffloading": True,
+             "lora": {"rank": 4, "targets": ["all-linear"]}}
+    rc, lines, stderr = test_distributed.torchrun(proto_dir, str(path), setup, "2")
+    assert rc == 0, stderr
+    result = [line for line in lines if line["event"] == "result"][0]
+    assert (result["error"], result["world_size"], result["steps"]) == ("", 2, 1)
+    assert (result["framework"], result["emulated"], result["wrapped"]) == (
+        "torchtune", [], "ddp")
+    assert result["load"] == "init on the device under set_default_dtype(float32), state " \
+        "dict loaded"
+
+
+def test_fsdp2_is_refused_where_this_torch_has_no_fully_shard():
+    from headroom_harness.distributed import fully_shard_module, parallel_unsupported
+    setup = Setup(framework="TORCHTUNE", gpus=2, parallel="FSDP_FULL")
+    try:
+        fully_shard_module()
+    except SpecError as error:
+        assert parallel_unsupported(setup) == (
+            f"setup.parallel = FSDP_FULL under TORCHTUNE: {error}")
+        assert str(error) == (f"FSDP2 (fully_shard) is not in torch {torch.__version__}: "
+                              "the framework's FSDP flavour needs torch >= 2.4")
+        return
+    assert parallel_unsupported(setup) is None
+    assert "FSDP2" in parallel_unsupported(dataclasses_replace(setup, parallel="FSDP_GRAD_OP"))
+
+
+def dataclasses_replace(setup, **fields):
+    import dataclasses
+    return dataclasses.replace(setup, **fields)
