@@ -374,7 +374,8 @@ def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_
                 "phases": meter.phases if meter is not None else None,
                 "unmeasured_phases": record.unmeasured_phases,
                 "framework": record.framework, "load": record.load,
-                "emulated": record.emulated, "fsdp": record.fsdp}
+                "emulated": record.emulated, "fsdp": record.fsdp,
+                "offloaded_bytes": record.offloaded_bytes}
         if not ok:
             group.fail(index, mine)  # does not return
         ranks = group.gather(mine)

@@ -215,6 +215,9 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
                         raise SpecError(f"setup.precision = {setup.precision} is not "
                                         f"supported on cpu by torch {torch.__version__}")
                     loss = forward(data)
+                if program.offloader is not None:
+                    record.offloaded_bytes = max(record.offloaded_bytes or 0,
+                                                 program.offloader.offloaded_bytes)
                 if not loss.requires_grad:
                     raise SpecError("no trainable layer reaches the loss")
                 if group is not None:
@@ -251,7 +254,9 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
         meter.end()
     if "save" in phases:
         meter.start("save")
-        _save(model, fsdp)
+        # FSDP2 (fully_shard) has no FSDP1 state_dict_type: each rank's
+        # sharded state dict, as it comes.
+        _save(model, fsdp and record.fsdp != "fsdp2")
         meter.end()
 
 

@@ -52,6 +52,9 @@ class Measurement:
         # Under torch.distributed: how the model was wrapped ("ddp",
         # "fsdp1", "fsdp1 use_orig_params", "fsdp2").
         self.fsdp = None
+        # activation_offloading: the most bytes of saved activations one
+        # forward moved to host memory (None when off).
+        self.offloaded_bytes = None
 
     def energy_j(self):
         if self.energy_start_mj is None or self.energy_end_mj is None:
@@ -87,6 +90,8 @@ def profile_fields(record):
            "emulated": list(get("emulated") or [])}
     if get("fsdp") is not None:
         out["wrapped"] = get("fsdp")
+    if get("offloaded_bytes") is not None:
+        out["offloaded_bytes"] = get("offloaded_bytes")
     return out
 
 
