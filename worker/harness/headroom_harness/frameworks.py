@@ -12,7 +12,7 @@ import dataclasses
 import torch
 import torch.nn as nn
 
-from headroom_harness import fourbit
+from headroom_harness import fourbit, losses
 from headroom_harness.errors import SpecError
 from headroom_harness.models import LoraEmbedding, LoraLinear, _targeted
 from headroom_harness.program import Program
@@ -21,13 +21,11 @@ from headroom_harness.program import Program
 FRAMEWORKS = {"GENERIC": "generic", "HF_TRAINER": "hf-trainer", "LITGPT": "litgpt",
               "TORCHTUNE": "torchtune", "DEEPSPEED": "deepspeed", "TORCH": "torch"}
 
-# CHUNKED_CE's default pieces. torchtune: CEWithChunkedOutputLoss
-# num_output_chunks = 8 (torchtune/modules/loss/ce_chunked_output_loss.py @
-# bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1). litgpt chunks by size, not
-# count: model(input_ids, lm_head_chunk_size=128) and chunked_cross_entropy
-# (litgpt/finetune/lora.py, litgpt/utils.py @
+# CHUNKED_CE's default pieces: torchtune's 8 (losses.TORCHTUNE_CHUNKS);
+# litgpt chunks by size, not count: model(input_ids, lm_head_chunk_size=128)
+# and chunked_cross_entropy (litgpt/finetune/lora.py, litgpt/utils.py @
 # 26857050fe3ff627cd714fe92f5838f51a3d5efa).
-TORCHTUNE_CHUNKS = 8
+TORCHTUNE_CHUNKS = losses.TORCHTUNE_CHUNKS
 LITGPT_CHUNK_POSITIONS = 128
 
 

@@ -5,6 +5,11 @@ itself, piece by piece, so the Program hands it the head's input."""
 import torch
 import torch.nn.functional as F
 
+# torchtune's CEWithChunkedOutputLoss(num_output_chunks=8) default
+# (torchtune/modules/loss/ce_chunked_output_loss.py @
+# bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1).
+TORCHTUNE_CHUNKS = 8
+
 
 def full_ce(logits, targets):
     """Cross-entropy over all logits at once, upcast to fp32 (the

@@ -230,7 +230,7 @@ class Program(nn.Module):
                 with torch.no_grad():
                     return op.module(piece)
             return op.module(piece)
-        style, chunks = self.chunked or ("torchtune", 8)
+        style, chunks = self.chunked or ("torchtune", losses.TORCHTUNE_CHUNKS)
         if style == "litgpt":
             return losses.litgpt_chunked_ce(head, hidden, targets, chunks)
         return losses.torchtune_chunked_ce(head, hidden, targets, chunks)
