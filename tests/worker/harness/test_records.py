@@ -7,7 +7,8 @@ from headroom_harness import records
 
 RESULT_KEYS = ["event", "batch", "oom", "peak_allocated_bytes", "peak_reserved_bytes",
                "step_seconds", "steps", "energy_j", "error", "optimizer",
-               "device_context_bytes", "phases", "unmeasured_phases"]
+               "device_context_bytes", "phases", "unmeasured_phases", "framework", "load",
+               "emulated"]
 GROUP_KEYS = RESULT_KEYS[:10] + ["world_size", "rank_peaks_gb", "peak_allocated_gb",
                                  "host_peak_gb", "peak_source"] + RESULT_KEYS[10:]
 
@@ -41,7 +42,22 @@ def test_a_batch_result_line():
                     "peak_allocated_bytes": 2_000_000_000, "peak_reserved_bytes": 2_147_483_648,
                     "step_seconds": 1.0, "steps": 2, "energy_j": 30.0, "error": "",
                     "optimizer": "torch.optim.AdamW(foreach=True)",
-                    "device_context_bytes": None, "phases": [], "unmeasured_phases": []}
+                    "device_context_bytes": None, "phases": [], "unmeasured_phases": [],
+                    "framework": None, "load": None, "emulated": []}
+
+
+def test_a_result_says_which_profile_ran_and_what_was_emulated():
+    record = timed([0.5])
+    record.framework, record.load = "torchtune", "init on the device, state dict loaded"
+    record.emulated = ["torchao.NF4Tensor"]
+    line = records.batch_result(1, False, "", None, None, record, None)
+    assert (line["framework"], line["emulated"]) == ("torchtune", ["torchao.NF4Tensor"])
+    # Under torch.distributed, rank 0's fields and how the model was wrapped.
+    ranks = [dict(rank(i, 5, 0.5, None, 1), framework="litgpt", load="meta init",
+                  emulated=["bitsandbytes.Linear4bit"], fsdp="fsdp2") for i in range(2)]
+    line = records.group_result(2, ranks)
+    assert (line["framework"], line["emulated"], line["wrapped"]) == (
+        "litgpt", ["bitsandbytes.Linear4bit"], "fsdp2")
 
 
 def test_a_failed_batch_keeps_its_peak_and_steps_but_no_timing():

@@ -65,7 +65,23 @@ def test_a_setup_that_is_neither_json_nor_a_file(tmp_path):
      "setup.lora.rank = 0 is not allowed; lora.targets and lora.dropout need lora.rank 1 .. 4096"),
     ({"lora": {"rank": 8, "targets": ["qkv"]}},
      "setup.lora.targets[0] = 'qkv' is not allowed; allowed q, k, v, o, gate, up, down, "
-     "all-linear"),
+     "all-linear, lm_head, embed"),
+    ({"loss": "FULL_CE", "lossChunks": 4},
+     "setup.loss_chunks = 4 is not allowed; loss_chunks needs loss CHUNKED_CE"),
+    ({"loss": "CHUNKED_CE", "lossChunks": 5000},
+     "setup.loss_chunks = 5000 is not allowed; allowed 0 (the framework's default) .. 4096"),
+    ({"checkpointEvery": 2},
+     "setup.checkpoint_every = 2 is not allowed; checkpoint_every needs checkpointing "
+     "SELECTIVE"),
+    ({"checkpointing": "NO_CHECKPOINTING", "activationCheckpointing": True},
+     "setup.checkpointing = NO_CHECKPOINTING is not allowed; activation_checkpointing is "
+     "true: set one of them"),
+    ({"offload": "OPTIMIZER_GRADIENTS", "gradAccum": 4},
+     "setup.offload = OPTIMIZER_GRADIENTS is not allowed; offloaded gradients cannot "
+     "accumulate: allowed with grad_accum 0 or 1"),
+    ({"offload": "OPTIMIZER_GRADIENTS", "gpus": 2, "parallel": "DDP"},
+     "setup.offload = OPTIMIZER_GRADIENTS is not allowed; torchao's CPUOffloadOptimizer runs "
+     "on one GPU: allowed with gpus 0 or 1 and no parallel strategy"),
     ({"quantBase": "NF4"},
      "setup.quant_base = NF4 is not allowed; a quantized base trains only through adapters: "
      "set lora.rank 1 .. 4096"),
@@ -143,3 +159,39 @@ def test_an_unspecified_phase_is_named_with_the_allowed_ones():
     with pytest.raises(SpecError) as error:
         parse({"phases": ["LUNCH"]})
     assert "phases" in str(error.value)
+
+
+def test_the_issue_31_fields_are_read():
+    setup = parse({"framework": "TORCHTUNE", "frameworkVersion": "0.6", "loss": "CHUNKED_CE",
+                   "lossChunks": 16, "activationOffloading": True,
+                   "checkpointing": "SELECTIVE", "checkpointEvery": 2,
+                   "lora": {"rank": 8, "targets": ["lm_head", "embed", "q"]},
+                   "offload": "OPTIMIZER_GRADIENTS"})
+    assert (setup.framework, setup.framework_version) == ("TORCHTUNE", "0.6")
+    assert (setup.loss, setup.loss_chunks, setup.activation_offloading) == ("CHUNKED_CE", 16,
+                                                                             True)
+    assert (setup.checkpointing, setup.checkpoint_every) == ("SELECTIVE", 2)
+    assert setups.lora_targets(setup) == {"lm_head", "embed", "q"}
+    # torchao's optimizer offload is one GPU's, not a parallel setup.
+    assert not setups.has_parallel(setup)
+    assert parse({}).framework == "GENERIC"  # FRAMEWORK_UNSPECIFIED
+
+
+def test_checkpoint_mode():
+    assert setups.checkpoint_mode(Setup()) == "none"
+    assert setups.checkpoint_mode(Setup(activation_checkpointing=True)) == "full"
+    assert setups.checkpoint_mode(Setup(checkpointing="FULL")) == "full"
+    assert setups.checkpoint_mode(Setup(checkpointing="SELECTIVE", checkpoint_every=2)) == "every"
+    assert setups.checkpoint_mode(Setup(checkpointing="SELECTIVE")) == "op"
+    assert setups.checkpoint_mode(Setup(checkpointing="NO_CHECKPOINTING")) == "none"
+
+
+def test_an_unknown_framework_names_the_field():
+    with pytest.raises(SpecError) as error:
+        parse({"framework": 99})
+    assert str(error.value) == ("setup.framework = 99 is unknown; allowed GENERIC, "
+                                "HF_TRAINER, LITGPT, TORCHTUNE, DEEPSPEED, TORCH")
+    with pytest.raises(SpecError) as error:
+        parse({"framework": "AXOLOTL"})
+    assert str(error.value).startswith("--setup: Failed to parse framework field: Invalid "
+                                       "enum value AXOLOTL")

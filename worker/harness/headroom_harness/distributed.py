@@ -16,6 +16,7 @@ EXIT_GROUP_FAILED, which makes torch.distributed.run stop every rank.
 import datetime
 import functools
 import gc
+import importlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import torch
 
 from headroom_harness.energy import open_nvml
 from headroom_harness.errors import SpecError
+from headroom_harness.frameworks import fsdp_flavour
 from headroom_harness.optimizers import optimizer_impl
 from headroom_harness.memory import PhaseMeter
 from headroom_harness.phases import (CudaStats, batch_outcome, cuda_peaks, measure_batch,
@@ -112,7 +114,19 @@ def parallel_unsupported(setup):
     if setup.optimizer_in_backward:
         return ("setup.optimizer_in_backward is not run under torch.distributed by the "
                 "harness (a step per parameter in backward would race DDP's all-reduce)")
-    if setup.parallel in FSDP_STRATEGIES:
+    if setup.parallel in FSDP_STRATEGIES and fsdp_flavour(setup)[0] == "fsdp2":
+        try:
+            fully_shard_module()
+        except SpecError as error:
+            return f"setup.parallel = {setup.parallel} under {setup.framework}: {error}"
+        if setup.parallel != "FSDP_FULL" or setup.offload != "OFFLOAD_UNSPECIFIED":
+            return (f"setup.parallel = {setup.parallel}, offload = {setup.offload} under "
+                    f"{setup.framework}: the harness runs FSDP2 (fully_shard) as FSDP_FULL "
+                    "without offload only")
+        if setup.quant_base != "BASE_QUANT_UNSPECIFIED":
+            return (f"setup.quant_base = {setup.quant_base} under FSDP2 is not run by the "
+                    "harness (its 4-bit layers are not DTensor subclasses)")
+    elif setup.parallel in FSDP_STRATEGIES:
         try:
             fsdp = fsdp_module()
         except SpecError as error:
@@ -129,6 +143,41 @@ def parallel_unsupported(setup):
                     "(CPUOffload moves the parameter shards with their gradients and step); "
                     "allowed PARAMS or BOTH under FSDP")
     return None
+
+
+def fully_shard_module():
+    """torch's FSDP2 fully_shard and MixedPrecisionPolicy (torch >= 2.6
+    torch.distributed.fsdp, 2.4 .. 2.5 torch.distributed._composable.fsdp),
+    or SpecError naming the torch found."""
+    for path in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            module = importlib.import_module(path)
+        except Exception:  # Debian's 1.13 fsdp fails to import under 3.11
+            continue
+        if hasattr(module, "fully_shard"):
+            return module.fully_shard, getattr(module, "MixedPrecisionPolicy", None)
+    raise SpecError(f"FSDP2 (fully_shard) is not in torch {torch.__version__}: the framework's "
+                    "FSDP flavour needs torch >= 2.4")
+
+
+def fully_shard_program(program, setup, mixed):
+    """FSDP2 as the framework applies it: fully_shard on each unit (a copy
+    of a top-level repeated layer: torchtune's shard_model conditions,
+    litgpt's Block), under litgpt's LoRA also on every trainable Linear
+    (parallelize_fn), then on the whole model (frameworks.fsdp_flavour has
+    the citations)."""
+    fully_shard, policy = fully_shard_module()
+    kwargs = {}
+    if mixed is not None and policy is not None:
+        kwargs["mp_policy"] = policy(param_dtype=mixed, reduce_dtype=mixed)
+    modules = [m for m in program.modules() if isinstance(m, Unit)]
+    if setup.framework == "LITGPT":
+        modules += [m for m in program.modules()
+                    if isinstance(m, torch.nn.Linear) and m.weight.requires_grad]
+    for module in reversed(modules):
+        fully_shard(module, **kwargs)
+    fully_shard(program, **kwargs)
+    return program
 
 
 class Group:
@@ -181,13 +230,20 @@ class Group:
                                f"{self.rank} before {phase} of step {step})")
 
     def wrap(self, program, setup, mixed, device, compile_model=False):
-        """The program as the setup's strategy runs it."""
+        """The program as the setup's strategy runs it; under FSDP the
+        framework's flavour (frameworks.fsdp_flavour). `wrapped` says which
+        ran ("ddp", "fsdp1", "fsdp1 use_orig_params", "fsdp2")."""
         cuda = device.type == "cuda"
         if setup.parallel not in FSDP_STRATEGIES:  # DDP (PARALLEL_UNSPECIFIED is DDP)
             from torch.nn.parallel import DistributedDataParallel
+            self.wrapped = "ddp"
             return DistributedDataParallel(
                 program, device_ids=[device.index] if cuda else None,
                 bucket_cap_mb=DDP_BUCKET_CAP_MB, gradient_as_bucket_view=True)
+        flavour, orig_params = fsdp_flavour(setup)
+        if flavour == "fsdp2":
+            self.wrapped = "fsdp2"
+            return fully_shard_program(program, setup, mixed)
         fsdp = fsdp_module()
         try:
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -208,11 +264,12 @@ class Group:
         if cuda:
             kwargs["device_id"] = device
         grads = {p.requires_grad for p in program.parameters()}
-        if len(grads) > 1 or compile_model:
+        if len(grads) > 1 or compile_model or orig_params:
             # Frozen and trainable weights in one unit (LoRA, freeze): one
             # flat parameter cannot mix them unless FSDP keeps the originals;
-            # torch.compile needs them too.
+            # torch.compile needs them too; Fabric sets it always.
             kwargs["use_orig_params"] = True
+        self.wrapped = "fsdp1 use_orig_params" if kwargs.get("use_orig_params") else "fsdp1"
         return fsdp.FullyShardedDataParallel(program, **kwargs)
 
     def watch(self, index):
@@ -315,7 +372,10 @@ def run_batches_distributed(spec, setup, group, batches, warmup, steps, compile_
                 "energy_j": record.energy_j() if ok else None,
                 "peak_source": PEAK_SOURCE_CUDA if cuda else PEAK_SOURCE_CPU,
                 "phases": meter.phases if meter is not None else None,
-                "unmeasured_phases": record.unmeasured_phases}
+                "unmeasured_phases": record.unmeasured_phases,
+                "framework": record.framework, "load": record.load,
+                "emulated": record.emulated, "fsdp": record.fsdp,
+                "offloaded_bytes": record.offloaded_bytes}
         if not ok:
             group.fail(index, mine)  # does not return
         ranks = group.gather(mine)

@@ -225,6 +225,7 @@ class TiedLinear(nn.Module):
         super().__init__()
         self.weight = embedding.weight
         out_features = embedding.weight.shape[0]
+        self.in_features, self.out_features = embedding.weight.shape[1], out_features
         self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
 
     def forward(self, x):
@@ -282,12 +283,15 @@ class _Builder:
         if layer.kind == "linear":
             if not f["tied"]:
                 module = nn.Linear(f["in_features"], f["out_features"], bias=f["bias"], device=d)
-                # The output head is neither adapted nor quantized (kHead).
-                module.headroom_target = "" if f["logits"] else "linear"
+                # The output head is never quantized (kHead); LoRA adapts it
+                # only when lora.targets names lm_head.
+                module.headroom_target = "lm_head" if f["logits"] else "linear"
                 return module
             for embedding in reversed(self.embeddings):
                 if tuple(embedding.weight.shape) == (f["out_features"], f["in_features"]):
-                    return TiedLinear(embedding, f["bias"], d)
+                    module = TiedLinear(embedding, f["bias"], d)
+                    module.headroom_target = "lm_head"
+                    return module
             raise SpecError(
                 f"{layer.path}.linear.tied is set but no earlier embedding has "
                 f"num_embeddings = {f['out_features']} (out_features) and dim = "
@@ -344,21 +348,64 @@ class LoraLinear(nn.Module):
         return result.to(dtype)
 
 
+class LoraEmbedding(nn.Module):
+    """PEFT's LoRA Embedding in plain PyTorch (lora.targets embed): the
+    frozen base table plus embedding(ids, A^T) @ B^T * alpha / r, with
+    lora_embedding_A [r, num_embeddings] (zeros) and lora_embedding_B
+    [dim, r] (normal), fp32 as PEFT creates them."""
+
+    def __init__(self, base, rank, device):
+        super().__init__()
+        self.base = base
+        base.requires_grad_(False)
+        self.lora_embedding_A = nn.Parameter(torch.zeros(rank, base.num_embeddings,
+                                                         device=device, dtype=torch.float32))
+        self.lora_embedding_B = nn.Parameter(torch.empty(base.embedding_dim, rank,
+                                                         device=device, dtype=torch.float32))
+        if device.type != "meta":
+            nn.init.normal_(self.lora_embedding_B)
+        for p in (self.lora_embedding_A, self.lora_embedding_B):
+            p.headroom_adapter = True
+        self.scaling = LoraLinear.ALPHA / rank
+
+    @property
+    def weight(self):
+        return self.base.weight
+
+    def forward(self, ids):
+        result = self.base(ids)
+        after_a = F.embedding(ids, self.lora_embedding_A.t())
+        return (result + (after_a @ self.lora_embedding_B.t()) * self.scaling).to(result.dtype)
+
+
 def _linear_shape(module):
-    """(in_features, out_features) of an nn.Linear or a bitsandbytes one."""
+    """(in_features, out_features) of an nn.Linear, a tied head or a
+    bitsandbytes one."""
     return module.in_features, module.out_features
 
 
-def _targeted(modules):
+def _targeted(modules, heads=False):
     """(parent, child name, linear) for every linear the planner's rules
     call kLinear (param_tensors.cc): attention q, k, v, o, MLP and expert
-    gate, up, down, standalone non-logits linears; never a head or router."""
+    gate, up, down, standalone non-logits linears; never a router, and the
+    output head (tied or not) only with `heads` (LoRA's lm_head target;
+    never quantized)."""
     out = []
     for parent in modules.modules():
         for name, child in parent._modules.items():
-            if isinstance(child, nn.Linear) and getattr(child, "headroom_target", ""):
+            target = getattr(child, "headroom_target", "")
+            if not target or (target == "lm_head" and not heads):
+                continue
+            if isinstance(child, (nn.Linear, TiedLinear)):
                 out.append((parent, name, child))
     return out
+
+
+def _embeddings(modules):
+    """(parent, child name, embedding) for every embedding table (LoRA's
+    embed target)."""
+    return [(parent, name, child) for parent in modules.modules()
+            for name, child in parent._modules.items() if isinstance(child, nn.Embedding)]
 
 
 def _quantize_linear(linear, kind, device):
@@ -418,13 +465,17 @@ def build_model(spec, device, setup=None, quantize=False):
     for i, copies in enumerate(modules):
         if not targets or frozen_spec.layers[i].frozen:
             continue
-        for parent, name, linear in _targeted(copies):
+        for parent, name, linear in _targeted(copies, heads="lm_head" in targets):
             if linear.headroom_target not in targets:
                 continue
+            quantized_base = (quantizing and quantize and linear.headroom_target != "lm_head")
             base = _quantize_linear(linear, setup.quant_base, device) \
-                if quantizing and quantize else linear
+                if quantized_base else linear
             parent._modules[name] = LoraLinear(base, setup.lora_rank, setup.lora_dropout,
                                                device)
+        if "embed" in targets:
+            for parent, name, embedding in _embeddings(copies):
+                parent._modules[name] = LoraEmbedding(embedding, setup.lora_rank, device)
     if quantizing and quantize:  # base linears that are not adapted
         for parent, name, linear in _targeted(modules):
             parent._modules[name] = _quantize_linear(linear, setup.quant_base, device)

@@ -98,7 +98,24 @@ class HarnessAdafactor(torch.optim.Optimizer):
 
 def optimizer_impl(setup, device):
     """What implements the setup's optimizer here (said in every result),
-    or SpecError when nothing can (a failure record)."""
+    or SpecError when nothing can (a failure record). offload
+    OPTIMIZER_GRADIENTS wraps it in torchao's CPUOffloadOptimizer."""
+    impl = _optimizer_impl(setup, device)
+    if setup.offload != "OPTIMIZER_GRADIENTS":
+        return impl
+    if setup.optimizer_in_backward:
+        raise SpecError("setup.offload = OPTIMIZER_GRADIENTS steps on the host after "
+                        "backward: not allowed with optimizer_in_backward")
+    try:
+        from torchao.optim import CPUOffloadOptimizer  # noqa: F401
+    except ImportError as error:
+        raise SpecError("setup.offload = OPTIMIZER_GRADIENTS needs torchao "
+                        "(torchao.optim.CPUOffloadOptimizer(offload_gradients=True)), which "
+                        f"does not import here ({error})") from None
+    return f"torchao.optim.CPUOffloadOptimizer({impl}, offload_gradients=True)"
+
+
+def _optimizer_impl(setup, device):
     name = setup.optimizer
     if name == "ADAMW_FUSED":
         if device.type != "cuda":
@@ -116,6 +133,22 @@ def optimizer_impl(setup, device):
                             f"import here ({error})") from None
         return ("bitsandbytes.optim.Adam8bit" if name == "ADAM8BIT"
                 else "bitsandbytes.optim.PagedAdamW8bit")
+    if name == "PAGED_ADAMW":
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as error:
+            raise SpecError("setup.optimizer = PAGED_ADAMW needs bitsandbytes (PagedAdamW, "
+                            f"optim_bits 32), which does not import here ({error}); the "
+                            "harness does not emulate paged (CUDA managed) memory") from None
+        return "bitsandbytes.optim.PagedAdamW(optim_bits=32)"
+    if name in ("ADAM4BIT", "ADAMFP8"):
+        cls = {"ADAM4BIT": "AdamW4bit", "ADAMFP8": "AdamWFp8"}[name]
+        try:
+            import torchao.optim  # noqa: F401
+        except ImportError as error:
+            raise SpecError(f"setup.optimizer = {name} needs torchao (torchao.optim.{cls}), "
+                            f"which does not import here ({error})") from None
+        return f"torchao.optim.{cls}"
     if name == "ADAFACTOR":
         try:
             from transformers.optimization import Adafactor  # noqa: F401
@@ -129,8 +162,40 @@ def optimizer_impl(setup, device):
             "SGD": "torch.optim.SGD", "SGD_MOMENTUM": "torch.optim.SGD(momentum=0.9)"}[name]
 
 
-def make_optimizer(name, params):
-    """The setup's optimizer over params (optimizer_impl checked first)."""
+# The torch optimizer class and arguments torchao's CPUOffloadOptimizer
+# builds on the host: it takes a class and its kwargs, keeps the state and
+# a copy of each parameter there and, with offload_gradients, frees each GPU
+# gradient once copied (torchao/optim/cpu_offload.py @
+# 36027d82d1ad9949597ea16002ff4940374b1b94). AdamW4bit and AdamWFp8:
+# torchao/optim/adam.py at the same commit. PagedAdamW(optim_bits=32):
+# bitsandbytes/optim/adamw.py @ 95f9af309d4d5793847169c39288dcd3fcbdf564.
+_OFFLOAD_BASES = {"ADAMW": ("AdamW", {"lr": 1e-4}), "ADAMW_LOOP": ("AdamW", {"lr": 1e-4}),
+                  "SGD": ("SGD", {"lr": 1e-3}),
+                  "SGD_MOMENTUM": ("SGD", {"lr": 1e-3, "momentum": 0.9})}
+
+
+def make_optimizer(name, params, offload="OFFLOAD_UNSPECIFIED"):
+    """The setup's optimizer over params (optimizer_impl checked first);
+    offload OPTIMIZER_GRADIENTS: torchao's CPUOffloadOptimizer around it,
+    gradients offloaded too."""
+    if offload == "OPTIMIZER_GRADIENTS":
+        from torchao.optim import CPUOffloadOptimizer
+        if name not in _OFFLOAD_BASES:
+            raise SpecError(f"setup.offload = OPTIMIZER_GRADIENTS with optimizer {name}: "
+                            "allowed ADAMW, ADAMW_LOOP, SGD or SGD_MOMENTUM (a torch "
+                            "optimizer the host can step)")
+        cls, kwargs = _OFFLOAD_BASES[name]
+        return CPUOffloadOptimizer(params, getattr(torch.optim, cls), offload_gradients=True,
+                                   **kwargs)
+    if name == "PAGED_ADAMW":
+        import bitsandbytes as bnb
+        return bnb.optim.PagedAdamW(params, lr=1e-4, optim_bits=32)
+    if name == "ADAM4BIT":
+        from torchao.optim import AdamW4bit
+        return AdamW4bit(params, lr=1e-4)
+    if name == "ADAMFP8":
+        from torchao.optim import AdamWFp8
+        return AdamWFp8(params, lr=1e-4)
     if name == "SGD":
         return torch.optim.SGD(params, lr=1e-3)
     if name == "SGD_MOMENTUM":

@@ -11,11 +11,11 @@ import time
 
 import torch
 
+from headroom_harness import frameworks
 from headroom_harness.energy import open_nvml
 from headroom_harness.errors import SpecError
 from headroom_harness.memory import PHASE_NAMES, MEASURED_PHASES, PhaseMeter, setup_phases
 from headroom_harness.optimizers import InBackward, make_optimizer, optimizer_impl
-from headroom_harness.program import Program
 from headroom_harness.records import Measurement, batch_result, emit
 from headroom_harness.setups import FSDP_STRATEGIES
 from headroom_harness.torch_support import (HAS_SDPA, autocast_enabled, compile_unavailable,
@@ -152,11 +152,18 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
     # FSDP CPU offload: built on the host, each unit moved to the GPU,
     # sharded and offloaded in turn by FSDP (as offload runs are launched).
     offload_params = fsdp and setup.offload in ("PARAMS", "BOTH")
-    program = Program(spec, setup, torch.device("cpu") if offload_params else device,
-                      quantize=quantize, fsdp_units=fsdp)
+    loaded = frameworks.load(spec, setup, device, fsdp_units=fsdp, host_build=offload_params)
+    program = loaded.program
+    record.framework = frameworks.framework_profile(setup)
+    record.emulated = list(loaded.emulated)
+    record.load = loaded.load
+    positions = setup.positions or spec.positions
+    chunks = frameworks.loss_chunks(setup, positions)
+    if chunks:
+        program.set_chunked_loss("litgpt" if setup.framework == "LITGPT" else "torchtune",
+                                 _chunk_size(positions, chunks) if setup.framework == "LITGPT"
+                                 else chunks)
     true_half = {"BF16_TRUE": torch.bfloat16, "FP16_TRUE": torch.float16}.get(setup.precision)
-    if true_half is not None:
-        program.to_true_half(true_half)
     program.train()
     mixed = {"BF16_MIXED": torch.bfloat16, "FP16_MIXED": torch.float16}.get(setup.precision)
     if quantize and mixed is None and true_half is None:
@@ -164,6 +171,7 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
     model = program
     if group is not None:
         model = group.wrap(program, setup, mixed, device, compile_model)
+        record.fsdp = getattr(group, "wrapped", None)
         torch.manual_seed(1000 + group.rank)  # each rank its own microbatches
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
@@ -171,7 +179,7 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
     if setup.optimizer_in_backward:
         optimizer = InBackward(setup.optimizer, trainable)
     else:
-        optimizer = make_optimizer(setup.optimizer, trainable)
+        optimizer = make_optimizer(setup.optimizer, trainable, setup.offload)
     forward = torch.compile(model) if compile_model else model
     meter.end()
     scaler = None
@@ -207,6 +215,9 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
                         raise SpecError(f"setup.precision = {setup.precision} is not "
                                         f"supported on cpu by torch {torch.__version__}")
                     loss = forward(data)
+                if program.offloader is not None:
+                    record.offloaded_bytes = max(record.offloaded_bytes or 0,
+                                                 program.offloader.offloaded_bytes)
                 if not loss.requires_grad:
                     raise SpecError("no trainable layer reaches the loss")
                 if group is not None:
@@ -243,8 +254,16 @@ def measure_batch(spec, setup, device, batch, warmup, steps, record,
         meter.end()
     if "save" in phases:
         meter.start("save")
-        _save(model, fsdp)
+        # FSDP2 (fully_shard) has no FSDP1 state_dict_type: each rank's
+        # sharded state dict, as it comes.
+        _save(model, fsdp and record.fsdp != "fsdp2")
         meter.end()
+
+
+def _chunk_size(positions, chunks):
+    """litgpt's chunk size (lm_head_chunk_size) for `chunks` pieces of a
+    sequence of `positions`."""
+    return max(1, -(-positions // chunks))
 
 
 def _evaluate(program, model, forward, batch, device, mixed):

@@ -1,13 +1,19 @@
 """The program: a spec's modules and its data flow as one nn.Module whose
 forward is one training step's forward and loss."""
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils import checkpoint as torch_checkpoint
 
+from headroom_harness import losses
+from headroom_harness.activations import OffloadActivations, op_level_context, selective_every
+from headroom_harness.errors import SpecError
 from headroom_harness.models import LoraLinear, attention_mode, build_model
-from headroom_harness.wiring import Segment, Wiring, prod
+from headroom_harness.setups import checkpoint_mode
+from headroom_harness.wiring import Op, Segment, Wiring, prod
 
 
 def _activation(name):
@@ -72,8 +78,10 @@ class Unit(nn.Module):
         self.inner = inner
 
     def forward(self, run, checkpoint, *tensors):
+        """`checkpoint`: None (run as is) or checkpoint()'s keyword
+        arguments."""
         if checkpoint:
-            return torch_checkpoint.checkpoint(run, *tensors, use_reentrant=False)
+            return torch_checkpoint.checkpoint(run, *tensors, **checkpoint)
         return run(*tensors)
 
 
@@ -88,8 +96,23 @@ class Program(nn.Module):
         self.layers = built.modules
         spec = built.spec  # freeze applied
         wiring = Wiring(spec, setup)
-        self.units, self.final = wiring.plan(self.layers, setup.activation_checkpointing,
-                                             fsdp_units)
+        mode = checkpoint_mode(setup)
+        self.units, self.final = wiring.plan(self.layers, mode != "none", fsdp_units)
+        # checkpoint()'s arguments for a checkpointed segment (op-level: the
+        # selective context); every Nth: the others run as they are.
+        self.checkpoint_kwargs = {"use_reentrant": False}
+        if mode == "op":
+            self.checkpoint_kwargs["context_fn"] = op_level_context()
+        elif mode == "every":
+            selective_every([u for u in self.units if isinstance(u, Segment) and u.checkpoint],
+                            setup.checkpoint_every)
+        # CHUNKED_CE (set_chunked_loss): the logits heads run in the loss.
+        self.chunked = None
+        self.heads = {}
+        # activation_offloading: the hooks of the last forward (their
+        # offloaded_bytes), None when off.
+        self.offload = setup.activation_offloading
+        self.offloader = None
         if fsdp_units:
             # After planning: the ops keep the leaf modules, which stay the
             # same objects inside the Unit (and inside FSDP's wrapper).
@@ -98,8 +121,12 @@ class Program(nn.Module):
                     for j in range(len(copies)):
                         copies[j] = Unit(copies[j])
         self.values = wiring.values
-        _finish_segments(self.units, self.final)
-        keep = {v.vid for v in self.final} | {v.vid for v in wiring.inputs}
+        self.device = device
+        self._defer_heads(setup)
+        loss_reads = [vid for op in self.heads.values() for vid in _unit_reads(op)]
+        _finish_segments(self.units, self.final, loss_reads)
+        keep = ({v.vid for v in self.final} | {v.vid for v in wiring.inputs}
+                | set(loss_reads))
         self.free_after = _liveness(self.units, keep)
         self.inputs = wiring.inputs
         self.setup = setup
@@ -139,16 +166,53 @@ class Program(nn.Module):
                 data[v.vid] = torch.randint(0, v.make[1], (batch * s.positions,), device=device)
         return data
 
+    def _defer_heads(self, setup):
+        """Under CHUNKED_CE the top-level linears that make logits leave the
+        forward: the loss runs them chunk by chunk (losses.py)."""
+        if setup.loss != "CHUNKED_CE":
+            return
+        logits = {v.vid for v in self.final if v.logits}
+        for unit in list(self.units):
+            if isinstance(unit, Op) and unit.kind == "linear" and unit.out in logits:
+                self.heads[unit.out] = unit
+                self.units.remove(unit)
+        if not self.heads:
+            raise SpecError("setup.loss = CHUNKED_CE needs a top-level linear layer with "
+                            "logits set (the output head); this spec has none outside a "
+                            "block: allowed loss FULL_CE")
+
+    def set_chunked_loss(self, style, chunks):
+        """CHUNKED_CE as `style` ("torchtune": `chunks` pieces; "litgpt":
+        pieces of `chunks` positions)."""
+        self.chunked = (style, chunks)
+
     def forward(self, data):
         env = dict(data)
+        self.offloader = OffloadActivations(self.device) if self.offload else None
+        # torchtune offloads the model's forward, not the output head's.
+        with self.offloader if self.offloader is not None else contextlib.nullcontext():
+            self._body(env)
+        loss = None
+        for v in self.final:
+            if v.vid in self.heads:
+                term = self._chunked_term(self.heads[v.vid], env, env[v.targets])
+            elif v.logits:
+                term = losses.full_ce(env[v.vid], env[v.targets])
+            else:
+                term = env[v.vid].float().mean()
+            loss = term if loss is None else loss + term
+        return loss
+
+    def _body(self, env):
         for unit, free in zip(self.units, self.free_after):
             if isinstance(unit, Segment):
                 run, args = self._segment_fn(unit), [env[v] for v in unit.ext]
+                kwargs = self.checkpoint_kwargs if unit.checkpoint else None
                 if unit.owner is not None:
                     copies, j = unit.owner
-                    outs = copies[j](run, unit.checkpoint, *args)
-                elif unit.checkpoint:
-                    outs = torch_checkpoint.checkpoint(run, *args, use_reentrant=False)
+                    outs = copies[j](run, kwargs, *args)
+                elif kwargs:
+                    outs = torch_checkpoint.checkpoint(run, *args, **kwargs)
                 else:
                     outs = run(*args)
                 env.update(zip(unit.exports, outs))
@@ -156,16 +220,20 @@ class Program(nn.Module):
                 env[unit.out] = self._run(unit, env)
             for vid in free:
                 del env[vid]
-        loss = None
-        for v in self.final:
-            t = env[v.vid]
-            if v.logits:
-                logits = t.reshape(-1, t.shape[-1]).float()
-                term = F.cross_entropy(logits, env[v.targets])
-            else:
-                term = t.float().mean()
-            loss = term if loss is None else loss + term
-        return loss
+
+    def _chunked_term(self, op, env, targets):
+        hidden = self._inputs(op, env)[0]
+        targets = targets.view(hidden.shape[0], -1)
+
+        def head(piece):
+            if op.frozen:
+                with torch.no_grad():
+                    return op.module(piece)
+            return op.module(piece)
+        style, chunks = self.chunked or ("torchtune", losses.TORCHTUNE_CHUNKS)
+        if style == "litgpt":
+            return losses.litgpt_chunked_ce(head, hidden, targets, chunks)
+        return losses.torchtune_chunked_ce(head, hidden, targets, chunks)
 
     def _segment_fn(self, segment):
         def run(*tensors):
@@ -177,13 +245,18 @@ class Program(nn.Module):
             return tuple(env[v] for v in segment.exports)
         return run
 
-    def _run(self, op, env):
+    @staticmethod
+    def _inputs(op, env):
         args = []
         for vid, steps in op.reads:
             t = env[vid]
             for step in steps:
                 t = _apply_step(t, step)
             args.append(t)
+        return args
+
+    def _run(self, op, env):
+        args = self._inputs(op, env)
         if op.frozen:
             with torch.no_grad():
                 return self._compute(op, args)
@@ -291,9 +364,10 @@ def _unit_reads(unit):
     return reads
 
 
-def _finish_segments(units, final):
-    """Fills each segment's external reads, exports and free lists."""
-    later_reads = {v.vid for v in final}
+def _finish_segments(units, final, loss_reads=()):
+    """Fills each segment's external reads, exports and free lists;
+    `loss_reads` are read after the units (by a chunked loss's head)."""
+    later_reads = {v.vid for v in final} | set(loss_reads)
     for unit in reversed(units):
         if isinstance(unit, Segment):
             made = {op.out for op in unit.ops}

@@ -43,6 +43,18 @@ class Measurement:
         self.device_context_bytes = None
         self.phases = []
         self.unmeasured_phases = []
+        # Issue 31: the framework profile whose path ran (frameworks.py),
+        # how it loaded the weights, and the library layers run in plain
+        # PyTorch because the library does not import ("emulated").
+        self.framework = None
+        self.load = None
+        self.emulated = []
+        # Under torch.distributed: how the model was wrapped ("ddp",
+        # "fsdp1", "fsdp1 use_orig_params", "fsdp2").
+        self.fsdp = None
+        # activation_offloading: the most bytes of saved activations one
+        # forward moved to host memory (None when off).
+        self.offloaded_bytes = None
 
     def energy_j(self):
         if self.energy_start_mj is None or self.energy_end_mj is None:
@@ -66,7 +78,21 @@ def batch_result(batch, oom, error, peak_allocated, peak_reserved, record, optim
             "error": error, "optimizer": optimizer,
             "device_context_bytes": record.device_context_bytes,
             "phases": list(record.phases),
-            "unmeasured_phases": list(record.unmeasured_phases)}
+            "unmeasured_phases": list(record.unmeasured_phases),
+            **profile_fields(record)}
+
+
+def profile_fields(record):
+    """The result's framework, load and emulated fields (issue 31); a
+    Measurement or a rank's dict."""
+    get = record.get if isinstance(record, dict) else lambda k, d=None: getattr(record, k, d)
+    out = {"framework": get("framework"), "load": get("load"),
+           "emulated": list(get("emulated") or [])}
+    if get("fsdp") is not None:
+        out["wrapped"] = get("fsdp")
+    if get("offloaded_bytes") is not None:
+        out["offloaded_bytes"] = get("offloaded_bytes")
+    return out
 
 
 def unsupported_result(batch, error, optimizer, world_size):
@@ -109,7 +135,8 @@ def group_result(batch, ranks, failed=None):
             "peak_source": ranks[0]["peak_source"],
             "device_context_bytes": _largest(r.get("device_context_bytes") for r in ranks),
             "phases": largest_phases([r.get("phases") for r in ranks]) or [],
-            "unmeasured_phases": ranks[0].get("unmeasured_phases", [])}
+            "unmeasured_phases": ranks[0].get("unmeasured_phases", []),
+            **profile_fields(ranks[0])}
 
 
 def _largest(values):

@@ -14,6 +14,11 @@ MAX_GRAD_ACCUM = 1024
 MAX_FREEZE_NAMES = 256
 MAX_LORA_TARGETS = 16
 LORA_TARGET_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
+# Issue 31: LoRA on the output head and the embeddings, by these names
+# only (all-linear keeps its meaning: the attention and MLP linears).
+LORA_EXTRA_TARGETS = ("lm_head", "embed")
+MAX_LOSS_CHUNKS = 4096
+MAX_CHECKPOINT_EVERY = 4096
 
 
 @dataclasses.dataclass
@@ -48,6 +53,18 @@ class Setup:
     phases: list = dataclasses.field(default_factory=list)
     eval_batch: int = 0
     generate_tokens: int = 0
+    # Issue 31 (TrainingSetup fields 34..40): the framework whose path the
+    # harness runs (frameworks.py; FRAMEWORK_UNSPECIFIED reads as GENERIC),
+    # its version, the loss over the head, activation offloading and
+    # checkpointing (CHECKPOINTING_UNSPECIFIED: activation_checkpointing
+    # decides).
+    framework: str = "GENERIC"
+    framework_version: str = ""
+    loss: str = "LOSS_UNSPECIFIED"
+    loss_chunks: int = 0
+    activation_offloading: bool = False
+    checkpointing: str = "CHECKPOINTING_UNSPECIFIED"
+    checkpoint_every: int = 0
 
     @property
     def true_half(self):
@@ -111,7 +128,13 @@ def setup_from_message(message):
                   gpus_per_node=f["gpus_per_node"],
                   expandable_segments=f["expandable_segments"],
                   phases=_phase_names(message), eval_batch=f["eval_batch"],
-                  generate_tokens=f["generate_tokens"])
+                  generate_tokens=f["generate_tokens"], framework=f["framework"],
+                  framework_version=f["framework_version"], loss=f["loss"],
+                  loss_chunks=f["loss_chunks"],
+                  activation_offloading=f["activation_offloading"],
+                  checkpointing=f["checkpointing"], checkpoint_every=f["checkpoint_every"])
+    if setup.framework == "FRAMEWORK_UNSPECIFIED":
+        setup.framework = "GENERIC"
     if setup.precision == "PRECISION_UNSPECIFIED":
         setup.precision = "FP32"
     if setup.optimizer == "OPTIMIZER_UNSPECIFIED":
@@ -137,9 +160,10 @@ def setup_from_message(message):
         raise _bad("lora.targets", f"{len(setup.lora_targets)} entries",
                    f"allowed at most {MAX_LORA_TARGETS}")
     for i, target in enumerate(setup.lora_targets):
-        if target != "all-linear" and target not in LORA_TARGET_NAMES:
+        if (target != "all-linear" and target not in LORA_TARGET_NAMES
+                and target not in LORA_EXTRA_TARGETS):
             raise _bad(f"lora.targets[{i}]", f"'{target[:64]}'",
-                       "allowed q, k, v, o, gate, up, down, all-linear")
+                       "allowed q, k, v, o, gate, up, down, all-linear, lm_head, embed")
     if setup.quant_base != "BASE_QUANT_UNSPECIFIED" and setup.lora_rank == 0:
         raise _bad("quant_base", setup.quant_base, "a quantized base trains only through "
                    "adapters: set lora.rank 1 .. 4096")
@@ -153,8 +177,42 @@ def setup_from_message(message):
     if setup.train_last_blocks > MAX_REPEAT:
         raise _bad("freeze.train_last_blocks", setup.train_last_blocks,
                    f"allowed 0 (off) .. {MAX_REPEAT}")
+    _check_issue31(setup)
     _check_parallel(setup)
     return setup
+
+
+def _check_issue31(setup):
+    """The loss, checkpointing and framework_version fields' ranges."""
+    if len(setup.framework_version.encode()) > 32:
+        raise _bad("framework_version", f"a version of {len(setup.framework_version.encode())} "
+                   "bytes", "allowed empty (the profile's newest) or up to 32 bytes")
+    if setup.loss_chunks > MAX_LOSS_CHUNKS:
+        raise _bad("loss_chunks", setup.loss_chunks,
+                   f"allowed 0 (the framework's default) .. {MAX_LOSS_CHUNKS}")
+    if setup.loss_chunks and setup.loss != "CHUNKED_CE":
+        raise _bad("loss_chunks", setup.loss_chunks, "loss_chunks needs loss CHUNKED_CE")
+    if setup.checkpoint_every > MAX_CHECKPOINT_EVERY:
+        raise _bad("checkpoint_every", setup.checkpoint_every,
+                   f"allowed 0 (op-level) .. {MAX_CHECKPOINT_EVERY}")
+    if setup.checkpoint_every and setup.checkpointing != "SELECTIVE":
+        raise _bad("checkpoint_every", setup.checkpoint_every,
+                   "checkpoint_every needs checkpointing SELECTIVE")
+    if setup.checkpointing == "NO_CHECKPOINTING" and setup.activation_checkpointing:
+        raise _bad("checkpointing", "NO_CHECKPOINTING", "activation_checkpointing is true: "
+                   "set one of them")
+
+
+def checkpoint_mode(setup):
+    """The checkpointing the setup asks for: "none", "full" (every block
+    recomputed), "every" (every checkpoint_every-th block) or "op" (op-level
+    selective)."""
+    mode = setup.checkpointing
+    if mode == "CHECKPOINTING_UNSPECIFIED":
+        return "full" if setup.activation_checkpointing else "none"
+    if mode == "SELECTIVE":
+        return "every" if setup.checkpoint_every else "op"
+    return {"NO_CHECKPOINTING": "none", "FULL": "full"}[mode]
 
 
 MAX_GPUS = 512  # kMaxGpus
@@ -170,8 +228,8 @@ def has_parallel(setup):
     """The planner's HasParallel: more than one GPU, or a strategy, offload,
     tensor parallelism or nodes named."""
     return (setup.gpus > 1 or setup.parallel != "PARALLEL_UNSPECIFIED"
-            or setup.offload != "OFFLOAD_UNSPECIFIED" or setup.tensor_parallel > 1
-            or setup.nodes > 1)
+            or setup.offload not in ("OFFLOAD_UNSPECIFIED", "OPTIMIZER_GRADIENTS")
+            or setup.tensor_parallel > 1 or setup.nodes > 1)
 
 
 def _check_parallel(setup):
@@ -188,6 +246,16 @@ def _check_parallel(setup):
         if per_node == 0 or per_node * setup.nodes != setup.gpus:
             raise _bad("nodes", setup.nodes, f"gpus ({setup.gpus}) must be nodes x gpus_per_node")
     stage = PARALLEL_STAGE[setup.parallel]
+    if setup.offload == "OPTIMIZER_GRADIENTS":
+        # torchao's CPUOffloadOptimizer(offload_gradients=True): one GPU, and
+        # no accumulation (the gradients leave the GPU after each backward).
+        if setup.gpus > 1 or setup.parallel != "PARALLEL_UNSPECIFIED":
+            raise _bad("offload", "OPTIMIZER_GRADIENTS", "torchao's CPUOffloadOptimizer runs on "
+                       "one GPU: allowed with gpus 0 or 1 and no parallel strategy")
+        if setup.grad_accum > 1:
+            raise _bad("offload", "OPTIMIZER_GRADIENTS", "offloaded gradients cannot accumulate: "
+                       "allowed with grad_accum 0 or 1")
+        return
     if setup.offload != "OFFLOAD_UNSPECIFIED" and stage == 0:
         raise _bad("offload", setup.offload, "offload needs a sharded strategy: parallel ZERO1, "
                    "ZERO2, ZERO3, FSDP_GRAD_OP, FSDP_FULL or FSDP_HYBRID")
