@@ -56,6 +56,48 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& entry,
   return it->get<std::string>();
 }
 
+// The index entry's optional "aliases": an array of distinct non-empty
+// strings without spaces (ModelCatalog::AddFullModel refuses one that already
+// names another model).
+absl::StatusOr<std::vector<std::string>> Aliases(const nlohmann::json& entry,
+                                                 const std::string& where) {
+  std::vector<std::string> aliases;
+  auto it = entry.find("aliases");
+  if (it == entry.end()) return aliases;
+  const std::string field = absl::StrCat(where, " \"aliases\"");
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be an array of strings"));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const nlohmann::json& alias = (*it)[i];
+    if (!alias.is_string() || alias.get<std::string>().empty() ||
+        alias.get<std::string>().size() > 128 ||
+        alias.get<std::string>().find(' ') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i,
+                       "]: must be a string of 1..128 characters, no spaces"));
+    }
+    aliases.push_back(alias.get<std::string>());
+  }
+  return aliases;
+}
+
+// INVALID_ARGUMENT naming the first key of `entry` that an index entry does
+// not have.
+absl::Status KnownKeys(const nlohmann::json& entry, const std::string& where) {
+  static const auto* kKeys =
+      new std::set<std::string>{"name", "hub", "cut_down_template", "aliases"};
+  for (const auto& [key, value] : entry.items()) {
+    if (kKeys->count(key) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown key \"", key.substr(0, 64),
+                       "\"; allowed: name, hub, cut_down_template, aliases"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelCatalog> LoadModelCatalog(const std::string& directory) {
@@ -103,10 +145,12 @@ absl::Status LoadFullModels(const std::string& hf_directory,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": must be an object"));
     }
+    RETURN_IF_ERROR(KnownKeys(entry, where));
     ASSIGN_OR_RETURN(const std::string name, StringField(entry, "name", where));
     ASSIGN_OR_RETURN(const std::string hub, StringField(entry, "hub", where));
     ASSIGN_OR_RETURN(const std::string cut_down,
                      StringField(entry, "cut_down_template", where));
+    ASSIGN_OR_RETURN(std::vector<std::string> aliases, Aliases(entry, where));
     if (!IsCatalogName(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": name '", name.substr(0, 64),
@@ -144,8 +188,13 @@ absl::Status LoadFullModels(const std::string& hf_directory,
     source.hub = hub;
     source.hf_config = std::move(text);
     source.assumed_defaults = std::move(resolved->assumptions);
-    RETURN_IF_ERROR(catalog->AddFullModel(std::move(resolved->owned_spec),
-                                          std::move(source)));
+    source.aliases = std::move(aliases);
+    absl::Status added = catalog->AddFullModel(std::move(resolved->owned_spec),
+                                               std::move(source));
+    if (!added.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", added.message()));
+    }
     if (!cut_down.empty()) links.emplace_back(cut_down, name);
   }
   for (const fs::path& file : JsonFiles(hf_directory)) {

@@ -22,13 +22,15 @@ inline constexpr char kFullModelsIndex[] = "index.json";
 absl::StatusOr<ModelCatalog> LoadModelCatalog(const std::string& directory);
 
 // Adds the full models of `hf_directory` to `catalog`: its index.json is
-// {"models": [{"name": N, "hub": "owner/repo", "cut_down_template": T}]}
-// (T optional: the catalog template cut down from this model), and each N
+// {"models": [{"name": N, "hub": "owner/repo", "cut_down_template": T,
+// "aliases": [A, ...]}]} (T optional: the catalog template cut down from this
+// model; the aliases optional: other names frameworks give it, see
+// ModelCatalog::ResolveId; no other key), and each N
 // names the config.json N.json beside it, converted by the Hugging Face
 // front-end at the config's own length. Names are lowercase letters, digits,
 // '.' and '-'. Every *.json there but the index must be listed, and every
-// listed file must exist and convert: INVALID_ARGUMENT naming the file
-// otherwise.
+// listed file must exist and convert, and no hub id or alias may name two
+// models: INVALID_ARGUMENT naming the file and key otherwise.
 absl::Status LoadFullModels(const std::string& hf_directory,
                             ModelCatalog* catalog);
 

@@ -28,9 +28,63 @@ absl::Status ModelCatalog::Add(v1::ModelSpec spec) {
 absl::Status ModelCatalog::AddFullModel(v1::ModelSpec spec,
                                         FullModelSource source) {
   const std::string name = spec.name();
+  std::vector<std::string> ids = {absl::AsciiStrToLower(source.hub)};
+  for (const std::string& alias : source.aliases) {
+    ids.push_back(absl::AsciiStrToLower(alias));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string shown = i == 0 ? source.hub : source.aliases[i - 1];
+    std::string taken;
+    if (auto it = ids_.find(ids[i]); it != ids_.end()) taken = it->second;
+    for (size_t j = 0; j < i && taken.empty(); ++j) {
+      if (ids[j] == ids[i]) taken = name;
+    }
+    for (const auto& [other, unused] : specs_) {
+      if (taken.empty() && absl::AsciiStrToLower(other) == ids[i]) {
+        taken = other;
+      }
+    }
+    if (!taken.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(i == 0 ? "hub '" : "alias '", shown.substr(0, 64),
+                       "' of ", name, " already names ", taken));
+    }
+  }
+  if (auto it = ids_.find(absl::AsciiStrToLower(name)); it != ids_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name '", name, "' is already an id of ", it->second));
+  }
   RETURN_IF_ERROR(Add(std::move(spec)));
+  for (std::string& id : ids) ids_.emplace(std::move(id), name);
   full_models_.emplace(name, std::move(source));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ModelCatalog::ResolveId(
+    absl::string_view id) const {
+  if (specs_.count(std::string(id)) > 0) return std::string(id);
+  absl::string_view bare = absl::StripAsciiWhitespace(id);
+  while (absl::ConsumeSuffix(&bare, "/")) {
+  }
+  absl::ConsumePrefix(&bare, "./");
+  absl::ConsumePrefix(&bare, "checkpoints/");
+  const std::string lower = absl::AsciiStrToLower(bare);
+  if (auto it = ids_.find(lower); it != ids_.end()) return it->second;
+  for (const auto& [name, spec] : specs_) {
+    if (absl::AsciiStrToLower(name) == lower) return name;
+  }
+  std::vector<std::string> known = Names();
+  for (const auto& [name, source] : full_models_) {
+    known.push_back(source.hub);
+    known.insert(known.end(), source.aliases.begin(), source.aliases.end());
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "model id '", id.substr(0, 128),
+      "' is neither a catalog name, nor the Hugging Face hub id or an alias "
+      "of a full model in the catalog; closest: ",
+      absl::StrJoin(CloseNames(bare, known, 3), ", "),
+      "; for a model the catalog lacks, give its config.json with --model "
+      "FILE"));
 }
 
 absl::Status ModelCatalog::LinkFullModel(absl::string_view template_name,

@@ -27,6 +27,9 @@ struct FullModelSource {
   std::string hf_config;
   // What its conversion at the config's own length assumed (HfConversion).
   std::vector<std::string> assumed_defaults;
+  // Other names frameworks give the same model (litgpt's `name`, torchtune's
+  // builder functions), each an id ResolveId takes.
+  std::vector<std::string> aliases;
 };
 
 class ModelCatalog {
@@ -40,8 +43,17 @@ class ModelCatalog {
   absl::StatusOr<const v1::ModelSpec*> Find(absl::string_view name) const;
 
   // Adds a full model: `spec` is `source.hf_config` converted at the
-  // config's own length. INVALID_ARGUMENT if its name is taken.
+  // config's own length. INVALID_ARGUMENT if its name is taken, or if its hub
+  // id or an alias (compared case-insensitively) already names a model.
   absl::Status AddFullModel(v1::ModelSpec spec, FullModelSource source);
+
+  // The catalog name that `id` names: a catalog name (any case); a full
+  // model's Hugging Face Hub id ("meta-llama/Meta-Llama-3-8B"), any case,
+  // with a trailing "/" or a leading "checkpoints/" (litgpt's checkpoint_dir)
+  // stripped; or one of its aliases, any case. NOT_FOUND names the id, the
+  // closest names and ids, and says that `--model FILE` takes the model's
+  // config.json instead.
+  absl::StatusOr<std::string> ResolveId(absl::string_view id) const;
 
   // Records that the cut-down template `template_name` was cut from the full
   // model `full_model`; INVALID_ARGUMENT unless the first is a cut-down
@@ -84,6 +96,8 @@ class ModelCatalog {
   std::map<std::string, FullModelSource> full_models_;
   // Cut-down template name -> the full model it was cut from.
   std::map<std::string, std::string> full_model_of_;
+  // A full model's hub id and aliases, lowercase -> its catalog name.
+  std::map<std::string, std::string> ids_;
 };
 
 // What a cut-down template cut, as its source or notes say ("reduced to 1

@@ -58,5 +58,61 @@ TEST(CatalogFilesTest, MissingFileIsNotFound) {
   EXPECT_EQ(text.status().message(), "cannot open /nonexistent/file.json");
 }
 
+// The index is read strictly: an unknown key, aliases that are not an array
+// of strings, and an alias naming two models are refused, naming the file and
+// the key.
+TEST(CatalogFilesTest, IndexAliasesAreCheckedByFileAndKey) {
+  char pattern[] = "/tmp/headroom-aliases-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  std::filesystem::create_directory(dir + "/hf");
+  auto gpt2 =
+      ReadFile(std::string(HEADROOM_SOURCE_DIR) + "/models/hf/gpt2-124m.json");
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  std::ofstream(dir + "/hf/one.json") << *gpt2;
+  std::ofstream(dir + "/hf/two.json") << *gpt2;
+  const std::string index = dir + "/hf/index.json";
+  auto load = [&](const std::string& text) {
+    std::ofstream(index, std::ios::trunc) << text;
+    return LoadModelCatalog(dir);
+  };
+  absl::StatusOr<ModelCatalog> ok = load(
+      R"({"models": [{"name": "one", "hub": "o/one", "aliases": ["gpt_one"]},
+                     {"name": "two", "hub": "o/two", "aliases": []}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok->ResolveId("GPT_ONE"), "one");
+  ASSERT_EQ(ok->FullModelSourceOf("one")->aliases.size(), 1u);
+
+  EXPECT_EQ(load(R"({"models": [{"name": "one", "hub": "o/one", "alias": []},
+                                {"name": "two", "hub": "o/two"}]})")
+                .status()
+                .message(),
+            index +
+                " models[0]: unknown key \"alias\"; allowed: name, hub, "
+                "cut_down_template, aliases");
+  EXPECT_EQ(load(R"({"models": [{"name": "one", "hub": "o/one",
+                                 "aliases": "gpt_one"},
+                                {"name": "two", "hub": "o/two"}]})")
+                .status()
+                .message(),
+            index + " models[0] \"aliases\": must be an array of strings");
+  EXPECT_EQ(load(R"({"models": [{"name": "one", "hub": "o/one",
+                                 "aliases": ["ok", "two words"]},
+                                {"name": "two", "hub": "o/two"}]})")
+                .status()
+                .message(),
+            index +
+                " models[0] \"aliases\"[1]: must be a string of 1..128 "
+                "characters, no spaces");
+  const absl::Status twice =
+      load(R"({"models": [{"name": "one", "hub": "o/one", "aliases": ["g"]},
+                          {"name": "two", "hub": "o/two", "aliases": ["G"]}]})")
+          .status();
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice.message(),
+            index + " models[1]: alias 'G' of two already names one");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace headroom

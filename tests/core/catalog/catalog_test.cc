@@ -97,5 +97,87 @@ TEST(ModelCatalogTest, UnknownTemplateListsCloseNames) {
   EXPECT_THAT(spec.status().message(), HasSubstr("bert-base"));
 }
 
+// A job names its model as the framework does: by catalog name, Hub id
+// (litgpt's checkpoint_dir is checkpoints/<hub id>) or a builder's name.
+TEST(ModelCatalogTest, ResolvesNamesHubIdsAndAliases) {
+  auto catalog = LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"llama-3.1-8b", "llama-3.1-8b"},
+      {"LLAMA-3.1-8B", "llama-3.1-8b"},
+      {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
+      {"meta-llama/llama-3.1-8b/", "llama-3.1-8b"},
+      // litgpt's hf_config for Llama 3.1 8B, as its checkpoint_dir.
+      {"checkpoints/meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b"},
+      {"Meta-Llama-3.1-8B", "llama-3.1-8b"},
+      // torchtune's builders.
+      {"llama3_1_8b", "llama-3.1-8b"},
+      {"QLORA_LLAMA3_1_8B", "llama-3.1-8b"},
+      {"qwen3_8b_instruct", "qwen3-8b"},
+      {"tiny-llama-1.1b-chat", "tinyllama-1.1b-chat-v1.0"},
+      {"checkpoints/meta-llama/Llama-2-7b-hf/", "llama-2-7b"},
+      {"Llama-2-7b-hf", "llama-2-7b"},
+      {"lora_llama2_7b", "llama-2-7b"},
+      {"Meta-Llama-3-8B", "llama-3-8b"},
+      {"mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"},
+      {"qlora_mistral_7b", "mistral-7b-v0.1"},
+      {"google/gemma-2-9b", "gemma-2-9b"},
+      {"qwen3_32b", "qwen3-32b"},
+      // Templates resolve to themselves.
+      {"gpt2", "gpt2"},
+      {"qwen3-8b-r", "qwen3-8b-r"},
+  };
+  for (const auto& [id, name] : cases) {
+    absl::StatusOr<std::string> resolved = catalog->ResolveId(id);
+    ASSERT_TRUE(resolved.ok()) << id << ": " << resolved.status();
+    EXPECT_EQ(*resolved, name) << id;
+  }
+  absl::StatusOr<std::string> unknown =
+      catalog->ResolveId("meta-llama/Llama-3.1-9B");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("model id 'meta-llama/Llama-3.1-9B' is neither a "
+                        "catalog name, nor the Hugging Face hub id"));
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("closest: meta-llama/Llama-3.1-8B"));
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("give its config.json with --model FILE"));
+  // A Hub id with another owner is not the model.
+  EXPECT_FALSE(catalog->ResolveId("someone/Llama-3.1-8B").ok());
+}
+
+// No id names two models: a hub id or alias already taken (in any case), or
+// a model named as another's alias, is refused.
+TEST(ModelCatalogTest, AnIdNamesOneModel) {
+  auto shipped = LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  absl::StatusOr<const v1::ModelSpec*> qwen = shipped->Find("qwen2.5-3b");
+  ASSERT_TRUE(qwen.ok());
+  auto add = [&](ModelCatalog& catalog, const std::string& name,
+                 const std::string& hub, std::vector<std::string> aliases) {
+    v1::ModelSpec spec = **qwen;
+    spec.set_name(name);
+    FullModelSource source;
+    source.hub = hub;
+    source.aliases = std::move(aliases);
+    return catalog.AddFullModel(std::move(spec), std::move(source));
+  };
+  ModelCatalog catalog;
+  ASSERT_TRUE(add(catalog, "a", "org/a", {"a_builder"}).ok());
+  EXPECT_EQ(add(catalog, "b", "ORG/A", {}).message(),
+            "hub 'ORG/A' of b already names a");
+  EXPECT_EQ(add(catalog, "b", "org/b", {"A_Builder"}).message(),
+            "alias 'A_Builder' of b already names a");
+  EXPECT_EQ(add(catalog, "b", "org/b", {"x", "X"}).message(),
+            "alias 'X' of b already names b");
+  EXPECT_EQ(add(catalog, "b", "org/b", {"A"}).message(),
+            "alias 'A' of b already names a");
+  EXPECT_EQ(add(catalog, "a_builder", "org/c", {}).message(),
+            "name 'a_builder' is already an id of a");
+  ASSERT_TRUE(add(catalog, "b", "org/b", {"b_builder"}).ok());
+  EXPECT_EQ(*catalog.ResolveId("b_builder"), "b");
+  EXPECT_EQ(*catalog.ResolveId("org/a"), "a");
+}
+
 }  // namespace
 }  // namespace headroom
