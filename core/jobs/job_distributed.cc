@@ -194,8 +194,8 @@ absl::Status ApplyDeepSpeed(JobReader& r, DerivedJob* job) {
   RETURN_IF_ERROR(ApplyPrecision(r, job));
   RETURN_IF_ERROR(ApplyOptimizer(r, job));
   return r.Finish(
-      {"zero_optimization.stage", "zero_optimization.offload_optimizer.",
-       "zero_optimization.offload_param.", "bf16.", "fp16.",
+      {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+       "zero_optimization.offload_param.device", "bf16.", "fp16.",
        "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
        "train_batch_size", "optimizer.", "activation_checkpointing."});
 }
