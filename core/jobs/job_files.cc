@@ -193,15 +193,18 @@ absl::StatusOr<std::string> ResolveModel(const std::vector<std::string>& ids,
         " names no model; give one with --model (a catalog name or a "
         "config.json FILE)"));
   }
+  std::string closest;
   for (const std::string& id : ids) {
     absl::StatusOr<std::string> name = catalog.ResolveId(id);
     if (name.ok()) return name;
     if (!absl::IsNotFound(name.status())) return name.status();
+    if (closest.empty()) closest = std::string(name.status().message());
   }
   return absl::InvalidArgumentError(absl::StrCat(
       file, ": the model ", absl::StrJoin(ids, " / "),
       " has no config in the catalog; give its config.json with --model "
-      "FILE"));
+      "FILE (",
+      closest, ")"));
 }
 
 // Sets `path` (a TrainingSetup field path such as "lora.rank") of `to`
