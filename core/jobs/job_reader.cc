@@ -195,9 +195,8 @@ absl::Status JobReader::Finish(const std::vector<std::string>& memory_keys) {
   if (!memory.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         file_, ": ", absl::StrJoin(memory, ", "),
-        memory.size() == 1 ? " is a key" : " are keys",
-        " that change the memory figure and that headroom does not read; "
-        "remove ",
+        memory.size() == 1 ? " is a key that changes" : " are keys that change",
+        " the memory figure and that headroom does not read; remove ",
         memory.size() == 1 ? "it" : "them",
         " or give the setup as flags (headroom fit --help)"));
   }
