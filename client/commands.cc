@@ -23,6 +23,7 @@
 #include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/fit_output.h"
+#include "client/job_flags.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
 #include "client/setup_flags.h"
@@ -121,6 +122,7 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   if (options.json) {
     out << CliJson(response) << "\n";
   } else {
+    if (response.has_job()) PrintJob(response.job(), out);
     PrintFit(response, options.explain, out);
   }
   return 0;
@@ -520,8 +522,12 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
                 "per card: its device costs (reserved ratio, CUDA context, "
                 "NCCL) and every phase's allocated, reserved and device "
                 "figures");
+  AddJobFlags(fit, o);
   AddJson(fit, o);
-  ctx.Run(fit, [&ctx] { return Fit(ctx.options, ctx.out, ctx.err); });
+  ctx.Run(fit, [&ctx, fit] {
+    ctx.options.job_overrides = GivenSetupFlags(*fit);
+    return Fit(ctx.options, ctx.out, ctx.err);
+  });
 }
 
 void RegisterCalibrationCommands(CLI::App& app, CliContext& ctx) {

@@ -47,6 +47,13 @@ struct Options {
   // fit: an ONNX model file (sent without its weights).
   std::string onnx;
   std::string batch;
+  // fit --job and its files (job_flags.h); the setup flags given beside
+  // --job, as TrainingSetup field paths.
+  std::string job;
+  std::string deepspeed;
+  std::string accelerate_config;
+  std::string job_kind;
+  std::vector<std::string> job_overrides;
   std::string gpu;
   // The training setup (setup_flags.h turns these into a TrainingSetup).
   std::string precision = "fp32";

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/job_flags.h"
 #include "client/model_commands.h"
 #include "client/setup_flags.h"
 #include "core/catalog/gpu_catalog.h"
@@ -74,7 +75,10 @@ int FailRpc(std::ostream& err, const Options& options,
 absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
                                                bool require_targets) {
   v1::CheckFitRequest request;
-  if (options.model.empty() == options.onnx.empty()) {
+  // With --job the file names the model and the batch (job_flags.h).
+  const bool job = !options.job.empty();
+  if (options.model.empty() == options.onnx.empty() &&
+      !(job && options.model.empty())) {
     return absl::InvalidArgumentError(
         "give one model: --model (a catalog template, a spec or config.json "
         "file) or --onnx (an ONNX model file)");
@@ -84,7 +88,10 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
   std::error_code ec;
   const std::string& path =
       !options.onnx.empty() ? options.onnx : options.model;
-  if (!options.onnx.empty() || std::filesystem::is_regular_file(path, ec)) {
+  if (path.empty()) {
+    // --job without --model: the job file's model.
+  } else if (!options.onnx.empty() ||
+             std::filesystem::is_regular_file(path, ec)) {
     absl::StatusOr<v1::ModelRef> model = ReadModelFile(path);
     if (!model.ok()) {
       return absl::InvalidArgumentError(
@@ -119,7 +126,7 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
     }
     request.add_batches(static_cast<uint32_t>(batch));
   }
-  if (request.batches().empty()) {
+  if (request.batches().empty() && !job) {
     return absl::InvalidArgumentError("--batch is required, e.g. --batch 8,16");
   }
   for (absl::string_view part :
@@ -164,6 +171,9 @@ absl::StatusOr<v1::CheckFitRequest> FitRequest(const Options& options,
   request.set_learn(options.learn);
   request.set_include_simulated(options.include_simulated);
   request.set_min_gpus(MinGpusAsked(options));
+  if (absl::Status status = FillJob(options, &request); !status.ok()) {
+    return status;
+  }
   return request;
 }
 

@@ -13,6 +13,7 @@
 #include "base/status_macros.h"
 #include "core/calibration/kind_bounds.h"
 #include "core/catalog/gpu_catalog.h"
+#include "core/jobs/job_files.h"
 #include "core/memory/device_memory.h"
 #include "core/memory/fit_verdict.h"
 #include "core/memory/memory_profile.h"
@@ -817,6 +818,11 @@ absl::StatusOr<ModelKey> FitPlanner::KeyOf(
 
 absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
     const v1::CheckFitRequest& request, const Evidence* evidence) const {
+  if (request.has_job()) {  // the job's files (core/jobs/job_files.h)
+    return AnswerJobRequest(request, *catalog_, [&](const auto& plain) {
+      return CheckFit(plain, evidence);
+    });
+  }
   // The model, the request's batches, targets and coverage, the plan.
   ASSIGN_OR_RETURN(
       ResolvedModel model,
