@@ -23,67 +23,10 @@
 #include "core/memory/plan.h"
 #include "core/memory/training_setup.h"
 #include "core/planner/device_judge.h"
+#include "core/planner/fit_request.h"
 
 namespace headroom {
 namespace {
-
-struct ResolvedTarget {
-  std::string name;
-  double memory_gb;
-  bool is_gpu = false;
-};
-
-absl::StatusOr<ResolvedTarget> Resolve(const v1::Target& target, int index) {
-  switch (target.kind_case()) {
-    case v1::Target::kGpu: {
-      ASSIGN_OR_RETURN(GpuInfo gpu, FindGpu(target.gpu()));
-      return ResolvedTarget{gpu.name, gpu.memory_gb, true};
-    }
-    case v1::Target::kMemoryGb: {
-      const double gb = target.memory_gb();
-      RETURN_IF_ERROR(
-          CheckCardGb(gb, absl::StrCat("targets[", index, "].memory_gb")));
-      return ResolvedTarget{absl::StrCat(gb, " GB"), gb};
-    }
-    case v1::Target::KIND_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "targets[", index, "] is empty; set gpu (a catalog name) or memory_gb"));
-}
-
-// The request's targets, in order: INVALID_ARGUMENT for none, too many or an
-// empty one, NOT_FOUND for an unknown GPU.
-absl::StatusOr<std::vector<ResolvedTarget>> ResolveTargets(
-    const v1::CheckFitRequest& request) {
-  if (request.targets().empty() ||
-      request.targets_size() > kMaxTargetsPerRequest) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("targets has ", request.targets_size(),
-                     " entries; allowed 1..", kMaxTargetsPerRequest));
-  }
-  std::vector<ResolvedTarget> targets;
-  targets.reserve(request.targets_size());
-  for (int i = 0; i < request.targets_size(); ++i) {
-    ASSIGN_OR_RETURN(ResolvedTarget target, Resolve(request.targets(i), i));
-    targets.push_back(std::move(target));
-  }
-  return targets;
-}
-
-// The coverage that picks k of the calibrated upper bound: the request's, or
-// `default_coverage` for 0; INVALID_ARGUMENT for one not calibrated.
-absl::StatusOr<double> CoverageOf(const v1::CheckFitRequest& request,
-                                  double default_coverage) {
-  const double coverage =
-      request.coverage() == 0 ? default_coverage : request.coverage();
-  if (!KAtCoverage(1, 1, coverage).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "coverage = ", request.coverage(),
-        " is not calibrated; allowed 0 (server default), 0.9, 0.95"));
-  }
-  return coverage;
-}
 
 // The setup the answer is for, resolved once (plan.h) and read by every
 // later step.
@@ -810,6 +753,10 @@ absl::Status CheckBatches(
 
 absl::StatusOr<ModelKey> FitPlanner::KeyOf(
     const v1::CheckFitRequest& request) const {
+  if (request.has_job()) {  // the job's files, as CheckFit reads them
+    ASSIGN_OR_RETURN(const JobRequest job, RequestFromJob(request, *catalog_));
+    return KeyOf(job.request);
+  }
   ASSIGN_OR_RETURN(
       ResolvedModel model,
       ResolveModelRef(request.model(), request.setup(), *catalog_));
