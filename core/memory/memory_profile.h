@@ -63,6 +63,10 @@ struct MemoryProfile {
   // The largest single activation tensor per sample: with the fp32 weights
   // a lower bound of any measured peak of this model.
   double largest_tensor_per_sample = 0;
+  // Under activation offloading: the saved activations per sample that
+  // live in host memory (pinned) instead of on the GPU; not in any
+  // component. Host bytes at batch B: B times this.
+  double host_activation_bytes_per_sample = 0;
   // Under a parallel setup (parallel.h), what it did to the optimizer
   // component and activations: every byte count above is per GPU.
   ParallelBreakdown parallel;
