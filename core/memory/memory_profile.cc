@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/units.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/training_setup.h"
 
@@ -651,6 +652,18 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   profile.fixed_bytes[kTransient] = st.dequantized;
   ApplyParallel(frozen.spec, setup, &profile);
   return profile;
+}
+
+std::vector<std::string> ProfileAssumptions(const MemoryProfile& profile) {
+  std::vector<std::string> out;
+  if (profile.host_activation_bytes_per_sample > 0) {
+    out.push_back(absl::StrCat(
+        "activation offloading: ",
+        FormatBytesAsGb(profile.host_activation_bytes_per_sample, 3),
+        " of saved activations per sample in pinned host memory (times the "
+        "batch), not in the GPU peak"));
+  }
+  return out;
 }
 
 ComponentArray FactorArray(const v1::Factors& f) {

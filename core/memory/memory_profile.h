@@ -99,6 +99,12 @@ struct LayerShare {
 absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
     const v1::ModelSpec& spec, const v1::TrainingSetup& setup);
 
+// Remarks on what the profile moved off the GPU that no component holds:
+// under activation offloading, the saved activations per sample in pinned
+// host memory (empty otherwise). The planner adds them to the answer's
+// assumptions beside SetupAssumptions and ParallelAssumptions.
+std::vector<std::string> ProfileAssumptions(const MemoryProfile& profile);
+
 // Factors as an array in Component order, and back.
 ComponentArray FactorArray(const v1::Factors& factors);
 v1::Factors FactorsFromArray(const ComponentArray& values);

@@ -190,6 +190,9 @@ TEST(SetupsTest, ActivationOffloadingKeepsTwoBlocksAndTheHeadsInput) {
   // The head's logits are not offloaded: 10 x 100 x 8.
   EXPECT_DOUBLE_EQ(off.per_sample_bytes[kTransient], 8000.0);
   EXPECT_TRUE(Remarks(spec, setup, "activation offloading"));
+  ASSERT_EQ(ProfileAssumptions(off).size(), 1u);
+  EXPECT_TRUE(absl::StrContains(ProfileAssumptions(off)[0], "per sample"));
+  EXPECT_TRUE(ProfileAssumptions(kept).empty());
 }
 
 TEST(SetupsTest, LoraOnTheHeadAndTheEmbeddings) {
