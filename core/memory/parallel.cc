@@ -338,6 +338,7 @@ void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
     p->host_bytes_per_gpu += sh->weights + sh->gradients + sh->states +
                              sh->update_temporaries + sh->half_copies;
     sh->weights = sh->gradients = sh->states = sh->update_temporaries = 0;
+    sh->paged_states = 0;
     sh->half_copies = 0;
   } else {
     if (offload_optimizer) {
@@ -345,6 +346,7 @@ void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
       // the gradient partitions go there too.
       p->host_bytes_per_gpu += sh->states + sh->update_temporaries;
       sh->states = 0;
+      sh->paged_states = 0;
       sh->update_temporaries = 0;
       if (l.stage >= 2) {
         p->host_bytes_per_gpu += sh->gradients;
@@ -410,11 +412,14 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
   ModelStates sh = ShardStates(st, l.stage, l.shard_degree);
   OffloadToHost(setup, l, &sh, &p);
   SetCommunicationBuffers(setup, split, profile->states, st, tp_scale, &p);
+  // Paged optimizer state is CUDA managed memory, out of the peak as on
+  // one GPU (BuildProfile).
+  const double device_states = sh.states - sh.paged_states;
   p.states_backward =
-      sh.weights + sh.states + sh.half_copies +
+      sh.weights + device_states + sh.half_copies +
       (setup.optimizer_in_backward() ? sh.in_backward_buffers : sh.gradients);
   p.states_update =
-      sh.weights + sh.states +
+      sh.weights + device_states +
       (setup.optimizer_in_backward() ? sh.in_backward_buffers
                                      : sh.gradients + sh.update_temporaries);
   profile->fixed_bytes[kOptimizer] =

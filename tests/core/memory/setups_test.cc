@@ -267,6 +267,13 @@ TEST(SetupsTest, PagedOptimizersPageTheMomentsOfLargeTensorsOnly) {
   EXPECT_DOUBLE_EQ(eight.states.states, 246152.0);
   EXPECT_DOUBLE_EQ(eight.states.paged_states, 240000.0);
   EXPECT_TRUE(Remarks(Wide(), setup, "of paged-adamw8bit's moments"));
+  // Under DDP on two GPUs too: weights 481,200 + gradients 481,200 + the
+  // bias's 2,400 device state, and two 25 MiB buckets (52,428,800).
+  setup.set_optimizer(TrainingSetup::PAGED_ADAMW);
+  setup.set_gpus(2);
+  setup.set_parallel(TrainingSetup::DDP);
+  EXPECT_DOUBLE_EQ(Profile(Wide(), setup).fixed_bytes[kOptimizer],
+                   964800.0 + 52428800.0);
 }
 
 TEST(SetupsTest, TorchaoLowBitAdamQuantizesWholeBlocksOfLargeTensors) {
