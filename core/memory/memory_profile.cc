@@ -243,8 +243,9 @@ Activations EmbeddingActivations(const Layer& layer, double p,
   // PEFT's lora.Embedding looks the ids up in A^T and multiplies by B^T:
   // the B matmul saves the [positions, r] lookup (Embedding.forward,
   // peft src/peft/tuners/lora/layer.py @ 5d602fd); no dropout on ids.
-  if (ctx.Adapted("embed"))
+  if (ctx.Adapted("embed")) {
     bytes[kInternal] += p * ctx.lora_rank * ctx.lora_rank_bytes;
+  }
   out.boundary = p * d * b;
   out.largest = out.boundary;
   return out;
