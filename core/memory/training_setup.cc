@@ -420,7 +420,8 @@ void AddActivationRemarks(const TrainingSetup& setup,
     out->push_back(
         "activation offloading (torchtune's OffloadActivations, streams "
         "on): saved activations go to pinned host memory during forward; "
-        "the GPU keeps two copies' of a repeated block (the one in "
+        "the GPU keeps two copies of a repeated block's activations (the one "
+        "in "
         "backward and the one being brought back) and the head's input, "
         "which torchtune does not offload; tensors under 1 KiB stay and are "
         "not counted");
