@@ -58,7 +58,13 @@ struct Options {
   // The training setup (setup_flags.h turns these into a TrainingSetup).
   std::string precision = "fp32";
   std::string optimizer = "adamw";
-  bool checkpointing = false;
+  // --checkpointing [none|full|selective] (bare: full), --checkpoint_every,
+  // --loss, --loss_chunks, --activation_offloading.
+  std::string checkpointing;
+  uint32_t checkpoint_every = 0;
+  std::string loss;
+  uint32_t loss_chunks = 0;
+  bool activation_offloading = false;
   // Deprecated: --attention sdpa.
   bool fused_attention = false;
   std::string attention;

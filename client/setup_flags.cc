@@ -56,6 +56,9 @@ constexpr Word<TrainingSetup::Optimizer> kOptimizers[] = {
     {"adamw-loop", TrainingSetup::ADAMW_LOOP},
     {"adam8bit", TrainingSetup::ADAM8BIT},
     {"paged-adamw8bit", TrainingSetup::PAGED_ADAMW8BIT},
+    {"paged-adamw", TrainingSetup::PAGED_ADAMW},
+    {"adam4bit", TrainingSetup::ADAM4BIT},
+    {"adamfp8", TrainingSetup::ADAMFP8},
     {"adafactor", TrainingSetup::ADAFACTOR},
     {"lion", TrainingSetup::LION},
     {"sgd", TrainingSetup::SGD},
@@ -89,6 +92,18 @@ constexpr Word<TrainingSetup::Offload> kOffload[] = {
     {"optimizer", TrainingSetup::OPTIMIZER},
     {"params", TrainingSetup::PARAMS},
     {"both", TrainingSetup::BOTH},
+    {"optimizer,gradients", TrainingSetup::OPTIMIZER_GRADIENTS},
+};
+
+constexpr Word<TrainingSetup::Loss> kLoss[] = {
+    {"chunked-ce", TrainingSetup::CHUNKED_CE},
+    {"full-ce", TrainingSetup::FULL_CE},
+};
+
+constexpr Word<TrainingSetup::Checkpointing> kCheckpointing[] = {
+    {"none", TrainingSetup::NO_CHECKPOINTING},
+    {"full", TrainingSetup::FULL},
+    {"selective", TrainingSetup::SELECTIVE},
 };
 
 constexpr Word<TrainingSetup::BaseQuant> kQuant[] = {
@@ -144,6 +159,38 @@ absl::Status FillPhases(const Options& o, TrainingSetup* setup) {
   return absl::OkStatus();
 }
 
+// --checkpointing, --checkpoint_every, --loss, --loss_chunks,
+// --activation_offloading. A bare --checkpointing (or full) sets the old
+// activation_checkpointing as it always did and none sets nothing, so
+// those setups keep their keys; selective sets `checkpointing`.
+absl::Status FillActivationSetup(const Options& o, TrainingSetup* setup) {
+  if (!o.checkpointing.empty()) {
+    TrainingSetup::Checkpointing checkpointing =
+        TrainingSetup::CHECKPOINTING_UNSPECIFIED;
+    if (absl::Status s = Lookup("--checkpointing", o.checkpointing,
+                                kCheckpointing, &checkpointing);
+        !s.ok()) {
+      return s;
+    }
+    if (checkpointing == TrainingSetup::FULL) {
+      setup->set_activation_checkpointing(true);
+    } else if (checkpointing == TrainingSetup::SELECTIVE) {
+      setup->set_checkpointing(checkpointing);
+    }
+  }
+  setup->set_checkpoint_every(o.checkpoint_every);
+  if (!o.loss.empty()) {
+    TrainingSetup::Loss loss = TrainingSetup::LOSS_UNSPECIFIED;
+    if (absl::Status s = Lookup("--loss", o.loss, kLoss, &loss); !s.ok()) {
+      return s;
+    }
+    setup->set_loss(loss);
+  }
+  setup->set_loss_chunks(o.loss_chunks);
+  setup->set_activation_offloading(o.activation_offloading);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
@@ -152,18 +199,34 @@ void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
                   "(16-bit weights, gradients and state)");
   app->add_option("--optimizer", o.optimizer,
                   "adamw, adamw-fused, adamw-loop, adam8bit, "
-                  "paged-adamw8bit, adafactor, lion, sgd or sgd-momentum");
+                  "paged-adamw8bit, paged-adamw, adam4bit, adamfp8, "
+                  "adafactor, lion, sgd or sgd-momentum");
   app->add_flag("--optimizer_in_backward", o.optimizer_in_backward,
                 "step each parameter during backward (no full set of "
                 "gradients)");
-  app->add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
+  app->add_option("--checkpointing", o.checkpointing,
+                  "activation checkpointing: none, full or selective (bare: "
+                  "full)")
+      ->expected(0, 1)
+      ->default_str("full");
+  app->add_option("--checkpoint_every", o.checkpoint_every,
+                  "with --checkpointing selective: recompute every N-th "
+                  "block (0: op-level, matmul and attention outputs kept)");
+  app->add_option("--loss", o.loss,
+                  "chunked-ce or full-ce (default: the framework's)");
+  app->add_option("--loss_chunks", o.loss_chunks,
+                  "with --loss chunked-ce: pieces of the sequence (0: 8)");
+  app->add_flag("--activation_offloading", o.activation_offloading,
+                "saved activations to host memory during forward "
+                "(torchtune's OffloadActivations)");
   app->add_option("--attention", o.attention,
                   "eager, sdpa or flash (default: the model's own)");
   app->add_flag("--fused_attention", o.fused_attention,
                 "deprecated: --attention sdpa");
   app->add_option("--lora_rank", o.lora_rank, "LoRA adapters of this rank");
   app->add_option("--lora_targets", o.lora_targets,
-                  "q,k,v,o,gate,up,down or all-linear (default q,v)");
+                  "q,k,v,o,gate,up,down, all-linear, lm_head, embed "
+                  "(default q,v)");
   app->add_option("--lora_dropout", o.lora_dropout,
                   "dropout on the adapters' input, 0 <= p < 1");
   app->add_option("--quant_base", o.quant_base,
@@ -185,7 +248,8 @@ void AddSetupFlags(CLI::App* app, Options& o, bool compile_flag) {
                   "or zero3 (with --gpus auto and none given: each)");
   app->add_option("--offload", o.offload,
                   "optimizer, params or both: to host memory (sharded "
-                  "strategies)");
+                  "strategies); optimizer,gradients: torchao's one-GPU "
+                  "CPUOffloadOptimizer with offload_gradients");
   app->add_option("--tensor_parallel", o.tensor_parallel,
                   "tensor-parallel degree T (divides --gpus)");
   app->add_option("--nodes", o.nodes, "nodes (hybrid sharding)");
@@ -249,7 +313,7 @@ absl::Status FillSetup(const Options& o, TrainingSetup* setup) {
     }
     setup->set_quant_base(quant);
   }
-  setup->set_activation_checkpointing(o.checkpointing);
+  if (absl::Status s = FillActivationSetup(o, setup); !s.ok()) return s;
   setup->set_optimizer_in_backward(o.optimizer_in_backward);
   setup->set_positions(o.positions);
   if (o.lora_rank != 0 || !o.lora_targets.empty() || o.lora_dropout != 0) {

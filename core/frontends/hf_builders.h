@@ -307,6 +307,8 @@ absl::Status ConvertVit(const Json& config, Conversion& c);
 absl::Status ConvertClip(const Json& config, Conversion& c);
 absl::Status ConvertConvNext(const Json& config, Conversion& c);
 absl::Status ConvertSwin(const Json& config, Conversion& c);
+absl::Status ConvertDinov2(const Json& config, Conversion& c);
+absl::Status ConvertDinov2WithRegisters(const Json& config, Conversion& c);
 
 }  // namespace headroom::hf
 

@@ -164,6 +164,8 @@ constexpr Family kFamilies[] = {
     {"convnext", ConvertConvNext},
     {"deberta-v2", ConvertDebertaV2},
     {"deepseek_v3", ConvertDeepseekV3},
+    {"dinov2", ConvertDinov2},
+    {"dinov2_with_registers", ConvertDinov2WithRegisters},
     {"distilbert", ConvertDistilBert},
     {"electra", ConvertElectra},
     {"falcon", ConvertFalcon},

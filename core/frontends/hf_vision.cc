@@ -1,4 +1,4 @@
-// Hugging Face vision families: ViT, CLIP, Swin and ConvNeXt.
+// Hugging Face vision families: ViT, CLIP, Swin, ConvNeXt and DINOv2.
 
 #include <algorithm>
 #include <optional>
@@ -543,6 +543,108 @@ absl::Status ConvertSwin(const Json& config, Conversion& c) {
       labels != 0 ? absl::StrCat(" and a ", labels, "-way classifier") : "",
       "."));
   return absl::OkStatus();
+}
+
+// ---- DINOv2 -----------------------------------------------------------------
+
+// Dinov2Model and Dinov2WithRegistersModel (transformers' modeling_dinov2.py
+// @ 158e70c, modular_dinov2_with_registers.py @ 3d8131e): a ViT with
+// pre-LayerNorm layers whose attention and MLP outputs are each scaled by
+// a per-channel LayerScale (lambda1, hidden values), an MLP of
+// int(hidden_size * mlp_ratio) or, with use_swiglu_ffn (ViT-g), a SwiGLU
+// whose weights_in projects to 2 x hf and weights_out back, hf =
+// (int(int(hidden * mlp_ratio) * 2 / 3) + 7) // 8 * 8; no pooler weights
+// (the pooled output is the class token). With registers,
+// num_register_tokens learned tokens join the sequence after the class
+// token; the position table stays (patches + 1) x hidden.
+absl::Status ConvertDinov2(const Json& config, Conversion& c, bool registers) {
+  ConfigKeys keys = TopKeys(
+      config, c, registers ? "Dinov2WithRegistersConfig" : "Dinov2Config");
+  // Dinov2Config (configuration_dinov2.py @ 7667cc2): hidden_size=768,
+  // num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4,
+  // image_size=224, patch_size=14, num_channels=3, qkv_bias=True,
+  // use_swiglu_ffn=False, use_mask_token=True; with registers patch_size=16
+  // and num_register_tokens=4.
+  VisionShape v;
+  ASSIGN_OR_RETURN(v.hidden, keys.Size("hidden_size", 768, 1, kMaxHidden));
+  ASSIGN_OR_RETURN(v.layers, keys.Size("num_hidden_layers", 12, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(v.heads, keys.Size("num_attention_heads", 12, 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckHeadsDivide(v.hidden, v.heads, keys.Path("hidden_size"),
+                                   keys.Path("num_attention_heads")));
+  ASSIGN_OR_RETURN(const double mlp_ratio, ReadMlpRatio(keys));
+  ASSIGN_OR_RETURN(v.image_size,
+                   keys.Size("image_size", 224, 1, kMaxImageSide));
+  ASSIGN_OR_RETURN(v.patch_size, keys.Size("patch_size", registers ? 16 : 14, 1,
+                                           std::min(v.image_size, kMaxPatch)));
+  ASSIGN_OR_RETURN(v.channels, keys.Size("num_channels", 3, 1, kMaxChannels));
+  ASSIGN_OR_RETURN(const bool qkv_bias, keys.Flag("qkv_bias", true));
+  ASSIGN_OR_RETURN(const bool swiglu, keys.Flag("use_swiglu_ffn", false));
+  ASSIGN_OR_RETURN(const bool mask_token, keys.Flag("use_mask_token", true));
+  uint64_t register_tokens = 0;
+  if (registers) {
+    ASSIGN_OR_RETURN(register_tokens,
+                     keys.Size("num_register_tokens", 4, 0, 1024));
+  }
+  const uint64_t side = v.image_size / v.patch_size;
+  v.patches = side * side;
+  const uint64_t ratio_ffn =
+      static_cast<uint64_t>(static_cast<double>(v.hidden) * mlp_ratio);
+  v.ffn = swiglu ? (ratio_ffn * 2 / 3 + 7) / 8 * 8 : ratio_ffn;
+  if (v.ffn == 0 || v.ffn > kMaxFfn) {
+    return OutOfRange(keys.Path("mlp_ratio"), v.ffn, 1, kMaxFfn);
+  }
+  const uint64_t tokens = v.patches + 1 + register_tokens;
+  v1::ModelSpec& spec =
+      StartSpec(c, registers ? "dinov2-with-registers" : "dinov2", tokens);
+  spec.set_input_source(absl::StrCat(
+      tokens, " tokens per sample: (image_size ", v.image_size,
+      " / patch_size ", v.patch_size, ")^2 patches + the class token",
+      register_tokens != 0 ? absl::StrCat(" + ", register_tokens, " registers")
+                           : "",
+      "."));
+  AppendVisionEmbeddings("embeddings.", v, /*conv_bias=*/true,
+                         /*class_token_first=*/true, &spec);
+  if (mask_token) {
+    *spec.add_layers() = ParametersLayer("embeddings.mask_token", v.hidden);
+  }
+  if (register_tokens != 0) {
+    *spec.add_layers() = ParametersLayer("embeddings.register_tokens",
+                                         register_tokens * v.hidden);
+  }
+  std::vector<Layer> parts;
+  parts.push_back(NormLayer("norm1", v1::Norm::LAYER, v.hidden));
+  parts.push_back(AttentionLayer("attention", v.hidden, v.heads, v.heads,
+                                 v.hidden / v.heads, qkv_bias, true,
+                                 /*fused=*/true));
+  parts.push_back(ParametersLayer("layer_scale1", v.hidden));
+  parts.push_back(NormLayer("norm2", v1::Norm::LAYER, v.hidden));
+  parts.push_back(MlpLayer(
+      swiglu ? "mlp (SwiGLU weights_in, weights_out)" : "mlp (fc1, fc2)",
+      v.hidden, v.ffn, swiglu, true));
+  parts.push_back(ParametersLayer("layer_scale2", v.hidden));
+  *spec.add_layers() = BlockLayer(
+      "encoder.layer", static_cast<uint32_t>(v.layers), std::move(parts));
+  *spec.add_layers() = NormLayer("layernorm", v1::Norm::LAYER, v.hidden);
+  if (c.options.seq_len != 0) {
+    c.Note(absl::StrCat("seq_len ", c.options.seq_len,
+                        " ignored: DINOv2's tokens come from image_size and "
+                        "patch_size."));
+  }
+  c.Note(absl::StrCat(
+      registers ? "Dinov2WithRegistersModel" : "Dinov2Model",
+      " (no classifier head): LayerScale after attention and MLP, ",
+      swiglu ? "a SwiGLU MLP" : "a GELU MLP", " of ", v.ffn,
+      "; attention marked fused (transformers' default "
+      "scaled_dot_product_attention)."));
+  return absl::OkStatus();
+}
+
+absl::Status ConvertDinov2(const Json& config, Conversion& c) {
+  return ConvertDinov2(config, c, /*registers=*/false);
+}
+
+absl::Status ConvertDinov2WithRegisters(const Json& config, Conversion& c) {
+  return ConvertDinov2(config, c, /*registers=*/true);
 }
 
 }  // namespace headroom::hf

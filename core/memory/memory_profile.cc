@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/units.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/training_setup.h"
 
@@ -26,8 +27,14 @@ struct Activations {
 
 struct Context {
   const v1::TrainingSetup* setup;
-  double act_bytes;  // bytes per activation element: 4 (fp32) or 2 (16-bit)
-  bool checkpointing;
+  double act_bytes;    // bytes per activation element: 4 (fp32) or 2 (16-bit)
+  bool checkpointing;  // FULL, or SELECTIVE every block
+  // SELECTIVE: every `checkpoint_every`-th copy recomputed (layer SAC), or
+  // with 0 op-level SAC.
+  bool selective = false;
+  uint32_t checkpoint_every = 0;
+  // CHUNKED_CE's pieces; 0: full logits.
+  uint32_t loss_chunks = 0;
   double position_scale;  // setup positions / spec positions, for inherited
   // LoRA: the adapted linears, the rank, and the bytes each adapted linear
   // saves per input value (its input as the adapter's matmul sees it, and
@@ -57,6 +64,8 @@ Activations LayerActivations(const Layer& layer, double positions,
 
 using Layers = google::protobuf::RepeatedPtrField<Layer>;
 
+ComponentArray OpSacSaved(const Layer& layer, double p, const Context& ctx);
+
 // What one child of a block adds: its activations times its repeat count,
 // or under checkpointing its boundaries plus one copy's activations.
 Activations ChildContribution(const Layer& child, double positions,
@@ -64,6 +73,30 @@ Activations ChildContribution(const Layer& child, double positions,
   const double p = Positions(child, positions);
   Activations a = LayerActivations(child, p, ctx);
   const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+  if (ctx.selective && repeat > 1) {
+    if (ctx.checkpoint_every == 0) {
+      // Op-level SAC: each copy keeps its boundary and the outputs of the
+      // ops the policy saves; one copy's rest is rebuilt during backward.
+      const ComponentArray saved = OpSacSaved(child, p, ctx);
+      for (int c = 0; c < kNumComponents; ++c) {
+        a.bytes[c] = repeat * saved[c] + std::max(0.0, a.bytes[c] - saved[c]);
+      }
+      a.bytes[kOutputs] += repeat * a.boundary;
+      return a;
+    }
+    // Layer SAC: torchtune's checkpoint_wrapper counts the wrapped blocks
+    // and checkpoints those where `_count % every_x_layer == 0`
+    // (torchtune/training/activations.py @ bd2a0fc): floor(repeat / N)
+    // copies keep only their boundary, the rest everything; one
+    // checkpointed copy's activations are rebuilt at a time.
+    const double checkpointed =
+        std::floor(repeat / static_cast<double>(ctx.checkpoint_every));
+    for (int c = 0; c < kNumComponents; ++c) {
+      a.bytes[c] *= repeat - checkpointed + (checkpointed > 0 ? 1 : 0);
+    }
+    a.bytes[kOutputs] += checkpointed * a.boundary;
+    return a;
+  }
   if (ctx.checkpointing && repeat > 1) {
     // Checkpointed stack: each copy keeps its boundary output; one copy's
     // activations are rebuilt at a time during backward.
@@ -97,6 +130,105 @@ double MlpLoraBytes(const Context& ctx, double p, double hidden, double ffn,
   return bytes;
 }
 
+// Under torchtitan's op-level SAC, what one copy of a layer keeps: the
+// policy saves the outputs of compute-intensive ops (matmuls, SDPA,
+// convolutions) "except every second mm/linear", and recomputes the rest
+// (SelectiveAC, torchtitan/distributed/activation_checkpoint.py
+// @ b5bcd76): half of the projections' outputs, the attention output and
+// its log-sum-exp (fused) or the score matrices (eager), a convolution's
+// output. Norms, activations and elementwise ops are recomputed.
+ComponentArray OpSacSaved(const Layer& layer, double p, const Context& ctx) {
+  const double b = ctx.act_bytes;
+  ComponentArray saved{};
+  if (layer.frozen()) return saved;
+  switch (layer.kind_case()) {
+    case Layer::kAttention: {
+      const auto& a = layer.attention();
+      const double hd = static_cast<double>(
+          a.head_dim() != 0 ? a.head_dim() : a.hidden() / a.heads());
+      const double heads = static_cast<double>(a.heads());
+      const double kvh =
+          static_cast<double>(a.kv_heads() != 0 ? a.kv_heads() : a.heads());
+      const double kv_p =
+          a.kv_positions() != 0
+              ? static_cast<double>(a.kv_positions()) *
+                    (layer.positions() == 0 ? ctx.position_scale : 1)
+              : p;
+      const double projections = p * heads * hd + 2 * kv_p * kvh * hd +
+                                 p * static_cast<double>(a.hidden());
+      saved[kOutputs] += 0.5 * projections * b + p * heads * hd * b;
+      if (FusedAttention(a, *ctx.setup)) {
+        saved[kInternal] += p * heads * 4.0;
+      } else {
+        const double keys =
+            a.window() != 0 ? std::min(kv_p, static_cast<double>(a.window()))
+                            : kv_p;
+        saved[kAttention] += heads * p * keys * b;
+      }
+      break;
+    }
+    case Layer::kMlp: {
+      // gate and up outputs where the intermediates are counted, down's
+      // where the layer's output is.
+      const auto& m = layer.mlp();
+      const double ups = m.gated() ? 2.0 : 1.0;
+      saved[kInternal] += 0.5 * p * ups * static_cast<double>(m.ffn()) * b;
+      saved[kOutputs] += 0.5 * p * static_cast<double>(m.hidden()) * b;
+      break;
+    }
+    case Layer::kMoe: {
+      // The routed and shared experts a token passes through; the router's
+      // matmul is force-recomputed (force_recompute_mm_shapes_by_fqns
+      // defaults to moe.router.gate).
+      const auto& m = layer.moe();
+      const double active = static_cast<double>(m.top_k() + m.shared_experts());
+      const double ups = m.gated() ? 2.0 : 1.0;
+      saved[kInternal] +=
+          0.5 * active * p * ups * static_cast<double>(m.ffn()) * b;
+      saved[kOutputs] += 0.5 * active * p * static_cast<double>(m.hidden()) * b;
+      break;
+    }
+    case Layer::kLinear:
+      if (!layer.linear().logits()) {
+        saved[kOutputs] +=
+            0.5 * p * static_cast<double>(layer.linear().out_features()) * b;
+      }
+      break;
+    case Layer::kConv:
+      saved[kOutputs] +=
+          p * static_cast<double>(layer.conv().out_channels()) * b;
+      break;
+    case Layer::kBlock:
+      for (const Layer& child : layer.block().layers()) {
+        const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+        const ComponentArray c = OpSacSaved(child, Positions(child, p), ctx);
+        for (int i = 0; i < kNumComponents; ++i) saved[i] += repeat * c[i];
+      }
+      break;
+    default:
+      break;
+  }
+  return saved;
+}
+
+// The logits transient of a head with `o` outputs per sample (positions x
+// vocab). Full: fp32 logits and their gradient live together at the loss.
+// Chunked (torchtune's chunked_output + CEWithChunkedOutputLoss,
+// torchtune/modules/transformer.py and modules/loss/
+// ce_chunked_output_loss.py @ bd2a0fc; litgpt's lm_head_chunk_size and
+// chunked_cross_entropy, litgpt/model.py and litgpt/utils.py @ 2685705):
+// the head's output is produced for every chunk before the loss runs
+// (a list of chunks, o values in compute dtype in all), then the loss
+// upcasts one chunk at a time: that chunk's fp32 copy (none when the
+// compute dtype is fp32) and its gradient.
+double LogitsTransient(double o, double positions, const Context& ctx) {
+  if (ctx.loss_chunks == 0) return o * 4.0 * 2.0;
+  const double chunk =
+      o *
+      ChunkedLogitsFraction(static_cast<uint64_t>(positions), ctx.loss_chunks);
+  return o * ctx.act_bytes + chunk * 4.0 * (ctx.act_bytes < 4 ? 2.0 : 1.0);
+}
+
 // The activations one copy of a layer of each kind saves per sample at `p`
 // positions (LayerActivations picks by kind; the layer is not frozen).
 Activations EmbeddingActivations(const Layer& layer, double p,
@@ -108,6 +240,12 @@ Activations EmbeddingActivations(const Layer& layer, double p,
   const double d = static_cast<double>(e.dim());
   bytes[kOutputs] += p * d * b;
   if (e.lookups() > 1) bytes[kInternal] += p * e.lookups() * d * b;
+  // PEFT's lora.Embedding looks the ids up in A^T and multiplies by B^T:
+  // the B matmul saves the [positions, r] lookup (Embedding.forward,
+  // peft src/peft/tuners/lora/layer.py @ 5d602fd); no dropout on ids.
+  if (ctx.Adapted("embed")) {
+    bytes[kInternal] += p * ctx.lora_rank * ctx.lora_rank_bytes;
+  }
   out.boundary = p * d * b;
   out.largest = out.boundary;
   return out;
@@ -121,9 +259,13 @@ Activations LinearActivations(const Layer& layer, double p,
   const auto& l = layer.linear();
   const double o = p * static_cast<double>(l.out_features());
   if (l.logits()) {
-    // fp32 logits and their gradient live together at the loss.
-    out.transient = o * 4.0 * 2.0;
+    out.transient = LogitsTransient(o, p, ctx);
     out.largest = o * 4.0;
+    // An adapted head saves its input for the adapter as any linear.
+    if (ctx.Adapted("lm_head")) {
+      bytes[kInternal] +=
+          ctx.LoraBytes(p, static_cast<double>(l.in_features()));
+    }
   } else {
     bytes[kOutputs] += o * b;
     out.largest = o * b;
@@ -327,6 +469,50 @@ Activations LayerActivations(const Layer& layer, double p, const Context& ctx) {
   return out;
 }
 
+// Under activation offloading, the per-sample bytes of each component
+// that leave the GPU. torchtune's OffloadActivations moves every saved
+// tensor of >= 1 KiB (min_offload_size=1024) to pinned host memory during
+// forward; with use_streams it keeps up to max_fwd_stash_size=5 tensors
+// in flight in forward and, in backward, the tensors of the node being
+// computed and the ones prefetched for the next (torchtune/training/
+// _activation_offloading.py @ bd2a0fc): two copies of a repeated block
+// stay (the rebuilt copy and two boundaries under full checkpointing).
+// get_act_offloading_ctx_manager wraps model.output in a NoOpManager, so
+// the head's input stays on the GPU. Tensors under 1 KiB are not counted.
+ComponentArray OffloadedActivations(const Layers& layers, double positions,
+                                    const Context& ctx) {
+  ComponentArray host{};
+  double head_input = 0;  // saved by the head, an earlier layer's output
+  for (const Layer& child : layers) {
+    const double p = Positions(child, positions);
+    const Activations all = ChildContribution(child, p, ctx);
+    const double repeat = child.repeat() == 0 ? 1 : child.repeat();
+    ComponentArray kept{};
+    if (repeat > 1) {
+      const Activations one = LayerActivations(child, p, ctx);
+      if (ctx.checkpointing) {
+        kept = one.bytes;
+        kept[kOutputs] += 2 * one.boundary;
+      } else {
+        for (int c = 0; c < kNumComponents; ++c) {
+          kept[c] = all.bytes[c] * 2.0 / repeat;
+        }
+      }
+    } else if (child.has_linear() && child.linear().logits() &&
+               !child.frozen()) {
+      head_input +=
+          p * static_cast<double>(child.linear().in_features()) * ctx.act_bytes;
+      kept[kInternal] = all.bytes[kInternal];  // an adapted head's input
+    }
+    for (int c = 0; c < kNumComponents; ++c) {
+      if (c == kTransient) continue;
+      host[c] += std::max(0.0, all.bytes[c] - kept[c]);
+    }
+  }
+  host[kOutputs] = std::max(0.0, host[kOutputs] - head_input);
+  return host;
+}
+
 Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
                     double* default_positions) {
   Context ctx;
@@ -348,7 +534,14 @@ Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
     if (dropout) ctx.lora_input_bytes += 1.0;
     ctx.lora_rank_bytes = MixedPrecision(setup) ? 2.0 : 4.0;
   }
-  ctx.checkpointing = setup.activation_checkpointing();
+  const v1::TrainingSetup::Checkpointing checkpointing = CheckpointingOf(setup);
+  ctx.checkpointing = checkpointing == v1::TrainingSetup::FULL ||
+                      (checkpointing == v1::TrainingSetup::SELECTIVE &&
+                       setup.checkpoint_every() == 1);
+  ctx.selective = checkpointing == v1::TrainingSetup::SELECTIVE &&
+                  setup.checkpoint_every() != 1;
+  ctx.checkpoint_every = setup.checkpoint_every();
+  ctx.loss_chunks = LossChunks(setup);
   *default_positions = static_cast<double>(spec.positions());
   ctx.position_scale = 1.0;
   if (setup.positions() != 0) {
@@ -415,6 +608,14 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   const double microbatches =
       setup.grad_accum() > 1 ? static_cast<double>(setup.grad_accum()) : 1.0;
   profile.per_sample_bytes = act.bytes;
+  if (setup.activation_offloading()) {
+    const ComponentArray host =
+        OffloadedActivations(frozen.spec.layers(), default_positions, ctx);
+    for (int c = 0; c < kNumComponents; ++c) {
+      profile.per_sample_bytes[c] -= host[c];
+      profile.host_activation_bytes_per_sample += host[c] / microbatches;
+    }
+  }
   profile.per_sample_bytes[kTransient] = act.transient;
   for (double& bytes : profile.per_sample_bytes) bytes /= microbatches;
   profile.largest_tensor_per_sample = act.largest / microbatches;
@@ -452,6 +653,18 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
   profile.fixed_bytes[kTransient] = st.dequantized;
   ApplyParallel(frozen.spec, setup, &profile);
   return profile;
+}
+
+std::vector<std::string> ProfileAssumptions(const MemoryProfile& profile) {
+  std::vector<std::string> out;
+  if (profile.host_activation_bytes_per_sample > 0) {
+    out.push_back(absl::StrCat(
+        "activation offloading: ",
+        FormatBytesAsGb(profile.host_activation_bytes_per_sample, 3),
+        " of saved activations per sample in pinned host memory (times the "
+        "batch), not in the GPU peak"));
+  }
+  return out;
 }
 
 ComponentArray FactorArray(const v1::Factors& f) {

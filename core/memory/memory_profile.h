@@ -63,6 +63,10 @@ struct MemoryProfile {
   // The largest single activation tensor per sample: with the fp32 weights
   // a lower bound of any measured peak of this model.
   double largest_tensor_per_sample = 0;
+  // Under activation offloading: the saved activations per sample that
+  // live in host memory (pinned) instead of on the GPU; not in any
+  // component. Host bytes at batch B: B times this.
+  double host_activation_bytes_per_sample = 0;
   // Under a parallel setup (parallel.h), what it did to the optimizer
   // component and activations: every byte count above is per GPU.
   ParallelBreakdown parallel;
@@ -94,6 +98,12 @@ struct LayerShare {
 // repeat counts as one), for `headroom model inspect`.
 absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
     const v1::ModelSpec& spec, const v1::TrainingSetup& setup);
+
+// Remarks on what the profile moved off the GPU that no component holds:
+// under activation offloading, the saved activations per sample in pinned
+// host memory (empty otherwise). The planner adds them to the answer's
+// assumptions beside SetupAssumptions and ParallelAssumptions.
+std::vector<std::string> ProfileAssumptions(const MemoryProfile& profile);
 
 // Factors as an array in Component order, and back.
 ComponentArray FactorArray(const v1::Factors& factors);

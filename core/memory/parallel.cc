@@ -20,6 +20,39 @@ absl::Status Invalid(const std::string& field, const std::string& value,
       absl::StrCat("setup.", field, " = ", value, " is invalid; ", allowed));
 }
 
+// torchao's CPUOffloadOptimizer is "for single-GPU training" and its
+// offload_gradients is "not compatible with gradient accumulation"
+// (torchao/optim/cpu_offload.py @ 36027d8); the gradients leave in a
+// post-accumulate-grad hook, so no step may run in backward besides.
+absl::Status ValidateGradientOffload(const TrainingSetup& setup) {
+  const char* value = "OPTIMIZER_GRADIENTS";
+  const bool one_gpu =
+      setup.gpus() <= 1 && setup.nodes() <= 1 && setup.tensor_parallel() <= 1;
+  if (!one_gpu) {
+    return Invalid("offload", value,
+                   "torchao's CPUOffloadOptimizer runs on one GPU: allowed "
+                   "with gpus 0 or 1 (and no nodes or tensor_parallel); "
+                   "for several GPUs use OPTIMIZER with a sharded strategy");
+  }
+  if (setup.parallel() != TrainingSetup::PARALLEL_UNSPECIFIED &&
+      setup.parallel() != TrainingSetup::DDP) {
+    return Invalid("offload", value,
+                   "a one-GPU offload takes no sharded strategy: allowed "
+                   "with parallel unset or DDP");
+  }
+  if (setup.grad_accum() > 1) {
+    return Invalid("offload", value,
+                   "offload_gradients frees each gradient once it is on the "
+                   "host, so it allows grad_accum 0 or 1 only");
+  }
+  if (setup.optimizer_in_backward()) {
+    return Invalid("offload", value,
+                   "the optimizer steps on the host after backward: not "
+                   "allowed with optimizer_in_backward");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool HasParallel(const TrainingSetup& setup) {
@@ -95,7 +128,7 @@ absl::Status ValidateParallel(const TrainingSetup& setup) {
   }
   if (!TrainingSetup::Offload_IsValid(setup.offload())) {
     return Invalid("offload", absl::StrCat(setup.offload()),
-                   "allowed OPTIMIZER, PARAMS, BOTH");
+                   "allowed OPTIMIZER, PARAMS, BOTH, OPTIMIZER_GRADIENTS");
   }
   if (setup.nodes() > kMaxGpus || setup.gpus_per_node() > kMaxGpus) {
     return Invalid(setup.nodes() > kMaxGpus ? "nodes" : "gpus_per_node",
@@ -131,6 +164,9 @@ absl::Status ValidateParallel(const TrainingSetup& setup) {
                                 setup.gpus(), ")"));
   }
   const int stage = StrategyStage(setup.parallel());
+  if (setup.offload() == TrainingSetup::OPTIMIZER_GRADIENTS) {
+    return ValidateGradientOffload(setup);
+  }
   if (setup.offload() != TrainingSetup::OFFLOAD_UNSPECIFIED && stage == 0) {
     return Invalid("offload", TrainingSetup::Offload_Name(setup.offload()),
                    "offload needs a sharded strategy: parallel ZERO1, ZERO2, "
@@ -259,8 +295,33 @@ ModelStates RankStates(const ModelStates& states, const TrainingSetup& setup,
 
 // Moves what the setup offloads from the sharded states `sh` to the host
 // (per GPU and per node, in `p`).
+// torchao's CPUOffloadOptimizer(offload_gradients=True) on one GPU
+// (torchao/optim/cpu_offload.py @ 36027d8): every trained parameter of
+// >= minimal_size (4096) elements gets a pinned host copy and a host
+// gradient of its own dtype (empty_like), and its optimizer (fused CPU
+// AdamW by default) steps there; a post-accumulate-grad hook copies each
+// gradient to the host and frees the device one, so one gradient is on
+// the GPU at a time. Smaller parameters keep gradient, state and step on
+// the GPU (d_opt).
+void OffloadOptimizerAndGradients(ModelStates* sh, ParallelBreakdown* p) {
+  const double big_gradients = sh->gradients - sh->small_gradients;
+  const double big_states = sh->states - sh->small_states;
+  p->host_bytes_per_gpu += 2 * big_gradients + big_states;
+  p->offload_gradients = true;
+  sh->gradients =
+      sh->small_gradients + std::min(sh->largest_gradient, big_gradients);
+  sh->states = sh->small_states;
+  sh->paged_states = 0;
+  sh->update_temporaries = 0;
+}
+
 void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
                    ModelStates* sh, ParallelBreakdown* p) {
+  if (setup.offload() == TrainingSetup::OPTIMIZER_GRADIENTS) {
+    OffloadOptimizerAndGradients(sh, p);
+    p->host_bytes_per_node = p->host_bytes_per_gpu;
+    return;
+  }
   const bool offload_optimizer = setup.offload() == TrainingSetup::OPTIMIZER ||
                                  setup.offload() == TrainingSetup::BOTH;
   const bool offload_params = setup.offload() == TrainingSetup::PARAMS ||
@@ -277,6 +338,7 @@ void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
     p->host_bytes_per_gpu += sh->weights + sh->gradients + sh->states +
                              sh->update_temporaries + sh->half_copies;
     sh->weights = sh->gradients = sh->states = sh->update_temporaries = 0;
+    sh->paged_states = 0;
     sh->half_copies = 0;
   } else {
     if (offload_optimizer) {
@@ -284,6 +346,7 @@ void OffloadToHost(const TrainingSetup& setup, const ParallelLayout& l,
       // the gradient partitions go there too.
       p->host_bytes_per_gpu += sh->states + sh->update_temporaries;
       sh->states = 0;
+      sh->paged_states = 0;
       sh->update_temporaries = 0;
       if (l.stage >= 2) {
         p->host_bytes_per_gpu += sh->gradients;
@@ -349,11 +412,14 @@ void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
   ModelStates sh = ShardStates(st, l.stage, l.shard_degree);
   OffloadToHost(setup, l, &sh, &p);
   SetCommunicationBuffers(setup, split, profile->states, st, tp_scale, &p);
+  // Paged optimizer state is CUDA managed memory, out of the peak as on
+  // one GPU (BuildProfile).
+  const double device_states = sh.states - sh.paged_states;
   p.states_backward =
-      sh.weights + sh.states + sh.half_copies +
+      sh.weights + device_states + sh.half_copies +
       (setup.optimizer_in_backward() ? sh.in_backward_buffers : sh.gradients);
   p.states_update =
-      sh.weights + sh.states +
+      sh.weights + device_states +
       (setup.optimizer_in_backward() ? sh.in_backward_buffers
                                      : sh.gradients + sh.update_temporaries);
   profile->fixed_bytes[kOptimizer] =
@@ -405,6 +471,13 @@ std::vector<std::string> ParallelAssumptions(const ParallelBreakdown& p) {
         "gradient buckets: ", kDdpBucketsInFlight,
         " of 25 MB in flight (gradient_as_bucket_view; without it DDP keeps "
         "a flat copy of every gradient)"));
+  }
+  if (p.offload_gradients) {
+    out.push_back(
+        "offload optimizer,gradients (torchao's CPUOffloadOptimizer, "
+        "offload_gradients=True): each trained tensor of >= 4,096 elements "
+        "steps on the host from a pinned copy of its weight and gradient; "
+        "one gradient is on the GPU at a time, smaller tensors stay");
   }
   if (p.host_bytes_per_gpu > 0) {
     out.push_back(absl::StrCat(

@@ -115,6 +115,9 @@ struct ParallelBreakdown {
   bool collective_fitted = false;
   // DeepSpeed's mixed precision (KeepsDeepSpeedMixedPrecision).
   bool deepspeed_mixed = false;
+  // OPTIMIZER_GRADIENTS: torchao's CPUOffloadOptimizer with
+  // offload_gradients (weights on the GPU, gradients and state on host).
+  bool offload_gradients = false;
 };
 
 // Whether the setup runs DeepSpeed's own mixed precision (a ZeRO strategy

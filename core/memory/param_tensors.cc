@@ -122,14 +122,14 @@ void Emitter::Layer(const v1::Layer& layer) const {
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
       inner.Emit({layer.embedding().num_embeddings(), layer.embedding().dim()},
-                 TensorRole::kTable);
+                 TensorRole::kTable, "embed");
       break;
     case Layer::kLinear: {
       const auto& l = layer.linear();
       if (!l.tied()) {
         inner.Emit({l.out_features(), l.in_features()},
                    l.logits() ? TensorRole::kHead : TensorRole::kLinear,
-                   l.logits() ? "" : "linear");
+                   l.logits() ? "lm_head" : "linear");
       }
       if (l.bias()) inner.Emit({l.out_features()});
       break;
@@ -177,7 +177,41 @@ void Emitter::Layer(const v1::Layer& layer) const {
   }
 }
 
+// Calls `fn` for every tied logits linear under `layer`.
+void VisitTiedHeads(const v1::Layer& layer, int top_level, uint64_t copies,
+                    bool frozen,
+                    const std::function<void(const ParamTensor&)>& fn) {
+  copies = SaturatingMul(copies, layer.repeat() == 0 ? 1 : layer.repeat());
+  frozen = frozen || layer.frozen();
+  if (layer.has_block()) {
+    for (const v1::Layer& child : layer.block().layers()) {
+      VisitTiedHeads(child, top_level, copies, frozen, fn);
+    }
+    return;
+  }
+  if (!layer.has_linear() || !layer.linear().logits() ||
+      !layer.linear().tied()) {
+    return;
+  }
+  ParamTensor t;
+  t.shape[t.rank++] = layer.linear().out_features();
+  t.shape[t.rank++] = layer.linear().in_features();
+  t.copies = copies;
+  t.role = TensorRole::kHead;
+  t.target = "lm_head";
+  t.top_level = top_level;
+  t.spec_frozen = frozen;
+  if (t.Elements() != 0 && t.copies != 0) fn(t);
+}
+
 }  // namespace
+
+void ForEachTiedHead(const v1::ModelSpec& spec,
+                     const std::function<void(const ParamTensor&)>& fn) {
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    VisitTiedHeads(spec.layers(i), i, 1, false, fn);
+  }
+}
 
 uint64_t ParamTensor::Elements() const {
   if (rank == 0) return 0;

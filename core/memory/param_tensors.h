@@ -32,7 +32,8 @@ struct ParamTensor {
   uint64_t copies = 1;
   TensorRole role = TensorRole::kOther;
   // For a kLinear: "q", "k", "v", "o" (attention), "gate", "up", "down"
-  // (MLP and experts) or "linear" (a standalone linear layer).
+  // (MLP and experts) or "linear" (a standalone linear layer); "lm_head"
+  // for a kHead, "embed" for a kTable (the LoRA target names).
   const char* target = "";
   // The spec's top-level layer it belongs to.
   int top_level = 0;
@@ -49,6 +50,12 @@ struct ParamTensor {
 // in layer order; a tied head's shared weight is not a tensor of its own.
 void ForEachParamTensor(const v1::ModelSpec& spec,
                         const std::function<void(const ParamTensor&)>& fn);
+
+// Calls `fn` once per tied output head (a logits linear sharing its
+// table's weight, which ForEachParamTensor leaves out) with the head's
+// [out, in] shape, role kHead: LoRA adapts such a head as a Linear.
+void ForEachTiedHead(const v1::ModelSpec& spec,
+                     const std::function<void(const ParamTensor&)>& fn);
 
 }  // namespace headroom
 

@@ -1,11 +1,13 @@
 #include "core/memory/training_setup.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "base/units.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/parallel.h"
@@ -18,6 +20,9 @@ using v1::TrainingSetup;
 
 constexpr const char* kLoraTargetNames[] = {"q",    "k",  "v",   "o",
                                             "gate", "up", "down"};
+// Targets beyond the linears: the output head and the embedding tables
+// (PEFT's all-linear leaves the output layer out, so these are named).
+constexpr const char* kLoraExtraTargets[] = {"lm_head", "embed"};
 constexpr int kMaxLoraTargets = 16;
 constexpr size_t kMaxFreezeNameBytes = 256;
 
@@ -27,11 +32,72 @@ absl::Status Invalid(const std::string& field, const std::string& value,
                                                  " is not allowed; ", allowed));
 }
 
+// Whether LoRA adapts the tensor: a linear by its target, the output
+// head as "lm_head", an embedding table as "embed" (param_tensors.h).
+bool LoraAdapts(const ParamTensor& t, const std::set<std::string>& targets) {
+  const bool adaptable = t.role == TensorRole::kLinear ||
+                         t.role == TensorRole::kHead ||
+                         t.role == TensorRole::kTable;
+  return adaptable && targets.count(t.target) != 0;
+}
+
+// LoRA's A and B for an adapted tensor, as PEFT shapes them: a linear
+// [out, in] (the head too) gets A [r, in] and B [out, r]; an embedding
+// table [num, dim] gets lora_embedding_A [r, num] and lora_embedding_B
+// [dim, r] (Embedding.update_layer, peft src/peft/tuners/lora/layer.py
+// @ 5d602fd).
+std::array<ParamTensor, 2> LoraAdapters(const ParamTensor& t, uint64_t rank) {
+  const bool table = t.role == TensorRole::kTable;
+  const uint64_t in = table ? t.shape[0] : t.InFeatures();
+  const uint64_t out = table ? t.shape[1] : t.OutFeatures();
+  std::array<ParamTensor, 2> adapters;
+  adapters[0].shape = {rank, in};
+  adapters[1].shape = {out, rank};
+  for (ParamTensor& a : adapters) {
+    a.rank = 2;
+    a.copies = t.copies;
+  }
+  return adapters;
+}
+
 bool Matches(const std::string& pattern, const std::string& name) {
   if (absl::EndsWith(pattern, "*")) {
     return absl::StartsWith(name, pattern.substr(0, pattern.size() - 1));
   }
   return pattern == name;
+}
+
+// torchao's AdamW4bit / AdamWFp8 state of one tensor: two moments, each
+// quantized when the tensor has >= 4096 elements and a whole number of
+// blocks, else torch.zeros_like(p) in the parameter's dtype (_new_buffer,
+// torchao/optim/adam.py @ 36027d8). OptimState4bit.zeros holds codes of
+// n / 2 uint8, n / 128 fp32 scales and a 16-entry fp32 qmap
+// (torchao/optim/subclass_4bit.py @ 36027d8); OptimStateFp8.zeros n
+// float8_e4m3fn codes and n / 256 fp32 scales (subclass_fp8.py).
+double LowBitStateBytes(TrainingSetup::Optimizer optimizer,
+                        const ParamTensor& t, double param_bytes) {
+  const uint64_t n = t.Elements();
+  const double e = static_cast<double>(n);
+  const bool four = optimizer == TrainingSetup::ADAM4BIT;
+  const uint64_t block = four ? kTorchao4BitBlock : kTorchaoFp8Block;
+  if (n < kTorchaoMinLowBitSize || n % block != 0) {
+    return 2 * param_bytes * e;
+  }
+  const double scales = 4.0 * e / static_cast<double>(block);
+  return four ? 2 * (e / 2 + scales + 16 * 4.0) : 2 * (e + scales);
+}
+
+// The part of one tensor's state that lives in CUDA managed memory: a
+// paged bitsandbytes optimizer pages its moment buffers (not the 8-bit
+// absmax) of tensors of >= 1e5 elements (get_state_buffer, bitsandbytes/
+// optim/optimizer.py @ 95f9af3).
+double PagedStateBytes(TrainingSetup::Optimizer optimizer,
+                       const ParamTensor& t) {
+  if (t.Elements() < kBnbMinPagedSize) return 0;
+  const double e = static_cast<double>(t.Elements());
+  if (optimizer == TrainingSetup::PAGED_ADAMW) return 2 * 4.0 * e;
+  if (optimizer == TrainingSetup::PAGED_ADAMW8BIT) return 2 * e;
+  return 0;
 }
 
 double StateBytes(const TrainingSetup& setup, const ParamTensor& t,
@@ -49,6 +115,14 @@ double StateBytes(const TrainingSetup& setup, const ParamTensor& t,
       const double blocks = std::ceil(e / kBnbOptimizerBlock);
       return 2 * (e + 4.0 * blocks);
     }
+    case TrainingSetup::PAGED_ADAMW:
+      // optim_bits 32: both moments fp32 whatever the parameter's dtype
+      // (get_state_buffer(p, dtype=torch.float32), bitsandbytes/optim/
+      // optimizer.py @ 95f9af3).
+      return 2 * 4.0 * e;
+    case TrainingSetup::ADAM4BIT:
+    case TrainingSetup::ADAMFP8:
+      return LowBitStateBytes(setup.optimizer(), t, param_bytes);
     case TrainingSetup::ADAFACTOR: {
       if (t.rank < 2) return 4.0 * e;
       double lead = 1;
@@ -77,6 +151,12 @@ double TensorStepTemporaries(const TrainingSetup& setup, double elements,
     case TrainingSetup::ADAMW_FUSED:
     case TrainingSetup::ADAM8BIT:
     case TrainingSetup::PAGED_ADAMW8BIT:
+    case TrainingSetup::PAGED_ADAMW:
+      return 0;
+    case TrainingSetup::ADAM4BIT:
+    case TrainingSetup::ADAMFP8:
+      // One torch.compile'd single_param_adam per tensor, fused: no
+      // materialized temporaries (torchao/optim/adam.py @ 36027d8).
       return 0;
     default:  // foreach AdamW, SGD with momentum: one intermediate
       return param_bytes * elements;
@@ -103,6 +183,12 @@ const char* OptimizerName(TrainingSetup::Optimizer optimizer) {
       return "adam8bit";
     case TrainingSetup::PAGED_ADAMW8BIT:
       return "paged-adamw8bit";
+    case TrainingSetup::PAGED_ADAMW:
+      return "paged-adamw";
+    case TrainingSetup::ADAM4BIT:
+      return "adam4bit";
+    case TrainingSetup::ADAMFP8:
+      return "adamfp8";
     case TrainingSetup::ADAFACTOR:
       return "adafactor";
     case TrainingSetup::LION:
@@ -135,7 +221,8 @@ absl::Status ValidateStep(const TrainingSetup& setup) {
   if (!TrainingSetup::Optimizer_IsValid(setup.optimizer())) {
     return Invalid("optimizer", absl::StrCat(setup.optimizer()),
                    "allowed ADAMW, ADAMW_FUSED, ADAMW_LOOP, ADAM8BIT, "
-                   "PAGED_ADAMW8BIT, ADAFACTOR, LION, SGD, SGD_MOMENTUM");
+                   "PAGED_ADAMW8BIT, PAGED_ADAMW, ADAM4BIT, ADAMFP8, "
+                   "ADAFACTOR, LION, SGD, SGD_MOMENTUM");
   }
   if (!TrainingSetup::Attention_IsValid(setup.attention())) {
     return Invalid("attention", absl::StrCat(setup.attention()),
@@ -187,14 +274,17 @@ absl::Status ValidateLora(const TrainingSetup& setup) {
   }
   for (int i = 0; i < lora.targets_size(); ++i) {
     const std::string& target = lora.targets(i);
-    const bool known =
-        target == "all-linear" ||
-        std::any_of(std::begin(kLoraTargetNames), std::end(kLoraTargetNames),
-                    [&](const char* name) { return target == name; });
+    const auto is = [&](const char* name) { return target == name; };
+    const bool known = target == "all-linear" ||
+                       std::any_of(std::begin(kLoraTargetNames),
+                                   std::end(kLoraTargetNames), is) ||
+                       std::any_of(std::begin(kLoraExtraTargets),
+                                   std::end(kLoraExtraTargets), is);
     if (!known) {
       return Invalid(absl::StrCat("lora.targets[", i, "]"),
                      absl::StrCat("'", target.substr(0, 64), "'"),
-                     "allowed q, k, v, o, gate, up, down, all-linear");
+                     "allowed q, k, v, o, gate, up, down, all-linear, "
+                     "lm_head, embed");
     }
   }
   if (setup.quant_base() != TrainingSetup::BASE_QUANT_UNSPECIFIED &&
@@ -203,6 +293,49 @@ absl::Status ValidateLora(const TrainingSetup& setup) {
                    TrainingSetup::BaseQuant_Name(setup.quant_base()),
                    "a quantized base trains only through adapters: set "
                    "lora.rank 1 .. 4096");
+  }
+  return absl::OkStatus();
+}
+
+// The loss, activation checkpointing and offloading fields, and the
+// combinations that mean nothing.
+absl::Status ValidateActivationSetup(const TrainingSetup& setup) {
+  if (!TrainingSetup::Loss_IsValid(setup.loss())) {
+    return Invalid("loss", absl::StrCat(setup.loss()),
+                   "allowed LOSS_UNSPECIFIED (the framework's default), "
+                   "FULL_CE, CHUNKED_CE");
+  }
+  if (setup.loss_chunks() != 0 && setup.loss() != TrainingSetup::CHUNKED_CE) {
+    return Invalid("loss_chunks", absl::StrCat(setup.loss_chunks()),
+                   "loss_chunks needs loss CHUNKED_CE; allowed 0 otherwise");
+  }
+  if (setup.loss_chunks() > kMaxLossChunks) {
+    return Invalid("loss_chunks", absl::StrCat(setup.loss_chunks()),
+                   absl::StrCat("allowed 0 (", kDefaultLossChunks, ") .. ",
+                                kMaxLossChunks));
+  }
+  if (!TrainingSetup::Checkpointing_IsValid(setup.checkpointing())) {
+    return Invalid("checkpointing", absl::StrCat(setup.checkpointing()),
+                   "allowed CHECKPOINTING_UNSPECIFIED "
+                   "(activation_checkpointing decides), NO_CHECKPOINTING, "
+                   "FULL, SELECTIVE");
+  }
+  if (setup.checkpointing() == TrainingSetup::NO_CHECKPOINTING &&
+      setup.activation_checkpointing()) {
+    return Invalid("checkpointing", "NO_CHECKPOINTING",
+                   "activation_checkpointing true asks for FULL: allowed "
+                   "FULL, SELECTIVE or activation_checkpointing false");
+  }
+  if (setup.checkpoint_every() != 0 &&
+      setup.checkpointing() != TrainingSetup::SELECTIVE) {
+    return Invalid("checkpoint_every", absl::StrCat(setup.checkpoint_every()),
+                   "checkpoint_every needs checkpointing SELECTIVE; allowed "
+                   "0 otherwise");
+  }
+  if (setup.checkpoint_every() > 100000) {
+    return Invalid("checkpoint_every", absl::StrCat(setup.checkpoint_every()),
+                   "allowed 0 (op-level selective) .. 100000 (every N-th "
+                   "block recomputed)");
   }
   return absl::OkStatus();
 }
@@ -230,6 +363,71 @@ absl::Status ValidateFreeze(const v1::Freeze& freeze) {
   return absl::OkStatus();
 }
 
+// What a paged or low-bit optimizer's state assumes.
+void AddOptimizerRemarks(const TrainingSetup& setup, const ModelStates& states,
+                         std::vector<std::string>* out) {
+  if (states.paged_states > 0) {
+    out->push_back(absl::StrCat(
+        "paged optimizer state: ", FormatBytesAsGb(states.paged_states, 2),
+        " of ", OptimizerName(setup.optimizer()),
+        "'s moments (tensors of >= 100,000 elements) are not in the peak: "
+        "they live in CUDA managed memory, which the driver pages to the "
+        "host under pressure and torch's allocator does not count; the ",
+        FormatBytesAsGb(states.states - states.paged_states, 2),
+        " rest is device memory"));
+  }
+  if (setup.optimizer() == TrainingSetup::ADAM4BIT ||
+      setup.optimizer() == TrainingSetup::ADAMFP8) {
+    const bool four = setup.optimizer() == TrainingSetup::ADAM4BIT;
+    out->push_back(absl::StrCat(
+        "torchao ", four ? "AdamW4bit" : "AdamWFp8", ": moments ",
+        four ? "in 4 bits with one fp32 scale per 128 values"
+             : "in fp8 (e4m3) with one fp32 scale per 256 values",
+        "; tensors under 4,096 elements or not a whole number of blocks "
+        "keep moments in the parameter dtype"));
+  }
+}
+
+// What the loss, checkpointing and activation offloading assume.
+void AddActivationRemarks(const TrainingSetup& setup,
+                          std::vector<std::string>* out) {
+  if (const uint32_t chunks = LossChunks(setup); chunks != 0) {
+    out->push_back(absl::StrCat(
+        "loss: chunked cross-entropy in ", chunks,
+        " pieces of the sequence (torchtune's CEWithChunkedOutputLoss; "
+        "litgpt's chunked_cross_entropy): every piece's head output is "
+        "alive at the loss, one piece's fp32 logits and gradient at a "
+        "time"));
+  }
+  const TrainingSetup::Checkpointing checkpointing = CheckpointingOf(setup);
+  if (checkpointing == TrainingSetup::SELECTIVE) {
+    out->push_back(
+        setup.checkpoint_every() > 1
+            ? absl::StrCat(
+                  "checkpointing: selective, every ", setup.checkpoint_every(),
+                  "-th copy of a repeated block recomputed (torchtune's "
+                  "ac_mode selective, ac_option ",
+                  setup.checkpoint_every(),
+                  "), the other copies keep their activations")
+        : setup.checkpoint_every() == 1
+            ? std::string("checkpointing: selective every block, as full")
+            : std::string(
+                  "checkpointing: op-level selective (torchtitan's op SAC): "
+                  "attention outputs and every second matmul output saved, "
+                  "norms, activations and elementwise ops recomputed"));
+  }
+  if (setup.activation_offloading()) {
+    out->push_back(
+        "activation offloading (torchtune's OffloadActivations, streams "
+        "on): saved activations go to pinned host memory during forward; "
+        "the GPU keeps two copies of a repeated block's activations (the one "
+        "in "
+        "backward and the one being brought back) and the head's input, "
+        "which torchtune does not offload; tensors under 1 KiB stay and are "
+        "not counted");
+  }
+}
+
 }  // namespace
 
 absl::Status ValidateSetup(const TrainingSetup& setup) {
@@ -238,6 +436,7 @@ absl::Status ValidateSetup(const TrainingSetup& setup) {
   }
   if (absl::Status step = ValidateStep(setup); !step.ok()) return step;
   if (absl::Status lora = ValidateLora(setup); !lora.ok()) return lora;
+  RETURN_IF_ERROR(ValidateActivationSetup(setup));
   return ValidateFreeze(setup.freeze());
 }
 
@@ -253,6 +452,26 @@ bool MixedPrecision(const TrainingSetup& setup) {
 
 double ActivationBytes(const TrainingSetup& setup) {
   return TrueHalfPrecision(setup) || MixedPrecision(setup) ? 2.0 : 4.0;
+}
+
+TrainingSetup::Checkpointing CheckpointingOf(const TrainingSetup& setup) {
+  if (setup.checkpointing() != TrainingSetup::CHECKPOINTING_UNSPECIFIED) {
+    return setup.checkpointing();
+  }
+  return setup.activation_checkpointing() ? TrainingSetup::FULL
+                                          : TrainingSetup::NO_CHECKPOINTING;
+}
+
+uint32_t LossChunks(const TrainingSetup& setup) {
+  if (setup.loss() != TrainingSetup::CHUNKED_CE) return 0;
+  return setup.loss_chunks() != 0 ? setup.loss_chunks() : kDefaultLossChunks;
+}
+
+double ChunkedLogitsFraction(uint64_t positions, uint32_t chunks) {
+  if (positions == 0 || chunks <= 1) return 1.0;
+  const uint64_t largest = (positions + chunks - 1) / chunks;
+  return std::min(
+      1.0, static_cast<double>(largest) / static_cast<double>(positions));
 }
 
 bool FusedAttention(const v1::Attention& attention,
@@ -349,8 +568,7 @@ absl::StatusOr<FrozenSpec> ApplyFreeze(const v1::ModelSpec& spec,
     std::vector<bool> trains(out.spec.layers_size(), false);
     ForEachParamTensor(out.spec, [&](const ParamTensor& t) {
       if (t.spec_frozen) return;
-      const bool adapted =
-          t.role == TensorRole::kLinear && targets.count(t.target) != 0;
+      const bool adapted = LoraAdapts(t, targets);
       if (adapted || !out.weights_frozen[t.top_level]) {
         trains[t.top_level] = true;
       }
@@ -384,14 +602,27 @@ ModelStates ComputeModelStates(const FrozenSpec& frozen,
     s.gradients += param_bytes * e * c;
     const double state = StateBytes(setup, t, param_bytes) * c;
     s.states += state;
-    if (setup.optimizer() == TrainingSetup::PAGED_ADAMW8BIT) {
-      s.paged_states += state;
+    s.paged_states += PagedStateBytes(setup.optimizer(), t) * c;
+    s.largest_gradient = std::max(s.largest_gradient, param_bytes * e);
+    if (t.Elements() < kTorchaoOffloadMinSize) {
+      s.small_gradients += param_bytes * e * c;
+      s.small_states += state;
     }
     if (mixed) s.half_copies += 2.0 * e * c;
     const double step = TensorStepTemporaries(setup, e, param_bytes);
     if (!loops) foreach_temporaries += step * c;
     largest_step = std::max(largest_step, step);
     largest_in_backward = std::max(largest_in_backward, param_bytes * e + step);
+  };
+
+  // LoRA's A and B, trained in fp32.
+  const auto adapt = [&](const ParamTensor& t) {
+    for (const ParamTensor& adapter : LoraAdapters(t, rank)) {
+      s.adapter_params += adapter.Elements() * adapter.copies;
+      s.weights += 4.0 * static_cast<double>(adapter.Elements()) *
+                   static_cast<double>(adapter.copies);
+      train(adapter, 4.0);
+    }
   };
 
   ForEachParamTensor(frozen.spec, [&](const ParamTensor& t) {
@@ -412,22 +643,19 @@ ModelStates ComputeModelStates(const FrozenSpec& frozen,
       s.weights += w * e * c;
     }
     if (t.spec_frozen) return;
-    if (rank != 0 && linear && targets.count(t.target) != 0) {
-      // A [rank, in] and B [out, rank], fp32.
-      for (const auto& [rows, cols] : {std::pair{rank, t.InFeatures()},
-                                       std::pair{t.OutFeatures(), rank}}) {
-        ParamTensor adapter;
-        adapter.shape = {rows, cols};
-        adapter.rank = 2;
-        adapter.copies = t.copies;
-        s.adapter_params += adapter.Elements() * adapter.copies;
-        s.weights += 4.0 * static_cast<double>(adapter.Elements()) * c;
-        train(adapter, 4.0);
-      }
+    if (rank != 0 && LoraAdapts(t, targets)) {
+      adapt(t);
       return;
     }
     if (!frozen.weights_frozen[t.top_level]) train(t, w);
   });
+  // A tied head shares the table's weight but PEFT still wraps the head's
+  // Linear with adapters of its own.
+  if (rank != 0 && targets.count("lm_head") != 0) {
+    ForEachTiedHead(frozen.spec, [&](const ParamTensor& t) {
+      if (!t.spec_frozen) adapt(t);
+    });
+  }
   s.update_temporaries = loops ? largest_step : foreach_temporaries;
   if (setup.optimizer_in_backward())
     s.in_backward_buffers = largest_in_backward;
@@ -516,13 +744,8 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
               "resident at a time"
             : ""));
   }
-  if (states.paged_states > 0) {
-    out.push_back(absl::StrCat(
-        "paged optimizer state (", FormatBytesAsGb(states.paged_states, 2),
-        ") is not in the peak: it lives in CUDA managed memory, which the "
-        "driver pages to the host under pressure and torch's allocator does "
-        "not count"));
-  }
+  AddOptimizerRemarks(setup, states, &out);
+  AddActivationRemarks(setup, &out);
   if (setup.grad_accum() > 1) {
     out.push_back(absl::StrCat(
         "grad_accum ", setup.grad_accum(),

@@ -27,6 +27,26 @@ inline constexpr uint64_t kBnbOptimizerBlock = 256;
 // 8-bit codes with one fp32 scale per 256 of them (QLoRA, section 3).
 inline constexpr uint64_t kNf4Block = 64;
 inline constexpr uint64_t kNf4ScaleBlock = 256;
+// bitsandbytes allocates a paged (CUDA managed) state buffer only for a
+// tensor of at least 1e5 elements; smaller ones get ordinary device memory
+// (get_state_buffer, bitsandbytes/optim/optimizer.py @ 95f9af3).
+inline constexpr uint64_t kBnbMinPagedSize = 100000;
+// torchao's low-bit AdamW (torchao/optim/adam.py @ 36027d8): a state tensor
+// is quantized only when the parameter has at least 4096 elements and a
+// multiple of the block size (_new_buffer); AdamW4bit's block is 128
+// values, AdamWFp8's 256, each block with one fp32 scale.
+inline constexpr uint64_t kTorchaoMinLowBitSize = 4096;
+inline constexpr uint64_t kTorchao4BitBlock = 128;
+inline constexpr uint64_t kTorchaoFp8Block = 256;
+// torchao's CPUOffloadOptimizer keeps a parameter smaller than this on the
+// GPU with an on-device optimizer (minimal_size, torchao/optim/
+// cpu_offload.py @ 36027d8).
+inline constexpr uint64_t kTorchaoOffloadMinSize = 4096;
+// CHUNKED_CE's pieces when loss_chunks is 0: torchtune's
+// CEWithChunkedOutputLoss(num_output_chunks=8)
+// (torchtune/modules/loss/ce_chunked_output_loss.py @ bd2a0fc).
+inline constexpr uint32_t kDefaultLossChunks = 8;
+inline constexpr uint32_t kMaxLossChunks = 65536;
 
 // INVALID_ARGUMENT naming the field and the allowed values for anything the
 // memory model cannot read.
@@ -38,13 +58,32 @@ bool TrueHalfPrecision(const v1::TrainingSetup& setup);
 bool MixedPrecision(const v1::TrainingSetup& setup);
 double ActivationBytes(const v1::TrainingSetup& setup);
 
+// The activation checkpointing the setup asks for: `checkpointing` when
+// set, else activation_checkpointing (true = FULL, false =
+// NO_CHECKPOINTING).
+v1::TrainingSetup::Checkpointing CheckpointingOf(
+    const v1::TrainingSetup& setup);
+
+// The pieces CHUNKED_CE computes the loss in (loss_chunks, 0 = 8); 0 when
+// the loss is not chunked.
+uint32_t LossChunks(const v1::TrainingSetup& setup);
+
+// The share of the sequence's logits one chunk holds when `positions` are
+// split into `chunks` pieces as torch.tensor_split does (the first pieces
+// get ceil(positions / chunks)): ceil(positions / chunks) / positions, at
+// most 1; 1 for 0 chunks or positions. A profile that chunks by a token
+// count (litgpt's lm_head_chunk_size=128) passes ceil(positions / 128).
+double ChunkedLogitsFraction(uint64_t positions, uint32_t chunks);
+
 // Whether an attention layer runs a fused kernel (no score matrix) under
 // the setup: its `fused` flag unless the setup names a kernel.
 bool FusedAttention(const v1::Attention& attention,
                     const v1::TrainingSetup& setup);
 
-// The linears LoRA adapts: "q", "k", "v", "o", "gate", "up", "down",
-// "linear" (standalone layers); empty when the setup has no adapters.
+// What LoRA adapts: the linears "q", "k", "v", "o", "gate", "up", "down",
+// "linear" (standalone layers), and "lm_head" (the output head) and "embed"
+// (embedding tables), which PEFT's all-linear leaves out; empty when the
+// setup has no adapters.
 std::set<std::string> LoraTargets(const v1::TrainingSetup& setup);
 
 // The spec with setup.freeze applied: the layers before the trained suffix
@@ -79,6 +118,14 @@ struct ModelStates {
   // Paged optimizer state (included in `states`; the peak leaves it out:
   // managed memory the driver pages to the host under pressure).
   double paged_states = 0;
+  // The largest trained tensor's gradient: what a per-parameter gradient
+  // offload (OPTIMIZER_GRADIENTS) keeps on the GPU at a time.
+  double largest_gradient = 0;
+  // The gradients and state of trained tensors under
+  // kTorchaoOffloadMinSize elements, which CPUOffloadOptimizer leaves on
+  // the GPU (included in `gradients` and `states`).
+  double small_gradients = 0;
+  double small_states = 0;
 };
 ModelStates ComputeModelStates(const FrozenSpec& frozen,
                                const v1::TrainingSetup& setup);

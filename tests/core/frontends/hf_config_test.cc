@@ -539,14 +539,14 @@ TEST(HfConfigTest, UnknownModelTypeListsSupported) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       status.message(),
-      AllOf(
-          HasSubstr("model_type = \"mamba\" is not supported"),
-          HasSubstr("bart, bert, bloom, clip, convnext, deberta-v2, "
-                    "deepseek_v3, distilbert, electra, falcon, gemma, gemma2, "
-                    "gemma3_text, gpt2, gpt_bigcode, gpt_neox, granite, "
-                    "llama, mistral, mixtral, mpt, olmo, olmo2, opt, phi, "
-                    "phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
-                    "starcoder2, swin, t5, vit, whisper, xlm-roberta")));
+      AllOf(HasSubstr("model_type = \"mamba\" is not supported"),
+            HasSubstr("bart, bert, bloom, clip, convnext, deberta-v2, "
+                      "deepseek_v3, dinov2, dinov2_with_registers, distilbert, "
+                      "electra, falcon, gemma, gemma2, "
+                      "gemma3_text, gpt2, gpt_bigcode, gpt_neox, granite, "
+                      "llama, mistral, mixtral, mpt, olmo, olmo2, opt, phi, "
+                      "phi3, qwen2, qwen2_moe, qwen3, roberta, stablelm, "
+                      "starcoder2, swin, t5, vit, whisper, xlm-roberta")));
   EXPECT_THAT(ErrorOf(R"({"hidden_size": 8})").message(),
               HasSubstr("model_type is missing"));
 }

@@ -90,12 +90,12 @@ TEST(TrainingSetupTest, EightBitAdamKeepsBlockScalesAndSmallTensorsIn32Bits) {
   EXPECT_DOUBLE_EQ(p.states.states, 2 * (5000.0 + 4 * 20) + 50.0 * 8);
   // The step is one kernel: no temporaries.
   EXPECT_DOUBLE_EQ(p.update_bytes[kOptimizer], p.fixed_bytes[kOptimizer]);
+  // bitsandbytes pages only tensors of >= 1e5 values: this model's 5,000
+  // and 50 stay device memory (setups_test.cc pages a larger one).
   setup.set_optimizer(TrainingSetup::PAGED_ADAMW8BIT);
   const MemoryProfile paged = Profile(Linear(), setup);
-  EXPECT_DOUBLE_EQ(paged.states.paged_states, p.states.states);
-  // Managed memory: out of the peak.
-  EXPECT_DOUBLE_EQ(paged.fixed_bytes[kOptimizer],
-                   p.fixed_bytes[kOptimizer] - p.states.states);
+  EXPECT_DOUBLE_EQ(paged.states.paged_states, 0.0);
+  EXPECT_DOUBLE_EQ(paged.fixed_bytes[kOptimizer], p.fixed_bytes[kOptimizer]);
 }
 
 TEST(TrainingSetupTest, AdafactorFactorsMatricesAndNotVectors) {

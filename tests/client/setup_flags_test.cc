@@ -1,0 +1,79 @@
+// The setup flags of issue 31 item 4, parsed as users type them and turned
+// into the API's TrainingSetup.
+
+#include "client/setup_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "gtest/gtest.h"
+
+namespace headroom::cli {
+namespace {
+
+using v1::TrainingSetup;
+
+// The setup `args` give, or the FillSetup error's message in `error`.
+TrainingSetup Parse(std::vector<std::string> args, std::string* error) {
+  CLI::App app;
+  Options options;
+  AddSetupFlags(&app, options);
+  args.insert(args.begin(), "headroom");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  TrainingSetup setup;
+  const absl::Status s = FillSetup(options, &setup);
+  if (error != nullptr) *error = std::string(s.message());
+  return setup;
+}
+
+TEST(SetupFlagsTest, CheckpointingBareFullOrSelective) {
+  std::string error;
+  // A bare --checkpointing stays what it always was: the old bool, FULL.
+  TrainingSetup bare =
+      Parse({"--checkpointing", "--activation_offloading"}, &error);
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(bare.activation_checkpointing());
+  EXPECT_EQ(bare.checkpointing(), TrainingSetup::CHECKPOINTING_UNSPECIFIED);
+  EXPECT_TRUE(bare.activation_offloading());
+  TrainingSetup full = Parse({"--checkpointing", "full"}, &error);
+  EXPECT_TRUE(full.activation_checkpointing());
+  TrainingSetup none = Parse({"--checkpointing", "none"}, &error);
+  EXPECT_FALSE(none.activation_checkpointing());
+  TrainingSetup selective = Parse(
+      {"--checkpointing", "selective", "--checkpoint_every", "2"}, &error);
+  EXPECT_EQ(selective.checkpointing(), TrainingSetup::SELECTIVE);
+  EXPECT_EQ(selective.checkpoint_every(), 2u);
+  EXPECT_FALSE(selective.activation_checkpointing());
+  Parse({"--checkpointing", "some"}, &error);
+  EXPECT_EQ(error,
+            "--checkpointing 'some' is unknown; allowed none, full, selective");
+}
+
+TEST(SetupFlagsTest, LossOptimizersOffloadAndLoraTargets) {
+  std::string error;
+  TrainingSetup setup =
+      Parse({"--loss", "chunked-ce", "--loss_chunks", "16", "--optimizer",
+             "adam4bit", "--offload", "optimizer,gradients", "--lora_rank", "8",
+             "--lora_targets", "q,v,lm_head,embed"},
+            &error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(setup.loss(), TrainingSetup::CHUNKED_CE);
+  EXPECT_EQ(setup.loss_chunks(), 16u);
+  EXPECT_EQ(setup.optimizer(), TrainingSetup::ADAM4BIT);
+  EXPECT_EQ(setup.offload(), TrainingSetup::OPTIMIZER_GRADIENTS);
+  ASSERT_EQ(setup.lora().targets_size(), 4);
+  EXPECT_EQ(setup.lora().targets(2), "lm_head");
+  EXPECT_EQ(setup.lora().targets(3), "embed");
+  EXPECT_EQ(Parse({"--optimizer", "paged-adamw"}, &error).optimizer(),
+            TrainingSetup::PAGED_ADAMW);
+  EXPECT_EQ(Parse({"--optimizer", "adamfp8"}, &error).optimizer(),
+            TrainingSetup::ADAMFP8);
+  Parse({"--loss", "chunked"}, &error);
+  EXPECT_EQ(error, "--loss 'chunked' is unknown; allowed chunked-ce, full-ce");
+}
+
+}  // namespace
+}  // namespace headroom::cli
