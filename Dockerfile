@@ -16,7 +16,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
       libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libcpp-httplib0.11 \
-      libsqlite3-0 libpq5 libonnx1 libsimdjson14 \
+      libsqlite3-0 libpq5 libonnx1 libsimdjson14 libyaml-cpp0.7 \
  && rm -rf /var/lib/apt/lists/*
 # A numeric USER lets Kubernetes' runAsNonRoot verify it without a runAsUser.
 RUN groupadd --system --gid 10001 headroom \

@@ -41,10 +41,24 @@ class CatalogFrontend final : public ModelFrontend {
   absl::StatusOr<ResolvedModel> Resolve(
       const v1::ModelRef& model, const v1::TrainingSetup& setup,
       const ModelCatalog& catalog) const override {
-    ASSIGN_OR_RETURN(const v1::ModelSpec* spec,
-                     catalog.Find(model.template_()));
+    absl::StatusOr<const v1::ModelSpec*> found =
+        catalog.Find(model.template_());
+    std::string alias_notice;
+    if (!found.ok()) {
+      // A Hub id, a litgpt name or a torchtune builder of a full model.
+      absl::StatusOr<std::string> name = catalog.ResolveId(model.template_());
+      if (!name.ok()) return found.status();
+      found = catalog.Find(*name);
+      if (!found.ok()) return found.status();
+      alias_notice = absl::StrCat("'", model.template_().substr(0, 128),
+                                  "' is the catalog's ", *name);
+    }
+    const v1::ModelSpec* spec = *found;
     ResolvedModel resolved;
     resolved.template_name = spec->name();
+    if (!alias_notice.empty()) {
+      resolved.assumptions.push_back(std::move(alias_notice));
+    }
     // A template named after a model may be a part of it, as measured; a
     // full model comes from a published file: every answer says which.
     if (std::string notice =

@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "base/units.h"
 #include "core/memory/model_spec.h"
+#include "core/memory/plan.h"
 #include "core/memory/training_setup.h"
 
 namespace headroom {
@@ -513,26 +514,30 @@ ComponentArray OffloadedActivations(const Layers& layers, double positions,
   return host;
 }
 
-Context MakeContext(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
+Context MakeContext(const v1::ModelSpec& spec, const Plan& plan,
                     double* default_positions) {
+  const v1::TrainingSetup& setup = plan.setup;
   Context ctx;
   ctx.setup = &setup;
-  ctx.act_bytes = ActivationBytes(setup);
-  ctx.lora_targets = LoraTargets(setup);
+  ctx.act_bytes = plan.compute_bytes;
+  ctx.lora_targets = plan.lora_targets;
   if (!ctx.lora_targets.empty()) {
     // PEFT keeps adapters in fp32 and casts each adapted linear's input to
     // it: under 16-bit weights that fp32 copy is what the A matmul saves;
     // under autocast the 16-bit copy autocast makes of it; in fp32 the
     // input itself (already counted) unless dropout made a new one.
-    // Dropout adds its one-byte mask.
+    // Adapters in the weights' own dtype (litgpt, torchtune) cast nothing:
+    // only dropout makes a new input. Dropout adds its one-byte mask.
     const bool dropout = setup.lora().dropout() > 0;
+    const bool mixed = MixedPrecision(setup);
+    const bool cast = plan.adapter_bytes != plan.weight_bytes;
     ctx.lora_rank = setup.lora().rank();
-    ctx.lora_input_bytes = TrueHalfPrecision(setup) ? 4.0
-                           : MixedPrecision(setup)  ? 2.0
-                           : dropout                ? 4.0
-                                                    : 0.0;
+    ctx.lora_input_bytes = cast && TrueHalfPrecision(setup) ? 4.0
+                           : mixed                          ? 2.0
+                           : dropout                        ? plan.compute_bytes
+                                                            : 0.0;
     if (dropout) ctx.lora_input_bytes += 1.0;
-    ctx.lora_rank_bytes = MixedPrecision(setup) ? 2.0 : 4.0;
+    ctx.lora_rank_bytes = mixed ? 2.0 : plan.adapter_bytes;
   }
   const v1::TrainingSetup::Checkpointing checkpointing = CheckpointingOf(setup);
   ctx.checkpointing = checkpointing == v1::TrainingSetup::FULL ||
@@ -594,19 +599,24 @@ ComponentArray MemoryProfile::PeakBytesAt(uint64_t batch,
 
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup) {
-  RETURN_IF_ERROR(ValidateSetup(setup));
+  ASSIGN_OR_RETURN(const Plan plan, ResolvePlan(spec, setup));
+  return BuildProfile(spec, plan);
+}
+
+absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
+                                           const Plan& plan) {
+  const v1::TrainingSetup& setup = plan.setup;
   ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(spec, setup));
   MemoryProfile profile;
-  profile.states = ComputeModelStates(frozen, setup);
+  profile.states = ComputeModelStates(frozen, setup, plan.adapter_bytes);
   profile.params = profile.states.params;
   double default_positions = 0;
-  const Context ctx = MakeContext(frozen.spec, setup, &default_positions);
+  const Context ctx = MakeContext(frozen.spec, plan, &default_positions);
   const Activations act =
       BlockActivations(frozen.spec.layers(), default_positions, ctx);
   // Under gradient accumulation a step's batch runs as grad_accum
   // microbatches: the activations are one microbatch's.
-  const double microbatches =
-      setup.grad_accum() > 1 ? static_cast<double>(setup.grad_accum()) : 1.0;
+  const double microbatches = static_cast<double>(plan.accum);
   profile.per_sample_bytes = act.bytes;
   if (setup.activation_offloading()) {
     const ComponentArray host =
@@ -651,7 +661,7 @@ absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
         resident + st.gradients + st.update_temporaries;
   }
   profile.fixed_bytes[kTransient] = st.dequantized;
-  ApplyParallel(frozen.spec, setup, &profile);
+  ApplyParallel(frozen.spec, plan, &profile);
   return profile;
 }
 
@@ -690,12 +700,12 @@ double PeakGb(const ComponentArray& bytes, const ComponentArray& factors) {
 }
 
 absl::StatusOr<std::vector<LayerShare>> LayerBreakdown(
-    const v1::ModelSpec& original, const v1::TrainingSetup& setup) {
-  RETURN_IF_ERROR(ValidateSetup(setup));
-  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(original, setup));
+    const v1::ModelSpec& original, const v1::TrainingSetup& asked) {
+  ASSIGN_OR_RETURN(const Plan plan, ResolvePlan(original, asked));
+  ASSIGN_OR_RETURN(const FrozenSpec frozen, ApplyFreeze(original, plan.setup));
   const v1::ModelSpec& spec = frozen.spec;
   double default_positions = 0;
-  const Context ctx = MakeContext(spec, setup, &default_positions);
+  const Context ctx = MakeContext(spec, plan, &default_positions);
   std::vector<LayerShare> shares;
   shares.reserve(spec.layers_size());
   for (int i = 0; i < spec.layers_size(); ++i) {

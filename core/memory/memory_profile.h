@@ -79,8 +79,15 @@ struct MemoryProfile {
                              Moment* moment = nullptr) const;
 };
 
-// Builds the profile of `spec` trained with `setup`. The spec must be valid
-// (ValidateSpec); INVALID_ARGUMENT for an unusable setup.
+// Builds the profile of `spec` trained as `plan` resolved it (plan.h:
+// the setup validated, its framework profile applied). The spec must be
+// valid (ValidateSpec).
+struct Plan;
+absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
+                                           const Plan& plan);
+
+// The same for a setup not yet resolved: ResolvePlan, then the above;
+// INVALID_ARGUMENT for an unusable setup.
 absl::StatusOr<MemoryProfile> BuildProfile(const v1::ModelSpec& spec,
                                            const v1::TrainingSetup& setup);
 

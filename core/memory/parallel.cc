@@ -8,6 +8,7 @@
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
 #include "core/memory/param_tensors.h"
+#include "core/memory/plan.h"
 
 namespace headroom {
 namespace {
@@ -391,13 +392,14 @@ void SetCommunicationBuffers(const TrainingSetup& setup,
   }
 }
 
-void ApplyParallel(const v1::ModelSpec& spec, const TrainingSetup& setup,
+void ApplyParallel(const v1::ModelSpec& spec, const Plan& plan,
                    MemoryProfile* profile) {
+  const TrainingSetup& setup = plan.setup;
   ParallelBreakdown& p = profile->parallel;
   p = ParallelBreakdown();
-  if (!HasParallel(setup)) return;
+  if (!plan.parallel) return;
   p.active = true;
-  p.layout = LayoutOf(setup);
+  p.layout = plan.layout;
   const ParallelLayout& l = p.layout;
   const ParamSplit split = SplitParams(spec);
   const double t = static_cast<double>(l.tensor_parallel);

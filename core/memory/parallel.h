@@ -132,7 +132,8 @@ bool KeepsDeepSpeedMixedPrecision(const v1::TrainingSetup& setup);
 // model state), the split activations are divided by T. A no-op (inactive
 // breakdown) for a one-GPU setup.
 struct MemoryProfile;
-void ApplyParallel(const v1::ModelSpec& spec, const v1::TrainingSetup& setup,
+struct Plan;
+void ApplyParallel(const v1::ModelSpec& spec, const Plan& plan,
                    MemoryProfile* profile);
 
 // Remarks an answer under a parallel setup carries.

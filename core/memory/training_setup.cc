@@ -581,8 +581,10 @@ absl::StatusOr<FrozenSpec> ApplyFreeze(const v1::ModelSpec& spec,
 }
 
 ModelStates ComputeModelStates(const FrozenSpec& frozen,
-                               const TrainingSetup& setup) {
+                               const TrainingSetup& setup,
+                               double adapter_bytes) {
   ModelStates s;
+  s.adapter_bytes = adapter_bytes;
   const double w = TrueHalfPrecision(setup) ? 2.0 : 4.0;
   const bool mixed = MixedPrecision(setup);
   const double compute = ActivationBytes(setup);
@@ -615,13 +617,13 @@ ModelStates ComputeModelStates(const FrozenSpec& frozen,
     largest_in_backward = std::max(largest_in_backward, param_bytes * e + step);
   };
 
-  // LoRA's A and B, trained in fp32.
+  // LoRA's A and B, trained in the adapters' dtype.
   const auto adapt = [&](const ParamTensor& t) {
     for (const ParamTensor& adapter : LoraAdapters(t, rank)) {
       s.adapter_params += adapter.Elements() * adapter.copies;
-      s.weights += 4.0 * static_cast<double>(adapter.Elements()) *
+      s.weights += adapter_bytes * static_cast<double>(adapter.Elements()) *
                    static_cast<double>(adapter.copies);
-      train(adapter, 4.0);
+      train(adapter, adapter_bytes);
     }
   };
 
@@ -718,9 +720,9 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
     const std::vector<std::string> names(targets.begin(), targets.end());
     out.push_back(absl::StrCat(
         "LoRA rank ", setup.lora().rank(), " on ", absl::StrJoin(names, ","),
-        ": ", Count(states.adapter_params),
-        " adapter parameters (fp32) train, ", Count(states.params),
-        " base parameters frozen"));
+        ": ", Count(states.adapter_params), " adapter parameters (",
+        states.adapter_bytes >= 4 ? "fp32" : "16-bit", ") train, ",
+        Count(states.params), " base parameters frozen"));
   }
   if (states.quantized_params != 0) {
     out.push_back(absl::StrCat(

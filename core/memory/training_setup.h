@@ -126,9 +126,13 @@ struct ModelStates {
   // the GPU (included in `gradients` and `states`).
   double small_gradients = 0;
   double small_states = 0;
+  // Bytes per LoRA adapter parameter: 4 (fp32, PEFT's autocast) or the
+  // trained weights' dtype, as the framework profile keeps them (plan.h).
+  double adapter_bytes = 4;
 };
 ModelStates ComputeModelStates(const FrozenSpec& frozen,
-                               const v1::TrainingSetup& setup);
+                               const v1::TrainingSetup& setup,
+                               double adapter_bytes = 4.0);
 
 // Remarks every answer under this setup carries (what the setup assumes).
 std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,

@@ -81,6 +81,9 @@ CollectiveFit AddSetupToProfile(
   }
   const CollectiveFit collective = CollectiveOf(collectives, plan.setup);
   SetCollective(collective, profile);
+  for (std::string& assumption : ProfileAssumptions(*profile)) {
+    assumptions->push_back(std::move(assumption));
+  }
   for (std::string& assumption : ParallelAssumptions(profile->parallel)) {
     assumptions->push_back(std::move(assumption));
   }
@@ -787,7 +790,7 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
 
   // The profile.
   ASSIGN_OR_RETURN(MemoryProfile profile,
-                   BuildProfile(model.spec(), plan.setup));
+                   BuildProfile(model.spec(), plan.resolved));
   RETURN_IF_ERROR(CheckWholeSteps(request.batches(), plan));
   const CollectiveFit collective = AddSetupToProfile(
       model.spec(), plan, factor_set_.collectives(), &profile, &assumptions);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/frontends/frontend_registry.h"
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
@@ -342,6 +343,27 @@ TEST(FullModelsTest, AnswersNameTheFileAndTheTemplateNamesTheFullModel) {
   EXPECT_EQ(catalog->FullModelOf("bert-base"), "bert-base-uncased");
   EXPECT_EQ(catalog->FullModelOf("t5-small"), "");
   EXPECT_EQ(catalog->FullModelSourceOf("gpt2"), nullptr);
+}
+
+// A model named as a framework or the Hub names it answers as the catalog's
+// full model, and says which.
+TEST(FullModelsTest, HubIdsAndFrameworkNamesResolveToTheFullModel) {
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(kModels);
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  v1::ModelRef ref;
+  for (const char* id : {"meta-llama/Llama-3.1-8B", "llama3_1_8b"}) {
+    ref.set_template_(id);
+    absl::StatusOr<ResolvedModel> model =
+        ResolveModelRef(ref, v1::TrainingSetup(), *catalog);
+    ASSERT_TRUE(model.ok()) << id << ": " << model.status();
+    EXPECT_EQ(model->template_name, "llama-3.1-8b") << id;
+    ASSERT_FALSE(model->assumptions.empty());
+    EXPECT_EQ(model->assumptions[0],
+              absl::StrCat("'", id, "' is the catalog's llama-3.1-8b"));
+  }
+  ref.set_template_("meta-llama/Llama-9-1T");
+  EXPECT_EQ(ResolveModelRef(ref, v1::TrainingSetup(), *catalog).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // At another length the config converts again, as the file itself would: a

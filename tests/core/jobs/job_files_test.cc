@@ -396,18 +396,38 @@ TEST(JobFilesTest, RequestOverridesTheFile) {
                         "TrainingSetup field"));
 }
 
-// litgpt's Llama-2-7b has no config in the catalog: the error names the
-// id and asks for --model FILE; with --model the file's setup still holds.
-TEST(JobFilesTest, UnknownModelIdAsksForAConfig) {
+// The shipped litgpt recipe's checkpoint_dir names a model the catalog
+// has (models/hf/llama-2-7b.json, by its Hub id).
+TEST(JobFilesTest, LitgptCheckpointDirResolvesThroughTheCatalog) {
   const std::shared_ptr<ModelCatalog> catalog = Catalog();
   v1::CheckFitRequest request;
   *request.mutable_job() = Job(DataFile("litgpt-llama-2-7b-lora.yaml"));
   request.add_targets()->set_gpu("H100");
   absl::StatusOr<JobRequest> plain = RequestFromJob(request, *catalog);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->request.model().template_(), "llama-2-7b");
+  EXPECT_EQ(plain->derivation.model(), "llama-2-7b");
+  EXPECT_EQ(plain->request.setup().framework(), v1::TrainingSetup::LITGPT);
+}
+
+// A litgpt checkpoint the catalog has no config for (the shipped recipe's
+// Llama-2-7b renamed to a model that does not exist): the error names the
+// id and asks for --model FILE; with --model the file's setup still holds.
+TEST(JobFilesTest, UnknownModelIdAsksForAConfig) {
+  const std::shared_ptr<ModelCatalog> catalog = Catalog();
+  v1::CheckFitRequest request;
+  *request.mutable_job() = Job(DataFile("litgpt-llama-2-7b-lora.yaml"));
+  std::string* content =
+      request.mutable_job()->mutable_job()->mutable_content();
+  const size_t at = content->find("Llama-2-7b-hf");
+  ASSERT_NE(at, std::string::npos);
+  content->replace(at, 13, "Llama-9-7b-hf");
+  request.add_targets()->set_gpu("H100");
+  absl::StatusOr<JobRequest> plain = RequestFromJob(request, *catalog);
   EXPECT_EQ(plain.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plain.status().message(),
               HasSubstr("litgpt-llama-2-7b-lora.yaml: the model "
-                        "meta-llama/Llama-2-7b-hf / Llama-2-7b-hf has no "
+                        "meta-llama/Llama-9-7b-hf / Llama-9-7b-hf has no "
                         "config in the catalog; give its config.json with "
                         "--model FILE"));
   request.mutable_model()->set_template_("llama-3.1-8b");
