@@ -60,10 +60,38 @@ constexpr const char* kTorchtuneFsdp2 =
     "pytorch/torchtune recipes/lora_finetune_distributed.py:548 "
     "training.shard_model (fully_shard per layer) @ "
     "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1";
-constexpr const char* kSavePhase =
-    "the framework saves a checkpoint during or after training "
-    "(transformers Trainer save_steps, torchtune save_checkpoint, DeepSpeed "
-    "save_checkpoint)";
+// How each loads: the LOAD phase's rule (phases.h: the weights as stored
+// plus one weight being quantised) holds for each, cited here so the plan
+// says why.
+constexpr const char* kHfLoad =
+    "huggingface/transformers src/transformers/integrations/bitsandbytes.py "
+    "set_module_quantized_tensor_to_device (meta init in the load dtype, "
+    "each checkpoint tensor set on the device and a 4-bit one quantised "
+    "there, one at a time) @ 01ae98ae2414210efd0d9ac1ffe78ff21588f1f7";
+constexpr const char* kLitgptLoad =
+    "Lightning-AI/litgpt litgpt/finetune/lora.py fabric.init_module("
+    "empty_init=world_size > 1) then load_checkpoint @ "
+    "26857050fe3ff627cd714fe92f5838f51a3d5efa; Lightning-AI/pytorch-"
+    "lightning src/lightning/fabric/plugins/precision/bitsandbytes.py "
+    "_quantize_on_load_hook @ d9ff9f3b62d77dd89592d92b018d96d5dfe1aae8";
+constexpr const char* kTorchtuneLoad =
+    "pytorch/torchtune torchtune/modules/peft/lora.py (to_nf4 of the base "
+    "weight) and torchtune/training/_distributed.py "
+    "load_from_full_model_state_dict (per parameter) @ "
+    "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1";
+// Save is not a default phase of any profile: each gathers a full state
+// dict to the host one unit or parameter at a time (or saves the adapters
+// only), which the save phase (phases.h: the whole model gathered on the
+// GPU) does not describe; --phases save asks for that worst case.
+constexpr const char* kNoSave =
+    "save left out: huggingface/accelerate src/accelerate/utils/"
+    "dataclasses.py:2043 FullStateDictConfig(offload_to_cpu=True, "
+    "rank0_only=True) @ 16cb6eb80dd9aa8b4df1a63ef57863e455d53b83; "
+    "pytorch/torchtune torchtune/training/_distributed.py "
+    "gather_cpu_state_dict (full_tensor().cpu() per parameter) @ "
+    "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1; Lightning-AI/litgpt "
+    "litgpt/finetune/lora.py:546 save_lora_checkpoint (the adapters only) @ "
+    "26857050fe3ff627cd714fe92f5838f51a3d5efa";
 
 struct NamedFramework {
   TrainingSetup::Framework framework;
@@ -108,6 +136,10 @@ void ApplyLitgpt(uint64_t positions, TrainingSetup* setup,
                  AppliedProfile* out) {
   out->adapter_bytes = 0;
   out->rules.push_back(
+      {"load: built on the device in the precision's dtype (on meta under "
+       "several GPUs), a 4-bit base quantised as it loads",
+       kLitgptLoad});
+  out->rules.push_back(
       {"LoRA adapters in the weights' dtype", kLitgptAdapters});
   if (setup->loss() == TrainingSetup::LOSS_UNSPECIFIED) {
     setup->set_loss(TrainingSetup::CHUNKED_CE);
@@ -121,12 +153,16 @@ void ApplyLitgpt(uint64_t positions, TrainingSetup* setup,
          kLitgptChunks});
   }
   if (setup->phases().empty()) {
-    SetPhases({v1::LOAD, v1::STEP, v1::EVAL, v1::GENERATE, v1::SAVE}, setup);
+    SetPhases({v1::LOAD, v1::STEP, v1::EVAL, v1::GENERATE}, setup);
     if (setup->generate_tokens() == 0) setup->set_generate_tokens(100);
     out->rules.push_back(
-        {"phases: load, step, eval, generate (100 new tokens), save",
-         kLitgptPhases});
+        {"phases: load, step, eval, generate (100 new tokens)", kLitgptPhases});
+    out->rules.push_back({"phases: no save", kNoSave});
   }
+  // The sharding and checkpointing rules are finetune/lora.py's; full
+  // fine-tuning (finetune/full.py) and pretraining (pretrain.py) choose
+  // their own, so a setup without adapters keeps what it says.
+  if (setup->lora().rank() == 0) return;
   const bool fsdp1 = VersionBefore(setup->framework_version(), "0.5.11");
   ShardAsFramework(fsdp1 ? kLitgptFsdp1 : kLitgptFsdp2, true, setup, out);
   if (setup->gpus() > 1) {
@@ -140,6 +176,10 @@ void ApplyLitgpt(uint64_t positions, TrainingSetup* setup,
 void ApplyTorchtune(TrainingSetup* setup, AppliedProfile* out) {
   out->adapter_bytes = 0;
   out->rules.push_back(
+      {"load: built in the recipe's dtype, an NF4 base converted as each "
+       "weight loads",
+       kTorchtuneLoad});
+  out->rules.push_back(
       {"LoRA adapters in the weights' dtype", kTorchtuneAdapters});
   if (setup->loss() == TrainingSetup::LOSS_UNSPECIFIED) {
     setup->set_loss(TrainingSetup::CHUNKED_CE);
@@ -149,14 +189,18 @@ void ApplyTorchtune(TrainingSetup* setup, AppliedProfile* out) {
                           kTorchtuneChunks});
   }
   if (setup->phases().empty()) {
-    SetPhases({v1::LOAD, v1::STEP, v1::SAVE}, setup);
-    out->rules.push_back({"phases: load, step, save", kSavePhase});
+    SetPhases({v1::LOAD, v1::STEP}, setup);
+    out->rules.push_back({"phases: load, step", kNoSave});
   }
   ShardAsFramework(kTorchtuneFsdp2, false, setup, out);
 }
 
 // transformers' Trainer (and what runs it: TRL, axolotl) with PEFT.
 void ApplyHfTrainer(TrainingSetup* setup, AppliedProfile* out) {
+  out->rules.push_back(
+      {"load: meta init in the load dtype, each tensor set on the device, a "
+       "4-bit one quantised there one at a time",
+       kHfLoad});
   out->rules.push_back({"LoRA adapters in fp32", kPeftAdapterCast});
   if (setup->loss() == TrainingSetup::LOSS_UNSPECIFIED) {
     setup->set_loss(TrainingSetup::FULL_CE);
@@ -165,8 +209,8 @@ void ApplyHfTrainer(TrainingSetup* setup, AppliedProfile* out) {
          kHfLossUpcast});
   }
   if (setup->phases().empty()) {
-    SetPhases({v1::LOAD, v1::STEP, v1::SAVE}, setup);
-    out->rules.push_back({"phases: load, step, save", kSavePhase});
+    SetPhases({v1::LOAD, v1::STEP}, setup);
+    out->rules.push_back({"phases: load, step", kNoSave});
   }
 }
 
@@ -257,8 +301,8 @@ AppliedProfile ApplyProfile(uint64_t positions, TrainingSetup* setup) {
       break;
     case TrainingSetup::DEEPSPEED:
       if (setup->phases().empty()) {
-        SetPhases({v1::LOAD, v1::STEP, v1::SAVE}, setup);
-        out.rules.push_back({"phases: load, step, save", kSavePhase});
+        SetPhases({v1::LOAD, v1::STEP}, setup);
+        out.rules.push_back({"phases: load, step", kNoSave});
       }
       out.rules.push_back({"LoRA adapters in fp32", kPeftAdapterCast});
       break;

@@ -109,6 +109,12 @@ void AddLines(const TrainingSetup& asked, Plan* plan) {
         From(asked.parallel() != TrainingSetup::PARALLEL_UNSPECIFIED,
              plan->profile, "several GPUs: FSDP")));
   }
+  for (const ProfileRule& rule : plan->profile.rules) {
+    if (rule.what.rfind("load:", 0) == 0) {
+      lines.push_back(absl::StrCat(rule.what, " [", plan->profile.label, ": ",
+                                   rule.source, "]"));
+    }
+  }
   std::vector<std::string> phases;
   for (v1::JobPhase phase : plan->phases) phases.push_back(PhaseName(phase));
   lines.push_back(

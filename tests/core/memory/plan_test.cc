@@ -56,8 +56,8 @@ TEST(PlanTest, LitgptChunksTheLossPer128TokensAndGenerates) {
   EXPECT_EQ(plan->setup.loss_chunks(), 4u);  // 512 positions / 128
   EXPECT_EQ(plan->adapter_bytes, 2.0);       // the weights' bf16
   EXPECT_EQ(plan->setup.generate_tokens(), 100u);
-  EXPECT_THAT(plan->phases, ElementsAre(v1::LOAD, v1::STEP, v1::EVAL,
-                                        v1::GENERATE, v1::SAVE));
+  EXPECT_THAT(plan->phases,
+              ElementsAre(v1::LOAD, v1::STEP, v1::EVAL, v1::GENERATE));
   EXPECT_THAT(Lines(*plan),
               HasSubstr("loss: chunked cross-entropy, 4 chunks [litgpt: "
                         "Lightning-AI/litgpt litgpt/finetune/lora.py:304"));
@@ -79,6 +79,15 @@ TEST(PlanTest, LitgptOnSeveralGpusShardsAndCheckpointsByVersion) {
   plan = ResolvePlan(Spec(), setup);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_THAT(Lines(*plan), HasSubstr("FSDP2 per-parameter"));
+
+  // Without adapters (full fine-tuning, pretraining) lora.py's rules do
+  // not apply: the setup's strategy and checkpointing stand.
+  setup.clear_lora();
+  plan = ResolvePlan(Spec(), setup);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->setup.parallel(), TrainingSetup::PARALLEL_UNSPECIFIED);
+  EXPECT_EQ(plan->setup.checkpointing(),
+            TrainingSetup::CHECKPOINTING_UNSPECIFIED);
 }
 
 TEST(PlanTest, WhatTheSetupSetsStays) {
@@ -105,9 +114,15 @@ TEST(PlanTest, TorchtuneAndHfTrainerLosses) {
   EXPECT_EQ(plan->adapter_bytes, 2.0);
   plan = ResolvePlan(Spec(), Lora(TrainingSetup::HF_TRAINER));
   ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(Lines(*plan),
+              HasSubstr("load: meta init in the load dtype, each tensor set "
+                        "on the device, a 4-bit one quantised there one at a "
+                        "time [hf-trainer: huggingface/transformers"));
   EXPECT_EQ(plan->setup.loss(), TrainingSetup::FULL_CE);
   EXPECT_EQ(plan->adapter_bytes, 4.0);
-  EXPECT_THAT(plan->phases, ElementsAre(v1::LOAD, v1::STEP, v1::SAVE));
+  EXPECT_THAT(plan->phases, ElementsAre(v1::LOAD, v1::STEP));
+  EXPECT_THAT(Lines(*plan), HasSubstr("phases: load, step [hf-trainer: save "
+                                      "left out: huggingface/accelerate"));
 }
 
 TEST(PlanTest, RefusesAnUnknownFrameworkOrVersion) {
