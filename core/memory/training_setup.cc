@@ -152,11 +152,11 @@ double TensorStepTemporaries(const TrainingSetup& setup, double elements,
     case TrainingSetup::ADAM8BIT:
     case TrainingSetup::PAGED_ADAMW8BIT:
     case TrainingSetup::PAGED_ADAMW:
-      return 0;
+    // torchao's low-bit Adam: one torch.compile'd single_param_adam per
+    // tensor, fused: no materialized temporaries (torchao/optim/adam.py @
+    // 36027d8).
     case TrainingSetup::ADAM4BIT:
     case TrainingSetup::ADAMFP8:
-      // One torch.compile'd single_param_adam per tensor, fused: no
-      // materialized temporaries (torchao/optim/adam.py @ 36027d8).
       return 0;
     default:  // foreach AdamW, SGD with momentum: one intermediate
       return param_bytes * elements;
