@@ -16,8 +16,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using S = v1::TrainingSetup;
 
-// A job file from tests/data/jobs (SOURCES.md: each byte for byte as its
-// repository publishes it).
+// A job file from tests/data/jobs (tests/data/jobs/SOURCES.md: each byte
+// for byte as its repository publishes it).
 v1::JobFile DataFile(const std::string& name) {
   absl::StatusOr<std::string> text =
       ReadFile(std::string(HEADROOM_SOURCE_DIR) + "/tests/data/jobs/" + name);
