@@ -2,11 +2,31 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/jobs/job_kinds.h"
 
 namespace headroom::jobs {
+
+absl::Status ReadLoraModules(JobReader& r, const std::string& key,
+                             const char* allowed, DerivedJob* job) {
+  ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> modules,
+                   r.Strings(key));
+  if (!modules.has_value()) return absl::OkStatus();
+  for (const std::string& module : *modules) {
+    std::optional<std::string> target = LoraTarget(module);
+    if (!target.has_value()) {
+      return r.Bad(key, absl::StrCat("names ", module, "; allowed ", allowed));
+    }
+    job->setup.mutable_lora()->add_targets(*target);
+  }
+  r.FromFile(key, absl::StrJoin(*modules, ","), "lora.targets");
+  return absl::OkStatus();
+}
 
 std::optional<std::string> LoraTarget(absl::string_view name) {
   // PEFT's module names for Llama-family models, torchtune's

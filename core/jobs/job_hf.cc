@@ -252,23 +252,10 @@ absl::Status ReadLora(JobReader& r, int64_t rank_default,
     job->setup.mutable_lora()->add_targets("all-linear");
     r.FromFile("lora_target_linear", "true", "lora.targets = all-linear");
   }
-  ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> modules,
-                   r.Strings("lora_target_modules"));
-  for (const std::string& module :
-       modules.value_or(std::vector<std::string>{})) {
-    std::optional<std::string> target = LoraTarget(module);
-    if (!target.has_value()) {
-      return r.Bad("lora_target_modules",
-                   absl::StrCat("names ", module,
-                                "; allowed q_proj, k_proj, v_proj, o_proj, "
-                                "gate_proj, up_proj, down_proj, all-linear"));
-    }
-    job->setup.mutable_lora()->add_targets(*target);
-  }
-  if (modules.has_value()) {
-    r.FromFile("lora_target_modules", absl::StrJoin(*modules, ","),
-               "lora.targets");
-  }
+  RETURN_IF_ERROR(ReadLoraModules(r, "lora_target_modules",
+                                  "q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                  "up_proj, down_proj, all-linear",
+                                  job));
   ASSIGN_OR_RETURN(std::optional<bool> dora, r.Bool("use_dora"));
   if (dora.value_or(false)) {
     return r.Bad("use_dora", "= true is not modelled; allowed false");

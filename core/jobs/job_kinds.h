@@ -87,6 +87,12 @@ absl::Status ApplyDeepSpeed(JobReader& reader, DerivedJob* job);
 // nullopt for a name headroom does not model.
 std::optional<std::string> LoraTarget(absl::string_view name);
 
+// Reads the list `key` of module names into job->setup.lora.targets
+// (LoraTarget each), recording it; INVALID_ARGUMENT naming the key, the
+// module and `allowed` for a name headroom does not model.
+absl::Status ReadLoraModules(JobReader& r, const std::string& key,
+                             const char* allowed, DerivedJob* job);
+
 // An optimizer as transformers' `optim` names it (axolotl, TRL and
 // TrainingArguments share the names); nullopt for one headroom does not
 // model.

@@ -91,23 +91,8 @@ absl::Status ReadLora(JobReader& r, DerivedJob* job) {
     r.FromFile("model.lora_dropout", absl::StrCat(*dropout), "lora.dropout");
     job->setup.mutable_lora()->set_dropout(*dropout);
   }
-  ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> modules,
-                   r.Strings("model.lora_attn_modules"));
-  for (const std::string& module :
-       modules.value_or(std::vector<std::string>{})) {
-    std::optional<std::string> target = LoraTarget(module);
-    if (!target.has_value()) {
-      return r.Bad("model.lora_attn_modules",
-                   absl::StrCat("names ", module,
-                                "; allowed q_proj, k_proj, v_proj, "
-                                "output_proj"));
-    }
-    job->setup.mutable_lora()->add_targets(*target);
-  }
-  if (modules.has_value()) {
-    r.FromFile("model.lora_attn_modules", absl::StrJoin(*modules, ","),
-               "lora.targets");
-  }
+  RETURN_IF_ERROR(ReadLoraModules(r, "model.lora_attn_modules",
+                                  "q_proj, k_proj, v_proj, output_proj", job));
   ASSIGN_OR_RETURN(std::optional<bool> mlp, r.Bool("model.apply_lora_to_mlp"));
   if (mlp.value_or(false)) {
     for (const char* t : {"gate", "up", "down"}) {
