@@ -584,7 +584,12 @@ function M.hint(conf, base_args, request, headroom_gpu, gres_type)
   local counts = M.smallest_counts(answer, conf)
   local parts = {}
   local own = counts[headroom_gpu]
-  if own and own.gpus > 0 then
+  if own and own.gpus == 1 then
+    table.insert(parts, string.format("it fits 1 x %s as described " ..
+                                      "(--gres=gpu:%s:1)", headroom_gpu,
+                                      gres_type ~= "" and gres_type or
+                                      headroom_gpu))
+  elseif own and own.gpus > 0 then
     local label = gres_type ~= "" and gres_type or headroom_gpu
     table.insert(parts, string.format(
       "the smallest count that fits: %d x %s with --parallel %s " ..
@@ -606,9 +611,11 @@ function M.hint(conf, base_args, request, headroom_gpu, gres_type)
   if #others > 0 then
     local list = {}
     for i = 1, math.min(3, #others) do
-      table.insert(list, string.format("--gres=gpu:%s:%d (--parallel %s)",
-                                       others[i].gres, others[i].gpus,
-                                       others[i].strategy))
+      local o = others[i]
+      table.insert(list, o.gpus == 1 and
+                   string.format("--gres=gpu:%s:1", o.gres) or
+                   string.format("--gres=gpu:%s:%d (--parallel %s)", o.gres,
+                                 o.gpus, o.strategy))
     end
     table.insert(parts, "or another type: " .. table.concat(list, ", "))
   end
@@ -714,7 +721,10 @@ function M.judge(job)
              tostring(job.user_id), summary)
     return slurm.SUCCESS
   end
-  local msg = "Headroom: the job does not fit " .. summary ..
+  local lead = verdict.verdict == "BORDERLINE" and
+    "Headroom: the job may not fit (BORDERLINE is refused: headroom.conf " ..
+    "has allow_borderline = false) " or "Headroom: the job does not fit "
+  local msg = lead .. summary ..
               M.hint(conf, base_args, request, headroom_gpu, gres_type)
   log_info("job %s uid %s rejected: %s", tostring(job.name),
            tostring(job.user_id), msg)

@@ -186,7 +186,7 @@ eq(msg, "Headroom: the job does not fit 1 x l4 (L4, 24.00 GB): batch 2 needs " .
    "28.23 GB per GPU on the device, upper bound 37.26 GB x headroom 1.15 = " ..
    "42.85 GB: DOES_NOT_FIT; the smallest count that fits: 2 x L4 with " ..
    "--parallel fsdp-full (--gres=gpu:l4:2); or another type: " ..
-   "--gres=gpu:h100:1 (--parallel fsdp-full)", "the refusal")
+   "--gres=gpu:h100:1", "the refusal")
 eq(args_of(1), "--server 127.0.0.1:1 --deadline_ms 5000 fit --model llama-3.2-1b " ..
    "--batch 1 --parallel fsdp-full --gpu L4,H100,RTX PRO 6000 Blackwell --gpus auto --json",
    "the hint call asks every type in headroom.conf")
@@ -195,7 +195,10 @@ eq(args_of(1), "--server 127.0.0.1:1 --deadline_ms 5000 fit --model llama-3.2-1b
 local border = fits:gsub('"FITS"', '"BORDERLINE"')
 reset()
 put("answer.n", border)
-eq(M.judge(job), -1, "BORDERLINE refused by default")
+code, msg = M.judge(job)
+eq(code, -1, "BORDERLINE refused by default")
+has(msg, "Headroom: the job may not fit (BORDERLINE is refused: headroom.conf " ..
+    "has allow_borderline = false) 1 x l4", "BORDERLINE message")
 put("headroom.conf", "cli = " .. fake .. "\nallow_borderline = true\ngpu_type.l4 = L4\n")
 reset()
 put("answer.n", border)
