@@ -11,7 +11,9 @@
 #   a torchtune recipe (--job, relative to --chdir)         refused (BORDERLINE)
 #   one with no Headroom description                        accepted
 #   one with a shell metacharacter in its description       refused, nothing runs
+#   the first job's comment changed to one that does not fit: update refused
 #   the one that does not fit, after the planner stops      accepted (fail-open)
+#   the same with a planner that never answers              accepted (timeout)
 # and prints every submission's answer and the filter's log lines. Exits
 # non-zero on any mismatch. Every process it starts is stopped on exit.
 # Env: HEADROOM_BIN_DIR (default build): headroom-planner and headroom, in
@@ -221,8 +223,29 @@ kill -TERM "$planner_pid"
 wait_for 30 "the planner stopped" bash -c "! kill -0 $planner_pid"
 submit "does not fit 1 x L4, planner stopped (fail-open)" accepted "Submitted batch job" \
   --gres=gpu:l4:1 --comment "headroom: $big" --wrap true
-if ! grep -q "event=fail_open" "$dir/slurmctld.log"; then
-  echo "test-slurm: MISMATCH: no event=fail_open in slurmctld's log" >&2
+if ! grep -q "event=fail_open.*cannot reach the planner" "$dir/slurmctld.log"; then
+  echo "test-slurm: MISMATCH: no event=fail_open for the stopped planner in slurmctld's log" >&2
+  failures=$((failures + 1))
+fi
+
+# A planner that accepts the connection and never answers: the CLI is
+# stopped after timeout_s (the filter re-reads headroom.conf on every job).
+python3 -c '
+import signal, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+__import__("os").rename(sys.argv[1] + ".tmp", sys.argv[1])
+signal.pause()' "$dir/silent.port" &
+pids+=("$!")
+wait_for 30 "the silent listener's port" test -s "$dir/silent.port"
+sed -i -e "s/^planner = .*/planner = 127.0.0.1:$(cat "$dir/silent.port")/" \
+  -e "s/^timeout_s = .*/timeout_s = 1/" "$dir/headroom.conf"
+start=$SECONDS
+submit "does not fit 1 x L4, planner silent, timeout_s = 1 (fail-open)" accepted \
+  "Submitted batch job" --gres=gpu:l4:1 --comment "headroom: $big" --wrap true
+if ! grep -q "event=fail_open.*no answer within timeout_s = 1" "$dir/slurmctld.log" ||
+  ((SECONDS - start > 10)); then
+  echo "test-slurm: MISMATCH: no timely event=fail_open for the silent planner" >&2
   failures=$((failures + 1))
 fi
 

@@ -562,7 +562,7 @@ end
 
 -- The rejection's next step: the smallest count of the requested type, and
 -- the other types in headroom.conf with their smallest counts.
-function M.hint(conf, base_args, request, headroom_gpu, gres_type)
+function M.hint(conf, base_args, headroom_gpu, gres_type)
   local names, seen = { headroom_gpu }, { [headroom_gpu] = true }
   for _, g in ipairs(conf.gpu_type_order) do
     local name = conf.gpu_type[g]
@@ -570,6 +570,7 @@ function M.hint(conf, base_args, request, headroom_gpu, gres_type)
   end
   local argv = { "fit" }
   for _, a in ipairs(base_args) do table.insert(argv, a) end
+  if conf.include_simulated then table.insert(argv, "--include_simulated") end
   for _, a in ipairs({ "--gpu", table.concat(names, ","), "--gpus", "auto",
                        "--json" }) do
     table.insert(argv, a)
@@ -622,6 +623,80 @@ function M.hint(conf, base_args, request, headroom_gpu, gres_type)
   return "; " .. table.concat(parts, "; ")
 end
 
+-- The GPUs the job asks for, as a GRES type and the Headroom GPU it maps to.
+-- Returns request, gres_type, headroom_gpu; or nil and, where the job is
+-- refused, the message (nil: it passes unchecked, logged).
+local function requested_gpus(job, conf, where)
+  local request, rerr = M.gpu_request(job)
+  if request == false then
+    log_info("job %s: %s; passes unchecked", tostring(job.name), rerr)
+    return nil
+  end
+  if not request and job.modify then
+    log_info("job %s: its GPU request is not in the job record (a " ..
+             "modification); passes unchecked", tostring(job.name))
+    return nil
+  end
+  if not request then
+    return nil, string.format(
+      "the job describes itself to Headroom (%s) but asks for no GPU; add " ..
+      "--gres=gpu:TYPE:N or --gpus=TYPE:N (types: %s)", where,
+      table.concat(conf.gpu_type_order, ", "))
+  end
+  local gres_type = request.type ~= "" and request.type or
+                    conf.default_gpu_type
+  if gres_type == "" then
+    log_info("job %s: GPUs without a type and no default_gpu_type in " ..
+             "headroom.conf; passes unchecked", tostring(job.name))
+    return nil
+  end
+  if not conf.gpu_type[gres_type] then
+    log_info("job %s: GPU type %q is not in headroom.conf (gpu_type.%s); " ..
+             "passes unchecked", tostring(job.name), gres_type, gres_type)
+    return nil
+  end
+  return request, gres_type, conf.gpu_type[gres_type]
+end
+
+-- The description's words for the planner, with --gpus_per_node from a
+-- multi-node --gres / --gpus-per-node unless the description sets it.
+local function setup_args(desc, request)
+  local args = {}
+  for _, a in ipairs(desc.args) do table.insert(args, a) end
+  if request.per_node and not desc.flags.gpus_per_node then
+    table.insert(args, "--gpus_per_node")
+    table.insert(args, tostring(request.per_node))
+  end
+  return args
+end
+
+-- Asks the planner for the verdict at the requested type and count.
+-- Returns the worst verdict, or nil, the CLI's exit code and why.
+local function ask_fit(conf, args, headroom_gpu, gpus)
+  local argv = { "fit" }
+  for _, a in ipairs(args) do table.insert(argv, a) end
+  if conf.include_simulated then table.insert(argv, "--include_simulated") end
+  for _, a in ipairs({ "--gpu", headroom_gpu, "--gpus", tostring(gpus),
+                       "--json" }) do
+    table.insert(argv, a)
+  end
+  local rc, out, err = M.run_cli(conf, argv)
+  if rc == 2 then return nil, rc, err end
+  local answer, jerr
+  if rc == 0 then answer, jerr = json_decode(out) end
+  local verdict = answer and M.worst_verdict(answer)
+  if verdict then return verdict end
+  if rc == 0 then
+    return nil, rc, "an answer it could not read: " ..
+                    tostring(jerr or "no verdict")
+  end
+  if rc == 124 or rc == 137 then
+    return nil, rc, string.format("no answer within timeout_s = %g",
+                                  conf.timeout_s)
+  end
+  return nil, rc, string.format("the CLI exited %d: %s", rc, err)
+end
+
 -- The decision for one job. Returns slurm.SUCCESS or an error code, and the
 -- message for the user (nil when there is nothing to say).
 function M.judge(job)
@@ -640,74 +715,24 @@ function M.judge(job)
     return slurm.SUCCESS
   end
   if not desc then return slurm.ERROR, derr end
-  local request, rerr = M.gpu_request(job)
-  if request == false then
-    log_info("job %s: %s; passes unchecked", tostring(job.name), rerr)
-    return slurm.SUCCESS
-  end
-  if not request and job.modify then
-    log_info("job %s: its GPU request is not in the job record (a " ..
-             "modification); passes unchecked", tostring(job.name))
-    return slurm.SUCCESS
-  end
+  local request, gres_type, headroom_gpu = requested_gpus(job, conf, where)
   if not request then
-    return slurm.ERROR, string.format(
-      "the job describes itself to Headroom (%s) but asks for no GPU; add " ..
-      "--gres=gpu:TYPE:N or --gpus=TYPE:N (types: %s)", where,
-      table.concat(conf.gpu_type_order, ", "))
-  end
-  local gres_type = request.type
-  if gres_type == "" then gres_type = conf.default_gpu_type end
-  local headroom_gpu = conf.gpu_type[gres_type]
-  if gres_type == "" then
-    log_info("job %s: GPUs without a type and no default_gpu_type in " ..
-             "headroom.conf; passes unchecked", tostring(job.name))
+    if gres_type then return slurm.ERROR, gres_type end
     return slurm.SUCCESS
   end
-  if not headroom_gpu then
-    log_info("job %s: GPU type %q is not in headroom.conf (gpu_type.%s); " ..
-             "passes unchecked", tostring(job.name), gres_type,
-             gres_type ~= "" and gres_type or "TYPE")
-    return slurm.SUCCESS
-  end
-  local argv = { "fit" }
-  for _, a in ipairs(desc.args) do table.insert(argv, a) end
-  local base_args = desc.args
-  if request.per_node and not desc.flags.gpus_per_node then
-    base_args = {}
-    for _, a in ipairs(desc.args) do table.insert(base_args, a) end
-    table.insert(base_args, "--gpus_per_node")
-    table.insert(base_args, tostring(request.per_node))
-    table.insert(argv, "--gpus_per_node")
-    table.insert(argv, tostring(request.per_node))
-  end
-  if conf.include_simulated then
-    table.insert(argv, "--include_simulated")
-  end
-  for _, a in ipairs({ "--gpu", headroom_gpu, "--gpus",
-                       tostring(request.gpus), "--json" }) do
-    table.insert(argv, a)
-  end
-  local rc, out, err = M.run_cli(conf, argv)
+  local args = setup_args(desc, request)
+  local verdict, rc, err = ask_fit(conf, args, headroom_gpu, request.gpus)
   if rc == 2 then
     return slurm.ERROR, string.format("the Headroom description (%s) was " ..
                                       "refused: %s", where, err)
   end
-  local answer, jerr
-  if rc == 0 then answer, jerr = json_decode(out) end
-  local verdict = answer and M.worst_verdict(answer)
   if not verdict then
-    local why = rc == 0 and ("an answer it could not read: " ..
-                             tostring(jerr or "no verdict")) or
-                ((rc == 124 or rc == 137) and
-                 string.format("no answer within timeout_s = %g", conf.timeout_s) or
-                 string.format("the CLI exited %d: %s", rc, err))
     if conf.fail_open then
       log_info("event=fail_open job %s uid %s: %s; the job passes unchecked",
-               tostring(job.name), tostring(job.user_id), why)
+               tostring(job.name), tostring(job.user_id), err)
       return slurm.SUCCESS
     end
-    return slurm.ERROR, "Headroom could not check the job (" .. why ..
+    return slurm.ERROR, "Headroom could not check the job (" .. err ..
                         ") and headroom.conf says fail_open = false"
   end
   local summary = string.format(
@@ -725,7 +750,7 @@ function M.judge(job)
     "Headroom: the job may not fit (BORDERLINE is refused: headroom.conf " ..
     "has allow_borderline = false) " or "Headroom: the job does not fit "
   local msg = lead .. summary ..
-              M.hint(conf, base_args, request, headroom_gpu, gres_type)
+              M.hint(conf, args, headroom_gpu, gres_type)
   log_info("job %s uid %s rejected: %s", tostring(job.name),
            tostring(job.user_id), msg)
   return slurm.ERROR, msg

@@ -191,6 +191,14 @@ eq(args_of(1), "--server 127.0.0.1:1 --deadline_ms 5000 fit --model llama-3.2-1b
    "--batch 1 --parallel fsdp-full --gpu L4,H100,RTX PRO 6000 Blackwell --gpus auto --json",
    "the hint call asks every type in headroom.conf")
 
+-- Two nodes of 2 x L4 each: the planner is asked for 4 GPUs, 2 per node.
+reset()
+put("answer.n", fits)
+eq(M.judge({ comment = "headroom: --model gpt2 --batch 1", name = "mn",
+             tres_per_node = "gres:gpu:l4:2", min_nodes = 2 }), 0, "two nodes")
+eq(args_of(0), "--server 127.0.0.1:1 --deadline_ms 5000 fit --model gpt2 --batch 1 " ..
+   "--gpus_per_node 2 --gpu L4 --gpus 4 --json", "two nodes: 4 GPUs, 2 per node")
+
 -- BORDERLINE: refused unless allow_borderline.
 local border = fits:gsub('"FITS"', '"BORDERLINE"')
 reset()
