@@ -131,6 +131,14 @@ cat >"$dir/gres.conf" <<EOF
 AutoDetect=off
 NodeName=localhost Name=gpu Type=l4 File=/dev/null,/dev/zero
 EOF
+# slurmd initialises a cgroup plugin whatever the proctrack and task plugins
+# (slurmd.c: cgroup_g_init); cgroup/v1's init() touches no cgroup file
+# system, where v2's needs a writable, delegated one (SchedMD/slurm
+# src/plugins/cgroup/v1/cgroup_v1.c and v2/cgroup_v2.c init() @ tag
+# slurm-22-05-8-1, d525b6872a106d32916b33a8738f12510ec7cf04). With
+# proctrack/linuxproc, task/none and held jobs no cgroup is ever made, so
+# v1 lets slurmd start on any host, a container's read-only cgroup2 included.
+echo "CgroupPlugin=cgroup/v1" >"$dir/cgroup.conf"
 cp deploy/slurm/job_submit.lua "$dir/"
 cat >"$dir/headroom.conf" <<EOF
 planner = $planner_addr
