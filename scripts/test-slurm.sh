@@ -166,11 +166,13 @@ log=()
 submit() {
   local name=$1 expect=$2 text=$3
   shift 3
-  local out rc=0
+  local out rc=0 t0 ms
+  t0=$(date +%s%N)
   out=$(cd "$dir" && sbatch --hold -o /dev/null "$@" 2>&1) || rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
   local got=accepted
   [[ $rc -eq 0 && $out == *"Submitted batch job"* ]] || got=rejected
-  log+=("$(printf '%-9s %s\n          %s' "${got^^}" "$name" "${out//$'\n'/$'\n'          }")")
+  log+=("$(printf '%-9s %s (%d ms)\n          %s' "${got^^}" "$name" "$ms" "${out//$'\n'/$'\n'          }")")
   if [[ $got != "$expect" || $out != *"$text"* ]]; then
     echo "test-slurm: MISMATCH: $name: expected $expect with \"$text\"; sbatch exited $rc: $out" >&2
     failures=$((failures + 1))
