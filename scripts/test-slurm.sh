@@ -151,13 +151,14 @@ gpu_type.h100 = H100
 EOF
 export SLURM_CONF=$dir/slurm.conf
 
+ctld_up() { [[ $(scontrol ping) == *"is UP"* ]]; }
+node_idle() { [[ $(sinfo -h -n localhost -o "%T %G") == "idle gpu:l4:2" ]]; }
 slurmctld -D -f "$SLURM_CONF" >"$dir/slurmctld.out" 2>&1 &
 pids+=("$!")
-wait_for 60 "slurmctld up (scontrol ping)" bash -c 'scontrol ping | grep -q "is UP"'
+wait_for 60 "slurmctld up (scontrol ping)" ctld_up
 slurmd -D -N localhost -f "$SLURM_CONF" >"$dir/slurmd.out" 2>&1 &
 pids+=("$!")
-wait_for 60 "node localhost idle with gpu:l4:2" \
-  bash -c '[[ $(sinfo -h -n localhost -o "%T %G") == "idle gpu:l4:2" ]]'
+wait_for 60 "node localhost idle with gpu:l4:2" node_idle
 
 failures=0
 log=()
@@ -230,7 +231,8 @@ fi
 
 # The planner stops: the filter cannot ask, and lets the job through.
 kill -TERM "$planner_pid"
-wait_for 30 "the planner stopped" bash -c "! kill -0 $planner_pid"
+planner_gone() { ! kill -0 "$planner_pid" 2>/dev/null; }
+wait_for 30 "the planner stopped" planner_gone
 submit "does not fit 1 x L4, planner stopped (fail-open)" accepted "Submitted batch job" \
   --gres=gpu:l4:1 --comment "headroom: $big" --wrap true
 if ! grep -q "event=fail_open.*cannot reach the planner" "$dir/slurmctld.log"; then
