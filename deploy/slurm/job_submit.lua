@@ -496,6 +496,12 @@ function M.run_cli(conf, argv)
   local cmd = table.concat(quoted, " ") .. " 2>" .. M.shell_quote(errfile) ..
               "; rc=$?; echo; echo HEADROOM_RC=$rc"
   if conf.token_file ~= "" then
+    local tf = io.open(conf.token_file, "r")
+    if not tf then
+      return -1, "", "headroom.conf's token_file " .. conf.token_file ..
+                     " cannot be read"
+    end
+    tf:close()
     cmd = "HEADROOM_TOKEN=\"$(cat " .. M.shell_quote(conf.token_file) ..
           ")\" && export HEADROOM_TOKEN && " .. cmd
   end
@@ -507,7 +513,7 @@ function M.run_cli(conf, argv)
   if ef then ef:close() end
   os.remove(errfile)
   local body, rc = out:match("^(.-)\n?\nHEADROOM_RC=(%d+)%s*$")
-  return tonumber(rc) or -1, body or out, trim(err)
+  return tonumber(rc) or -1, body or out, trim(err):sub(1, 1000)
 end
 
 local VERDICT_RANK = { FITS = 0, BORDERLINE = 1, DOES_NOT_FIT = 2 }
@@ -694,6 +700,7 @@ local function ask_fit(conf, args, headroom_gpu, gpus)
     return nil, rc, string.format("no answer within timeout_s = %g",
                                   conf.timeout_s)
   end
+  if rc == -1 then return nil, rc, err end
   return nil, rc, string.format("the CLI exited %d: %s", rc, err)
 end
 

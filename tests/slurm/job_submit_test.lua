@@ -108,12 +108,14 @@ eq(j.b.c, 'x"yA', "json string escapes")
 eq(j.d, true, "json true")
 eq(select(2, M.json_decode("{")) ~= nil, true, "json error")
 
--- A fake CLI: writes its arguments, one per line, to args.N and prints the
--- answer file matching its --gpus value; exits with the code in rc.
+-- A fake CLI: writes its arguments, one per line, to args.N and its
+-- HEADROOM_TOKEN to token.seen, prints the answer file matching its --gpus
+-- value; exits with the code in rc.
 local fake = tmp .. "/headroom"
 local f = io.open(fake, "w")
 f:write('#!/bin/sh\nn=$(ls "' .. tmp .. '"/args.* 2>/dev/null | wc -l)\n' ..
         'for a in "$@"; do printf "%s\\n" "$a"; done > "' .. tmp .. '/args.$n"\n' ..
+        'printf "%s" "$HEADROOM_TOKEN" > "' .. tmp .. '/token.seen"\n' ..
         'mode=n; for a in "$@"; do [ "$a" = auto ] && mode=auto; done\n' ..
         'cat "' .. tmp .. '/answer.$mode" 2>/dev/null\n' ..
         'echo "$(cat "' .. tmp .. '/stderr" 2>/dev/null)" >&2\n' ..
@@ -222,6 +224,21 @@ for _, code3 in ipairs({ 3, 124 }) do
   eq(M.judge(job), 0, "fail-open on exit " .. code3)
   has(logs[#logs], "event=fail_open", "fail-open logged on exit " .. code3)
 end
+put("headroom.conf", "cli = " .. fake .. "\ntoken_file = " .. tmp .. "/no-token\ngpu_type.l4 = L4\n")
+reset()
+put("answer.n", dnf)
+eq(M.judge(job), 0, "an unreadable token_file fails open")
+has(logs[#logs], "event=fail_open job ok uid nil: headroom.conf's token_file " .. tmp ..
+    "/no-token cannot be read", "token_file named")
+eq(args_of(0), nil, "no CLI call without the token")
+put("token", "s3cret\n")
+put("headroom.conf", "cli = " .. fake .. "\ntoken_file = " .. tmp .. "/token\ngpu_type.l4 = L4\n")
+reset()
+put("answer.n", fits)
+eq(M.judge(job), 0, "a readable token_file")
+eq(args_of(0):find("s3cret", 1, true), nil, "the token is not an argument")
+local seen = io.open(tmp .. "/token.seen"):read("*a")
+eq(seen, "s3cret", "the token reaches the CLI as HEADROOM_TOKEN")
 put("headroom.conf", "cli = " .. fake .. "\nfail_open = false\ngpu_type.l4 = L4\n")
 reset()
 put("rc", "3")
