@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/setup_flags.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
 #include "core/memory/model_spec.h"
@@ -101,6 +102,12 @@ void RegisterCatalogCommands(CLI::App& app, CliContext& ctx) {
       ctx.Command(&app, "models", "the model catalog's templates");
   AddJson(models, ctx.options);
   ctx.Run(models, [&ctx] { return ListModels(ctx.options, ctx.out, ctx.err); });
+  CLI::App* words = ctx.Command(
+      &app, "setup-words",
+      "every setup flag with its words, range, default, and its extender "
+      "annotation and Python keyword (--json: the Python client's table)");
+  AddJson(words, ctx.options);
+  ctx.Run(words, [&ctx] { return ListSetupWords(ctx.options, ctx.out); });
   CLI::App* gpus = ctx.Command(&app, "gpus", "the GPU catalog");
   AddJson(gpus, ctx.options);
   ctx.Run(gpus, [&ctx] { return ListGpus(ctx.options, ctx.out, ctx.err); });

@@ -77,7 +77,7 @@ void AddClientAssumptions(const Options& options,
     }
   }
   if (spec == nullptr) return;
-  if (options.positions == 0 && spec->positions() > 0) {
+  if (options.setup.count("positions") == 0 && spec->positions() > 0) {
     if (!full_model) {
       response.add_assumptions(absl::StrCat(
           "positions ", spec->positions(),
@@ -525,7 +525,7 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
   AddJobFlags(fit, o);
   AddJson(fit, o);
   ctx.Run(fit, [&ctx, fit] {
-    ctx.options.job_overrides = GivenSetupFlags(*fit);
+    ctx.options.job_overrides = GivenSetupFields(ctx.options);
     return Fit(ctx.options, ctx.out, ctx.err);
   });
 }

@@ -430,6 +430,15 @@ void AddActivationRemarks(const TrainingSetup& setup,
 
 }  // namespace
 
+std::vector<std::string> LoraTargetWords() {
+  std::vector<std::string> words(std::begin(kLoraTargetNames),
+                                 std::end(kLoraTargetNames));
+  words.push_back("all-linear");
+  words.insert(words.end(), std::begin(kLoraExtraTargets),
+               std::end(kLoraExtraTargets));
+  return words;
+}
+
 absl::Status ValidateSetup(const TrainingSetup& setup) {
   if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
     return parallel;
