@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -254,6 +256,70 @@ TEST_F(ConfigMapReaderTest, UnreadableTokenFileIsUnavailable) {
   EXPECT_THAT(value.status().message(),
               HasSubstr("cannot read the Kubernetes API token file "
                         "/nonexistent/token"));
+}
+
+// The in-cluster path: HTTPS verified against the CA file. The fake API
+// serves scripts/dev-certs.sh's planner.pem (SAN 127.0.0.1) signed by its
+// ca.pem.
+TEST(ConfigMapReaderTlsTest, VerifiesTheApiServerWithTheCaFile) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("headroom-cm-certs-" + std::to_string(getpid()));
+  const std::string make = std::string(HEADROOM_SOURCE_DIR) +
+                           "/scripts/dev-certs.sh " + dir + " 2>/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  httplib::SSLServer server((dir + "/planner.pem").c_str(),
+                            (dir + "/planner-key.pem").c_str());
+  ASSERT_TRUE(server.is_valid());
+  std::atomic<int> requests{0};
+  server.Get(R"(/api/v1/namespaces/ml/configmaps/llama-lora)",
+             [&](const httplib::Request&, httplib::Response& res) {
+               ++requests;
+               res.set_content(kTrainConfigMap, "application/json");
+             });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::yield();
+
+  const std::string token = dir + "/token-reader";
+  ConfigMapReaderOptions options;
+  options.api_url = absl::StrCat("https://127.0.0.1:", port);
+  options.token_file = token;
+  options.ca_file = dir + "/ca.pem";
+  options.timeout = absl::Seconds(5);
+  ConfigMapReader reader(options);
+  auto value = reader.Read("ml", "llama-lora", "recipe.yaml");
+  EXPECT_EQ(value.value_or(value.status().ToString()),
+            "model:\n  lora_rank: 16\n");
+
+  // Without the CA file no request is made.
+  options.ca_file = dir + "/no-such-ca.pem";
+  ConfigMapReader without_ca(options);
+  auto refused = without_ca.Read("ml", "llama-lora", "recipe.yaml");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("cannot read the Kubernetes API's CA file " + dir +
+                        "/no-such-ca.pem"));
+  EXPECT_EQ(requests.load(), 1);
+
+  // Another CA's certificate: the handshake fails, nothing is read.
+  const std::string other = dir + "-other";
+  ASSERT_EQ(std::system((std::string(HEADROOM_SOURCE_DIR) +
+                         "/scripts/dev-certs.sh " + other + " 2>/dev/null")
+                            .c_str()),
+            0);
+  options.ca_file = other + "/ca.pem";
+  ConfigMapReader wrong_ca(options);
+  auto unverified = wrong_ca.Read("ml", "llama-lora", "recipe.yaml");
+  EXPECT_EQ(unverified.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      unverified.status().message(),
+      HasSubstr("cannot reach the Kubernetes API at https://127.0.0.1:"));
+  EXPECT_EQ(requests.load(), 1);
+
+  server.stop();
+  thread.join();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(other);
 }
 
 }  // namespace
