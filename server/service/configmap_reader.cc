@@ -192,26 +192,29 @@ absl::StatusOr<std::string> ConfigMapReader::Read(const std::string& ns,
     return names;
   }
   const CacheKey id(ns, name);
-  Entry entry;
-  bool cached = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(id);
     if (it != cache_.end() && Now() - it->second.fetched < options_.ttl) {
-      entry = it->second;
-      cached = true;
+      return ValueOf(it->second, ns, name, key);
     }
   }
-  if (!cached) {
-    absl::StatusOr<Entry> fetched = Fetch(ns, name);
-    if (!fetched.ok()) return fetched.status();
-    entry = *fetched;
-    Remember(id, *std::move(fetched));
-  }
+  absl::StatusOr<Entry> fetched = Fetch(ns, name);
+  if (!fetched.ok()) return fetched.status();
+  absl::StatusOr<std::string> value = ValueOf(*fetched, ns, name, key);
+  Remember(id, *std::move(fetched));
+  return value;
+}
+
+absl::StatusOr<std::string> ConfigMapReader::ValueOf(const Entry& entry,
+                                                     const std::string& ns,
+                                                     const std::string& name,
+                                                     const std::string& key) {
   if (!entry.found) {
-    return absl::NotFoundError(absl::StrCat("ConfigMap ", ns, "/", name,
-                                            " does not exist (namespace ", ns,
-                                            ", name ", name, ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "ConfigMap ", ns, "/", name,
+        " does not exist (make it with kubectl -n ", ns, " create configmap ",
+        name, " --from-file=", key, "=FILE)"));
   }
   auto value = entry.data.find(key);
   if (value == entry.data.end()) {

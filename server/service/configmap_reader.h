@@ -78,6 +78,11 @@ class ConfigMapReader {
   using CacheKey = std::pair<std::string, std::string>;  // ns, name
 
   absl::StatusOr<Entry> Fetch(const std::string& ns, const std::string& name);
+  // `key`'s value in `entry`, or NOT_FOUND naming what is missing.
+  static absl::StatusOr<std::string> ValueOf(const Entry& entry,
+                                             const std::string& ns,
+                                             const std::string& name,
+                                             const std::string& key);
   absl::Time Now() const;
   void Remember(const CacheKey& id, Entry entry);
 

@@ -152,8 +152,9 @@ TEST_F(ConfigMapReaderTest, MissingConfigMapIsNotFound) {
   ConfigMapReader reader(Options());
   auto value = reader.Read("ml", "nope", "recipe.yaml");
   ASSERT_EQ(value.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(value.status().message(),
-              HasSubstr("ConfigMap ml/nope does not exist"));
+  EXPECT_EQ(value.status().message(),
+            "ConfigMap ml/nope does not exist (make it with kubectl -n ml "
+            "create configmap nope --from-file=recipe.yaml=FILE)");
 }
 
 TEST_F(ConfigMapReaderTest, RefusedTokenNamesTheMissingPermission) {
