@@ -22,6 +22,7 @@
 #include "client/catalog_commands.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/fit_advice.h"
 #include "client/fit_output.h"
 #include "client/job_flags.h"
 #include "client/model_commands.h"
@@ -52,6 +53,10 @@ namespace headroom::cli {
 int Fail(std::ostream& err, const std::string& message, int code) {
   err << "headroom: " << message << "\n";
   return code;
+}
+
+int Fail(std::ostream& err, const absl::Status& status, int code) {
+  return Fail(err, std::string(status.message()), code);
 }
 
 namespace {
@@ -124,6 +129,7 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   } else {
     if (response.has_job()) PrintJob(response.job(), out);
     PrintFit(response, options.explain, out);
+    PrintNextSteps(*request, response, out);
   }
   return 0;
 }
@@ -172,7 +178,7 @@ void PrintAnchoredBound(const v1::AnchoredBound& bound, std::ostream& out) {
   }
   out << "\n  GPU constants (GB):";
   for (const auto& [gpu, gb] : bound.gpu_constant_gb()) {
-    out << " " << gpu << " " << std::showpos << gb << std::noshowpos;
+    out << " " << gpu << " " << SignedGb(gb);
   }
   out << "\n";
 }
@@ -217,7 +223,7 @@ void PrintKindBounds(const v1::FactorSet& set, std::ostream& out) {
 
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
-  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  if (!offline.ok()) return Fail(err, offline.status());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
   const v1::FactorSet& set = result->factor_set;
@@ -270,7 +276,7 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
 
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
-  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  if (!offline.ok()) return Fail(err, offline.status());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
   if (options.json) {
@@ -373,15 +379,15 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
   }
   absl::StatusOr<std::vector<v1::MeasuredRun>> train =
       LoadRunsJsonl(options.train);
-  if (!train.ok()) return Fail(err, train.status().ToString());
+  if (!train.ok()) return Fail(err, train.status());
   absl::StatusOr<std::vector<v1::MeasuredRun>> test =
       LoadRunsJsonl(options.test);
-  if (!test.ok()) return Fail(err, test.status().ToString());
+  if (!test.ok()) return Fail(err, test.status());
   absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  if (!catalog.ok()) return Fail(err, catalog.status());
   absl::StatusOr<CalibrationResult> fitted =
       Calibrate(*train, *catalog, FitOptions{}, options.train);
-  if (!fitted.ok()) return Fail(err, fitted.status().ToString());
+  if (!fitted.ok()) return Fail(err, fitted.status());
   const double coverage = options.coverage == 0 ? 0.95 : options.coverage;
   // The train file's runs anchor the test rows of the same model and setup,
   // exactly as the service's stored runs anchor its answers.
@@ -390,7 +396,7 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::EvalReport> report =
       EvaluateOn(fitted->factor_set, *test, *catalog, coverage, PageRules{},
                  evidence.get());
-  if (!report.ok()) return Fail(err, report.status().ToString());
+  if (!report.ok()) return Fail(err, report.status());
   if (options.json) {
     out << CliJson(*report) << "\n";
     return 0;
@@ -423,10 +429,10 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
     // A published runs file resolves its rows' models against the local
     // catalog (the planner's, as shipped).
     absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
-    if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+    if (!catalog.ok()) return Fail(err, catalog.status());
     absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
         LoadRunsFiles(options.runs, *catalog);
-    if (!runs.ok()) return Fail(err, runs.status().ToString());
+    if (!runs.ok()) return Fail(err, runs.status());
     for (v1::MeasuredRun& run : *runs) *request.add_runs() = std::move(run);
   }
   request.set_force(options.force);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/client_channel.h"
 #include "grpcpp/channel.h"
 
@@ -33,6 +34,9 @@ inline constexpr int kExitUnreachable = 3;
 // Writes "headroom: <message>" to `err` and returns `code` (2: bad usage or
 // input), the exit code every command fails with.
 int Fail(std::ostream& err, const std::string& message, int code = 2);
+// The same with a status's message alone: every error reads "headroom:
+// <message>", never "NOT_FOUND: <message>" (the exit code says the kind).
+int Fail(std::ostream& err, const absl::Status& status, int code = 2);
 
 struct Options {
   std::string server = "127.0.0.1:50051";

@@ -136,13 +136,13 @@ int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
   if (runs_path.empty()) return Fail(err, "--runs FILE is required");
   absl::StatusOr<std::vector<v1::DensityRawRun>> runs =
       LoadDensityRuns(runs_path);
-  if (!runs.ok()) return Fail(err, runs.status().ToString());
+  if (!runs.ok()) return Fail(err, runs.status());
   v1::RankDensityRequest request;
   for (v1::DensityRawRun& run : *runs) *request.add_runs() = std::move(run);
   absl::StatusOr<v1::RankDensityResponse> response = RankDensity(request);
   if (!response.ok()) {
     return Fail(err,
-                absl::StrCat(runs_path, ": ", response.status().ToString()));
+                absl::StrCat(runs_path, ": ", response.status().message()));
   }
   if (!response->empty_reason().empty()) {
     err << "headroom: empty ranking: " << response->empty_reason() << "\n";

@@ -288,8 +288,49 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   }
 }
 
+namespace {
+
+// The probe as stored now (WatchProbe without follow: one snapshot).
+grpc::Status ProbeNow(const Options& options, const std::string& id,
+                      v1::Probe* probe) {
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::WatchProbeRequest request;
+  request.set_id(id);
+  auto reader = stub->WatchProbe(&context, request);
+  v1::ProbeEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_probe()) *probe = event.probe();
+  }
+  return reader->Finish();
+}
+
+bool Finished(v1::Probe::State state) {
+  return state == v1::Probe::SUCCEEDED || state == v1::Probe::FAILED ||
+         state == v1::Probe::CANCELLED;
+}
+
+}  // namespace
+
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err) {
+  // The planner answers a cancel of a finished probe with the probe as it
+  // is: look first, so the answer says what happened.
+  v1::Probe before;
+  if (const grpc::Status status = ProbeNow(options, id, &before);
+      !status.ok()) {
+    return FailRpc(err, options, status);
+  }
+  if (Finished(before.state())) {
+    return Fail(err,
+                absl::StrCat("probe ", id, " had already ",
+                             before.state() == v1::Probe::CANCELLED
+                                 ? "been cancelled"
+                                 : StateName(before.state()),
+                             "; nothing to cancel (headroom probe list)"),
+                kExitRefused);
+  }
   v1::CancelProbeRequest request;
   request.set_id(id);
   v1::CancelProbeResponse response;
@@ -302,6 +343,14 @@ int ProbeCancel(const Options& options, const std::string& id,
     out << CliJson(response.probe()) << "\n";
   } else {
     PrintProbe(response.probe(), out);
+  }
+  if (response.probe().state() != v1::Probe::CANCELLED) {
+    // It finished between the look and the cancel.
+    return Fail(err,
+                absl::StrCat("probe ", id, " finished (",
+                             StateName(response.probe().state()),
+                             ") before the cancel reached it"),
+                kExitRefused);
   }
   return 0;
 }

@@ -61,6 +61,9 @@ int ProbeSubmit(const Options& options, const ProbeOptions& probe,
                 std::ostream& out, std::ostream& err);
 int ProbeWatch(const Options& options, const ProbeOptions& probe,
                const std::string& id, std::ostream& out, std::ostream& err);
+// Cancels a queued or running probe (exit 0, the probe printed). A probe
+// already finished (succeeded, failed, cancelled) is not cancelled: exit 1
+// saying which state it had.
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err);
 int ProbeList(const Options& options, const ProbeOptions& probe,

@@ -213,22 +213,22 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   if (!catalog.ok() && std::filesystem::is_regular_file(options.model, ec)) {
     catalog = ModelCatalog();
   }
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  if (!catalog.ok()) return Fail(err, catalog.status());
   v1::TrainingSetup asked;
   if (absl::Status status = FillSetup(options, &asked); !status.ok()) {
-    return Fail(err, status.ToString());
+    return Fail(err, status);
   }
   v1::ModelRef ref;
   absl::StatusOr<ResolvedModel> resolved =
       ResolveSpec(options, asked, *catalog, &ref);
-  if (!resolved.ok()) return Fail(err, resolved.status().ToString());
+  if (!resolved.ok()) return Fail(err, resolved.status());
   const v1::ModelSpec* spec = &resolved->spec();
   // A conversion that bound the lengths (ONNX) is not rescaled again.
   const v1::TrainingSetup setup = ProfileSetup(ref, asked);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
-  if (!profile.ok()) return Fail(err, profile.status().ToString());
+  if (!profile.ok()) return Fail(err, profile.status());
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
-  if (!shares.ok()) return Fail(err, shares.status().ToString());
+  if (!shares.ok()) return Fail(err, shares.status());
 
   v1::ModelReport report;
   report.set_model(spec->name());
