@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/json_io.h"
+#include "base/value_bounds.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/fleet_commands.h"
@@ -116,6 +117,19 @@ absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
   return request;
 }
 
+// Why a plan's figures are not `headroom fit`'s for the same model, card
+// and batch (core/microbatch/plan.cc against core/planner/fit_planner.cc).
+constexpr char kPlanVersusFit[] =
+    "peak GB: the allocator's peak (max_memory_allocated) under the factor "
+    "set's global factors, as the autotuner measures it; upper GB: peak x k; "
+    "a verdict compares upper x headroom with the budget (vram_fraction x "
+    "the card - reserve_gb). headroom fit answers another question: the "
+    "device memory (reserved + CUDA context + NCCL, what nvidia-smi shows), "
+    "anchored on measured runs of the model where there are any, with its "
+    "setup kind's k, against the whole card; so its peaks and verdicts "
+    "differ (headroom fit --model M --gpu G --batch N --explain shows its "
+    "arithmetic).";
+
 }  // namespace
 
 int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
@@ -169,6 +183,7 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
     out << "no candidate is a predicted fit: every selection needs a "
            "measurement\n";
   }
+  out << kPlanVersusFit << "\n";
   return 0;
 }
 
@@ -333,10 +348,14 @@ int MicrobatchCacheDrop(const Options& options, const std::string& id,
 namespace {
 
 void AddPlanFlags(CLI::App* app, MicrobatchPlanOptions& plan) {
-  app->add_option("--context", plan.context,
-                  "the old name of --positions (tokens per sample); both "
-                  "given must agree");
-  app->add_option("--global_batch", plan.global_batch, "samples per update");
+  ShownDefault(app->add_option("--context", plan.context,
+                               "the old name of --positions (tokens per "
+                               "sample); both given must agree"),
+               "");
+  InRange(ShownDefault(app->add_option("--global_batch", plan.global_batch,
+                                       "samples per update (required)"),
+                       ""),
+          1, kMaxBatch);
   app->add_option("--candidates", plan.candidates,
                   "microbatches, e.g. 8,16,32");
   app->add_flag("--compile", plan.compile, "plan compiled mode too");
