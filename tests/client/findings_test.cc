@@ -37,8 +37,8 @@ struct Result {
 };
 
 // `headroom ARGS... --server SERVER`, in-process.
-Result Run(std::vector<std::string> args,
-           const std::string& server = "127.0.0.1:1") {
+Result Headroom(std::vector<std::string> args,
+                const std::string& server = "127.0.0.1:1") {
   args.insert(args.begin(), "headroom");
   args.push_back("--server=" + server);
   args.push_back("--deadline_ms=20000");
@@ -74,35 +74,37 @@ PlannerApp* FindingsWithPlanner::app_ = nullptr;
 // (bert-base at 32, 256, 512 on L4, H100 and 16 GB) now ends with what to
 // try, computed from the request: one GPU asked, checkpointing off, full
 // fine-tuning, so --gpus auto, --checkpointing and LoRA/QLoRA; per card
-// the accumulation that brings batch 512 under its largest FITS batch:
-// L4 FITS up to 253: ceil(512 / 253) = 3, 512 % 3 = 2, so 4 (microbatches
-// of 128); 16 GB FITS up to 161: ceil(512 / 161) = 4, 512 % 4 = 0.
+// the accumulation that brings batch 512 under its largest FITS batch (the
+// test planner's answer, on data/memory-runs.jsonl): L4 FITS up to 293:
+// ceil(512 / 293) = 2, 512 % 2 = 0, so 2 microbatches of 256; 16 GB FITS
+// up to 192: ceil(512 / 192) = 3, 512 % 3 = 2, so 4 (microbatches of 128).
 TEST_F(FindingsWithPlanner, ANotFitsAnswerSaysWhatToTry) {
-  const Result r = Run({"fit", "--model", "bert-base", "--batch", "32,256,512",
-                        "--gpu", "L4,H100,16"},
-                       Server());
+  const Result r = Headroom({"fit", "--model", "bert-base", "--batch",
+                             "32,256,512", "--gpu", "L4,H100,16"},
+                            Server());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("to try (each alone, then fit again):"));
   EXPECT_THAT(r.out, HasSubstr("  - --gpus auto:"));
   EXPECT_THAT(r.out, HasSubstr("  - --checkpointing:"));
   EXPECT_THAT(r.out, HasSubstr("  - --lora_rank 16 (LoRA"));
   EXPECT_THAT(r.out, HasSubstr("--quant_base nf4 too (QLoRA"));
-  // Batch 512's device upper bound x 1.15 is over 48 and under 80 GB.
+  // Batch 512's device upper bound x 1.15 (49.87 x 1.15 = 57.35 GB) is over
+  // 48 and under 80 GB.
   EXPECT_THAT(r.out, HasSubstr("a larger card: batch 512 needs "));
   EXPECT_THAT(r.out, HasSubstr("A100-80GB, A800, H100 (80 GB)"));
   EXPECT_THAT(r.out,
-              HasSubstr("L4: batch 512 as --grad_accum 4 (4 microbatches of "
-                        "128), or --batch 253"));
+              HasSubstr("L4: batch 512 as --grad_accum 2 (2 microbatches of "
+                        "256), or --batch 293"));
   EXPECT_THAT(r.out,
               HasSubstr("16 GB: batch 512 as --grad_accum 4 (4 microbatches "
-                        "of 128), or --batch 161"));
+                        "of 128), or --batch 192"));
   // Finding: "card constant -0.00 GB": L4's constant rounds to zero.
   EXPECT_THAT(r.out, Not(HasSubstr("-0.00")));
   EXPECT_THAT(r.out, HasSubstr("anchored; card constant 0.00 GB"));
   // Finding: "eager (1 layers ...)".
   EXPECT_THAT(r.out, HasSubstr("eager (1 layer; probabilities saved)"));
   // Answered with checkpointing and LoRA, neither is suggested again.
-  const Result set = Run(
+  const Result set = Headroom(
       {"fit", "--model", "bert-base", "--batch", "512", "--gpu", "16",
        "--checkpointing", "--lora_rank", "8", "--lora_targets", "all-linear"},
       Server());
@@ -112,9 +114,9 @@ TEST_F(FindingsWithPlanner, ANotFitsAnswerSaysWhatToTry) {
     EXPECT_THAT(set.out, Not(HasSubstr("  - --lora_rank 16")));
   }
   // FITS everywhere: nothing to try.
-  const Result fits =
-      Run({"fit", "--model", "bert-base", "--batch", "32", "--gpu", "H100"},
-          Server());
+  const Result fits = Headroom(
+      {"fit", "--model", "bert-base", "--batch", "32", "--gpu", "H100"},
+      Server());
   ASSERT_EQ(fits.code, 0) << fits.err;
   EXPECT_THAT(fits.out, Not(HasSubstr("to try")));
 }
@@ -180,27 +182,27 @@ TEST(FitOutputFindingsTest, NoNegativeZeroAndColumnsFromTheirValues) {
 
 // Finding: negative input shown as 18446744073709551611.
 TEST(CliFindingsTest, NegativeValuesOfUnsignedOptionsAreRefused) {
-  Result r = Run({"fit", "--model", "bert-base", "--batch", "8", "--gpu", "L4",
-                  "--positions", "-5"});
+  Result r = Headroom({"fit", "--model", "bert-base", "--batch", "8", "--gpu",
+                       "L4", "--positions", "-5"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--positions '-5' is invalid; allowed a whole "
                                "number, 0 or more"));
   EXPECT_THAT(r.err, Not(HasSubstr("18446744073709551611")));
-  r = Run({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
-           "--global_batch", "-1"});
+  r = Headroom({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
+                "--global_batch", "-1"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err,
               HasSubstr("--global_batch '-1' is invalid; allowed 1..1048576"));
-  r = Run({"probe", "submit", "--model", "gpt2", "--gpu", "L4", "--batch", "4",
-           "--steps", "-3"});
+  r = Headroom({"probe", "submit", "--model", "gpt2", "--gpu", "L4", "--batch",
+                "4", "--steps", "-3"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--steps '-3' is invalid"));
 }
 
 // Finding: "--x is required" / "At Most 1 required" for a flag given twice.
 TEST(CliFindingsTest, AFlagGivenTwiceIsSaidSo) {
-  const Result r = Run({"fit", "--model", "bert-base", "--batch", "8",
-                        "--batch", "16", "--gpu", "L4"});
+  const Result r = Headroom({"fit", "--model", "bert-base", "--batch", "8",
+                             "--batch", "16", "--gpu", "L4"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--batch given 2 times ('8', '16'); give it "
                                "once"));
@@ -208,12 +210,12 @@ TEST(CliFindingsTest, AFlagGivenTwiceIsSaidSo) {
 
 // Finding: help defaults printed as "=0" with "(default 8)" / "(0 = 3)".
 TEST(CliFindingsTest, HelpShowsTheRealDefault) {
-  const Result r = Run({"probe", "submit", "--help"});
+  const Result r = Headroom({"probe", "submit", "--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--steps UINT=3"));
   EXPECT_THAT(r.out, HasSubstr("--warmup UINT=1"));
   EXPECT_THAT(r.out, Not(HasSubstr("(0 = 3)")));
-  const Result fit = Run({"fit", "--help"});
+  const Result fit = Headroom({"fit", "--help"});
   EXPECT_THAT(fit.out, Not(HasSubstr("--coverage FLOAT=0")));
 }
 
@@ -248,41 +250,41 @@ TEST_F(FindingsWithPlanner, ThePlannersFieldPathsReachTheUserAsFlags) {
     std::ofstream file(path);
     file << R"({"model_type": "llama", "hidden_size": -1})";
   }
-  Result r =
-      Run({"fit", "--model", path, "--batch", "8", "--gpu", "L4"}, Server());
+  Result r = Headroom({"fit", "--model", path, "--batch", "8", "--gpu", "L4"},
+                      Server());
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("headroom: --model absurd.json: hidden_size"));
   EXPECT_THAT(r.err, Not(HasSubstr("model.hf_config")));
   std::remove(path.c_str());
-  r = Run({"fit", "--model", "bert-base", "--batch", "8", "--gpu", "L4",
-           "--lora_rank", "8", "--lora_targets", "zz"},
-          Server());
+  r = Headroom({"fit", "--model", "bert-base", "--batch", "8", "--gpu", "L4",
+                "--lora_rank", "8", "--lora_targets", "zz"},
+               Server());
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("headroom: --lora_targets 'zz' is not allowed"));
 }
 
 // Finding: --include_simulated silently unused.
 TEST_F(FindingsWithPlanner, IncludeSimulatedSaysWhenItChangedNothing) {
-  const Result r = Run({"fit", "--model", "bert-base", "--batch", "32", "--gpu",
-                        "L4", "--include_simulated"},
-                       Server());
+  const Result r = Headroom({"fit", "--model", "bert-base", "--batch", "32",
+                             "--gpu", "L4", "--include_simulated"},
+                            Server());
   ASSERT_EQ(r.code, 0) << r.err;
-  // bert-base is anchored on the shipped torch-harness runs.
+  // bert-base is anchored on the shipped reference runs.
   EXPECT_THAT(r.out, HasSubstr("--include_simulated changed nothing: "
-                               "measured runs (torch-harness)"));
+                               "measured runs (reference)"));
 }
 
 // Finding: --positions and --context, --attention and --attention_backend
 // both accepted and one silently ignored.
 TEST(CliFindingsTest, OldMicrobatchNamesMustAgreeWithTheSetups) {
-  Result r =
-      Run({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
-           "--global_batch", "8", "--context", "512", "--positions", "1024"});
+  Result r = Headroom({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
+                       "--global_batch", "8", "--context", "512", "--positions",
+                       "1024"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--context 512 and --positions 1024 differ"));
-  r = Run({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
-           "--global_batch", "8", "--attention_backend", "eager", "--attention",
-           "sdpa"});
+  r = Headroom({"microbatch", "plan", "--model", "gpt2", "--gpu", "L4",
+                "--global_batch", "8", "--attention_backend", "eager",
+                "--attention", "sdpa"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--attention_backend eager and --attention sdpa "
                                "differ"));
@@ -291,7 +293,7 @@ TEST(CliFindingsTest, OldMicrobatchNamesMustAgreeWithTheSetups) {
 // Finding: microbatch plan and fit giving different peaks for the same
 // model, card and batch: the plan says why.
 TEST_F(FindingsWithPlanner, MicrobatchPlanSaysWhyItIsNotFit) {
-  const Result r = Run(
+  const Result r = Headroom(
       {"microbatch", "plan", "--model", "gpt2", "--gpu", "L4", "--global_batch",
        "64", "--candidates", "8,16", "--positions", "512"},
       Server());
@@ -319,16 +321,16 @@ TEST(MicrobatchFindingsTest, SelectNamesGpuAndModelInGb) {
 
 // Finding: probe cancel on a finished probe reporting success.
 TEST_F(FindingsWithPlanner, CancellingAFinishedProbeSaysSo) {
-  const Result submitted = Run({"probe", "submit", "--model", "gpt2", "--gpu",
-                                "L4", "--batch", "4", "--json"},
-                               Server());
+  const Result submitted = Headroom({"probe", "submit", "--model", "gpt2",
+                                     "--gpu", "L4", "--batch", "4", "--json"},
+                                    Server());
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   v1::Probe probe;
   ASSERT_TRUE(ParseJson(submitted.out, "stdout", true, &probe).ok());
-  const Result first = Run({"probe", "cancel", probe.id()}, Server());
+  const Result first = Headroom({"probe", "cancel", probe.id()}, Server());
   EXPECT_EQ(first.code, 0) << first.err;
   EXPECT_THAT(first.out, HasSubstr(" cancelled "));
-  const Result again = Run({"probe", "cancel", probe.id()}, Server());
+  const Result again = Headroom({"probe", "cancel", probe.id()}, Server());
   EXPECT_EQ(again.code, 1);
   EXPECT_THAT(again.err, HasSubstr("had already been cancelled; nothing to "
                                    "cancel"));
@@ -337,21 +339,21 @@ TEST_F(FindingsWithPlanner, CancellingAFinishedProbeSaysSo) {
 // Finding: calib show and factors show dumping the same JSON with a raw
 // epoch.
 TEST_F(FindingsWithPlanner, CalibShowAndFactorsShowShowTheirOwnThing) {
-  const Result calib = Run({"calib", "show"}, Server());
+  const Result calib = Headroom({"calib", "show"}, Server());
   ASSERT_EQ(calib.code, 0) << calib.err;
   EXPECT_THAT(calib.out, HasSubstr("factor set fs-1 (the current one), "
                                    "created 20"));
   EXPECT_THAT(calib.out, HasSubstr("column               runs"));
   EXPECT_THAT(calib.out, Not(HasSubstr("createdUnix")));
-  const Result factors = Run({"factors", "show"}, Server());
+  const Result factors = Headroom({"factors", "show"}, Server());
   ASSERT_EQ(factors.code, 0) << factors.err;
   EXPECT_THAT(factors.out, HasSubstr("factors: optimizer "));
   EXPECT_THAT(factors.out, Not(HasSubstr("column               runs")));
   EXPECT_NE(calib.out, factors.out);
-  const Result page = Run({"calib", "show", "--json"}, Server());
+  const Result page = Headroom({"calib", "show", "--json"}, Server());
   v1::CalibrationPage parsed_page;
   EXPECT_TRUE(ParseJson(page.out, "stdout", false, &parsed_page).ok());
-  const Result set = Run({"factors", "show", "--json"}, Server());
+  const Result set = Headroom({"factors", "show", "--json"}, Server());
   v1::FactorSet parsed_set;
   EXPECT_TRUE(ParseJson(set.out, "stdout", false, &parsed_set).ok());
   EXPECT_EQ(parsed_set.version(), "fs-1");
@@ -359,7 +361,7 @@ TEST_F(FindingsWithPlanner, CalibShowAndFactorsShowShowTheirOwnThing) {
 
 // Finding: model inspect without the per-kind breakdown, saying seq_len.
 TEST(CliFindingsTest, ModelInspectBreaksStatesDownByKind) {
-  const Result r = Run({"model", "inspect", "llama-3.2-1b"});
+  const Result r = Headroom({"model", "inspect", "llama-3.2-1b"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("model states (GB): weights "));
   EXPECT_THAT(r.out, HasSubstr(", gradients "));
@@ -372,9 +374,9 @@ TEST(CliFindingsTest, ModelInspectBreaksStatesDownByKind) {
 
 // Finding: density rank's jargon unexplained.
 TEST(CliFindingsTest, DensityRankExplainsItsColumns) {
-  const Result help = Run({"density", "rank", "--help"});
+  const Result help = Headroom({"density", "rank", "--help"});
   EXPECT_THAT(help.out, HasSubstr("lpd (learning per density)"));
-  const Result r = Run(
+  const Result r = Headroom(
       {"density", "rank", "--runs", kRoot + "/data/density-leaderboard.json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("Columns: rel_acc", 0), 0u);
@@ -383,12 +385,13 @@ TEST(CliFindingsTest, DensityRankExplainsItsColumns) {
 // Finding: energy takes no --model. llama-3.1-8b has 8,030,261,248
 // parameters: 8.03B.
 TEST(CliFindingsTest, EnergyTakesACatalogModel) {
-  const Result r = Run({"energy", "--model", "llama-3.1-8b", "--gpu", "L4",
-                        "--quant", "nf4", "--offline"});
+  const Result r = Headroom({"energy", "--model", "llama-3.1-8b", "--gpu", "L4",
+                             "--quant", "nf4", "--offline"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("nf4 at 8.03B (L4)"));
-  const Result both = Run({"energy", "--model", "llama-3.1-8b", "--params_b",
-                           "7", "--gpu", "L4", "--quant", "nf4", "--offline"});
+  const Result both =
+      Headroom({"energy", "--model", "llama-3.1-8b", "--params_b", "7", "--gpu",
+                "L4", "--quant", "nf4", "--offline"});
   EXPECT_EQ(both.code, 2);
 }
 
@@ -406,7 +409,7 @@ TEST(CliFindingsTest, ARefitShortOfPointsSaysWhereTheyComeFrom) {
       }
     }
   }
-  const Result r = Run({"energy", "refit", "--runs", path, "--offline"});
+  const Result r = Headroom({"energy", "refit", "--runs", path, "--offline"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("needs at least 3"));
   EXPECT_THAT(r.err, HasSubstr("headroom energy probe --model MODEL"));
@@ -415,7 +418,8 @@ TEST(CliFindingsTest, ARefitShortOfPointsSaysWhereTheyComeFrom) {
 
 // Finding: NOT_FOUND: prefixes on some errors only.
 TEST(CliFindingsTest, OneErrorFormat) {
-  const Result r = Run({"calib", "page", "--runs", "/nonexistent/runs.jsonl"});
+  const Result r =
+      Headroom({"calib", "page", "--runs", "/nonexistent/runs.jsonl"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.rfind("headroom: ", 0), 0u) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("NOT_FOUND")));
@@ -423,7 +427,7 @@ TEST(CliFindingsTest, OneErrorFormat) {
 
 // Finding: headroom models without digit grouping, inconsistent families.
 TEST(CliFindingsTest, ModelsGroupDigitsAndShareFamilies) {
-  const Result r = Run({"models"});
+  const Result r = Headroom({"models"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("1,235,814,400"));
   // gpt2 (cut down) and gpt2-124m are one family.
