@@ -195,8 +195,10 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
                  "mTLS: client certificate (PEM) (or HEADROOM_TLS_CERT)");
   app.add_option("--tls_key", tls_key,
                  "mTLS: client private key (PEM) (or HEADROOM_TLS_KEY)");
-  app.add_option("--deadline_ms", o.deadline_ms,
-                 "deadline of each call in milliseconds");
+  // An int: a negative deadline would pass CLI11 and expire every call.
+  InRange(app.add_option("--deadline_ms", o.deadline_ms,
+                         "deadline of each call in milliseconds"),
+          1, 86400000);
   app.add_option("--models_dir", o.models_dir,
                  "model catalog (offline commands)");
 
