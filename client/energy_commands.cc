@@ -370,6 +370,9 @@ int EnergyPlot(const Options& planner, const EnergyOptions& options,
       // A runs file says neither worker nor date: the file names them.
       std::vector<EnergyRunRecord> records;
       for (const v1::EnergyRun& run : *runs) {
+        // --include_simulated offline as through the planner: a simulated
+        // run is drawn only when asked for.
+        if (run.simulated() && !options.include_simulated) continue;
         EnergyRunRecord record;
         record.run = run;
         record.worker = options.runs;

@@ -274,6 +274,32 @@ TEST_F(FindingsWithPlanner, IncludeSimulatedSaysWhenItChangedNothing) {
                                "measured runs (reference)"));
 }
 
+// Finding: --include_simulated silently unused (energy plot --offline drew
+// a runs file's simulated runs with or without it).
+TEST(CliFindingsTest, OfflinePlotDrawsSimulatedRunsOnlyWhenAsked) {
+  const std::string runs = ::testing::TempDir() + "/sim-plot-runs.jsonl";
+  {
+    std::ofstream file(runs);
+    for (const char* quant : {"fp16", "nf4"}) {
+      file << R"({"model":"m","params_b":7,"gpu":"A100-80GB","quant":")"
+           << quant
+           << R"(","tokens_generated":1000,"energy_j":100,"idle_w":0,)"
+              R"("window_s":1,"simulated":true})"
+           << "\n";
+    }
+  }
+  const Result without = Headroom(
+      {"energy", "plot", "--arch", "ampere", "--offline", "--runs", runs});
+  ASSERT_EQ(without.code, 0) << without.err;
+  EXPECT_THAT(without.out, Not(HasSubstr("class=\"measured\"")));
+  const Result with =
+      Headroom({"energy", "plot", "--arch", "ampere", "--offline", "--runs",
+                runs, "--include_simulated"});
+  ASSERT_EQ(with.code, 0) << with.err;
+  EXPECT_THAT(with.out, HasSubstr("class=\"measured\""));
+  std::remove(runs.c_str());
+}
+
 // Finding: --positions and --context, --attention and --attention_backend
 // both accepted and one silently ignored.
 TEST(CliFindingsTest, OldMicrobatchNamesMustAgreeWithTheSetups) {
