@@ -38,6 +38,13 @@ constexpr FieldFlag kFieldFlags[] = {
     {"vram_fraction", "--vram_fraction"},
     {"reserve_gb", "--reserve_gb"},
     {"cache_key", "--cache_key"},
+    // probe submit (SubmitProbeRequest) and energy (EstimateEnergyRequest).
+    {"gpu", "--gpu"},
+    {"repetitions", "--repetitions"},
+    {"expires_s", "--expires_s"},
+    {"params_b", "--params_b"},
+    {"quant", "--quant"},
+    {"arch", "--arch"},
 };
 
 bool PathChar(char c) {

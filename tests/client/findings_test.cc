@@ -240,6 +240,10 @@ TEST(FlagErrorsTest, FieldPathsAreNamedAsFlagsAndFiles) {
             "--positions 9 is out of range");
   EXPECT_EQ(FlagsForFieldPaths("context = 9 is out of range", options),
             "--positions 9 is out of range");
+  EXPECT_EQ(FlagsForFieldPaths("expires_s = 9999999 is out of range; "
+                               "allowed 0..2592000 seconds",
+                               options),
+            "--expires_s 9999999 is out of range; allowed 0..2592000 seconds");
   EXPECT_EQ(FlagsForFieldPaths("probe 'p-9' is not stored", options),
             "probe 'p-9' is not stored");
 }
