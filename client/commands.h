@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/client_channel.h"
 #include "grpcpp/channel.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace CLI {
 class App;
@@ -34,6 +36,9 @@ inline constexpr int kExitUnreachable = 3;
 // Writes "headroom: <message>" to `err` and returns `code` (2: bad usage or
 // input), the exit code every command fails with.
 int Fail(std::ostream& err, const std::string& message, int code = 2);
+// The same with a status's message alone: every error reads "headroom:
+// <message>", never "NOT_FOUND: <message>" (the exit code says the kind).
+int Fail(std::ostream& err, const absl::Status& status, int code = 2);
 
 struct Options {
   std::string server = "127.0.0.1:50051";
@@ -94,8 +99,17 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err);
 // held-out prediction and the component sizes in GB before factors.
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err);
 
-// headroom calib show [--version fs-N]: the server's factor set and page.
+// headroom calib show [--version fs-N] [--json]: the server's calibration
+// page of a factor set (created as ISO-8601 UTC), as calib page prints one;
+// --json: the page's JSON.
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err);
+
+// headroom factors show [--version fs-N] [--json]: a factor set's factors,
+// headroom, k, regimes and bounds; --json: the whole FactorSet.
+int FactorsShow(const Options& options, std::ostream& out, std::ostream& err);
+
+// The calibration page of `set` as text (calib page, calib show).
+void PrintPage(const v1::FactorSet& set, std::ostream& out);
 
 // headroom calib eval --train A.jsonl --test B.jsonl [--json]: fits on A as
 // the service does and predicts every row of B.
