@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/json_io.h"
+#include "base/status_macros.h"
 #include "base/value_bounds.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
@@ -40,30 +41,24 @@ absl::StatusOr<v1::AutotuneCacheKey> LoadCacheKey(const std::string& path) {
 // and context / attention_backend, which the autotune cache key reads).
 absl::Status MergeOldNames(const MicrobatchPlanOptions& plan,
                            Options& options) {
-  if (plan.context != 0) {
-    if (options.positions != 0 && options.positions != plan.context) {
+  const auto merge = [&options](const char* old_flag, const std::string& value,
+                                const std::string& key) -> absl::Status {
+    auto it = options.setup.find(key);
+    if (it != options.setup.end() && it->second != value) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--context ", plan.context, " and --positions ", options.positions,
-          " differ; --context is the old name of --positions: give one"));
+          old_flag, " ", value, " and --", key, " ", it->second, " differ; ",
+          old_flag, " is the old name of --", key, ": give one"));
     }
-    options.positions = plan.context;
-  }
-  if (options.positions > UINT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--positions ", options.positions,
-                     " is out of range for a microbatch plan; allowed "
-                     "0 (the model's standard) .. 4294967295"));
+    options.setup[key] = value;
+    return absl::OkStatus();
+  };
+  if (plan.context != 0) {
+    RETURN_IF_ERROR(
+        merge("--context", absl::StrCat(plan.context), "positions"));
   }
   if (!plan.attention_backend.empty()) {
-    if (!options.attention.empty() &&
-        options.attention != plan.attention_backend) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--attention_backend ", plan.attention_backend, " and --attention ",
-          options.attention,
-          " differ; --attention_backend is the old name of --attention: "
-          "give one"));
-    }
-    options.attention = plan.attention_backend;
+    RETURN_IF_ERROR(
+        merge("--attention_backend", plan.attention_backend, "attention"));
   }
   return absl::OkStatus();
 }
@@ -99,7 +94,13 @@ absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
   } else {
     request.set_memory_gb(fit->targets(0).memory_gb());
   }
-  request.set_context(static_cast<uint32_t>(fit_options.positions));
+  if (fit->setup().positions() > UINT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--positions ", fit->setup().positions(),
+                     " is out of range for a microbatch plan; allowed "
+                     "0 (the model's standard) .. 4294967295"));
+  }
+  request.set_context(static_cast<uint32_t>(fit->setup().positions()));
   request.set_global_batch(plan.global_batch);
   for (absl::string_view part :
        absl::StrSplit(plan.candidates, ',', absl::SkipEmpty())) {
@@ -111,7 +112,10 @@ absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
     request.add_microbatch_candidates(candidate);
   }
   request.set_compile_model(plan.compile);
-  request.set_attention_backend(fit_options.attention);
+  auto attention = fit_options.setup.find("attention");
+  if (attention != fit_options.setup.end()) {
+    request.set_attention_backend(attention->second);
+  }
   request.set_vram_fraction(plan.vram_fraction);
   request.set_reserve_gb(plan.reserve_gb);
   return request;

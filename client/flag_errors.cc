@@ -6,24 +6,22 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/setup/setup_words.h"
 
 namespace headroom::cli {
 namespace {
 
-// Request field path (indexes dropped) -> the flag that sets it. The
-// longest entry that is the path or a prefix of it at a '.' wins; any other
-// setup.NAME is --NAME (the setup flags are named after their fields).
+// Request field path (indexes dropped) -> the flag that sets it, beside
+// the setup vocabulary's (a setup field's flag is its key's, from
+// core/setup/setup_words.h). The longest entry that is the path or a prefix
+// of it at a '.' wins.
 struct FieldFlag {
   absl::string_view field;
   absl::string_view flag;
 };
 constexpr FieldFlag kFieldFlags[] = {
-    {"setup.lora.targets", "--lora_targets"},
-    {"setup.lora.rank", "--lora_rank"},
-    {"setup.lora.dropout", "--lora_dropout"},
+    // Setup fields no vocabulary key sets by that path.
     {"setup.lora", "--lora_rank"},
-    {"setup.freeze.layers", "--freeze"},
-    {"setup.freeze.train_last_blocks", "--train_last_blocks"},
     {"setup.freeze", "--freeze"},
     {"setup.activation_checkpointing", "--checkpointing"},
     {"batches", "--batch"},
@@ -80,6 +78,10 @@ std::string FlagFor(const std::string& path, const Options& options) {
                : absl::StrCat("--model ", FileName(options.model));
   }
   if (path == "model.template") return "--model";
+  if (absl::StartsWith(path, "setup.")) {
+    const SetupKey* key = SetupKeyForField(path.substr(6));
+    if (key != nullptr) return key->Flag();
+  }
   absl::string_view best_flag;
   size_t best = 0;
   for (const FieldFlag& entry : kFieldFlags) {
@@ -93,12 +95,6 @@ std::string FlagFor(const std::string& path, const Options& options) {
     }
   }
   if (best > 0) return std::string(best_flag);
-  if (absl::StartsWith(path, "setup.")) {
-    const std::string name = path.substr(6);
-    if (!name.empty() && name.find('.') == std::string::npos) {
-      return absl::StrCat("--", name);
-    }
-  }
   return "";
 }
 

@@ -58,6 +58,10 @@ ABSL_FLAG(int32_t, store_queue, 256,
           "RESOURCE_EXHAUSTED; 1..100000");
 ABSL_FLAG(bool, extender_allow_borderline, false,
           "extender filter: let BORDERLINE nodes through (default FITS only)");
+ABSL_FLAG(std::string, extender_kube_api, "",
+          "extender: read the ConfigMaps headroom.dev/job names through the "
+          "Kubernetes API: in-cluster (the Pod's ServiceAccount token and CA) "
+          "or an API URL; empty: such pods are told the planner reads none");
 ABSL_FLAG(bool, extender_include_simulated, false,
           "extender: let simulated workers' cards name a node's GPU and "
           "simulated runs anchor its answers (default: never)");
@@ -209,6 +213,7 @@ int main(int argc, char** argv) {
   config.auto_probe_total = absl::GetFlag(FLAGS_auto_probe_total);
   config.extender_listen = absl::GetFlag(FLAGS_extender_listen);
   config.extender_budget_ms = absl::GetFlag(FLAGS_extender_budget_ms);
+  config.extender_kube_api = absl::GetFlag(FLAGS_extender_kube_api);
   config.extender.decide.allow_borderline =
       absl::GetFlag(FLAGS_extender_allow_borderline);
   const std::string prefer = absl::GetFlag(FLAGS_extender_prefer);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
@@ -381,6 +382,24 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   }
   SchedulerExtender::Options extender = config.extender;
   extender.budget = absl::Milliseconds(config.extender_budget_ms);
+  if (!config.extender_kube_api.empty()) {
+    const std::string& api = config.extender_kube_api;
+    if (api != "in-cluster" && !absl::StartsWith(api, "https://") &&
+        !absl::StartsWith(api, "http://")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "extender_kube_api = ", api.substr(0, 64),
+          " is not allowed; allowed in-cluster or an API server URL "
+          "(https://HOST:PORT)"));
+    }
+    ConfigMapReaderOptions kube;
+    if (api != "in-cluster") kube.api_url = api;
+    app->configmaps_ = std::make_unique<ConfigMapReader>(kube);
+    extender.read_job_file = [reader = app->configmaps_.get()](
+                                 const std::string& ns, const std::string& name,
+                                 const std::string& key) {
+      return reader->Read(ns, name, key);
+    };
+  }
   app->extender_ = std::make_unique<SchedulerExtender>(
       [state](const v1::CheckFitRequest& request) {
         const std::shared_ptr<const Evidence> evidence = state->evidence();

@@ -18,6 +18,7 @@
 #include "grpcpp/server.h"
 #include "server/service/background_worker.h"
 #include "server/service/calibration_service.h"
+#include "server/service/configmap_reader.h"
 #include "server/service/density_service.h"
 #include "server/service/energy_service.h"
 #include "server/service/fit_service.h"
@@ -64,6 +65,9 @@ struct PlannerConfig {
   std::string extender_listen;
   // Longest an extender call may take before its nodes pass through.
   int64_t extender_budget_ms = 50;
+  // Where the extender reads headroom.dev/job ConfigMaps: empty (it reads
+  // none), "in-cluster" (the Pod's ServiceAccount), or an API URL.
+  std::string extender_kube_api;
   SchedulerExtender::Options extender;
   // A probe whose worker is silent this long goes back to the queue.
   int64_t probe_lease_ms = 30000;
@@ -181,6 +185,7 @@ class PlannerApp {
   std::unique_ptr<BackgroundWorker> store_executor_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<ConfigMapReader> configmaps_;
   std::unique_ptr<SchedulerExtender> extender_;
   std::unique_ptr<HttpServer> extender_http_;
   // Follows the store's current factor set (SyncWithStore) until stopped.

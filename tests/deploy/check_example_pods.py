@@ -20,13 +20,15 @@ import sys
 
 import yaml
 
-# The pod annotations the scheduler extender reads (deploy/scheduler/README.md).
-ANNOTATIONS = {
-    "model", "batch", "precision", "optimizer", "positions", "attention",
-    "lora-rank", "lora-targets", "quant-base", "parallel", "grad-accum",
-    "checkpointing", "framework", "job", "world-size", "coverage",
-}
 PREFIX = "headroom.dev/"
+# The pod annotations the scheduler extender reads: its own, and one per key
+# of the setup vocabulary (client/python/headroom_client/setup_words.json,
+# generated from core/setup/setup_words.cc).
+_WORDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                      "client", "python", "headroom_client", "setup_words.json")
+with open(_WORDS, encoding="utf-8") as _f:
+    ANNOTATIONS = {"model", "batch", "job", "world-size", "coverage"} | {
+        key["annotation"][len("headroom.dev/"):] for key in json.load(_f)["keys"]}
 
 
 def load_catalog(cli):

@@ -377,5 +377,106 @@ TEST(ExtenderInputTest, AJobAnnotationNamesAConfigMapKey) {
   }
 }
 
+// The pod shapes the Kubeflow training operator and JobSet create, and
+// plain one- and eight-GPU pods (tests/data/extender/SOURCES.md cites each
+// field): every node's verdict is the planner's answer to the question the
+// CLI asks with the same words as flags, on that node's card.
+struct GoldenPod {
+  const char* file;
+  std::vector<std::pair<std::string, std::string>> flags;  // the CLI's
+  uint32_t gpus;                                           // setup.gpus
+  uint32_t gpus_per_node;
+  std::vector<v1::Verdict> verdicts;  // per node, in the body's order
+};
+
+TEST_F(ExtenderTest, PodShapesGetTheCliAnswer) {
+  const std::vector<std::pair<std::string, std::string>> fsdp70 = {
+      {"--positions", "4096"},
+      {"--precision", "bf16"},
+      {"--optimizer", "adamw"},
+      {"--parallel", "fsdp-full"},
+      {"--checkpointing", "full"},
+      {"--attention", "flash"},
+      {"--gpus", "32"},
+      {"--gpus_per_node", "8"}};
+  const GoldenPod pods[] = {
+      {"single-gpu-lora.json",
+       {{"--positions", "2048"},
+        {"--precision", "bf16-true"},
+        {"--optimizer", "adamw"},
+        {"--lora_rank", "16"},
+        {"--lora_targets", "q,k,v,o"},
+        {"--attention", "sdpa"},
+        {"--checkpointing", "full"},
+        {"--grad_accum", "2"},
+        {"--framework", "torchtune"}},
+       0,
+       0,
+       {}},
+      {"multi-gpu-fsdp-8.json",
+       {{"--positions", "2048"},
+        {"--precision", "bf16"},
+        {"--optimizer", "adamw"},
+        {"--parallel", "fsdp-full"},
+        {"--checkpointing", "full"},
+        {"--attention", "sdpa"},
+        {"--gpus", "8"}},
+       8,
+       0,
+       {v1::FITS, v1::FITS, v1::DOES_NOT_FIT}},
+      {"pytorchjob-worker-8gpu.json", fsdp70, 32, 8, {}},
+      {"jobset-worker-4x8gpu.json", fsdp70, 32, 8, {}},
+  };
+  std::vector<std::vector<v1::Verdict>> gang_verdicts;
+  for (const GoldenPod& golden : pods) {
+    SCOPED_TRACE(golden.file);
+    absl::StatusOr<ExtenderArgs> args =
+        ParseExtenderArgs(ExtenderBody(golden.file));
+    ASSERT_TRUE(args.ok()) << args.status();
+    auto job = JobFromAnnotations(args->annotations, args->gpus);
+    ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
+    EXPECT_EQ((*job)->request.setup().gpus(), golden.gpus);
+    EXPECT_EQ((*job)->request.setup().gpus_per_node(), golden.gpus_per_node);
+
+    // The CLI's request: the same words as flags.
+    v1::CheckFitRequest cli = (*job)->request;
+    cli.clear_setup();
+    SetupExtras extras;
+    for (const auto& [flag, value] : golden.flags) {
+      const SetupKey* key = FindSetupKey(flag.substr(2));
+      ASSERT_NE(key, nullptr) << flag;
+      ASSERT_TRUE(
+          ApplySetupValue(*key, value, flag, cli.mutable_setup(), &extras)
+              .ok());
+    }
+    EXPECT_EQ(cli.setup().SerializeAsString(),
+              (*job)->request.setup().SerializeAsString());
+
+    std::vector<std::optional<v1::Target>> targets;
+    for (const ExtenderNode& node : args->nodes) {
+      targets.push_back(TargetFromLabels(node));
+      ASSERT_TRUE(targets.back().has_value()) << node.name;
+      *cli.add_targets() = *targets.back();
+    }
+    auto decided = DecideNodes(**job, *args, targets, CheckFit(), {});
+    ASSERT_TRUE(decided.ok()) << decided.status();
+    auto answer = planner_->CheckFit(cli, evidence_->get());
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    std::vector<v1::Verdict> verdicts;
+    for (size_t i = 0; i < decided->size(); ++i) {
+      const NodeDecision& d = (*decided)[i];
+      EXPECT_EQ(d.verdict, answer->targets(i).verdicts(0)) << d.node;
+      EXPECT_EQ(d.peak_gb, answer->targets(i).batches(0).figures().device_gb());
+      verdicts.push_back(d.verdict);
+    }
+    if (!golden.verdicts.empty()) EXPECT_EQ(verdicts, golden.verdicts);
+    if (golden.gpus == 32) gang_verdicts.push_back(verdicts);
+  }
+  // A PyTorchJob's worker and a JobSet's are the same job on the same
+  // nodes: the same answer.
+  ASSERT_EQ(gang_verdicts.size(), 2u);
+  EXPECT_EQ(gang_verdicts[0], gang_verdicts[1]);
+}
+
 }  // namespace
 }  // namespace headroom

@@ -195,5 +195,70 @@ TEST(SchedulerExtenderTest, ReportsAndScoresByTheDeviceFigure) {
   EXPECT_EQ(scores[0]["Score"], 0);  // the L4 does not pass
 }
 
+// headroom.dev/job: the extender reads the ConfigMap key through its reader
+// (in the pod's namespace) into the request's job file; a key the pod named
+// wrongly fails every node saying so, an API that does not answer lets
+// every node through, and a planner without a reader says it reads none.
+TEST(SchedulerExtenderTest, AJobAnnotationIsReadFromItsConfigMap) {
+  Json pod = Json::parse(ExtenderBody("single-gpu-lora.json"));
+  Json& annotations = pod["Pod"]["metadata"]["annotations"];
+  annotations.erase("headroom.dev/model");
+  annotations.erase("headroom.dev/batch");
+  annotations["headroom.dev/job"] = "recipes/lora.yaml";
+  const std::string body = pod.dump();
+
+  v1::CheckFitRequest asked;
+  const auto check_fit = [&](const v1::CheckFitRequest& request)
+      -> absl::StatusOr<v1::CheckFitResponse> {
+    asked = request;
+    return absl::InvalidArgumentError("stop here");
+  };
+  std::vector<std::string> reads;
+  absl::Status read_status = absl::OkStatus();
+  PlannerMetrics metrics;
+  SchedulerExtender::Options options;
+  options.budget = absl::Seconds(10);
+  options.read_job_file =
+      [&](const std::string& ns, const std::string& name,
+          const std::string& key) -> absl::StatusOr<std::string> {
+    reads.push_back(ns + "/" + name + "/" + key);
+    if (!read_status.ok()) return read_status;
+    return std::string("model: {_component_: x}\n");
+  };
+  SchedulerExtender extender(
+      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
+      options);
+
+  const Json asked_answer = Json::parse(extender.Filter(body).body);
+  EXPECT_THAT(reads, ::testing::ElementsAre("ml/recipes/lora.yaml"));
+  EXPECT_EQ(asked.job().job().name(), "recipes/lora.yaml");
+  EXPECT_EQ(asked.job().job().content(), "model: {_component_: x}\n");
+  EXPECT_EQ(asked.batches_size(), 0);           // the recipe says its batch
+  EXPECT_EQ(asked.setup().lora().rank(), 16u);  // annotations beside it
+  EXPECT_TRUE(asked_answer["FailedAndUnresolvableNodes"].contains("gpu-l4-a"));
+
+  read_status = absl::NotFoundError("no key lora.yaml (keys: full.yaml)");
+  const Json missing = Json::parse(extender.Filter(body).body);
+  EXPECT_EQ(missing["Nodes"]["items"].size(), 0u);
+  EXPECT_THAT(
+      missing["FailedAndUnresolvableNodes"]["gpu-h100-a"].get<std::string>(),
+      HasSubstr("annotation headroom.dev/job: ConfigMap recipes key "
+                "lora.yaml: no key lora.yaml"));
+
+  read_status = absl::UnavailableError("connection refused");
+  const Json down = Json::parse(extender.Filter(body).body);
+  EXPECT_EQ(down["Nodes"]["items"].size(), 3u);  // fail open
+
+  SchedulerExtender::Options no_reader;
+  no_reader.budget = absl::Seconds(10);
+  SchedulerExtender plain(
+      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
+      no_reader);
+  const Json refused = Json::parse(plain.Filter(body).body);
+  EXPECT_THAT(
+      refused["FailedAndUnresolvableNodes"]["gpu-l4-a"].get<std::string>(),
+      HasSubstr("this planner reads no ConfigMaps"));
+}
+
 }  // namespace
 }  // namespace headroom
