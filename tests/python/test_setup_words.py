@@ -259,6 +259,13 @@ class FixtureTableTest(TableChecks, unittest.TestCase):
              "state 'done' is unknown; allowed queued, running, succeeded, failed, "
              "cancelled"),
             (lambda: self.client.refit_energy([{"no_such": 1}]), "runs: "),
+            (lambda: self.client.submit_probe("bert-base", [8], gpu="L4", repetitions=-1),
+             "repetitions -1 is invalid"),
+            (lambda: self.client.check_fit("bert-base", 8, "L4", coverage="most"),
+             "coverage 'most' is invalid"),
+            (lambda: self.client.refit_energy(os.path.join(HERE, "data",
+                                                           "setup_words_fixture.json")),
+             "setup_words_fixture.json:1: "),
             (lambda: Client(NOWHERE, ca="/no/such-ca.pem"),
              "ca /no/such-ca.pem: No such file or directory"),
             (lambda: Client(NOWHERE, cert="a.pem"), "cert and key go together"),

@@ -68,7 +68,8 @@ class Client:
             self._channel = grpc.secure_channel(address, credentials)
         else:
             self._channel = grpc.insecure_channel(address)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = ((("authorization", f"Bearer {token}"),) if token
+                          else ())
         self._timeout_s = timeout_s
         self._vocabulary = vocabulary
         self._fit = planner_pb2_grpc.FitStub(self._channel)
@@ -131,9 +132,10 @@ class Client:
             if setup["gpus"] is None:
                 del setup["gpus"]
         built = self._setup(setup)
-        request = planner_pb2.CheckFitRequest(
-            setup=built.setup, batches=requests.batches(batch),
-            targets=requests.targets(gpu), coverage=coverage, learn=learn,
+        request = requests.message(
+            planner_pb2.CheckFitRequest, setup=built.setup,
+            batches=requests.batches(batch), targets=requests.targets(gpu),
+            coverage=coverage, learn=learn,
             include_simulated=include_simulated)
         if model is not None:
             request.model.CopyFrom(requests.model_ref(model))
@@ -199,7 +201,8 @@ class Client:
     def calibration(self, version: str = "") -> dict:
         """The factor set `version` ("fs-3"; empty: the current one) with its
         calibration page, as FactorSet in calibration.proto."""
-        request = planner_pb2.GetCalibrationRequest(version=version)
+        request = requests.message(planner_pb2.GetCalibrationRequest,
+                                   version=version)
         return to_dict(self._call(self._calibration.GetCalibration,
                                   request).factor_set)
 
@@ -218,8 +221,8 @@ class Client:
         repetitions, steps, warmup_steps, expires_s, batch_timeout_s: as
         SubmitProbeRequest (0: the defaults). setup: check_fit's setup
         keywords; gpus is a count here (a probe runs on a given count)."""
-        request = fleet_pb2.SubmitProbeRequest(
-            model=requests.model_ref(model),
+        request = requests.message(
+            fleet_pb2.SubmitProbeRequest, model=requests.model_ref(model),
             setup=self._setup(setup, "submit_probe").setup,
             batches=requests.batches(batches), executor=executor,
             repetitions=repetitions, steps=steps, warmup_steps=warmup_steps,
@@ -230,7 +233,8 @@ class Client:
     def probe(self, probe_id: str) -> dict:
         """The probe's state now (Probe in fleet.proto): "state", "results"
         per batch and repetition measured so far, "error"."""
-        events = self._watch(probe_id, follow=False, timeout_s=self._timeout_s)
+        events = self._watch(probe_id, follow=False,
+                             timeout_s=self._timeout_s)
         try:
             for event in events:
                 if "probe" in event:
@@ -251,7 +255,8 @@ class Client:
 
     def _watch(self, probe_id: str, follow: bool,
                timeout_s: float) -> Iterator[dict]:
-        request = fleet_pb2.WatchProbeRequest(id=probe_id, follow=follow)
+        request = requests.message(fleet_pb2.WatchProbeRequest, id=probe_id,
+                                   follow=follow)
         stream = self._fleet.WatchProbe(request, timeout=timeout_s,
                                         metadata=self._metadata)
         try:
@@ -266,7 +271,7 @@ class Client:
     def cancel_probe(self, probe_id: str) -> dict:
         """Cancels a queued or running probe, as `headroom probe cancel`;
         returns the probe after it (its "state" says what became of it)."""
-        request = fleet_pb2.CancelProbeRequest(id=probe_id)
+        request = requests.message(fleet_pb2.CancelProbeRequest, id=probe_id)
         return to_dict(self._call(self._fleet.CancelProbe, request).probe)
 
     def list_probes(self, state: str | None = None,
@@ -307,8 +312,8 @@ class Client:
         if bool(gpu) == bool(arch):
             raise invalid("give gpu (a catalog GPU name) or arch (a GPU "
                           "architecture), one of them")
-        request = energy_pb2.EstimateEnergyRequest(params_b=params_b,
-                                                   quant=quant)
+        request = requests.message(energy_pb2.EstimateEnergyRequest,
+                                   params_b=params_b, quant=quant)
         if gpu:
             request.gpu = gpu
         else:
@@ -329,7 +334,8 @@ class Client:
             raise invalid(f"gpu {gpu!r}: training energy needs one catalog "
                           "GPU name, not a size in GB")
         ref = requests.model_ref(model)
-        request = energy_pb2.TrainEnergyRequest(
+        request = requests.message(
+            energy_pb2.TrainEnergyRequest,
             setup=self._setup(setup, "train_energy").setup, batch=batch,
             gpu=targets[0].gpu, include_simulated=include_simulated)
         kind = ref.WhichOneof("source")
@@ -351,21 +357,27 @@ class Client:
         rule or with force (RefitEnergyResponse)."""
         if isinstance(runs, (str, os.PathLike)):
             text = requests.read_file(runs, "runs")
-            lines = [(i, line) for i, line in enumerate(text.splitlines(), 1)
-                     if line.strip()]
-            try:
-                parsed = [json_format.Parse(line, energy_pb2.EnergyRun())
-                          for _, line in lines]
-            except json_format.ParseError as e:
-                raise invalid(f"runs {os.fspath(runs)}: {e}") from None
+            parsed = []
+            for number, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    parsed.append(
+                        json_format.Parse(line, energy_pb2.EnergyRun()))
+                except json_format.ParseError as e:
+                    raise invalid(
+                        f"runs {os.fspath(runs)}:{number}: {e}") from None
         else:
             try:
                 parsed = [json_format.ParseDict(r, energy_pb2.EnergyRun())
                           for r in runs]
-            except json_format.ParseError as e:
-                raise invalid(f"runs: {e}") from None
-        request = energy_pb2.RefitEnergyRequest(
-            runs=parsed, stored=stored, subtract_idle=subtract_idle,
+            except (json_format.ParseError, TypeError, AttributeError) as e:
+                raise invalid(f"runs: {e}; allowed EnergyRun dicts "
+                              "(energy.proto) or the path of a JSON-lines "
+                              "file") from None
+        request = requests.message(
+            energy_pb2.RefitEnergyRequest, runs=parsed, stored=stored,
+            subtract_idle=subtract_idle,
             merge_anchors=merge_anchors, include_simulated=include_simulated,
             force=force)
         return to_dict(self._call(self._energy.RefitEnergy, request))
@@ -393,8 +405,8 @@ class Client:
         if bool(version) == bool(rollback):
             raise invalid("give version (e.g. 'ec-2') or rollback=True, one "
                           "of them")
-        request = energy_pb2.PromoteEnergyCurveSetRequest(version=version,
-                                                          rollback=rollback)
+        request = requests.message(energy_pb2.PromoteEnergyCurveSetRequest,
+                                   version=version, rollback=rollback)
         return to_dict(self._call(self._energy.PromoteEnergyCurveSet,
                                   request))
 
@@ -402,8 +414,9 @@ class Client:
         """The current curves of one architecture as SVG with the measured
         points, as `headroom energy plot`: {"svg", "curves_version",
         "points"}."""
-        request = energy_pb2.PlotEnergyRequest(
-            arch=arch, include_simulated=include_simulated)
+        request = requests.message(
+            energy_pb2.PlotEnergyRequest, arch=arch,
+            include_simulated=include_simulated)
         return to_dict(self._call(self._energy.PlotEnergy, request))
 
     def submit_energy_probe(self, model: Model, gpu: str | None = None,
@@ -419,7 +432,8 @@ class Client:
         id, which watch_probe follows."""
         if isinstance(quants, str):
             quants = [q.strip() for q in quants.split(",") if q.strip()]
-        request = fleet_pb2.SubmitEnergyProbeRequest(
+        request = requests.message(
+            fleet_pb2.SubmitEnergyProbeRequest,
             model=requests.model_ref(model), quants=list(quants),
             prompt_tokens=prompt_tokens, new_tokens=new_tokens,
             repetitions=repetitions, executor=executor,
@@ -430,9 +444,9 @@ class Client:
 
 def _place(request, gpu: str | None, worker: str | None) -> None:
     """The placement oneof of a probe request: a GPU kind or a worker."""
-    if bool(gpu) == bool(worker):
+    if bool(gpu) == bool(worker) or not isinstance(gpu or worker, str):
         raise invalid("give gpu (one catalog GPU kind, e.g. 'L4') or worker "
-                      "(a worker id), one of them")
+                      "(a worker id), one of them, as a string")
     if gpu:
         request.gpu = gpu
     else:

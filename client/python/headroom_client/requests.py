@@ -35,6 +35,25 @@ JOB_KINDS = {
 }
 
 
+def message(cls, **fields):
+    """cls with `fields` set one by one, so a value of the wrong type or
+    range (a negative count, a string for a number) is INVALID_ARGUMENT
+    naming the argument, not protobuf's TypeError or ValueError."""
+    out = cls()
+    for name, value in fields.items():
+        fd = cls.DESCRIPTOR.fields_by_name[name]
+        try:
+            if fd.label == fd.LABEL_REPEATED:
+                getattr(out, name).extend(value)
+            elif fd.message_type is not None:
+                getattr(out, name).CopyFrom(value)
+            else:
+                setattr(out, name, value)
+        except (TypeError, ValueError) as e:
+            raise invalid(f"{name} {value!r} is invalid: {e}") from None
+    return out
+
+
 def read_file(path: str | os.PathLike, what: str, binary: bool = False):
     """The file's text (or bytes); INVALID_ARGUMENT "WHAT PATH: reason"."""
     try:
