@@ -32,6 +32,9 @@ packages=(
   clang-14
   # scripts/check-tidy.sh: clang-tidy (.clang-tidy) over the last commit's C++.
   clang-tidy
+  # scripts/test-slurm.sh: deploy/slurm/job_submit.lua under a real slurmctld
+  # and slurmd (22.05, job_submit/lua links Lua 5.1), and its unit tests.
+  slurmctld slurmd slurm-client lua5.1
 )
 
 missing=()

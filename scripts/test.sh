@@ -28,6 +28,7 @@ if [[ -z ${HEADROOM_TEST_PG_URL:-} ]]; then
   export HEADROOM_TEST_PG_URL
 fi
 ctest --test-dir build --output-on-failure -j2
+scripts/test-slurm.sh  # deploy/slurm's job_submit.lua under a real slurmctld and slurmd
 
 # clang 14's -Wthread-safety over every library and program, as the
 # build above compiles them (syntax only: the analysis needs no code).
