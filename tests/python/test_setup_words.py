@@ -85,7 +85,9 @@ class TableChecks:
     def check_word(self, key, word, given):
         request = self.build(**{key["name"]: given})
         what = f"{key['name']}={given!r}"
-        if "request" in word:
+        if key["type"] == "strings":  # a name the key takes
+            self.assertEqual(field_value(request.setup, key["field"]), [word["word"]], what)
+        elif "request" in word:
             self.assertEqual(getattr(request, word["request"]), word["value"], what)
             self.assertEqual(request.setup, model_pb2.TrainingSetup(), what)
         elif "value" in word:
@@ -110,33 +112,55 @@ class TableChecks:
                 self.check_word(key, word, word["word"])
                 if kind == "words":
                     self.check_word(key, word, [word["word"]])
-            if kind in ("word", "words"):
+            if key.get("bare"):
+                # True is the bare flag's word (--checkpointing alone: full).
+                self.assertEqual(self.build(**{name: True}),
+                                 self.build(**{name: key["bare"]}), name)
+            if words and kind != "uint":
                 self.assertEqual(self.refused(**{name: "no-such-word"}),
                                  f"{name} 'no-such-word' is unknown; allowed "
                                  + ", ".join(words))
-            elif kind in ("uint", "number"):
+            if kind == "uint":
                 allowed = f"{fmt(key['min'])}..{fmt(key['max'])}"
                 if words:
                     allowed += " or " + ", ".join(words)
                 for bound in (key["min"], key["max"]):
-                    request = self.build(**{name: bound})
+                    request = self.build(**{name: int(bound)})
                     self.assertEqual(field_value(request.setup, key["field"]), bound, name)
-                for bad in (key["min"] - 1, key["max"] + 1):
+                for bad in (int(key["min"]) - 1, int(key["max"]) + 1):
+                    self.assertEqual(self.refused(**{name: bad}),
+                                     f"{name} '{bad}' is invalid; allowed {allowed}")
+            elif kind == "number":
+                # min <= p < max, as the core's kNumber.
+                allowed = f"{fmt(key['min'])} <= p < {fmt(key['max'])}"
+                middle = (key["min"] + key["max"]) / 2
+                for good in (key["min"], middle):
+                    request = self.build(**{name: good})
+                    self.assertEqual(field_value(request.setup, key["field"]), good, name)
+                for bad in (key["min"] - 1, key["max"]):
                     self.assertEqual(self.refused(**{name: bad}),
                                      f"{name} '{bad}' is invalid; allowed {allowed}")
             elif kind == "bool":
-                self.assertIs(field_value(self.build(**{name: True}).setup, key["field"]),
-                              True)
-                self.assertIn("allowed True or False", self.refused(**{name: "yes"}))
-            elif kind == "strings":
+                for given, expected in ((True, True), ("true", True), ("0", False)):
+                    self.assertIs(field_value(self.build(**{name: given}).setup,
+                                              key["field"]), expected, name)
+                self.assertEqual(self.refused(**{name: "yes"}),
+                                 f"{name} 'yes' is invalid; allowed true, false")
+            elif kind == "strings" and not words:
                 self.assertEqual(field_value(self.build(**{name: "a, b"}).setup,
                                              key["field"]), ["a", "b"])
                 self.assertEqual(field_value(self.build(**{name: ["c"]}).setup,
                                              key["field"]), ["c"])
-            else:
-                self.assertEqual(kind, "string", name)
+            elif kind == "string":
                 self.assertEqual(field_value(self.build(**{name: "0.5.10"}).setup,
                                              key["field"]), "0.5.10")
+                self.assertEqual(self.refused(**{name: "5 beta"}),
+                                 f"{name} '5 beta' is invalid; allowed a version: letters, "
+                                 "digits and . - + _, at most 64")
+            if kind in ("words", "strings"):
+                first = words[0] if words else "a"
+                self.assertEqual(self.refused(**{name: f"{first},{first}"}),
+                                 f"{name} names '{first}' twice; give each at most once")
 
     def test_nothing_given_sets_nothing(self):
         request = self.build()
@@ -189,19 +213,26 @@ class FixtureTableTest(TableChecks, unittest.TestCase):
         self.assertEqual(self.refused(lora_rank=True),
                          "lora_rank 'True' is invalid; allowed 0..4096")
         self.assertEqual(self.refused(phases="step,step"),
-                         "phases names 'step' twice; give each of load, first-step, "
-                         "step, eval, generate, save at most once")
+                         "phases names 'step' twice; give each at most once")
+        self.assertEqual(self.refused(lora_dropout=1), "lora_dropout '1' is invalid; "
+                         "allowed 0 <= p < 1")
         self.assertEqual(self.refused(precison="bf16"),
                          "precison is not a setup keyword; allowed precision, "
                          "checkpointing, offload, gpus, positions, phases, lora_rank, "
-                         "lora_targets, lora_dropout, compile, framework_version")
-        self.assertIn("lora_targets 5 is invalid", self.refused(lora_targets=5))
+                         "lora_targets, lora_dropout, freeze, compile, "
+                         "framework_version")
+        self.assertEqual(self.refused(lora_targets=5),
+                         "lora_targets '5' is unknown; allowed q, k, v, o, gate, up, "
+                         "down, all-linear, lm_head, embed")
+        self.assertEqual(self.refused(lora_targets="q,qkv"),
+                         "lora_targets 'qkv' is unknown; allowed q, k, v, o, gate, up, "
+                         "down, all-linear, lm_head, embed")
 
     def test_values(self):
         request = self.build(precision="bf16-true", gpus="8", positions="4096",
                              phases="load, step", lora_rank=16, lora_targets=["q", "v"],
                              lora_dropout="0.05", offload="optimizer,gradients",
-                             checkpointing="full")
+                             checkpointing=True)
         setup = request.setup
         self.assertEqual(setup.precision, model_pb2.TrainingSetup.BF16_TRUE)
         self.assertEqual((setup.gpus, setup.positions), (8, 4096))
