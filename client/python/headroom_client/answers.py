@@ -4,6 +4,7 @@ with the proto's field names (to_dict)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 from google.protobuf import json_format
@@ -233,11 +234,18 @@ class FitAnswer:
     job: JobDerivation | None = None
 
 
+# protobuf 26 renamed the option (Debian 12's 4.21 has the old name).
+_EVERY_FIELD = ("always_print_fields_with_no_presence"
+                if "always_print_fields_with_no_presence"
+                in inspect.signature(json_format.MessageToDict).parameters
+                else "including_default_value_fields")
+
+
 def to_dict(message) -> dict:
     """A message in the protobuf JSON mapping with the proto's field names,
     every field present (defaults included)."""
     return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                     including_default_value_fields=True)
+                                     **{_EVERY_FIELD: True})
 
 
 def _fields(cls, message):
