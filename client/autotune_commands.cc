@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/json_io.h"
+#include "base/value_bounds.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/fleet_commands.h"
@@ -33,11 +34,48 @@ absl::StatusOr<v1::AutotuneCacheKey> LoadCacheKey(const std::string& path) {
   return key;
 }
 
+// --context and --attention_backend are the old names of the setup's
+// --positions and --attention: one value each, an error when both names
+// are given and differ. The request carries it in both places (the setup,
+// and context / attention_backend, which the autotune cache key reads).
+absl::Status MergeOldNames(const MicrobatchPlanOptions& plan,
+                           Options& options) {
+  if (plan.context != 0) {
+    if (options.positions != 0 && options.positions != plan.context) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--context ", plan.context, " and --positions ", options.positions,
+          " differ; --context is the old name of --positions: give one"));
+    }
+    options.positions = plan.context;
+  }
+  if (options.positions > UINT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--positions ", options.positions,
+                     " is out of range for a microbatch plan; allowed "
+                     "0 (the model's standard) .. 4294967295"));
+  }
+  if (!plan.attention_backend.empty()) {
+    if (!options.attention.empty() &&
+        options.attention != plan.attention_backend) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--attention_backend ", plan.attention_backend, " and --attention ",
+          options.attention,
+          " differ; --attention_backend is the old name of --attention: "
+          "give one"));
+    }
+    options.attention = plan.attention_backend;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
     const Options& options, const MicrobatchPlanOptions& plan) {
   // Model and setup come from the fit flags (--batch is not used here).
   Options fit_options = options;
   fit_options.batch = "1";
+  if (absl::Status merged = MergeOldNames(plan, fit_options); !merged.ok()) {
+    return merged;
+  }
   absl::StatusOr<v1::CheckFitRequest> fit =
       FitRequest(fit_options, /*require_targets=*/false);
   if (!fit.ok()) return fit.status();
@@ -61,7 +99,7 @@ absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
   } else {
     request.set_memory_gb(fit->targets(0).memory_gb());
   }
-  request.set_context(plan.context);
+  request.set_context(static_cast<uint32_t>(fit_options.positions));
   request.set_global_batch(plan.global_batch);
   for (absl::string_view part :
        absl::StrSplit(plan.candidates, ',', absl::SkipEmpty())) {
@@ -73,11 +111,24 @@ absl::StatusOr<v1::PlanMicrobatchRequest> PlanRequest(
     request.add_microbatch_candidates(candidate);
   }
   request.set_compile_model(plan.compile);
-  request.set_attention_backend(plan.attention_backend);
+  request.set_attention_backend(fit_options.attention);
   request.set_vram_fraction(plan.vram_fraction);
   request.set_reserve_gb(plan.reserve_gb);
   return request;
 }
+
+// Why a plan's figures are not `headroom fit`'s for the same model, card
+// and batch (core/microbatch/plan.cc against core/planner/fit_planner.cc).
+constexpr char kPlanVersusFit[] =
+    "peak GB: the allocator's peak (max_memory_allocated) under the factor "
+    "set's global factors, as the autotuner measures it; upper GB: peak x k; "
+    "a verdict compares upper x headroom with the budget (vram_fraction x "
+    "the card - reserve_gb). headroom fit answers another question: the "
+    "device memory (reserved + CUDA context + NCCL, what nvidia-smi shows), "
+    "anchored on measured runs of the model where there are any, with its "
+    "setup kind's k, against the whole card; so its peaks and verdicts "
+    "differ (headroom fit --model M --gpu G --batch N --explain shows its "
+    "arithmetic).";
 
 }  // namespace
 
@@ -109,7 +160,7 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
   if (response.has_cached()) {
     const auto& s = response.cached().selected();
     out << "cached selection reused: microbatch " << s.microbatch() << " ("
-        << s.mode() << "), peak " << s.peak_gb() << " GiB, "
+        << s.mode() << "), measured peak " << RecordGb(s.peak_gb()) << " GB, "
         << s.microbatch_seconds() << " s per microbatch\n";
   }
   out << "mode      micro  peak GB  upper GB  verdict       per update  "
@@ -132,6 +183,7 @@ int MicrobatchPlan(const Options& options, const MicrobatchPlanOptions& plan,
     out << "no candidate is a predicted fit: every selection needs a "
            "measurement\n";
   }
+  out << kPlanVersusFit << "\n";
   return 0;
 }
 
@@ -179,9 +231,9 @@ int MicrobatchAutotune(const Options& options,
     }
     const auto& s = record.selected();
     out << std::fixed << std::setprecision(3) << "selected microbatch "
-        << s.microbatch() << " (" << s.mode() << "), peak " << s.peak_gb()
-        << " GiB of " << record.budget_gb() << " GiB budget, "
-        << s.microbatch_seconds() << " s per microbatch, "
+        << s.microbatch() << " (" << s.mode() << "), measured peak "
+        << RecordGb(s.peak_gb()) << " GB of " << RecordGb(record.budget_gb())
+        << " GB budget, " << s.microbatch_seconds() << " s per microbatch, "
         << std::setprecision(0) << s.input_tokens_per_second()
         << " tokens/s, policy " << record.selection_policy() << "\n";
   };
@@ -296,13 +348,20 @@ int MicrobatchCacheDrop(const Options& options, const std::string& id,
 namespace {
 
 void AddPlanFlags(CLI::App* app, MicrobatchPlanOptions& plan) {
-  app->add_option("--context", plan.context, "tokens per sample");
-  app->add_option("--global_batch", plan.global_batch, "samples per update");
+  ShownDefault(app->add_option("--context", plan.context,
+                               "the old name of --positions (tokens per "
+                               "sample); both given must agree"),
+               "");
+  InRange(ShownDefault(app->add_option("--global_batch", plan.global_batch,
+                                       "samples per update (required)"),
+                       ""),
+          1, kMaxBatch);
   app->add_option("--candidates", plan.candidates,
                   "microbatches, e.g. 8,16,32");
   app->add_flag("--compile", plan.compile, "plan compiled mode too");
   app->add_option("--attention_backend", plan.attention_backend,
-                  "flash, sdpa or eager (default: --fused_attention)");
+                  "the old name of --attention (flash, sdpa or eager); both "
+                  "given must agree");
   app->add_option("--vram_fraction", plan.vram_fraction, "budget fraction");
   app->add_option("--reserve_gb", plan.reserve_gb, "GB kept free");
 }

@@ -19,6 +19,10 @@ namespace headroom::cli {
 
 class CliContext;
 
+// An autotune record's *_gb figure (GiB, 2^30 bytes, as the autotuner wrote
+// it; microbatch.proto) in GB (10^9 bytes), the unit every answer prints.
+inline double RecordGb(double gib) { return gib * 1073741824.0 / 1e9; }
+
 struct MicrobatchPlanOptions {
   uint32_t context = 0;
   uint32_t global_batch = 0;

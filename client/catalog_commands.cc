@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/setup_flags.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
 #include "core/memory/model_spec.h"
@@ -21,6 +22,19 @@ std::string CardUnderstood(const std::string& gpu_flag_value) {
   return absl::StrCat(gpu_flag_value, " GB");
 }
 
+namespace {
+
+// 1235814400 -> "1,235,814,400".
+std::string Grouped(uint64_t n) {
+  std::string digits = absl::StrCat(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+    digits.insert(static_cast<size_t>(i), ",");
+  }
+  return digits;
+}
+
+}  // namespace
+
 int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
   if (!catalog.ok()) {
@@ -29,9 +43,10 @@ int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
   }
   nlohmann::json json = nlohmann::json::array();
   if (!options.json) {
-    out << std::left << std::setw(24) << "model" << std::right << std::setw(14)
+    out << std::left << std::setw(24) << "model" << std::right << std::setw(18)
         << "params" << std::setw(10) << "positions"
-        << "  family; cut-down or full model\n";
+        << "  family (a cut-down template: its full model's); cut-down or "
+           "full model\n";
   }
   for (const std::string& name : catalog->Names()) {
     const v1::ModelSpec* spec = *catalog->Find(name);
@@ -61,9 +76,17 @@ int ListModels(const Options& options, std::ostream& out, std::ostream& err) {
       remark = absl::StrCat("; full model: models/", source->file, " (",
                             source->hub, ")");
     }
-    out << std::left << std::setw(24) << name << std::right << std::setw(14)
-        << params << std::setw(10) << spec->positions() << "  "
-        << spec->family() << remark << "\n";
+    // One family for a model and its cut-down template (gpt2 and gpt2-124m
+    // are both transformers); the template's own label is the measured
+    // runs' (data/memory-runs.jsonl).
+    std::string family = spec->family();
+    if (absl::StatusOr<const v1::ModelSpec*> full = catalog->Find(full_model);
+        !full_model.empty() && full.ok()) {
+      family = (*full)->family();
+    }
+    out << std::left << std::setw(24) << name << std::right << std::setw(18)
+        << Grouped(params) << std::setw(10) << Grouped(spec->positions())
+        << "  " << family << remark << "\n";
   }
   if (options.json) out << json.dump(2) << "\n";
   return kExitAnswer;
@@ -101,6 +124,12 @@ void RegisterCatalogCommands(CLI::App& app, CliContext& ctx) {
       ctx.Command(&app, "models", "the model catalog's templates");
   AddJson(models, ctx.options);
   ctx.Run(models, [&ctx] { return ListModels(ctx.options, ctx.out, ctx.err); });
+  CLI::App* words = ctx.Command(
+      &app, "setup-words",
+      "every setup flag with its words, range, default, and its extender "
+      "annotation and Python keyword (--json: the Python client's table)");
+  AddJson(words, ctx.options);
+  ctx.Run(words, [&ctx] { return ListSetupWords(ctx.options, ctx.out); });
   CLI::App* gpus = ctx.Command(&app, "gpus", "the GPU catalog");
   AddJson(gpus, ctx.options);
   ctx.Run(gpus, [&ctx] { return ListGpus(ctx.options, ctx.out, ctx.err); });

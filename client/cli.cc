@@ -119,6 +119,37 @@ int FailUnknown(const CLI::App* where, const std::string& word,
   return Fail(err, message, kExitUsage);
 }
 
+// Every unsigned option (CLI11's UINT) of `app` and its subcommands takes
+// whole numbers only: CLI11 would wrap "-5" (cli_context.h, InRange).
+void GuardUnsigned(CLI::App* app) {
+  for (CLI::Option* option : app->get_options()) {
+    if (option->get_type_name() == "UINT") InRange(option, 0, kNoUpperBound);
+  }
+  for (CLI::App* sub : app->get_subcommands({})) GuardUnsigned(sub);
+}
+
+// "--batch given 2 times ('8', '16'); give it once", for the first option
+// of the selected command (or above it) given more often than it takes,
+// else empty. CLI11 says "At Most 1 required but received 2".
+std::string GivenTooOften(const CLI::App* where) {
+  for (const CLI::App* level = where; level != nullptr;
+       level = level->get_parent()) {
+    for (const CLI::Option* option : level->get_options()) {
+      if (option->get_items_expected_max() > 1 || option->count() < 2) {
+        continue;
+      }
+      std::vector<std::string> values;
+      for (const std::string& value : option->results()) {
+        values.push_back(absl::StrCat("'", value, "'"));
+      }
+      return absl::StrCat(option->get_name(), " given ", option->count(),
+                          " times (", absl::StrJoin(values, ", "),
+                          "); give it once");
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string ClosestMatch(const std::string& word,
@@ -164,8 +195,10 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
                  "mTLS: client certificate (PEM) (or HEADROOM_TLS_CERT)");
   app.add_option("--tls_key", tls_key,
                  "mTLS: client private key (PEM) (or HEADROOM_TLS_KEY)");
-  app.add_option("--deadline_ms", o.deadline_ms,
-                 "deadline of each call in milliseconds");
+  // An int: a negative deadline would pass CLI11 and expire every call.
+  InRange(app.add_option("--deadline_ms", o.deadline_ms,
+                         "deadline of each call in milliseconds"),
+          1, 86400000);
   app.add_option("--models_dir", o.models_dir,
                  "model catalog (offline commands)");
 
@@ -179,6 +212,7 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   RegisterEnergyCommands(app, ctx);
   RegisterFleetCommands(app, ctx);
   RegisterHealthCommand(app, ctx);
+  GuardUnsigned(&app);
 
   const std::vector<std::string> args = NormalizeFlagNames(raw_args);
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
@@ -195,9 +229,20 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
     return kExitAnswer;
   } catch (const CLI::ParseError& e) {
     CLI::App* where = Selected(&app);
-    return Fail(
-        err, absl::StrCat(e.what(), " (see ", CommandPath(where), " --help)"),
-        kExitUsage);
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+      const std::string twice = GivenTooOften(where);
+      if (!twice.empty()) message = twice;
+    } else if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr) {
+      // "--context: '-5' is invalid; ..." -> "--context '-5' is invalid".
+      const size_t colon = message.find(": '");
+      if (colon != std::string::npos && message.rfind("--", 0) == 0) {
+        message.erase(colon, 1);
+      }
+    }
+    return Fail(err,
+                absl::StrCat(message, " (see ", CommandPath(where), " --help)"),
+                kExitUsage);
   }
   CLI::App* where = Selected(&app);
   // An unknown word or flag, named in the command it was given to.

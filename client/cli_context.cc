@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/setup_flags.h"
 
@@ -43,6 +45,26 @@ void AddModelFlags(CLI::App* app, Options& o, bool compile_flag) {
 
 void AddJson(CLI::App* app, Options& o) {
   app->add_flag("--json", o.json, "print JSON instead of a table");
+}
+
+CLI::Option* InRange(CLI::Option* option, uint64_t lo, uint64_t hi) {
+  const std::string allowed =
+      hi == kNoUpperBound ? absl::StrCat("a whole number, ", lo, " or more")
+                          : absl::StrCat(lo, "..", hi);
+  return option->check(CLI::Validator(
+      [lo, hi, allowed](std::string& value) -> std::string {
+        uint64_t n = 0;
+        // SimpleAtoi takes a sign: "+5" is 5, but "-5" must not wrap.
+        const bool whole = !value.empty() && absl::ascii_isdigit(value[0]) &&
+                           absl::SimpleAtoi(value, &n);
+        if (whole && n >= lo && n <= hi) return "";
+        return absl::StrCat("'", value, "' is invalid; allowed ", allowed);
+      },
+      "", "range"));
+}
+
+CLI::Option* ShownDefault(CLI::Option* option, const std::string& shown) {
+  return option->default_str(shown);
 }
 
 }  // namespace headroom::cli

@@ -5,6 +5,7 @@
 // *_commands.h) is given: the Options the flags fill, the streams a command
 // writes to, and the way a command is added and told what to run.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -64,6 +65,22 @@ class CliContext {
 void AddModelFlags(CLI::App* app, Options& o, bool compile_flag = true);
 // --json.
 void AddJson(CLI::App* app, Options& o);
+
+// The largest value InRange's `hi` may be: no upper bound but the type's.
+inline constexpr uint64_t kNoUpperBound = ~uint64_t{0};
+
+// An unsigned option's value must be a whole number in lo..hi, checked
+// before CLI11 converts it (it wraps "-5" to 18446744073709551611): else
+// the parse fails with "--context '-5' is invalid; allowed 1..1048576" (or
+// "allowed a whole number, lo or more" when hi is kNoUpperBound). cli.cc
+// puts InRange(0, kNoUpperBound) on every unsigned option; a command adds
+// its own range where it knows one.
+CLI::Option* InRange(CLI::Option* option, uint64_t lo, uint64_t hi);
+
+// The default `--help` shows for `option`: the value a 0 stands for ("3"
+// for --steps, which the worker reads as 3), or "" for none where another
+// program decides it (the planner's coverage), never a bare "=0".
+CLI::Option* ShownDefault(CLI::Option* option, const std::string& shown);
 
 }  // namespace headroom::cli
 

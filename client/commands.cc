@@ -1,6 +1,7 @@
 #include "client/commands.h"
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -22,6 +23,7 @@
 #include "client/catalog_commands.h"
 #include "client/cli_context.h"
 #include "client/cli_json.h"
+#include "client/fit_advice.h"
 #include "client/fit_output.h"
 #include "client/job_flags.h"
 #include "client/model_commands.h"
@@ -54,6 +56,10 @@ int Fail(std::ostream& err, const std::string& message, int code) {
   return code;
 }
 
+int Fail(std::ostream& err, const absl::Status& status, int code) {
+  return Fail(err, std::string(status.message()), code);
+}
+
 namespace {
 
 // What the answer rests on that the user did not say: the positions a
@@ -77,7 +83,7 @@ void AddClientAssumptions(const Options& options,
     }
   }
   if (spec == nullptr) return;
-  if (options.positions == 0 && spec->positions() > 0) {
+  if (options.setup.count("positions") == 0 && spec->positions() > 0) {
     if (!full_model) {
       response.add_assumptions(absl::StrCat(
           "positions ", spec->positions(),
@@ -102,6 +108,25 @@ void AddClientAssumptions(const Options& options,
   // front-end, frontend_registry.cc).
 }
 
+// --include_simulated lets simulated runs anchor the answer; an answer no
+// simulated run anchored says the flag changed nothing.
+void SayIncludeSimulated(const Options& options,
+                         v1::CheckFitResponse& response) {
+  if (!options.include_simulated || response.estimates().empty()) return;
+  const v1::Basis& basis = response.estimates(0).basis();
+  if (basis.kind() == v1::Basis::ANCHORED && basis.source() == "sim") return;
+  response.add_assumptions(
+      basis.kind() == v1::Basis::ANCHORED
+          ? absl::StrCat("--include_simulated changed nothing: measured runs "
+                         "(",
+                         basis.source(),
+                         ") anchor this answer, and they come before "
+                         "simulated ones")
+          : "--include_simulated changed nothing: no simulated run of this "
+            "model and setup is stored (probe submit --executor sim stores "
+            "some)");
+}
+
 }  // namespace
 
 int Fit(const Options& options, std::ostream& out, std::ostream& err) {
@@ -119,11 +144,13 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
   }
   if (!status.ok()) return FailRpc(err, options, status);
   AddClientAssumptions(options, *request, response);
+  SayIncludeSimulated(options, response);
   if (options.json) {
     out << CliJson(response) << "\n";
   } else {
     if (response.has_job()) PrintJob(response.job(), out);
     PrintFit(response, options.explain, out);
+    PrintNextSteps(*request, response, out);
   }
   return 0;
 }
@@ -146,6 +173,27 @@ absl::StatusOr<OfflineCalibration> CalibrateOffline(const Options& options) {
   ASSIGN_OR_RETURN(offline.result, Calibrate(offline.runs, offline.catalog,
                                              FitOptions{}, options.runs));
   return offline;
+}
+
+// "optimizer 1.023, outputs 0.987, ...": factors to three places (what a
+// multiplier of a component's bytes means; the JSON has every digit).
+std::string FactorsText(const v1::Factors& f) {
+  return absl::StrFormat(
+      "optimizer %.3f, outputs %.3f, attention %.3f, internal %.3f, "
+      "recurrent %.3f, transient %.3f",
+      f.optimizer(), f.outputs(), f.attention(), f.internal(), f.recurrent(),
+      f.transient());
+}
+
+// "2026-12-02T13:38:53Z" for a Unix time, or "unknown" for 0.
+std::string IsoUtc(int64_t unix_seconds) {
+  if (unix_seconds <= 0) return "unknown";
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
 }
 
 // The anchored answers' bound: k per extrapolation bucket, GPU constants.
@@ -172,7 +220,7 @@ void PrintAnchoredBound(const v1::AnchoredBound& bound, std::ostream& out) {
   }
   out << "\n  GPU constants (GB):";
   for (const auto& [gpu, gb] : bound.gpu_constant_gb()) {
-    out << " " << gpu << " " << std::showpos << gb << std::noshowpos;
+    out << " " << gpu << " " << SignedGb(gb);
   }
   out << "\n";
 }
@@ -185,7 +233,7 @@ void PrintSourceFit(const v1::SourceFit& source, std::ostream& out) {
       << ", under " << h.under() << " of " << h.runs() << ", saidFitsButOom "
       << h.said_fits_but_oom() << ", k " << source.k90() << "/" << source.k95()
       << (source.usable_as_prior() ? "; a prior" : "") << "; factors "
-      << ToJson(source.factors(), false) << "\n";
+      << FactorsText(source.factors()) << "\n";
   for (const auto& [other, s] : source.predicts()) {
     out << "  predicting " << other << " runs: medianAbsErr "
         << s.median_abs_err() << ", under " << s.under() << " of " << s.runs()
@@ -217,7 +265,7 @@ void PrintKindBounds(const v1::FactorSet& set, std::ostream& out) {
 
 int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
-  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  if (!offline.ok()) return Fail(err, offline.status());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
   const v1::FactorSet& set = result->factor_set;
@@ -232,7 +280,12 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
     out << CliJson(set.page()) << "\n";
     return 0;
   }
-  out << "factors: " << ToJson(set.factors(), false) << "\n";
+  PrintPage(set, out);
+  return 0;
+}
+
+void PrintPage(const v1::FactorSet& set, std::ostream& out) {
+  out << "factors: " << FactorsText(set.factors()) << "\n";
   out << "fit: relative squared error, OOM penalty " << set.oom_penalty()
       << " at headroom " << set.headroom() << ", prior weight "
       << set.prior_weight() << " (each factor towards 1)\n";
@@ -262,15 +315,14 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err) {
   for (const v1::Regime& regime : set.regimes()) {
     out << "regime " << regime.gpu() << " (" << regime.runs()
         << " runs): " << regime.reason() << "; k " << regime.k95()
-        << " at 0.95; factors " << ToJson(regime.factors(), false) << "\n";
+        << " at 0.95; factors " << FactorsText(regime.factors()) << "\n";
   }
   PrintKindBounds(set, out);
-  return 0;
 }
 
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<OfflineCalibration> offline = CalibrateOffline(options);
-  if (!offline.ok()) return Fail(err, offline.status().ToString());
+  if (!offline.ok()) return Fail(err, offline.status());
   const std::vector<v1::MeasuredRun>* runs = &offline->runs;
   const CalibrationResult* result = &offline->result;
   if (options.json) {
@@ -338,6 +390,21 @@ int CalibRows(const Options& options, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+namespace {
+
+// "factor set fs-1 (the current one), created 2026-12-02T13:38:53Z, trained
+// on ...".
+void PrintFactorSetHeader(const Options& options, const v1::FactorSet& set,
+                          std::ostream& out) {
+  out << "factor set " << set.version()
+      << (options.version.empty() ? " (the current one)" : "") << ", created "
+      << IsoUtc(set.created_unix()) << ", trained on "
+      << (set.trained_on().empty() ? "(not recorded)" : set.trained_on())
+      << "\n";
+}
+
+}  // namespace
+
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
   v1::GetCalibrationRequest request;
   request.set_version(options.version);
@@ -347,7 +414,51 @@ int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
       code != kExitAnswer) {
     return code;
   }
-  out << CliJson(response.factor_set()) << "\n";
+  const v1::FactorSet& set = response.factor_set();
+  if (options.json) {
+    // The page, as calib page --json prints one.
+    out << CliJson(set.page()) << "\n";
+    return 0;
+  }
+  PrintFactorSetHeader(options, set, out);
+  PrintPage(set, out);
+  return 0;
+}
+
+int FactorsShow(const Options& options, std::ostream& out, std::ostream& err) {
+  v1::GetCalibrationRequest request;
+  request.set_version(options.version);
+  v1::GetCalibrationResponse response;
+  if (const int code = Call(options, &v1::Calibration::Stub::GetCalibration,
+                            request, &response, err);
+      code != kExitAnswer) {
+    return code;
+  }
+  const v1::FactorSet& set = response.factor_set();
+  if (options.json) {
+    out << CliJson(set) << "\n";
+    return 0;
+  }
+  PrintFactorSetHeader(options, set, out);
+  out << "factors: " << FactorsText(set.factors()) << "\n"
+      << absl::StrFormat(
+             "headroom %.2f, k %.2f at coverage 0.9, %.2f at 0.95; OOM "
+             "penalty %.3g, prior weight %.3g\n",
+             set.headroom(), set.k90(), set.k95(), set.oom_penalty(),
+             set.prior_weight());
+  if (!set.inputs_sha256().empty()) {
+    out << "inputs sha256 " << set.inputs_sha256() << "\n";
+  }
+  for (const v1::Regime& regime : set.regimes()) {
+    out << "regime " << regime.gpu() << " (" << regime.runs() << " runs): k "
+        << absl::StrFormat("%.2f", regime.k95()) << " at 0.95; factors "
+        << FactorsText(regime.factors()) << "\n";
+  }
+  PrintKindBounds(set, out);
+  out << set.collectives_size()
+      << " fitted collective constants; the page: headroom calib show"
+      << (options.version.empty() ? "" : " --version " + options.version)
+      << "; every field: --json\n";
   return 0;
 }
 
@@ -373,15 +484,15 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
   }
   absl::StatusOr<std::vector<v1::MeasuredRun>> train =
       LoadRunsJsonl(options.train);
-  if (!train.ok()) return Fail(err, train.status().ToString());
+  if (!train.ok()) return Fail(err, train.status());
   absl::StatusOr<std::vector<v1::MeasuredRun>> test =
       LoadRunsJsonl(options.test);
-  if (!test.ok()) return Fail(err, test.status().ToString());
+  if (!test.ok()) return Fail(err, test.status());
   absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  if (!catalog.ok()) return Fail(err, catalog.status());
   absl::StatusOr<CalibrationResult> fitted =
       Calibrate(*train, *catalog, FitOptions{}, options.train);
-  if (!fitted.ok()) return Fail(err, fitted.status().ToString());
+  if (!fitted.ok()) return Fail(err, fitted.status());
   const double coverage = options.coverage == 0 ? 0.95 : options.coverage;
   // The train file's runs anchor the test rows of the same model and setup,
   // exactly as the service's stored runs anchor its answers.
@@ -390,7 +501,7 @@ int CalibEval(const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::EvalReport> report =
       EvaluateOn(fitted->factor_set, *test, *catalog, coverage, PageRules{},
                  evidence.get());
-  if (!report.ok()) return Fail(err, report.status().ToString());
+  if (!report.ok()) return Fail(err, report.status());
   if (options.json) {
     out << CliJson(*report) << "\n";
     return 0;
@@ -423,10 +534,10 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
     // A published runs file resolves its rows' models against the local
     // catalog (the planner's, as shipped).
     absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(options.models_dir);
-    if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+    if (!catalog.ok()) return Fail(err, catalog.status());
     absl::StatusOr<std::vector<v1::MeasuredRun>> runs =
         LoadRunsFiles(options.runs, *catalog);
-    if (!runs.ok()) return Fail(err, runs.status().ToString());
+    if (!runs.ok()) return Fail(err, runs.status());
     for (v1::MeasuredRun& run : *runs) *request.add_runs() = std::move(run);
   }
   request.set_force(options.force);
@@ -459,8 +570,8 @@ int Refit(const Options& options, std::ostream& out, std::ostream& err) {
         << " (" << response.reason() << ")\n";
   }
   out << "runs used " << response.runs_used() << ", imported "
-      << response.runs_imported() << ", fit " << response.fit_seconds()
-      << " s\n";
+      << response.runs_imported() << ", fit "
+      << absl::StrFormat("%.1f", response.fit_seconds()) << " s\n";
   return 0;
 }
 
@@ -516,8 +627,10 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
                 "anchored");
   fit->add_flag("--include_simulated", o.include_simulated,
                 "let runs measured on simulated GPUs anchor the answer");
-  fit->add_option("--coverage", o.coverage,
-                  "upper-bound coverage 0.9 or 0.95 (0: the server's)");
+  ShownDefault(fit->add_option("--coverage", o.coverage,
+                               "upper-bound coverage 0.9 or 0.95 (default: "
+                               "the planner's)"),
+               "");
   fit->add_flag("--explain", o.explain,
                 "per card: its device costs (reserved ratio, CUDA context, "
                 "NCCL) and every phase's allocated, reserved and device "
@@ -525,7 +638,7 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
   AddJobFlags(fit, o);
   AddJson(fit, o);
   ctx.Run(fit, [&ctx, fit] {
-    ctx.options.job_overrides = GivenSetupFlags(*fit);
+    ctx.options.job_overrides = GivenSetupFields(ctx.options);
     return Fit(ctx.options, ctx.out, ctx.err);
   });
 }
@@ -547,17 +660,22 @@ void RegisterCalibrationCommands(CLI::App& app, CliContext& ctx) {
   AddJson(calib_rows, o);
   ctx.Run(calib_rows,
           [&ctx] { return CalibRows(ctx.options, ctx.out, ctx.err); });
-  CLI::App* calib_show = ctx.Command(calib, "show", "the server's factor set");
+  CLI::App* calib_show = ctx.Command(
+      calib, "show",
+      "the server's calibration page: a factor set's accuracy (factors "
+      "show: its factors)");
   calib_show->add_option("--version", o.version,
                          "factor-set version (default current)");
+  AddJson(calib_show, o);
   ctx.Run(calib_show,
           [&ctx] { return CalibShow(ctx.options, ctx.out, ctx.err); });
   CLI::App* calib_eval =
       ctx.Command(calib, "eval", "fit on --train, predict --test, offline");
   calib_eval->add_option("--train", o.train, "runs to fit on (JSON lines)");
   calib_eval->add_option("--test", o.test, "runs to predict (JSON lines)");
-  calib_eval->add_option("--coverage", o.coverage,
-                         "upper-bound coverage 0.9 or 0.95");
+  ShownDefault(calib_eval->add_option("--coverage", o.coverage,
+                                      "upper-bound coverage 0.9 or 0.95"),
+               "0.95");
   AddJson(calib_eval, o);
   ctx.Run(calib_eval,
           [&ctx] { return CalibEval(ctx.options, ctx.out, ctx.err); });
@@ -577,11 +695,14 @@ void RegisterCalibrationCommands(CLI::App& app, CliContext& ctx) {
   AddJson(factors_list, o);
   ctx.Run(factors_list,
           [&ctx] { return FactorsList(ctx.options, ctx.out, ctx.err); });
-  CLI::App* factors_show = ctx.Command(factors, "show", "one factor set");
+  CLI::App* factors_show = ctx.Command(
+      factors, "show",
+      "one factor set's factors, k and bounds (calib show: its page)");
   factors_show->add_option("--version", o.version,
                            "factor-set version (default current)");
+  AddJson(factors_show, o);
   ctx.Run(factors_show,
-          [&ctx] { return CalibShow(ctx.options, ctx.out, ctx.err); });
+          [&ctx] { return FactorsShow(ctx.options, ctx.out, ctx.err); });
   CLI::App* factors_promote =
       ctx.Command(factors, "promote", "make a factor set current");
   factors_promote->add_option("--version", o.version,

@@ -5,13 +5,16 @@
 // answer to `out` and problems to `err`.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/client_channel.h"
 #include "grpcpp/channel.h"
+#include "headroom/v1/calibration.pb.h"
 
 namespace CLI {
 class App;
@@ -33,6 +36,9 @@ inline constexpr int kExitUnreachable = 3;
 // Writes "headroom: <message>" to `err` and returns `code` (2: bad usage or
 // input), the exit code every command fails with.
 int Fail(std::ostream& err, const std::string& message, int code = 2);
+// The same with a status's message alone: every error reads "headroom:
+// <message>", never "NOT_FOUND: <message>" (the exit code says the kind).
+int Fail(std::ostream& err, const absl::Status& status, int code = 2);
 
 struct Options {
   std::string server = "127.0.0.1:50051";
@@ -55,52 +61,19 @@ struct Options {
   std::string job_kind;
   std::vector<std::string> job_overrides;
   std::string gpu;
-  // The training setup (setup_flags.h turns these into a TrainingSetup).
-  std::string precision = "fp32";
-  std::string optimizer = "adamw";
-  // --checkpointing [none|full|selective] (bare: full), --checkpoint_every,
-  // --loss, --loss_chunks, --activation_offloading.
-  std::string checkpointing;
-  uint32_t checkpoint_every = 0;
-  std::string loss;
-  uint32_t loss_chunks = 0;
-  bool activation_offloading = false;
+  // The training setup: the setup vocabulary's flags given, by key name
+  // (core/setup/setup_words.h), as typed; setup_flags.h turns them into a
+  // TrainingSetup.
+  std::map<std::string, std::string> setup;
   // Deprecated: --attention sdpa.
   bool fused_attention = false;
-  std::string attention;
-  bool optimizer_in_backward = false;
-  uint32_t lora_rank = 0;
-  std::string lora_targets;
-  double lora_dropout = 0;
-  std::string quant_base;
-  std::string freeze;
-  uint32_t train_last_blocks = 0;
-  uint32_t grad_accum = 0;
-  bool compile = false;
-  // The allocator and the job's phases: --expandable_segments, --phases
-  // (load,first-step,step,eval,generate,save), --eval_batch,
-  // --generate_tokens.
-  bool expandable_segments = false;
-  std::string phases;
-  uint32_t eval_batch = 0;
-  uint32_t generate_tokens = 0;
-  // The framework profile: --framework, --framework_version.
-  std::string framework;
-  std::string framework_version;
-  // The parallel setup: --gpus N or auto (the smallest N per GPU kind),
-  // --parallel, --offload, --tensor_parallel, --nodes, --gpus_per_node.
-  std::string gpus;
-  std::string parallel;
-  std::string offload;
-  uint32_t tensor_parallel = 0;
-  uint32_t nodes = 0;
-  uint32_t gpus_per_node = 0;
   // fit: queue a probe to learn a prior-only model (CheckFitRequest.learn),
   // and let simulated runs anchor the answer.
   bool learn = false;
   bool include_simulated = false;
   // fit: every phase's three figures and each card's device costs.
   bool explain = false;
+  // model convert --positions: the ONNX graph's sequence length.
   uint64_t positions = 0;
   std::string runs;
   double coverage = 0;
@@ -126,8 +99,17 @@ int CalibPage(const Options& options, std::ostream& out, std::ostream& err);
 // held-out prediction and the component sizes in GB before factors.
 int CalibRows(const Options& options, std::ostream& out, std::ostream& err);
 
-// headroom calib show [--version fs-N]: the server's factor set and page.
+// headroom calib show [--version fs-N] [--json]: the server's calibration
+// page of a factor set (created as ISO-8601 UTC), as calib page prints one;
+// --json: the page's JSON.
 int CalibShow(const Options& options, std::ostream& out, std::ostream& err);
+
+// headroom factors show [--version fs-N] [--json]: a factor set's factors,
+// headroom, k, regimes and bounds; --json: the whole FactorSet.
+int FactorsShow(const Options& options, std::ostream& out, std::ostream& err);
+
+// The calibration page of `set` as text (calib page, calib show).
+void PrintPage(const v1::FactorSet& set, std::ostream& out);
 
 // headroom calib eval --train A.jsonl --test B.jsonl [--json]: fits on A as
 // the service does and predicts every row of B.

@@ -17,6 +17,22 @@
 namespace headroom::cli {
 namespace {
 
+// The columns in words (density.proto's DensityRun), the header of the
+// table and of `density rank --help`.
+constexpr char kDensityColumns[] =
+    "Columns: rel_acc, rel_thru, rel_avail: a run's accuracy, throughput "
+    "and availability over the leaderboard's peaks (accuracy: the best of "
+    "all runs; throughput, availability: the best of the learners; 1 = the "
+    "peak); q: their geometric mean; ram_kib: the model's memory in KiB; "
+    "lpd (learning per density): q x shrink (the most accurate run's memory "
+    "over this run's), 0 unless rel_acc >= 0.7 (a learner); pillars: how "
+    "many of rel_acc, rel_thru, rel_avail are >= 0.8; band: keep (rel_acc >= "
+    "0.8 and 2+ pillars), acc (rel_acc >= 0.8 only), else a dash; gold: 3 "
+    "pillars at a fifth of the most accurate run's memory or less. "
+    "Champions: champ the highest score of all runs, acc_champ the best "
+    "accuracy, soft_champ the best soft accuracy, live_champ the highest "
+    "score of the learners.";
+
 // True when the first line of `text` is a whole run with an id, which a
 // leaderboard's first line never is.
 bool LooksLikeJsonLines(absl::string_view text) {
@@ -93,6 +109,7 @@ void PrintList(const char* title,
 }
 
 void PrintTable(const v1::DensityLeaderboard& board, std::ostream& out) {
+  out << kDensityColumns << "\n\n";
   out << "runs " << board.n() << "\n";
   out << "peak_acc " << board.peak_acc() << "  peak_thru " << board.peak_thru()
       << "  peak_avail " << board.peak_avail()
@@ -136,13 +153,13 @@ int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
   if (runs_path.empty()) return Fail(err, "--runs FILE is required");
   absl::StatusOr<std::vector<v1::DensityRawRun>> runs =
       LoadDensityRuns(runs_path);
-  if (!runs.ok()) return Fail(err, runs.status().ToString());
+  if (!runs.ok()) return Fail(err, runs.status());
   v1::RankDensityRequest request;
   for (v1::DensityRawRun& run : *runs) *request.add_runs() = std::move(run);
   absl::StatusOr<v1::RankDensityResponse> response = RankDensity(request);
   if (!response.ok()) {
     return Fail(err,
-                absl::StrCat(runs_path, ": ", response.status().ToString()));
+                absl::StrCat(runs_path, ": ", response.status().message()));
   }
   if (!response->empty_reason().empty()) {
     err << "headroom: empty ranking: " << response->empty_reason() << "\n";
@@ -158,7 +175,10 @@ int DensityRank(const std::string& runs_path, bool json, std::ostream& out,
 void RegisterDensityCommands(CLI::App& app, CliContext& ctx) {
   Options& o = ctx.options;
   CLI::App* density = ctx.Command(&app, "density", "density, offline");
-  CLI::App* rank = ctx.Command(density, "rank", "the density leaderboard");
+  CLI::App* rank = ctx.Command(
+      density, "rank",
+      "the density leaderboard: which training runs learn most per byte");
+  rank->footer(absl::StrCat(kDensityColumns, "\n", rank->get_footer()));
   rank->add_option("--runs", o.runs, "measured runs file (JSON lines)");
   AddJson(rank, o);
   ctx.Run(rank, [&ctx] {

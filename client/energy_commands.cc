@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,11 +19,14 @@
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/shipped_files.h"
+#include "core/catalog/model_catalog.h"
 #include "core/energy/energy_curves.h"
 #include "core/energy/energy_points.h"
 #include "core/energy/energy_refit.h"
+#include "core/memory/model_spec.h"
 #include "headroom/v1/fleet.grpc.pb.h"
 #include "headroom/v1/planner.grpc.pb.h"
+#include "io/catalog_files.h"
 #include "io/files.h"
 #include "pages/energy_plot.h"
 
@@ -247,6 +251,24 @@ int EnergyEstimate(const Options& planner, const EnergyOptions& options,
   return 0;
 }
 
+namespace {
+
+// A refit short of points says where points come from.
+std::string WithPointsHint(std::string message) {
+  if (absl::StrContains(message, "needs at least")) {
+    absl::StrAppend(
+        &message,
+        "; to get points: headroom energy probe --model MODEL --gpu GPU "
+        "--quant fp16,nf4,int8 --watch stores one per quantization on the "
+        "planner (then headroom energy refit --stored), or add energy runs "
+        "(EnergyRun JSON lines, one per model size and quantization) to the "
+        "--runs file");
+  }
+  return message;
+}
+
+}  // namespace
+
 int EnergyRefit(const Options& planner, const EnergyOptions& options,
                 std::ostream& out, std::ostream& err) {
   if (options.runs.empty() == !options.from_anchors) {
@@ -279,10 +301,12 @@ int EnergyRefit(const Options& planner, const EnergyOptions& options,
   absl::StatusOr<v1::RefitEnergyResponse> refit;
   if (!options.offline) {
     v1::RefitEnergyResponse response;
-    if (const int code = Call(planner, &v1::Energy::Stub::RefitEnergy, request,
-                              &response, err);
-        code != kExitAnswer) {
-      return code;
+    grpc::Status status = CallPlanner(planner, &v1::Energy::Stub::RefitEnergy,
+                                      request, &response);
+    if (!status.ok()) {
+      return FailRpc(err, planner,
+                     grpc::Status(status.error_code(),
+                                  WithPointsHint(status.error_message())));
     }
     refit = std::move(response);
   } else {
@@ -296,7 +320,9 @@ int EnergyRefit(const Options& planner, const EnergyOptions& options,
           absl::StrCat(options.runs, " (", run_count, " runs",
                        options.subtract_idle ? ", idle subtracted" : "", ")"));
     }
-    if (!refit.ok()) return Fail(err, std::string(refit.status().message()));
+    if (!refit.ok()) {
+      return Fail(err, WithPointsHint(std::string(refit.status().message())));
+    }
     // Offline there is no store to number versions.
     refit->mutable_curve_set()->set_version("local");
     refit->mutable_curve_set()->set_created_unix(
@@ -344,6 +370,9 @@ int EnergyPlot(const Options& planner, const EnergyOptions& options,
       // A runs file says neither worker nor date: the file names them.
       std::vector<EnergyRunRecord> records;
       for (const v1::EnergyRun& run : *runs) {
+        // --include_simulated offline as through the planner: a simulated
+        // run is drawn only when asked for.
+        if (run.simulated() && !options.include_simulated) continue;
         EnergyRunRecord record;
         record.run = run;
         record.worker = options.runs;
@@ -536,10 +565,12 @@ int EnergyRefitStored(const Options& options, const EnergyOptions& energy,
   request.set_subtract_idle(energy.subtract_idle);
   request.set_merge_anchors(energy.merge_anchors);
   v1::RefitEnergyResponse response;
-  if (const int code = Call(options, &v1::Energy::Stub::RefitEnergy, request,
-                            &response, err);
-      code != kExitAnswer) {
-    return code;
+  grpc::Status status =
+      CallPlanner(options, &v1::Energy::Stub::RefitEnergy, request, &response);
+  if (!status.ok()) {
+    return FailRpc(err, options,
+                   grpc::Status(status.error_code(),
+                                WithPointsHint(status.error_message())));
   }
   if (options.json || energy.json) {
     out << CliJson(response) << "\n";
@@ -570,6 +601,20 @@ void AddEnergyCurves(CLI::App* app, EnergyOptions& energy) {
                   "energy-curves.json)");
 }
 
+// --model NAME as billions of parameters: the catalog entry's count.
+absl::StatusOr<double> CatalogParamsB(const std::string& models_dir,
+                                      const std::string& name) {
+  absl::StatusOr<ModelCatalog> catalog = LoadModelCatalog(models_dir);
+  if (!catalog.ok()) return catalog.status();
+  absl::StatusOr<const v1::ModelSpec*> spec = catalog->Find(name);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model: ", spec.status().message(),
+        "; energy takes a catalog name (see headroom models) or --params_b"));
+  }
+  return static_cast<double>(CountParams(**spec)) / 1e9;
+}
+
 // The flags of `headroom energy` and its subcommands.
 struct EnergyFlags {
   EnergyOptions energy;
@@ -589,14 +634,21 @@ void RegisterEnergyProbeCommand(CLI::App* energy, CliContext& ctx,
   energy_probe->add_option("--gpu", o.gpu, "a catalog GPU kind, e.g. L4");
   energy_probe->add_option("--quant", f.energy_probe.quant,
                            "fp16,nf4,int8 (default: all three)");
-  energy_probe->add_option("--prompt_tokens", f.energy_probe.prompt_tokens,
-                           "prompt length (0 = 64)");
-  energy_probe->add_option("--new_tokens", f.energy_probe.new_tokens,
-                           "tokens generated in the window (0 = 128)");
-  energy_probe->add_option("--repetitions", f.probe.repetitions,
-                           "windows per quantization (0 = 1)");
-  energy_probe->add_option("--batch_timeout_s", f.energy_probe.batch_timeout_s,
-                           "seconds per quantization (0 = 600)");
+  ShownDefault(
+      energy_probe->add_option("--prompt_tokens", f.energy_probe.prompt_tokens,
+                               "prompt length"),
+      "64");
+  ShownDefault(
+      energy_probe->add_option("--new_tokens", f.energy_probe.new_tokens,
+                               "tokens generated in the window"),
+      "128");
+  ShownDefault(energy_probe->add_option("--repetitions", f.probe.repetitions,
+                                        "windows per quantization"),
+               "1");
+  ShownDefault(energy_probe->add_option("--batch_timeout_s",
+                                        f.energy_probe.batch_timeout_s,
+                                        "seconds per quantization"),
+               "600");
   energy_probe->add_option("--worker", f.probe.worker, "run on this worker id");
   energy_probe->add_option("--executor", f.probe.executor,
                            "torch or sim (default: the worker's)");
@@ -622,13 +674,27 @@ void RegisterEnergyCommands(CLI::App& app, CliContext& ctx) {
                   "energy per 1k tokens of a model on a GPU (the "
                   "planner's, or --offline), training energy, and "
                   "the server's curve sets");
-  energy->add_option("--params_b", e.params_b, "parameters in billions");
+  ShownDefault(energy->add_option("--params_b", e.params_b,
+                                  "parameters in billions (or --model)"),
+               "");
+  energy->add_option("--model", o.model,
+                     "a catalog template or full model (headroom models): "
+                     "its parameter count as --params_b");
   energy->add_option("--gpu", e.gpu, "a catalog GPU name (headroom gpus)");
   energy->add_option("--arch", e.arch, "GPU architecture (instead of --gpu)");
   energy->add_option("--quant", e.quant, "fp16, nf4 or int8");
   AddEnergyCurves(energy, e);
   energy->add_flag("--json", e.json, "print JSON instead of a table");
   ctx.Run(energy, [&ctx, &e] {
+    if (!ctx.options.model.empty()) {
+      if (e.params_b != 0) {
+        return Fail(ctx.err, "give one of --model or --params_b");
+      }
+      absl::StatusOr<double> params_b =
+          CatalogParamsB(ctx.options.models_dir, ctx.options.model);
+      if (!params_b.ok()) return Fail(ctx.err, params_b.status());
+      e.params_b = *params_b;
+    }
     return EnergyEstimate(ctx.options, e, ctx.out, ctx.err);
   });
   CLI::App* energy_refit = ctx.Command(energy, "refit", "refit the curve set");

@@ -53,7 +53,11 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string Gb(double gb) { return absl::StrFormat("%.2f", gb); }
+// "2.33"; a figure that rounds to zero prints 0.00, never -0.00.
+std::string Gb(double gb) {
+  const std::string text = absl::StrFormat("%.2f", gb);
+  return text == "-0.00" ? "0.00" : text;
+}
 
 // "anchored on 4 measured runs (batch 8-96; A10G, H100)" or "prior only".
 std::string BasisLine(const v1::Basis& basis) {
@@ -194,33 +198,41 @@ void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
                     [](const v1::MinGpusStrategy& s) {
                       return s.device_gb() > 0 || s.device_upper_gb() > 0;
                     });
-    out << "\n  strategy      fits  not-DNF  nodes  peak/GPU  states  "
-           "gathered  buffers  activations  host/node  collective"
-        << (device ? "  device/GPU  device upper" : "") << "\n";
+    out << "\n";
+    std::vector<std::string> header = {"strategy",  "fits",      "not-DNF",
+                                       "nodes",     "peak/GPU",  "states",
+                                       "gathered",  "buffers",   "activations",
+                                       "host/node", "collective"};
+    if (device) {
+      header.push_back("device/GPU");
+      header.push_back("device upper");
+    }
+    std::vector<bool> left(header.size(), false);
+    left[0] = true;
+    // Each column as wide as its widest figure (a 405B model's peaks).
+    Table table(header, left);
     for (const v1::MinGpusStrategy& s : t.strategies()) {
       const auto count = [](uint32_t n) {
         return n == 0 ? std::string(">512") : absl::StrCat(n);
       };
-      out << "  " << std::left << std::setw(12) << s.strategy() << std::right
-          << std::setw(6) << count(s.gpus_fits()) << std::setw(9)
-          << count(s.gpus_not_does_not_fit());
-      if (s.gpus() == 0) {
-        out << "\n";
-        continue;
+      std::vector<std::string> row = {s.strategy(), count(s.gpus_fits()),
+                                      count(s.gpus_not_does_not_fit())};
+      if (s.gpus() != 0) {
+        row.insert(row.end(),
+                   {absl::StrCat(s.nodes()), Gb(s.peak_gb()),
+                    Gb(s.sharded_states_gb()), Gb(s.gathered_units_gb()),
+                    Gb(s.buffers_gb()), Gb(s.activations_gb()),
+                    Gb(s.host_gb_per_node()),
+                    s.collective_fitted() ? Gb(s.collective_gb())
+                                          : std::string("unfitted")});
+        if (device) {
+          row.push_back(Gb(s.device_gb()));
+          row.push_back(Gb(s.device_upper_gb()));
+        }
       }
-      out << std::setw(7) << s.nodes() << std::setw(10) << s.peak_gb()
-          << std::setw(8) << s.sharded_states_gb() << std::setw(10)
-          << s.gathered_units_gb() << std::setw(9) << s.buffers_gb()
-          << std::setw(13) << s.activations_gb() << std::setw(11)
-          << s.host_gb_per_node() << std::setw(12)
-          << (s.collective_fitted() ? absl::StrFormat("%.2f", s.collective_gb())
-                                    : std::string("unfitted"));
-      if (device) {
-        out << std::setw(12) << s.device_gb() << std::setw(14)
-            << s.device_upper_gb();
-      }
-      out << "\n";
+      table.Add(std::move(row));
     }
+    table.Print("  ", out);
   }
   if (r.min_gpus_size() > 0) {
     out << "\nfits / not-DNF: the smallest N whose verdict is FITS / not "
@@ -231,30 +243,39 @@ void PrintMinGpus(const v1::CheckFitResponse& r, std::ostream& out) {
   }
 }
 
-// The estimates' table: allocator peaks and their components.
+// The estimates' table: allocator peaks and their components, each column
+// as wide as its widest figure (a 70B model's 1234.56 GB never runs into
+// the next column).
 void PrintEstimates(const v1::CheckFitResponse& r, std::ostream& out) {
-  out << "batch   peak GB  upper GB   optimizer outputs attention internal "
-         "recurrent transient  peak at\n";
+  Table table(
+      {"batch", "peak GB", "upper GB", "optimizer", "outputs", "attention",
+       "internal", "recurrent", "transient", "peak at"},
+      {false, false, false, false, false, false, false, false, false, true});
   for (const auto& e : r.estimates()) {
     const auto& c = e.components();
-    out << std::setw(5) << e.batch() << std::setw(10) << e.peak_gb()
-        << std::setw(10) << e.upper_gb() << std::setw(12) << c.optimizer()
-        << std::setw(8) << c.outputs() << std::setw(10) << c.attention()
-        << std::setw(9) << c.internal() << std::setw(10) << c.recurrent()
-        << std::setw(10) << c.transient() << "  " << e.moment();
+    std::string at = e.moment();
     // Another phase than the steady step holds the allocator's peak.
     if (!e.phase().empty() && e.phase() != "step") {
-      out << " of the " << e.phase() << " phase";
+      absl::StrAppend(&at, " of the ", e.phase(), " phase");
     }
     if (e.basis().kind() == v1::Basis::ANCHORED) {
-      out << " (k " << e.k() << ", " << e.basis().extrapolation()
-          << "x the largest measured batch)";
+      absl::StrAppend(&at, absl::StrFormat(" (k %.2f, %.2fx the largest "
+                                           "measured batch)",
+                                           e.k(), e.basis().extrapolation()));
     }
-    out << "\n";
+    table.Add({absl::StrCat(e.batch()), Gb(e.peak_gb()), Gb(e.upper_gb()),
+               Gb(c.optimizer()), Gb(c.outputs()), Gb(c.attention()),
+               Gb(c.internal()), Gb(c.recurrent()), Gb(c.transient()), at});
   }
+  table.Print("", out);
 }
 
 }  // namespace
+
+std::string SignedGb(double gb) {
+  const std::string text = Gb(gb);
+  return text == "0.00" || text[0] == '-' ? text : "+" + text;
+}
 
 void PrintFit(const v1::CheckFitResponse& r, bool explain, std::ostream& out) {
   out << std::fixed << std::setprecision(2);
@@ -303,8 +324,8 @@ void PrintFit(const v1::CheckFitResponse& r, bool explain, std::ostream& out) {
       if (explain) PrintExplain(t, r.headroom(), r.bound(), out);
     }
     if (t.regime() == "anchored") {
-      out << "  anchored; card constant " << std::showpos << t.gpu_constant_gb()
-          << std::noshowpos << " GB\n";
+      out << "  anchored; card constant " << SignedGb(t.gpu_constant_gb())
+          << " GB\n";
     } else if (t.regime() != "global") {
       out << "  regime " << t.regime() << ", k " << t.k() << "\n";
     }

@@ -7,10 +7,15 @@
 // Takes the response only, so a hand-built one renders as a planner's does.
 
 #include <ostream>
+#include <string>
 
 #include "headroom/v1/planner.pb.h"
 
 namespace headroom::cli {
+
+// A signed figure in GB to two places: "+0.02", "-0.31", and "0.00" for
+// one that rounds to zero (never "-0.00").
+std::string SignedGb(double gb);
 
 // Writes the answer. `explain` (fit --explain) adds, per card, its device
 // costs (reserved ratio, CUDA context, NCCL, with where each came from) and

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iomanip>
 #include <map>
 
@@ -19,6 +20,7 @@
 #include "client/rpc.h"
 #include "client/setup_flags.h"
 #include "headroom/v1/fleet.grpc.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom::cli {
 namespace {
@@ -82,6 +84,28 @@ void PrintProbe(const v1::Probe& p, std::ostream& out) {
 
 }  // namespace
 
+// The listing's JSON with the memory in GB beside the bytes, as the table
+// prints it: hello.hostMemoryGb and each gpus[i].memoryGb (10^9 bytes, two
+// places).
+nlohmann::json WorkersJson(const v1::ListWorkersResponse& response) {
+  nlohmann::json json = CliJsonValue(response);
+  const auto gb = [](uint64_t bytes) {
+    return std::round(static_cast<double>(bytes) / 1e7) / 100;
+  };
+  nlohmann::json& workers = json["workers"];
+  for (int i = 0; i < response.workers_size() && i < int(workers.size()); ++i) {
+    const v1::WorkerHello& hello = response.workers(i).hello();
+    nlohmann::json& h = workers[i]["hello"];
+    if (!h.is_object()) continue;
+    h["hostMemoryGb"] = gb(hello.host_memory_bytes());
+    nlohmann::json& gpus = h["gpus"];
+    for (int g = 0; g < hello.gpus_size() && g < int(gpus.size()); ++g) {
+      gpus[g]["memoryGb"] = gb(hello.gpus(g).memory_bytes());
+    }
+  }
+  return json;
+}
+
 int Workers(const Options& options, std::ostream& out, std::ostream& err) {
   v1::ListWorkersRequest request;
   request.set_page_size(500);
@@ -90,7 +114,7 @@ int Workers(const Options& options, std::ostream& out, std::ostream& err) {
       ListAllPages(options, &v1::Fleet::Stub::ListWorkers, request, &response);
   if (!status.ok()) return FailRpc(err, options, status);
   if (options.json) {
-    out << CliJson(response) << "\n";
+    out << WorkersJson(response).dump(2) << "\n";
     return 0;
   }
   if (response.workers().empty()) {
@@ -288,8 +312,49 @@ int ProbeWatch(const Options& options, const ProbeOptions& probe,
   }
 }
 
+namespace {
+
+// The probe as stored now (WatchProbe without follow: one snapshot).
+grpc::Status ProbeNow(const Options& options, const std::string& id,
+                      v1::Probe* probe) {
+  auto stub = v1::Fleet::NewStub(Connect(options));
+  grpc::ClientContext context;
+  SetDeadline(context, options);
+  v1::WatchProbeRequest request;
+  request.set_id(id);
+  auto reader = stub->WatchProbe(&context, request);
+  v1::ProbeEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_probe()) *probe = event.probe();
+  }
+  return reader->Finish();
+}
+
+bool Finished(v1::Probe::State state) {
+  return state == v1::Probe::SUCCEEDED || state == v1::Probe::FAILED ||
+         state == v1::Probe::CANCELLED;
+}
+
+}  // namespace
+
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err) {
+  // The planner answers a cancel of a finished probe with the probe as it
+  // is: look first, so the answer says what happened.
+  v1::Probe before;
+  if (const grpc::Status status = ProbeNow(options, id, &before);
+      !status.ok()) {
+    return FailRpc(err, options, status);
+  }
+  if (Finished(before.state())) {
+    return Fail(err,
+                absl::StrCat("probe ", id, " had already ",
+                             before.state() == v1::Probe::CANCELLED
+                                 ? "been cancelled"
+                                 : StateName(before.state()),
+                             "; nothing to cancel (headroom probe list)"),
+                kExitRefused);
+  }
   v1::CancelProbeRequest request;
   request.set_id(id);
   v1::CancelProbeResponse response;
@@ -302,6 +367,14 @@ int ProbeCancel(const Options& options, const std::string& id,
     out << CliJson(response.probe()) << "\n";
   } else {
     PrintProbe(response.probe(), out);
+  }
+  if (response.probe().state() != v1::Probe::CANCELLED) {
+    // It finished between the look and the cancel.
+    return Fail(err,
+                absl::StrCat("probe ", id, " finished (",
+                             StateName(response.probe().state()),
+                             ") before the cancel reached it"),
+                kExitRefused);
   }
   return 0;
 }
@@ -337,8 +410,8 @@ void AddProbeRunFlags(CLI::App* app, ProbeOptions& probe) {
   app->add_option("--worker", probe.worker, "run on this worker id");
   app->add_option("--executor", probe.executor,
                   "torch, cuda or sim (default: the worker's)");
-  app->add_option("--steps", probe.steps, "timed steps (0 = 3)");
-  app->add_option("--warmup", probe.warmup, "warm-up steps (0 = 1)");
+  ShownDefault(app->add_option("--steps", probe.steps, "timed steps"), "3");
+  ShownDefault(app->add_option("--warmup", probe.warmup, "warm-up steps"), "1");
   app->add_flag("--watch", probe.watch,
                 "follow the probe to its end (exit 1 if it fails or is "
                 "cancelled)");
@@ -363,11 +436,13 @@ void RegisterFleetCommands(CLI::App& app, CliContext& ctx) {
   AddModelFlags(submit, o);
   submit->add_option("--batch", o.batch, "batches, comma-separated");
   AddProbeRunFlags(submit, f.probe);
-  submit->add_option("--repetitions", f.probe.repetitions,
-                     "runs per batch (0 = 1)");
-  submit->add_option("--expires_s", f.probe.expires_s,
-                     "fail the probe if still queued this many seconds after "
-                     "submission (0: never)");
+  ShownDefault(submit->add_option("--repetitions", f.probe.repetitions,
+                                  "runs per batch"),
+               "1");
+  ShownDefault(submit->add_option("--expires_s", f.probe.expires_s,
+                                  "fail the probe if still queued this many "
+                                  "seconds after submission (0: never)"),
+               "0 (never)");
   AddJson(submit, o);
   ctx.Run(submit, [&ctx, &f] {
     return ProbeSubmit(ctx.options, f.probe, ctx.out, ctx.err);

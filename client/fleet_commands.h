@@ -12,6 +12,7 @@
 #include "client/commands.h"
 #include "headroom/v1/fleet.pb.h"
 #include "headroom/v1/planner.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace CLI {
 class App;
@@ -56,11 +57,20 @@ int AfterSubmit(const Options& options, const ProbeOptions& probe,
                 const std::string& submitted, std::ostream& out,
                 std::ostream& err);
 
+// headroom workers [--json]: the JSON is the ListWorkersResponse with the
+// memory in GB beside the bytes (WorkersJson).
 int Workers(const Options& options, std::ostream& out, std::ostream& err);
+// The listing as JSON: CliJson's, plus hello.hostMemoryGb and each
+// hello.gpus[i].memoryGb (10^9 bytes, two places), the unit the table and
+// the README use.
+nlohmann::json WorkersJson(const v1::ListWorkersResponse& response);
 int ProbeSubmit(const Options& options, const ProbeOptions& probe,
                 std::ostream& out, std::ostream& err);
 int ProbeWatch(const Options& options, const ProbeOptions& probe,
                const std::string& id, std::ostream& out, std::ostream& err);
+// Cancels a queued or running probe (exit 0, the probe printed). A probe
+// already finished (succeeded, failed, cancelled) is not cancelled: exit 1
+// saying which state it had.
 int ProbeCancel(const Options& options, const std::string& id,
                 std::ostream& out, std::ostream& err);
 int ProbeList(const Options& options, const ProbeOptions& probe,

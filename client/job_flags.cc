@@ -7,25 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
-#include "google/protobuf/descriptor.h"
 #include "io/files.h"
 
 namespace headroom::cli {
 namespace {
 
 constexpr size_t kMaxJobFileBytes = 1 << 20;
-
-// Setup flags whose TrainingSetup path is not their own name.
-const std::map<std::string, std::string>& FlagPaths() {
-  static const auto* const kPaths = new std::map<std::string, std::string>{
-      {"checkpointing", "activation_checkpointing"},
-      {"lora_rank", "lora.rank"},
-      {"lora_targets", "lora.targets"},
-      {"lora_dropout", "lora.dropout"},
-      {"freeze", "freeze.layers"},
-      {"train_last_blocks", "freeze.train_last_blocks"}};
-  return *kPaths;
-}
 
 absl::StatusOr<v1::JobFile> ReadJobFile(const std::string& path,
                                         absl::string_view flag) {
@@ -84,26 +71,6 @@ void AddJobFlags(CLI::App* app, Options& o) {
   app->add_option("--job_kind", o.job_kind,
                   "the --job file's kind when its keys do not tell: litgpt, "
                   "torchtune, axolotl, trl, training-args");
-}
-
-std::vector<std::string> GivenSetupFlags(const CLI::App& app) {
-  std::vector<std::string> paths;
-  const google::protobuf::Descriptor* setup = v1::TrainingSetup::descriptor();
-  for (const CLI::Option* option : app.get_options()) {
-    if (option->count() == 0) continue;
-    const std::string flag = option->get_name();
-    absl::string_view bare = flag;
-    while (absl::ConsumePrefix(&bare, "-")) {
-    }
-    const std::string name(bare);
-    auto it = FlagPaths().find(name);
-    if (it != FlagPaths().end()) {
-      paths.push_back(it->second);
-    } else if (setup->FindFieldByName(name) != nullptr) {
-      paths.push_back(name);
-    }
-  }
-  return paths;
 }
 
 absl::Status FillJob(const Options& options, v1::CheckFitRequest* request) {

@@ -23,11 +23,6 @@ namespace headroom::cli {
 // Registers the job flags on `app`, writing into `options`.
 void AddJobFlags(CLI::App* app, Options& options);
 
-// The TrainingSetup field paths of the setup flags given on `app`
-// ("--lora_rank 16" -> "lora.rank"), in flag order: what job.overrides
-// names.
-std::vector<std::string> GivenSetupFlags(const CLI::App& app);
-
 // With --job: reads the files into request->job (INVALID_ARGUMENT naming
 // the flag and the file when one cannot be read or is over 1 MiB), with
 // options.job_overrides as job.overrides. Without --job: OK, nothing set;

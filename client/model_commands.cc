@@ -13,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
 #include "client/cli_context.h"
@@ -74,6 +76,37 @@ int ConvertOnnx(const std::string& path, const std::string& graph,
     *report << "note: " << note << "\n";
   }
   return 0;
+}
+
+// The model states by kind and the parameter counts under the setup, as
+// the README's model inspect section says: "model states (GB): weights
+// 2.472, gradients 2.472, ...", then "parameters: 1235814400 trainable,
+// ...". A kind the setup does not have (no adapters) is left out.
+void PrintStatesByKind(const v1::ModelReport& report, std::ostream& out) {
+  const v1::ModelStatesGb& s = report.states();
+  out << absl::StrFormat(
+      "model states (GB): weights %.3f, gradients %.3f, optimizer state "
+      "%.3f, 16-bit copies %.3f, step temporaries %.3f",
+      s.weights(), s.gradients(), s.optimizer_state(), s.half_copies(),
+      s.update_temporaries());
+  if (s.in_backward_buffers() > 0) {
+    out << absl::StrFormat(", in-backward buffers %.3f",
+                           s.in_backward_buffers());
+  }
+  if (s.dequantized() > 0) {
+    out << absl::StrFormat(", dequantized %.3f", s.dequantized());
+  }
+  out << "\n"
+      << absl::StrFormat("parameters: %.0f trainable",
+                         report.trainable_params());
+  if (report.adapter_params() > 0) {
+    out << absl::StrFormat(" (of them %.0f adapters)", report.adapter_params());
+  }
+  out << absl::StrFormat(", %.0f frozen", report.frozen_params());
+  if (report.quantized_params() > 0) {
+    out << absl::StrFormat(", %.0f quantized", report.quantized_params());
+  }
+  out << "\n";
 }
 
 }  // namespace
@@ -213,22 +246,22 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   if (!catalog.ok() && std::filesystem::is_regular_file(options.model, ec)) {
     catalog = ModelCatalog();
   }
-  if (!catalog.ok()) return Fail(err, catalog.status().ToString());
+  if (!catalog.ok()) return Fail(err, catalog.status());
   v1::TrainingSetup asked;
   if (absl::Status status = FillSetup(options, &asked); !status.ok()) {
-    return Fail(err, status.ToString());
+    return Fail(err, status);
   }
   v1::ModelRef ref;
   absl::StatusOr<ResolvedModel> resolved =
       ResolveSpec(options, asked, *catalog, &ref);
-  if (!resolved.ok()) return Fail(err, resolved.status().ToString());
+  if (!resolved.ok()) return Fail(err, resolved.status());
   const v1::ModelSpec* spec = &resolved->spec();
   // A conversion that bound the lengths (ONNX) is not rescaled again.
   const v1::TrainingSetup setup = ProfileSetup(ref, asked);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
-  if (!profile.ok()) return Fail(err, profile.status().ToString());
+  if (!profile.ok()) return Fail(err, profile.status());
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
-  if (!shares.ok()) return Fail(err, shares.status().ToString());
+  if (!shares.ok()) return Fail(err, shares.status());
 
   v1::ModelReport report;
   report.set_model(spec->name());
@@ -315,7 +348,14 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   out << "optimizer update: optimizer "
       << report.update_components().optimizer()
       << " (weights, state, gradients, the update's temporaries)\n";
-  for (const std::string& a : report.assumptions()) out << "- " << a << "\n";
+  PrintStatesByKind(report, out);
+  for (const std::string& a : report.assumptions()) {
+    // The conversion's words name its own option; the CLI's is --positions.
+    out << "- "
+        << absl::StrReplaceAll(
+               a, {{"pass seq_len to change", "set --positions to change"}})
+        << "\n";
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/flag_errors.h"
 #include "client/job_flags.h"
 #include "client/model_commands.h"
 #include "client/setup_flags.h"
@@ -65,9 +66,11 @@ int FailRpc(std::ostream& err, const Options& options,
   }
   // What the flags named is wrong or does not exist: a usage error, as when
   // the CLI finds it out itself.
+  // The planner's field paths are named as the flags that set them.
   if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
       status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    return Fail(err, status.error_message(), kExitUsage);
+    return Fail(err, FlagsForFieldPaths(status.error_message(), options),
+                kExitUsage);
   }
   return Fail(err, status.error_message(), kExitRefused);
 }

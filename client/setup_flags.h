@@ -2,8 +2,14 @@
 #define HEADROOM_CLIENT_SETUP_FLAGS_H_
 
 // The training-setup flags every model command takes (--precision,
-// --optimizer, --attention, --lora_rank, ...), turned into the API's
-// TrainingSetup.
+// --optimizer, --attention, --lora_rank, ...), one per key of the setup
+// vocabulary (core/setup/setup_words.h), turned into the API's
+// TrainingSetup. Only the flags given are sent: the planner assumes the
+// rest and says so.
+
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "client/commands.h"
@@ -20,12 +26,22 @@ namespace headroom::cli {
 void AddSetupFlags(CLI::App* app, Options& options, bool compile_flag = true);
 
 // INVALID_ARGUMENT naming the flag and its allowed values for a value the
-// setup has no word for; the planner checks the combinations.
+// vocabulary has no word for, or a number out of its range; the planner
+// checks the combinations.
 absl::Status FillSetup(const Options& options, v1::TrainingSetup* setup);
 
 // Whether --gpus auto asks for the smallest GPU count (CheckFitRequest's
 // min_gpus).
 bool MinGpusAsked(const Options& options);
+
+// The TrainingSetup field paths the given setup flags set (lora.rank,
+// activation_checkpointing for --checkpointing full): what a --job file's
+// derivation calls overridden.
+std::vector<std::string> GivenSetupFields(const Options& options);
+
+// headroom setup-words [--json]: the vocabulary as a Markdown table, or as
+// the JSON the Python client reads. Returns 0.
+int ListSetupWords(const Options& options, std::ostream& out);
 
 }  // namespace headroom::cli
 

@@ -58,6 +58,9 @@ ABSL_FLAG(int32_t, store_queue, 256,
           "RESOURCE_EXHAUSTED; 1..100000");
 ABSL_FLAG(bool, extender_allow_borderline, false,
           "extender filter: let BORDERLINE nodes through (default FITS only)");
+ABSL_FLAG(bool, extender_include_simulated, false,
+          "extender: let simulated workers' cards name a node's GPU and "
+          "simulated runs anchor its answers (default: never)");
 ABSL_FLAG(std::string, extender_prefer, "tightest",
           "extender prioritize: tightest (least GPU memory left free scores "
           "10) or most_room");
@@ -220,6 +223,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.extender.decide.prefer_most_room = prefer == "most_room";
+  config.extender.decide.include_simulated =
+      absl::GetFlag(FLAGS_extender_include_simulated);
   config.extender.decide.fail_unknown_gpu = unknown == "fail";
   config.probe_lease_ms = absl::GetFlag(FLAGS_probe_lease_ms);
   config.worker_heartbeat_ms = absl::GetFlag(FLAGS_worker_heartbeat_ms);

@@ -430,6 +430,15 @@ void AddActivationRemarks(const TrainingSetup& setup,
 
 }  // namespace
 
+std::vector<std::string> LoraTargetWords() {
+  std::vector<std::string> words(std::begin(kLoraTargetNames),
+                                 std::end(kLoraTargetNames));
+  words.push_back("all-linear");
+  words.insert(words.end(), std::begin(kLoraExtraTargets),
+               std::end(kLoraExtraTargets));
+  return words;
+}
+
 absl::Status ValidateSetup(const TrainingSetup& setup) {
   if (absl::Status parallel = ValidateParallel(setup); !parallel.ok()) {
     return parallel;
@@ -696,13 +705,17 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         kernel = "flash (setup), no score matrix";
         break;
       default:
-        kernel = eager == 0 ? absl::StrCat("the model's default, sdpa (", fused,
-                                           " layers; no score matrix)")
+        // "1 layer", "12 layers".
+        const auto layers = [](int n) {
+          return absl::StrCat(n, n == 1 ? " layer" : " layers");
+        };
+        kernel = eager == 0 ? absl::StrCat("the model's default, sdpa (",
+                                           layers(fused), "; no score matrix)")
                  : fused == 0
-                     ? absl::StrCat("the model's default, eager (", eager,
-                                    " layers; probabilities saved)")
-                     : absl::StrCat("the model's default: ", fused,
-                                    " layers sdpa, ", eager, " eager");
+                     ? absl::StrCat("the model's default, eager (",
+                                    layers(eager), "; probabilities saved)")
+                     : absl::StrCat("the model's default: ", layers(fused),
+                                    " sdpa, ", eager, " eager");
         kernel += "; --attention eager|sdpa|flash chooses";
     }
     out.push_back(absl::StrCat("attention: ", kernel));

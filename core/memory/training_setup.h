@@ -48,6 +48,10 @@ inline constexpr uint64_t kTorchaoOffloadMinSize = 4096;
 inline constexpr uint32_t kDefaultLossChunks = 8;
 inline constexpr uint32_t kMaxLossChunks = 65536;
 
+// The LoRA target names validation accepts: q, k, v, o, gate, up, down,
+// all-linear, lm_head, embed.
+std::vector<std::string> LoraTargetWords();
+
 // INVALID_ARGUMENT naming the field and the allowed values for anything the
 // memory model cannot read.
 absl::Status ValidateSetup(const v1::TrainingSetup& setup);

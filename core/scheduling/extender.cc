@@ -8,10 +8,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "base/units.h"
+#include "base/value_bounds.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/memory/fit_verdict.h"
+#include "core/memory/parallel.h"
 #include "core/planner/fit_planner.h"
+#include "core/setup/setup_words.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 
@@ -180,6 +185,7 @@ absl::Status ParsePod(od::value pod_value, ExtenderArgs* args) {
     }
   }
   args->pod = ns.empty() ? name : absl::StrCat(ns, "/", name);
+  args->pod_namespace = ns;
   return absl::OkStatus();
 }
 
@@ -285,6 +291,123 @@ std::string FilterJson(const ExtenderArgs& args,
       ",\"Error\":", Json(error).dump(), "}");
 }
 
+// headroom.dev/job: "configmap/key" in the pod's namespace (DNS-1123
+// names, ConfigMap keys of [-._a-zA-Z0-9]).
+absl::Status ParseJobRef(const std::string& value, PodJob* pod) {
+  const size_t slash = value.find('/');
+  const auto name_char = [](char c) {
+    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-' ||
+           c == '.';
+  };
+  const auto key_char = [](char c) {
+    return absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_';
+  };
+  if (slash == std::string::npos || slash == 0 || slash > 253 ||
+      value.size() - slash - 1 == 0 || value.size() - slash - 1 > 253 ||
+      !std::all_of(value.begin(), value.begin() + slash, name_char) ||
+      !std::all_of(value.begin() + slash + 1, value.end(), key_char)) {
+    return BadAnnotation("job", value,
+                         "CONFIGMAP/KEY: a ConfigMap in the pod's namespace "
+                         "and the key holding the job's config file");
+  }
+  pod->job_configmap = value.substr(0, slash);
+  pod->job_key = value.substr(slash + 1);
+  return absl::OkStatus();
+}
+
+// headroom.dev/batch: required without a job file (which says its own).
+absl::Status ReadBatch(const std::map<std::string, std::string>& annotations,
+                       bool has_job, v1::CheckFitRequest* job) {
+  auto batch = annotations.find("batch");
+  if (batch == annotations.end() && has_job) return absl::OkStatus();
+  uint32_t b = 0;
+  if (batch == annotations.end() || !absl::SimpleAtoi(batch->second, &b) ||
+      b == 0 || b > kMaxBatch) {
+    return BadAnnotation("batch",
+                         batch == annotations.end() ? "" : batch->second,
+                         absl::StrCat("the per-GPU batch, 1..", kMaxBatch));
+  }
+  job->add_batches(b);
+  return absl::OkStatus();
+}
+
+// One setup annotation, read by the setup vocabulary (core/setup), plus the
+// older spellings pods already carry: checkpointing true/false and
+// fused-attention.
+absl::Status ApplyAnnotation(const std::string& key, const std::string& value,
+                             v1::TrainingSetup* setup) {
+  bool on = false;
+  if (key == "fused-attention") {
+    if (!ParseBool(value, &on)) return BadAnnotation(key, value, "true, false");
+    if (on) setup->set_attention(v1::TrainingSetup::SDPA);
+    return absl::OkStatus();
+  }
+  const SetupKey* setup_key = FindSetupKey(key);
+  if (setup_key == nullptr || absl::StrContains(key, '_')) {
+    std::vector<std::string> known = {"model", "batch", "job", "world-size",
+                                      "coverage"};
+    for (const SetupKey& k : SetupVocabulary()) {
+      known.push_back(k.Annotation().substr(sizeof(kAnnotationPrefix) - 1));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("annotation ", kAnnotationPrefix, Cut(key),
+                     " is unknown; allowed ", absl::StrJoin(known, ", ")));
+  }
+  std::string text = value;
+  if (key == "checkpointing" && ParseBool(value, &on)) {
+    text = on ? "full" : "none";
+  }
+  SetupExtras extras;
+  RETURN_IF_ERROR(ApplySetupValue(
+      *setup_key, text, absl::StrCat("annotation ", setup_key->Annotation()),
+      setup, &extras));
+  if (extras.min_gpus) {
+    return BadAnnotation(key, value,
+                         absl::StrCat("a GPU count 1..", kMaxGpus,
+                                      " (a pod's GPUs are its nvidia.com/gpu "
+                                      "request; auto is the CLI's)"));
+  }
+  return absl::OkStatus();
+}
+
+// The job's GPU count: headroom.dev/world-size (or headroom.dev/gpus) for a
+// gang job whose pods each hold `pod_gpus`, else the pod's own
+// nvidia.com/gpu request.
+absl::Status SetGpus(uint32_t world, int pod_gpus, PodJob* pod) {
+  v1::TrainingSetup* setup = pod->request.mutable_setup();
+  if (world != 0 && setup->gpus() != 0 && setup->gpus() != world) {
+    return BadAnnotation(
+        "world-size", absl::StrCat(world),
+        absl::StrCat("the same count as headroom.dev/gpus (", setup->gpus(),
+                     "): both are the whole job's GPUs"));
+  }
+  if (world == 0) world = setup->gpus();
+  const uint32_t per_pod = static_cast<uint32_t>(std::max(0, pod_gpus));
+  if (world == 0) {
+    if (per_pod > 1) setup->set_gpus(std::min<uint32_t>(per_pod, kMaxGpus));
+    pod->gpus_text =
+        per_pod > 1 ? absl::StrCat(per_pod, " GPUs (the pod's)") : "";
+    return absl::OkStatus();
+  }
+  if (per_pod > 0 && world % per_pod != 0) {
+    return BadAnnotation(
+        "world-size", absl::StrCat(world),
+        absl::StrCat("a multiple of the pod's nvidia.com/gpu (", per_pod,
+                     "): the whole job's GPUs, over pods of equal size"));
+  }
+  setup->set_gpus(world);
+  if (per_pod > 0 && world > per_pod && setup->gpus_per_node() == 0) {
+    setup->set_gpus_per_node(per_pod);
+  }
+  pod->gpus_text =
+      world > 1 ? absl::StrCat(world, " GPUs in all",
+                               per_pod > 0 && world > per_pod
+                                   ? absl::StrCat(", ", per_pod, " per pod")
+                                   : "")
+                : "";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body) {
@@ -378,63 +501,35 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body) {
   return args;
 }
 
-absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
-    const std::map<std::string, std::string>& annotations) {
+absl::StatusOr<std::optional<PodJob>> JobFromAnnotations(
+    const std::map<std::string, std::string>& annotations, int pod_gpus) {
   auto model = annotations.find("model");
-  if (model == annotations.end()) return std::nullopt;
-  v1::CheckFitRequest job;
-  if (model->second.empty() || model->second.size() > 128) {
-    return BadAnnotation("model", model->second,
-                         "a catalog template name (headroom models)");
+  auto job_file = annotations.find("job");
+  if (model == annotations.end() && job_file == annotations.end()) {
+    return std::nullopt;
   }
-  job.mutable_model()->set_template_(model->second);
-  auto batch = annotations.find("batch");
-  uint32_t b = 0;
-  if (batch == annotations.end() || !absl::SimpleAtoi(batch->second, &b) ||
-      b == 0 || b > kMaxBatch) {
-    return BadAnnotation("batch",
-                         batch == annotations.end() ? "" : batch->second,
-                         absl::StrCat("the per-GPU batch, 1..", kMaxBatch));
+  PodJob pod;
+  v1::CheckFitRequest& job = pod.request;
+  if (model != annotations.end()) {
+    if (model->second.empty() || model->second.size() > 128) {
+      return BadAnnotation("model", model->second,
+                           "a catalog model name (headroom models)");
+    }
+    job.mutable_model()->set_template_(model->second);
   }
-  job.add_batches(b);
+  if (job_file != annotations.end()) {
+    RETURN_IF_ERROR(ParseJobRef(job_file->second, &pod));
+  }
+  RETURN_IF_ERROR(ReadBatch(annotations, job_file != annotations.end(), &job));
   v1::TrainingSetup* setup = job.mutable_setup();
+  uint32_t world = 0;
   for (const auto& [key, value] : annotations) {
-    if (key == "model" || key == "batch") continue;
-    if (key == "precision") {
-      if (value == "fp32") {
-        setup->set_precision(v1::TrainingSetup::FP32);
-      } else if (value == "bf16") {
-        setup->set_precision(v1::TrainingSetup::BF16_MIXED);
-      } else if (value == "fp16") {
-        setup->set_precision(v1::TrainingSetup::FP16_MIXED);
-      } else {
-        return BadAnnotation(key, value, "fp32, bf16, fp16");
-      }
-    } else if (key == "optimizer") {
-      if (value == "adamw") {
-        setup->set_optimizer(v1::TrainingSetup::ADAMW);
-      } else if (value == "sgd") {
-        setup->set_optimizer(v1::TrainingSetup::SGD);
-      } else if (value == "sgd-momentum") {
-        setup->set_optimizer(v1::TrainingSetup::SGD_MOMENTUM);
-      } else {
-        return BadAnnotation(key, value, "adamw, sgd, sgd-momentum");
-      }
-    } else if (key == "positions") {
-      uint64_t positions = 0;
-      if (!absl::SimpleAtoi(value, &positions) || positions > (1u << 24)) {
-        return BadAnnotation(key, value, "0..16777216 (0: the model's own)");
-      }
-      setup->set_positions(positions);
-    } else if (key == "checkpointing" || key == "fused-attention") {
-      bool on = false;
-      if (!ParseBool(value, &on))
-        return BadAnnotation(key, value, "true, false");
-      if (key == "checkpointing") {
-        setup->set_activation_checkpointing(on);
-      } else {
-        setup->set_attention(on ? v1::TrainingSetup::SDPA
-                                : v1::TrainingSetup::ATTENTION_UNSPECIFIED);
+    if (key == "model" || key == "batch" || key == "job") continue;
+    if (key == "world-size") {
+      if (!absl::SimpleAtoi(value, &world) || world == 0 || world > kMaxGpus) {
+        return BadAnnotation(
+            key, value,
+            absl::StrCat("the whole job's GPU count, 1..", kMaxGpus));
       }
     } else if (key == "coverage") {
       double coverage = 0;
@@ -444,13 +539,11 @@ absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
       }
       job.set_coverage(coverage);
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "annotation ", kAnnotationPrefix, Cut(key),
-          " is unknown; allowed model, batch, precision, optimizer, "
-          "positions, checkpointing, fused-attention, coverage"));
+      RETURN_IF_ERROR(ApplyAnnotation(key, value, setup));
     }
   }
-  return job;
+  RETURN_IF_ERROR(SetGpus(world, pod_gpus, &pod));
+  return pod;
 }
 
 std::optional<v1::Target> TargetFromLabels(const ExtenderNode& node) {
@@ -477,7 +570,7 @@ std::optional<v1::Target> TargetFromLabels(const ExtenderNode& node) {
 }
 
 absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
-    const v1::CheckFitRequest& job, const ExtenderArgs& args,
+    const PodJob& pod, const ExtenderArgs& args,
     const std::vector<std::optional<v1::Target>>& targets,
     const CheckFitFn& check_fit, const ExtenderOptions& options) {
   // Distinct cards, each checked once.
@@ -491,10 +584,13 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
     if (inserted) cards.push_back(*targets[i]);
     node_card[i] = static_cast<int>(it->second);
   }
+  const v1::CheckFitRequest& job = pod.request;
   std::vector<v1::TargetResult> results(cards.size());
   std::vector<v1::BatchEstimate> estimates(cards.size());
+  std::string model = job.model().template_();
   for (size_t start = 0; start < cards.size(); start += kMaxTargetsPerRequest) {
     v1::CheckFitRequest request = job;
+    request.set_include_simulated(options.include_simulated);
     const size_t end =
         std::min(cards.size(), start + size_t{kMaxTargetsPerRequest});
     for (size_t c = start; c < end; ++c) *request.add_targets() = cards[c];
@@ -510,9 +606,15 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
       results[c] = answer->targets(static_cast<int>(c - start));
       estimates[c] = answer->estimates(0);
     }
+    if (model.empty()) model = answer->model();
   }
-  const std::string& model = job.model().template_();
-  const uint32_t batch = job.batches(0);
+  // A job file says its own batch; the answer carries it.
+  const uint32_t asked_batch = job.batches_size() > 0 ? job.batches(0) : 0;
+  const std::string on_gpus =
+      pod.gpus_text.empty()
+          ? ""
+          : absl::StrCat(" on ", pod.gpus_text, ", ",
+                         StrategyName(LayoutOf(job.setup()).strategy));
   std::vector<NodeDecision> decisions;
   decisions.reserve(args.nodes.size());
   for (size_t i = 0; i < args.nodes.size(); ++i) {
@@ -533,9 +635,12 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
     d.verdict = static_cast<v1::Verdict>(result.verdicts(0));
     d.passes = d.verdict == v1::FITS ||
                (options.allow_borderline && d.verdict == v1::BORDERLINE);
-    d.reason = absl::StrCat("headroom: ", model, " at batch ", batch, " is ",
-                            v1::Verdict_Name(d.verdict), " on ", result.name(),
-                            " (", FormatGb(d.card_gb, 1), "): ");
+    const uint32_t batch =
+        result.batches_size() > 0 ? result.batches(0).batch() : asked_batch;
+    d.reason = absl::StrCat("headroom: ", model, " at batch ", batch, on_gpus,
+                            " is ", v1::Verdict_Name(d.verdict), " on ",
+                            result.name(), " (", FormatGb(d.card_gb, 1), ")",
+                            pod.gpus_text.empty() ? "" : " per GPU", ": ");
     if (result.batches_size() > 0) {
       // The verdict was taken on the device figure: say it and score by it.
       const v1::TargetBatch& answer = result.batches(0);

@@ -34,6 +34,7 @@ struct ExtenderNode {
 
 struct ExtenderArgs {
   std::string pod;  // namespace/name, for reasons and logs
+  std::string pod_namespace;
   std::map<std::string, std::string> annotations;
   // nvidia.com/gpu the pod's containers ask for (limits, else requests).
   int gpus = 0;
@@ -47,11 +48,30 @@ struct ExtenderArgs {
 // names the field that is wrong.
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body);
 
-// The job a pod's annotations describe: a CheckFitRequest without targets,
-// or nullopt for a pod without headroom.dev/model (it passes untouched).
-// INVALID_ARGUMENT names the annotation and its allowed values.
-absl::StatusOr<std::optional<v1::CheckFitRequest>> JobFromAnnotations(
-    const std::map<std::string, std::string>& annotations);
+// The job a pod describes.
+struct PodJob {
+  // A CheckFitRequest without targets. Its setup's gpus is the whole job's
+  // GPU count: headroom.dev/world-size (or headroom.dev/gpus) for a gang job
+  // whose pods each hold part of it (gpus_per_node the pod's count), else
+  // the pod's nvidia.com/gpu request when over one.
+  v1::CheckFitRequest request;
+  // headroom.dev/job: the ConfigMap in the pod's namespace and the key that
+  // hold the job's config file (the service reads it into request.job);
+  // empty without one.
+  std::string job_configmap;
+  std::string job_key;
+  // "8 GPUs (the pod's)", "32 GPUs in all, 8 per pod"; empty for one GPU.
+  std::string gpus_text;
+};
+
+// The job a pod's annotations (headroom.dev/ stripped) and its GPU request
+// describe, or nullopt for a pod with neither headroom.dev/model nor
+// headroom.dev/job (it passes untouched). The setup annotations are the
+// setup vocabulary's (core/setup/setup_words.h: headroom.dev/lora-rank,
+// parallel, framework, ...); besides them model, batch, job, world-size and
+// coverage. INVALID_ARGUMENT names the annotation and its allowed values.
+absl::StatusOr<std::optional<PodJob>> JobFromAnnotations(
+    const std::map<std::string, std::string>& annotations, int pod_gpus = 0);
 
 // The card a node has: a catalog GPU from the product label when its memory
 // agrees with the memory label (MemoryAgrees: within 10 %), else the memory
@@ -67,6 +87,9 @@ struct ExtenderOptions {
   bool prefer_most_room = false;
   // A node whose GPU is unknown fails the filter (false: it passes).
   bool fail_unknown_gpu = true;
+  // Let simulated workers' cards name a node's GPU, and simulated runs
+  // anchor the answers (--extender_include_simulated).
+  bool include_simulated = false;
 };
 
 // One node's verdict for the job.
@@ -100,7 +123,7 @@ using CheckFitFn = std::function<absl::StatusOr<v1::CheckFitResponse>(
 // order (nullopt: unknown GPU). Errors are CheckFit's (an unknown template
 // is NOT_FOUND naming the annotation's value).
 absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
-    const v1::CheckFitRequest& job, const ExtenderArgs& args,
+    const PodJob& job, const ExtenderArgs& args,
     const std::vector<std::optional<v1::Target>>& targets,
     const CheckFitFn& check_fit, const ExtenderOptions& options);
 

@@ -291,8 +291,9 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
       });
 }
 
-std::map<std::string, v1::Target> FleetService::NodeInventory() {
-  return NodeTargets(roster_.Hellos());
+std::map<std::string, v1::Target> FleetService::NodeInventory(
+    bool include_simulated) {
+  return NodeTargets(roster_.Hellos(), include_simulated);
 }
 
 void FleetService::OnRunStored(std::function<void()> callback) {

@@ -77,7 +77,7 @@ class FleetService final : public v1::Fleet::CallbackService,
   // The card of each node a connected worker runs on (its hello's
   // node_name, else its host name): the first GPU the catalog knows, else
   // the first GPU's memory as a bare size.
-  std::map<std::string, v1::Target> NodeInventory();
+  std::map<std::string, v1::Target> NodeInventory(bool include_simulated);
 
   // Learner: probes to learn models answers were prior-only for.
   absl::StatusOr<Worker> WorkerFor(bool include_simulated) override;

@@ -386,7 +386,10 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
         const std::shared_ptr<const Evidence> evidence = state->evidence();
         return state->planner()->CheckFit(request, evidence.get());
       },
-      [fleet = app->fleet_.get()] { return fleet->NodeInventory(); },
+      [fleet = app->fleet_.get(),
+       simulated = extender.decide.include_simulated] {
+        return fleet->NodeInventory(simulated);
+      },
       app->metrics_.get(), extender);
 
   PlannerApp* raw = app.get();

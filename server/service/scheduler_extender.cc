@@ -15,6 +15,30 @@ HttpServer::Answer BadRequest(const absl::Status& status) {
 
 }  // namespace
 
+absl::Status SchedulerExtender::ReadJobFile(const ExtenderArgs& args,
+                                            PodJob* job) const {
+  if (job->job_configmap.empty()) return absl::OkStatus();
+  if (!options_.read_job_file) {
+    return absl::FailedPreconditionError(
+        "annotation headroom.dev/job: this planner reads no ConfigMaps (start "
+        "it with --extender_kube_api); give headroom.dev/model and the setup "
+        "annotations instead");
+  }
+  absl::StatusOr<std::string> content = options_.read_job_file(
+      args.pod_namespace.empty() ? "default" : args.pod_namespace,
+      job->job_configmap, job->job_key);
+  if (!content.ok()) {
+    return absl::Status(content.status().code(),
+                        absl::StrCat("annotation headroom.dev/job: ConfigMap ",
+                                     job->job_configmap, " key ", job->job_key,
+                                     ": ", content.status().message()));
+  }
+  v1::JobFile* file = job->request.mutable_job()->mutable_job();
+  file->set_name(absl::StrCat(job->job_configmap, "/", job->job_key));
+  file->set_content(*std::move(content));
+  return absl::OkStatus();
+}
+
 SchedulerExtender::SchedulerExtender(CheckFitFn check_fit,
                                      NodeInventory inventory,
                                      PlannerMetrics* metrics, Options options)
@@ -58,8 +82,8 @@ HttpServer::Answer SchedulerExtender::Handle(const std::string& verb,
     return HttpServer::Answer{200, filter ? PassThroughFilterJson(*args)
                                           : ZeroPriorityListJson(*args)};
   };
-  absl::StatusOr<std::optional<v1::CheckFitRequest>> job =
-      JobFromAnnotations(args->annotations);
+  absl::StatusOr<std::optional<PodJob>> job =
+      JobFromAnnotations(args->annotations, args->gpus);
   if (!job.ok()) {
     // The pod asks Headroom but says it wrongly: it fails every node with
     // the reason, which kube-scheduler shows in the pod's events.
@@ -81,10 +105,12 @@ HttpServer::Answer SchedulerExtender::Handle(const std::string& verb,
     absl::Notification done;
     std::string body;
     absl::Status status;
+    // The job file could not be read for want of the API: fail open.
+    bool api_down = false;
     int64_t filtered_out = 0;
   };
   auto shared = std::make_shared<Shared>();
-  auto request = std::make_shared<const v1::CheckFitRequest>(**job);
+  auto request = std::make_shared<PodJob>(**std::move(job));
   const bool posted = pool_[next_++ % pool_.size()]->Post(
       [this, filter, args, request, shared] {
         std::vector<std::optional<v1::Target>> targets;
@@ -109,6 +135,12 @@ HttpServer::Answer SchedulerExtender::Handle(const std::string& verb,
           }
           targets.push_back(std::move(target));
         }
+        if (absl::Status read = ReadJobFile(*args, request.get()); !read.ok()) {
+          shared->status = read;
+          shared->api_down = read.code() == absl::StatusCode::kUnavailable;
+          shared->done.Notify();
+          return;
+        }
         absl::StatusOr<std::vector<NodeDecision>> decisions =
             DecideNodes(*request, *args, targets, check_fit_, options_.decide);
         if (!decisions.ok()) {
@@ -129,6 +161,8 @@ HttpServer::Answer SchedulerExtender::Handle(const std::string& verb,
     fail_open_why = "too many decisions queued";
   } else if (!shared->done.WaitForNotificationWithTimeout(options_.budget)) {
     fail_open_why = "over its time budget";
+  } else if (shared->api_down) {
+    fail_open_why = "the Kubernetes API did not answer for headroom.dev/job";
   }
   if (fail_open_why != nullptr) {
     metrics_->ExtenderCall(verb, "fail_open");

@@ -25,8 +25,16 @@ namespace headroom {
 
 class SchedulerExtender {
  public:
+  // The value of `key` in ConfigMap `name` of namespace `ns` (the
+  // headroom.dev/job annotation's file): NOT_FOUND or INVALID_ARGUMENT when
+  // the pod named it wrongly, UNAVAILABLE when the API cannot answer.
+  using JobFileReader = std::function<absl::StatusOr<std::string>(
+      const std::string& ns, const std::string& name, const std::string& key)>;
   struct Options {
     ExtenderOptions decide;
+    // Reads headroom.dev/job files; empty: such pods are told the planner
+    // reads no ConfigMaps.
+    JobFileReader read_job_file;
     // Longest a call may take before its nodes pass through.
     absl::Duration budget = absl::Milliseconds(50);
     // Decisions waiting beyond these fail open at once.
@@ -51,6 +59,8 @@ class SchedulerExtender {
 
  private:
   HttpServer::Answer Handle(const std::string& verb, const std::string& body);
+  // Fills job->request.job from its headroom.dev/job ConfigMap, if any.
+  absl::Status ReadJobFile(const ExtenderArgs& args, PodJob* job) const;
 
   CheckFitFn check_fit_;
   NodeInventory inventory_;

@@ -65,7 +65,11 @@ TEST(CliTest, HelpAndDashHListTheCommandsFlagsAndExitZero) {
     const Result fit = RunHeadroom({"fit", help});
     EXPECT_EQ(fit.code, 0) << help;
     EXPECT_THAT(fit.out, HasSubstr("Usage: headroom fit"));
-    EXPECT_THAT(fit.out, HasSubstr("--precision TEXT=fp32"));
+    EXPECT_THAT(fit.out, HasSubstr("--precision WORD"));
+    // The planner's default, said in words, not a bound variable's "=0".
+    EXPECT_THAT(fit.out, HasSubstr("; default fp32\n"));
+    EXPECT_THAT(fit.out,
+                HasSubstr("--gpus_per_node N           GPUs per node"));
     EXPECT_THAT(fit.out, Not(HasSubstr("--params_b")));
     const Result watch = RunHeadroom({"probe", "watch", help});
     EXPECT_EQ(watch.code, 0);

@@ -227,10 +227,10 @@ TEST(SetupFlagsTest, PhasesAndTheAllocatorFillTheSetup) {
   options.model = "bert-base";
   options.batch = "8";
   options.gpu = "L4";
-  options.expandable_segments = true;
-  options.phases = "load, first-step,step,eval,generate,save";
-  options.eval_batch = 16;
-  options.generate_tokens = 256;
+  options.setup["expandable_segments"] = "true";
+  options.setup["phases"] = "load, first-step,step,eval,generate,save";
+  options.setup["eval_batch"] = "16";
+  options.setup["generate_tokens"] = "256";
   absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);
   ASSERT_TRUE(request.ok()) << request.status();
   const v1::TrainingSetup& setup = request->setup();
@@ -255,14 +255,14 @@ TEST(SetupFlagsTest, PhasesAndTheAllocatorFillTheSetup) {
 
 TEST(SetupFlagsTest, AnUnknownOrRepeatedPhaseNamesTheFlag) {
   Options options;
-  options.phases = "load,train";
+  options.setup["phases"] = "load,train";
   v1::TrainingSetup setup;
   absl::Status status = FillSetup(options, &setup);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "--phases 'train' is unknown; allowed load, first-step, step, "
             "eval, generate, save");
-  options.phases = "step,eval,step";
+  options.setup["phases"] = "step,eval,step";
   status = FillSetup(options, &setup);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("--phases names 'step' twice"));

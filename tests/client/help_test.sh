@@ -23,4 +23,8 @@ done
 expect 2 "closest: fit" "$headroom" fitt
 expect 2 "closest: --batch" "$headroom" fit --bathc 8
 expect 3 "cannot reach the planner" "$headroom" --server 127.0.0.1:1 health
+# Negative values of unsigned flags are refused, not wrapped.
+expect 2 "--steps '-3' is invalid" "$headroom" probe submit --steps -3
+expect 2 "--batch given 2 times" "$headroom" fit --batch 8 --batch 16
+expect 2 "--deadline_ms '-5' is invalid; allowed 1..86400000" "$headroom" --deadline_ms -5 health
 exit $fail

@@ -35,7 +35,7 @@ TEST(JobFlagsTest, JobFileAndGivenSetupFlagsGoInTheRequest) {
                                    "64",    "--job", kRecipe};
   std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
   app.parse(args);
-  options.job_overrides = GivenSetupFlags(app);
+  options.job_overrides = GivenSetupFields(options);
   EXPECT_THAT(options.job_overrides, ElementsAre("lora.rank"));
 
   absl::StatusOr<v1::CheckFitRequest> request = FitRequest(options);

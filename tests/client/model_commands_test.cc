@@ -153,7 +153,7 @@ TEST(ModelInspectCommandTest, ReadsAnOnnxFile) {
   Options options;
   options.model = path;
   options.batch = "32";
-  options.positions = 512;
+  options.setup["positions"] = "512";
   options.json = true;
   std::ostringstream out, err;
   ASSERT_EQ(ModelInspect(options, out, err), 0) << err.str();

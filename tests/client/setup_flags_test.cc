@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "core/setup/setup_words.h"
 #include "gtest/gtest.h"
 
 namespace headroom::cli {
@@ -73,6 +75,62 @@ TEST(SetupFlagsTest, LossOptimizersOffloadAndLoraTargets) {
             TrainingSetup::ADAMFP8);
   Parse({"--loss", "chunked"}, &error);
   EXPECT_EQ(error, "--loss 'chunked' is unknown; allowed chunked-ce, full-ce");
+}
+
+// Every key of the setup vocabulary is a flag, and every word of it sets
+// what the vocabulary says: a word the CLI lacks fails here. The
+// extender's annotations and the Python client are checked the same way
+// (extender_test, tests/python).
+TEST(SetupFlagsTest, EveryVocabularyWordIsAFlag) {
+  int checked = 0;
+  for (const SetupKey& key : SetupVocabulary()) {
+    CLI::App app;
+    Options options;
+    AddSetupFlags(&app, options);
+    ASSERT_NE(app.get_option_no_throw(key.Flag()), nullptr) << key.Flag();
+    std::vector<std::string> values;
+    for (const SetupWord& w : key.words) values.push_back(w.word);
+    if (key.type == SetupKeyType::kUint) {
+      values.push_back(absl::StrCat(static_cast<uint64_t>(key.min)));
+    } else if (key.type == SetupKeyType::kNumber) {
+      values.push_back("0.25");
+    } else if (key.type == SetupKeyType::kString) {
+      values.push_back("1.2.3");
+    }
+    for (const std::string& value : values) {
+      std::string error;
+      const v1::TrainingSetup setup = Parse({key.Flag(), value}, &error);
+      EXPECT_EQ(error, "") << key.Flag() << " " << value;
+      v1::TrainingSetup expected;
+      SetupExtras extras;
+      ASSERT_TRUE(
+          ApplySetupValue(key, value, key.Flag(), &expected, &extras).ok());
+      EXPECT_EQ(setup.SerializeAsString(), expected.SerializeAsString())
+          << key.Flag() << " " << value;
+      ++checked;
+    }
+    if (key.type == SetupKeyType::kBool) {
+      std::string error;
+      const v1::TrainingSetup setup = Parse({key.Flag()}, &error);
+      EXPECT_EQ(error, "");
+      EXPECT_NE(setup.SerializeAsString(), "") << key.Flag();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 70);
+}
+
+// Flags not given are not sent: the planner assumes them and says so.
+TEST(SetupFlagsTest, OnlyTheFlagsGivenAreSent) {
+  std::string error;
+  const TrainingSetup none = Parse({}, &error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(none.precision(), TrainingSetup::PRECISION_UNSPECIFIED);
+  EXPECT_EQ(none.optimizer(), TrainingSetup::OPTIMIZER_UNSPECIFIED);
+  EXPECT_EQ(none.SerializeAsString(), "");
+  // A negative count is refused as typed (CLI11 would wrap it).
+  Parse({"--grad_accum", "-3"}, &error);
+  EXPECT_EQ(error, "--grad_accum '-3' is invalid; allowed 0..1024");
 }
 
 }  // namespace

@@ -7,8 +7,13 @@ tests/deploy/schemas/ (see schemas/README.md), offline.
 Every YAML document needs apiVersion and kind of a kind the schemas know;
 unknown fields, wrong types and missing required fields are errors, as with
 `kubectl apply --validate=strict`. A kustomization.yaml must list every other
-manifest in its directory, and only files that exist. Exit 0 when all pass,
-1 with one line per error otherwise.
+manifest in its directory, and only files that exist, and none of them may
+hold a Secret (the operator makes each Secret; one applied from here would
+overwrite it on every `kubectl apply -k`). Every DaemonSet runs on the probe
+pool only: its pods select the node label headroom.dev/probe-pool: "true" and
+tolerate the taint headroom.dev/probe-pool=true:NoSchedule, and one that
+takes nvidia.com/gpu takes the node's full count, the nvidia.com/gpu.count it
+selects. Exit 0 when all pass, 1 with one line per error otherwise.
 """
 
 import glob
@@ -20,6 +25,7 @@ import jsonschema
 import yaml
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
+PROBE_POOL = "headroom.dev/probe-pool"
 
 
 def load_schemas():
@@ -48,6 +54,49 @@ def check_kustomization(path, errors):
         name = os.path.basename(manifest)
         if name != "kustomization.yaml" and name not in listed:
             errors.append(f"{path}: {name} is not listed in resources")
+    for resource in listed:
+        try:
+            with open(os.path.join(directory, resource)) as f:
+                documents = [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+        except (OSError, yaml.YAMLError):
+            continue  # reported above, or by check_manifest
+        for document in documents:
+            if document.get("kind") == "Secret":
+                name = (document.get("metadata") or {}).get("name", "?")
+                errors.append(
+                    f"{path}: resource {resource} is the Secret {name}: applying the "
+                    f"kustomization would overwrite the operator's Secret with it; "
+                    f"keep Secrets out of resources (an example belongs in "
+                    f"deploy/k8s-examples/, as db-secret.example.yaml)")
+
+
+def check_probe_pool(where, document, errors):
+    """A DaemonSet's pods: on the probe pool only, and all of a node's GPUs."""
+    spec = (((document.get("spec") or {}).get("template") or {}).get("spec") or {})
+    selector = spec.get("nodeSelector") or {}
+    if selector.get(PROBE_POOL) != "true":
+        errors.append(f'{where}: spec/template/spec/nodeSelector must have '
+                      f'{PROBE_POOL}: "true" (workers run on the probe pool only)')
+    tolerated = any(
+        t.get("key") == PROBE_POOL and t.get("effect") == "NoSchedule" and
+        (t.get("operator") == "Exists" or
+         (t.get("operator", "Equal") == "Equal" and t.get("value") == "true"))
+        for t in spec.get("tolerations") or [])
+    if not tolerated:
+        errors.append(f"{where}: spec/template/spec/tolerations must tolerate "
+                      f"{PROBE_POOL}=true:NoSchedule (the probe pool's taint)")
+    count = selector.get("nvidia.com/gpu.count")
+    for container in spec.get("containers") or []:
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+        if limit is None:
+            continue
+        if count is None or str(limit) != str(count):
+            selects = ("selects no nvidia.com/gpu.count" if count is None else
+                       f"selects nvidia.com/gpu.count: {count}")
+            errors.append(
+                f"{where}: container {container.get('name')} takes nvidia.com/gpu: {limit} "
+                f"but {selects}: a worker takes all of its node's GPUs, so select "
+                f"the count and take that many")
 
 
 def check_manifest(path, validators, errors):
@@ -71,6 +120,8 @@ def check_manifest(path, validators, errors):
         for error in sorted(validator.iter_errors(document), key=lambda e: list(e.path)):
             field = "/".join(str(p) for p in error.absolute_path) or "(top)"
             errors.append(f"{where} {kind} {name}: {field}: {error.message}")
+        if kind == "apps/v1/DaemonSet":
+            check_probe_pool(f"{where} {kind} {name}", document, errors)
     return len(documents)
 
 

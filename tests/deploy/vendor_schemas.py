@@ -25,11 +25,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 K8S_KINDS = {
     "v1/ConfigMap": ("core/v1", "ConfigMap"),
     "v1/Namespace": ("core/v1", "Namespace"),
+    "v1/PersistentVolumeClaim": ("core/v1", "PersistentVolumeClaim"),
+    "v1/Pod": ("core/v1", "Pod"),
     "v1/Secret": ("core/v1", "Secret"),
     "v1/Service": ("core/v1", "Service"),
     "v1/ServiceAccount": ("core/v1", "ServiceAccount"),
     "apps/v1/DaemonSet": ("apps/v1", "DaemonSet"),
     "apps/v1/Deployment": ("apps/v1", "Deployment"),
+    "apps/v1/StatefulSet": ("apps/v1", "StatefulSet"),
+    "rbac.authorization.k8s.io/v1/ClusterRole": ("rbac/v1", "ClusterRole"),
+    "rbac.authorization.k8s.io/v1/Role": ("rbac/v1", "Role"),
+    "rbac.authorization.k8s.io/v1/RoleBinding": ("rbac/v1", "RoleBinding"),
     "networking.k8s.io/v1/NetworkPolicy": ("networking/v1", "NetworkPolicy"),
     "policy/v1/PodDisruptionBudget": ("policy/v1", "PodDisruptionBudget"),
 }

@@ -449,15 +449,25 @@ std::vector<std::string> StampCatalogGpus(v1::WorkerHello* hello) {
 }
 
 std::map<std::string, v1::Target> NodeTargets(
-    const std::vector<v1::WorkerHello>& hellos) {
+    const std::vector<v1::WorkerHello>& hellos, bool include_simulated) {
   std::map<std::string, v1::Target> inventory;
   for (const v1::WorkerHello& hello : hellos) {
     if (hello.gpus().empty()) continue;
     const std::string& node =
         hello.node_name().empty() ? hello.hostname() : hello.node_name();
     if (node.empty() || inventory.count(node) != 0) continue;
+    // A simulated card names no real node's GPU unless asked.
+    const v1::GpuDevice* first = nullptr;
+    for (const v1::GpuDevice& device : hello.gpus()) {
+      if (include_simulated || !device.simulated()) {
+        first = &device;
+        break;
+      }
+    }
+    if (first == nullptr) continue;
     v1::Target target;
     for (const v1::GpuDevice& device : hello.gpus()) {
+      if (device.simulated() && !include_simulated) continue;
       const std::string kind = CatalogGpuForDriverName(device.name());
       if (!kind.empty()) {
         target.set_gpu(kind);
@@ -465,8 +475,7 @@ std::map<std::string, v1::Target> NodeTargets(
       }
     }
     if (target.kind_case() == v1::Target::KIND_NOT_SET) {
-      target.set_memory_gb(static_cast<double>(hello.gpus(0).memory_bytes()) /
-                           1e9);
+      target.set_memory_gb(static_cast<double>(first->memory_bytes()) / 1e9);
     }
     inventory[node] = target;
   }

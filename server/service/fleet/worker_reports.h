@@ -173,9 +173,10 @@ std::vector<std::string> StampCatalogGpus(v1::WorkerHello* hello);
 // The card of each node the workers of `hellos` run on (a hello's
 // node_name, else its host name; the first hello of a node counts): the
 // first GPU the catalog knows, else the first GPU's memory as a bare size.
-// Hellos without GPUs or a node name are left out.
+// Hellos without GPUs or a node name are left out, and simulated GPUs
+// unless `include_simulated` (the extender's --extender_include_simulated).
 std::map<std::string, v1::Target> NodeTargets(
-    const std::vector<v1::WorkerHello>& hellos);
+    const std::vector<v1::WorkerHello>& hellos, bool include_simulated);
 
 // The message that tells a worker one of its messages was refused: the
 // `key` it named (cut to kMaxResultKeyLength), the reason's label and

@@ -4,10 +4,14 @@
 
 #include "core/scheduling/extender.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 #include "base/json_io.h"
 #include "core/calibration/calibrate.h"
 #include "core/evidence/evidence.h"
 #include "core/planner/fit_planner.h"
+#include "core/setup/setup_words.h"
 #include "gtest/gtest.h"
 #include "io/catalog_files.h"
 #include "io/files.h"
@@ -65,10 +69,12 @@ TEST_F(ExtenderTest, FilterKeepsTheNodesWhereTheJobFits) {
   // Other annotations are not Headroom's.
   EXPECT_EQ(args->annotations.size(), 2u);
 
-  auto job = JobFromAnnotations(args->annotations);
+  auto job = JobFromAnnotations(args->annotations, args->gpus);
   ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
-  EXPECT_EQ((*job)->model().template_(), "bert-base");
-  EXPECT_EQ((*job)->batches(0), 512u);
+  EXPECT_EQ((*job)->request.model().template_(), "bert-base");
+  EXPECT_EQ((*job)->request.batches(0), 512u);
+  // One GPU: no count in the setup, none in the reasons.
+  EXPECT_EQ((*job)->request.setup().gpus(), 0u);
 
   // Cards from GPU Feature Discovery's labels: L4, H100 and the A100-40GB by
   // product (their memory labels agree; NVIDIA-A100-SXM4-40GB names its
@@ -128,7 +134,7 @@ TEST_F(ExtenderTest, PrioritizeScoresByTheMemoryLeftFree) {
       ParseExtenderArgs(ExtenderBody("filter-nodecache.json"));
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_TRUE(args->names_only);
-  auto job = JobFromAnnotations(args->annotations);
+  auto job = JobFromAnnotations(args->annotations, args->gpus);
   ASSERT_TRUE(job.ok() && job->has_value());
   // Node names only: the cards come from the workers on those nodes.
   v1::Target l4, h100;
@@ -208,8 +214,15 @@ TEST(ExtenderInputTest, AnnotationsSayWhatIsWrong) {
   EXPECT_NE(message({{"model", "gpt2"}, {"batch", "abc"}})
                 .find("allowed the per-GPU batch"),
             std::string::npos);
-  EXPECT_NE(message({{"model", "gpt2"}, {"batch", "8"}, {"precision", "int4"}})
-                .find("headroom.dev/precision = \"int4\"; allowed fp32, bf16"),
+  // The setup's words are the vocabulary's, said as the CLI says them.
+  EXPECT_EQ(message({{"model", "gpt2"}, {"batch", "8"}, {"precision", "int4"}}),
+            "annotation headroom.dev/precision 'int4' is unknown; allowed "
+            "fp32, bf16, fp16, bf16-true, fp16-true");
+  EXPECT_EQ(message({{"model", "gpt2"}, {"batch", "8"}, {"lora-rank", "-4"}}),
+            "annotation headroom.dev/lora-rank '-4' is invalid; allowed "
+            "0..4096");
+  EXPECT_NE(message({{"model", "gpt2"}, {"batch", "8"}, {"gpus", "auto"}})
+                .find("a pod's GPUs are its nvidia.com/gpu request"),
             std::string::npos);
   EXPECT_NE(message({{"model", "gpt2"}, {"batch", "8"}, {"colour", "red"}})
                 .find("headroom.dev/colour is unknown"),
@@ -223,13 +236,145 @@ TEST(ExtenderInputTest, AnnotationsSayWhatIsWrong) {
                                   {"fused-attention", "yes"},
                                   {"coverage", "0.9"}});
   ASSERT_TRUE(full.ok() && full->has_value()) << full.status();
-  const v1::TrainingSetup& setup = (*full)->setup();
+  const v1::TrainingSetup& setup = (*full)->request.setup();
   EXPECT_EQ(setup.precision(), v1::TrainingSetup::BF16_MIXED);
   EXPECT_EQ(setup.optimizer(), v1::TrainingSetup::SGD);
   EXPECT_EQ(setup.positions(), 512u);
   EXPECT_TRUE(setup.activation_checkpointing());
   EXPECT_EQ(setup.attention(), v1::TrainingSetup::SDPA);
-  EXPECT_EQ((*full)->coverage(), 0.9);
+  EXPECT_EQ((*full)->request.coverage(), 0.9);
+}
+
+// Every word of the setup vocabulary is an annotation, and sets what the
+// CLI's flag sets: a word one of them lacks fails here.
+TEST(ExtenderInputTest, EverySetupWordIsAnAnnotation) {
+  int checked = 0;
+  for (const SetupKey& key : SetupVocabulary()) {
+    std::vector<std::string> values;
+    for (const SetupWord& w : key.words) {
+      if (w.request.empty()) values.push_back(w.word);
+    }
+    if (key.type == SetupKeyType::kUint) {
+      values.push_back(absl::StrCat(static_cast<uint64_t>(key.max)));
+    } else if (key.type == SetupKeyType::kNumber) {
+      values.push_back("0.5");
+    } else if (key.type == SetupKeyType::kBool) {
+      values.push_back("true");
+    } else if (key.type == SetupKeyType::kString ||
+               (key.type == SetupKeyType::kStrings && key.words.empty())) {
+      values.push_back("abc");
+    }
+    for (const std::string& value : values) {
+      const std::string name = key.Annotation().substr(strlen("headroom.dev/"));
+      auto job = JobFromAnnotations(
+          {{"model", "gpt2"}, {"batch", "8"}, {name, value}});
+      ASSERT_TRUE(job.ok() && job->has_value())
+          << name << "=" << value << ": " << job.status();
+      v1::TrainingSetup expected;
+      SetupExtras extras;
+      ASSERT_TRUE(
+          ApplySetupValue(key, value, key.Flag(), &expected, &extras).ok());
+      EXPECT_EQ((*job)->request.setup().SerializeAsString(),
+                expected.SerializeAsString())
+          << name << "=" << value;
+      ++checked;
+    }
+  }
+  // 30 keys; the word keys alone have over 40 words.
+  EXPECT_GT(checked, 70);
+}
+
+// A pod that asks for eight GPUs is an eight-GPU job: its strategy from
+// headroom.dev/parallel, the verdict per GPU. Asked as one GPU the same
+// model does not fit; the reasons say which it was asked as.
+TEST_F(ExtenderTest, AMultiGpuPodIsJudgedAsAMultiGpuJob) {
+  const std::map<std::string, std::string> annotations = {
+      {"model", "llama-3.1-8b"},
+      {"batch", "4"},
+      {"precision", "bf16"},
+      {"parallel", "fsdp-full"},
+      {"checkpointing", "full"}};
+  ExtenderArgs args;
+  args.pod = "ml/trainer-0";
+  args.gpus = 8;
+  ExtenderNode h100;
+  h100.name = "gpu-h100-a";
+  args.nodes = {h100};
+  v1::Target card;
+  card.set_gpu("H100");
+  auto eight = JobFromAnnotations(annotations, 8);
+  ASSERT_TRUE(eight.ok() && eight->has_value()) << eight.status();
+  EXPECT_EQ((*eight)->request.setup().gpus(), 8u);
+  EXPECT_EQ((*eight)->request.setup().parallel(), v1::TrainingSetup::FSDP_FULL);
+  auto decided = DecideNodes(**eight, args, {card}, CheckFit(), {});
+  ASSERT_TRUE(decided.ok()) << decided.status();
+
+  // The same question as `headroom fit --gpus 8 --parallel fsdp-full` asks
+  // it: the extender's peak is the planner's per-GPU peak.
+  v1::CheckFitRequest direct = (*eight)->request;
+  *direct.add_targets() = card;
+  auto answer = planner_->CheckFit(direct, evidence_->get());
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ((*decided)[0].verdict, answer->targets(0).verdicts(0));
+  EXPECT_EQ((*decided)[0].peak_gb,
+            answer->targets(0).batches(0).figures().device_gb());
+  EXPECT_NE((*decided)[0].reason.find("on 8 GPUs (the pod's), fsdp-full"),
+            std::string::npos)
+      << (*decided)[0].reason;
+  EXPECT_NE((*decided)[0].reason.find("per GPU"), std::string::npos);
+
+  // One GPU of the same card holds the whole model, gradients and states.
+  args.gpus = 1;
+  auto one = JobFromAnnotations(annotations, 1);
+  ASSERT_TRUE(one.ok() && one->has_value());
+  EXPECT_EQ((*one)->request.setup().gpus(), 0u);
+  auto alone = DecideNodes(**one, args, {card}, CheckFit(), {});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_GT(alone->at(0).peak_gb, 2 * decided->at(0).peak_gb);
+}
+
+// A gang job's pod holds part of the job: headroom.dev/world-size is the
+// whole job's count, the pod's GPUs are a node's share.
+TEST(ExtenderInputTest, AGangPodAsksForTheWholeJob) {
+  auto gang = JobFromAnnotations({{"model", "gpt2"},
+                                  {"batch", "8"},
+                                  {"world-size", "32"},
+                                  {"parallel", "fsdp-hybrid"}},
+                                 8);
+  ASSERT_TRUE(gang.ok() && gang->has_value()) << gang.status();
+  EXPECT_EQ((*gang)->request.setup().gpus(), 32u);
+  EXPECT_EQ((*gang)->request.setup().gpus_per_node(), 8u);
+  EXPECT_EQ((*gang)->gpus_text, "32 GPUs in all, 8 per pod");
+  auto uneven = JobFromAnnotations(
+      {{"model", "gpt2"}, {"batch", "8"}, {"world-size", "12"}}, 8);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find(
+                "a multiple of the pod's nvidia.com/gpu (8)"),
+            std::string::npos)
+      << uneven.status();
+  auto disagree = JobFromAnnotations(
+      {{"model", "gpt2"}, {"batch", "8"}, {"world-size", "16"}, {"gpus", "8"}},
+      8);
+  ASSERT_FALSE(disagree.ok());
+  EXPECT_NE(disagree.status().message().find("headroom.dev/gpus (8)"),
+            std::string::npos);
+}
+
+// headroom.dev/job names a ConfigMap key; the job file then says the model
+// and the batch, so neither annotation is needed.
+TEST(ExtenderInputTest, AJobAnnotationNamesAConfigMapKey) {
+  auto job = JobFromAnnotations({{"job", "llama-recipes/lora_single.yaml"}});
+  ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
+  EXPECT_EQ((*job)->job_configmap, "llama-recipes");
+  EXPECT_EQ((*job)->job_key, "lora_single.yaml");
+  EXPECT_EQ((*job)->request.batches_size(), 0);
+  for (const char* bad :
+       {"no-slash", "Upper/key", "/key", "cm/", "cm/a b", "cm/../etc"}) {
+    auto wrong = JobFromAnnotations({{"job", bad}});
+    ASSERT_FALSE(wrong.ok()) << bad;
+    EXPECT_NE(wrong.status().message().find("CONFIGMAP/KEY"), std::string::npos)
+        << wrong.status();
+  }
 }
 
 }  // namespace

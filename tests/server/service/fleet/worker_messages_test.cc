@@ -178,11 +178,21 @@ TEST(NodeTargetsTest, TheFirstCatalogCardOfEachNodeElseItsMemory) {
   card.set_memory_bytes(48'000'000'000);
   v1::WorkerHello none = Hello("w-4");  // no GPUs
   none.set_hostname("host-c");
+  v1::WorkerHello sim = Hello("w-5");  // a simulated card names no node
+  sim.set_node_name("node-sim");
+  v1::GpuDevice& fake = *sim.add_gpus();
+  fake.set_name("NVIDIA H100 80GB HBM3");
+  fake.set_simulated(true);
   const std::map<std::string, v1::Target> targets =
-      NodeTargets({l4, second, odd, none});
+      NodeTargets({l4, second, odd, none, sim}, false);
   ASSERT_EQ(targets.size(), 2u);
   EXPECT_EQ(targets.at("node-a").gpu(), "L4");
   EXPECT_EQ(targets.at("host-b").memory_gb(), 48);
+  // Unless the extender was told to take simulated cards.
+  const std::map<std::string, v1::Target> with_sim =
+      NodeTargets({l4, second, odd, none, sim}, true);
+  ASSERT_EQ(with_sim.size(), 3u);
+  EXPECT_EQ(with_sim.at("node-sim").gpu(), "H100");
 }
 
 TEST(RejectedMessageTest, NamesTheKeyCutTheReasonAndWhy) {
