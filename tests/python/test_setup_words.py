@@ -2,7 +2,7 @@
 """headroom_client's setup keywords against the core's vocabulary table,
 without a planner.
 
-  test_setup_words.py --package DIR [--table FILE] [unittest arguments]
+  test_setup_words.py --package DIR [--table FILE] [--cli BIN] [unittest arguments]
 
 DIR is where client/python/build.sh (the headroom_python target) put the
 package. For EVERY key and EVERY word of the table the package ships
@@ -12,12 +12,15 @@ the TrainingSetup field (or the CheckFitRequest field) the table names must
 hold the table's value: a word, key or enum value the core has and this
 client's stubs lack fails here. A hand-made table of every shape
 (data/setup_words_fixture.json) pins the messages and the edge cases.
+With --cli (the headroom binary), a bad value of every key gets the same
+refusal from the CLI's flag as from the client's keyword.
 Exits 77 (skipped) only when grpcio cannot be imported.
 """
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import unittest
 import warnings
@@ -29,6 +32,7 @@ FIXTURE = os.path.join(HERE, "data", "setup_words_fixture.json")
 parser = argparse.ArgumentParser()
 parser.add_argument("--package", required=True)
 parser.add_argument("--table")
+parser.add_argument("--cli")
 ARGS, UNITTEST_ARGS = parser.parse_known_args()
 
 try:
@@ -326,6 +330,46 @@ class FixtureTableTest(TableChecks, unittest.TestCase):
             self.client.fit_request(job=job, job_kind="yaml")
         self.assertIn("job_kind 'yaml' is unknown; allowed litgpt, torchtune",
                       caught.exception.message)
+
+
+class CliParityTest(unittest.TestCase):
+    """The client refuses a bad value of every key in the CLI's words."""
+
+    def bad_value(self, key):
+        kind = key["type"]
+        if kind == "uint":
+            return str(int(key["max"]) + 1)
+        if kind == "number":
+            return str(key["max"])
+        if kind == "string":
+            return "5 beta"
+        if kind == "strings" and not key["words"]:
+            return "a,a"
+        return "no-such-word"
+
+    def test_every_key_is_refused_in_the_same_words(self):
+        if not ARGS.cli:
+            self.skipTest("no --cli")
+        table = load(ARGS.table) if ARGS.table else load(
+            os.path.join(ARGS.package, "headroom_client", "setup_words.json"))
+        client = Client(NOWHERE, vocabulary=Vocabulary(table))
+        self.addCleanup(client.close)
+        checked = 0
+        for key in table["keys"]:
+            if key["type"] == "bool":
+                continue  # a flag without a value: nothing to refuse
+            bad = self.bad_value(key)
+            with self.assertRaises(HeadroomError) as caught:
+                client.fit_request("bert-base", 8, "L4", **{key["name"]: bad})
+            # Refused before any call: nothing listens on the server.
+            done = subprocess.run(
+                [ARGS.cli, "--server", NOWHERE, "fit", "--model", "bert-base",
+                 "--batch", "8", "--gpu", "L4", key["flag"], bad],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(done.returncode, 0, key["flag"])
+            self.assertIn("--" + caught.exception.message, done.stderr, key["flag"])
+            checked += 1
+        self.assertGreater(checked, 20)
 
 
 if __name__ == "__main__":
