@@ -23,8 +23,9 @@ packages=(
   python3-torch python3-pytest
   # tests/deploy: manifest schemas, the dashboard, the Dockerfiles.
   python3-jsonschema python3-yaml
-  # client/python: the headroom_client package's runtime and its test (tests/python).
-  python3-grpcio python3-protobuf
+  # client/python: the headroom_client package's runtime and its tests
+  # (tests/python; python3-venv for its pip install test).
+  python3-grpcio python3-protobuf python3-venv
   # tests/pages: /calibration rendered in headless Chromium.
   chromium
   # scripts/check-thread-safety.py: clang's -Wthread-safety over our sources.

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds the headroom_client package into OUTDIR: generates the gRPC stubs of
-# proto/headroom/v1 (package headroom.v1, which headroom_client imports) and
-# copies the wrapper beside them. Then: PYTHONPATH=OUTDIR python3 -c 'import headroom_client'
+# Builds the headroom_client package into OUTDIR: generates the messages and
+# gRPC stubs of proto/headroom/v1 (package headroom.v1, which headroom_client
+# and the torch harness import) and copies the wrapper, with its setup table,
+# beside them. Then: PYTHONPATH=OUTDIR python3 -c 'import headroom_client'
+# The CMake target headroom_python runs it into build/python, the one tree
+# both use. `pip install client/python` generates the same (setup.py).
 #
 #   client/python/build.sh OUTDIR
 #

@@ -48,4 +48,12 @@ out=$("$prefix/bin/headroom" model inspect llama-3.2-1b)
   echo "check_install: the torch harness's package is not beside headroom_torch_probe.py" >&2
   exit 1
 }
+# The one generated headroom.v1 (messages and stubs) with the client beside
+# it, where the harness looks (../share/headroom/python).
+for f in headroom/v1/model_pb2.py headroom/v1/planner_pb2_grpc.py headroom_client/client.py; do
+  [[ -f $prefix/share/headroom/python/$f ]] || {
+    echo "check_install: share/headroom/python/$f is not installed" >&2
+    exit 1
+  }
+done
 echo "check_install: OK ($prefix)"

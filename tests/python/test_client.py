@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "client/python/examples"))
 # Importing the example must leave no __pycache__ in the source tree.
 sys.dont_write_bytecode = True
 from headroom_client import Client, HeadroomError  # noqa: E402
-from headroom_client import client as client_module  # noqa: E402
+from headroom_client import answers  # noqa: E402
 from headroom.v1 import calibration_pb2, model_pb2, planner_pb2  # noqa: E402
 import placement_hook  # noqa: E402
 
@@ -197,6 +197,112 @@ class ClientTest(unittest.TestCase):
                 closed.check_fit("bert-base", 32, "L4")
         self.assertEqual(caught.exception.code, "UNAVAILABLE")
 
+    def test_setup_words_reach_the_planner(self):
+        # Words the old client refused (issue 33): 16-bit weights, Lion,
+        # QLoRA on four projections, SDPA.
+        answer = self.client.check_fit(
+            "llama-3.1-8b", 4, "L4", precision="bf16-true", optimizer="lion",
+            lora_rank=16, lora_targets="q,k,v,o", quant_base="nf4", attention="sdpa")
+        self.assertEqual(answer.bound.kind, "1gpu/qlora")
+        self.assertIn("weights and gradients: 16-bit, activations 16-bit "
+                      "(precision bf16_true) [setup]", answer.plan)
+        self.assertTrue(any(line.startswith("LoRA rank 16 on k,o,q,v") for line in answer.plan),
+                        answer.plan)
+        with self.assertRaises(HeadroomError) as caught:
+            self.client.check_fit("bert-base", 8, "L4", positions=-5)
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("positions '-5' is invalid; allowed 0..", caught.exception.message)
+
+    def test_min_gpus_agrees_with_the_answer_at_that_count(self):
+        strategies = {"ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op",
+                      "fsdp-hybrid"}
+        answer = self.client.check_fit("llama-3.1-8b", 8, ["H100", "L4"], gpus="auto",
+                                       precision="bf16")
+        self.assertEqual([m.target for m in answer.min_gpus], ["H100", "L4"])
+        self.assertEqual(answer.min_gpus[0].memory_gb, 80)
+        for target in answer.min_gpus:
+            self.assertEqual({s.strategy for s in target.strategies}, strategies)
+        zero3 = next(s for s in answer.min_gpus[0].strategies if s.strategy == "zero3")
+        self.assertGreater(zero3.gpus_not_does_not_fit, 1)
+        self.assertEqual(zero3.gpus, zero3.gpus_fits or zero3.gpus_not_does_not_fit)
+        self.assertLessEqual(zero3.device_gb, zero3.device_upper_gb)
+        # The smallest count that is not DOES_NOT_FIT is the count where the
+        # plain answer stops saying DOES_NOT_FIT, with the same device figure.
+        n = zero3.gpus_not_does_not_fit
+        at_n = self.client.check_fit("llama-3.1-8b", 8, "H100", gpus=n, parallel="zero3",
+                                     precision="bf16").targets[0]
+        below = self.client.check_fit("llama-3.1-8b", 8, "H100", gpus=n - 1,
+                                      parallel="zero3", precision="bf16").targets[0]
+        self.assertNotEqual(at_n.verdicts[8], "DOES_NOT_FIT")
+        self.assertEqual(below.verdicts[8], "DOES_NOT_FIT")
+        self.assertAlmostEqual(at_n.figures[8].figures.device_gb, zero3.device_gb, places=6)
+        # One strategy when the setup names it; min_gpus() is the same call.
+        only = self.client.min_gpus("llama-3.1-8b", 8, "H100", parallel="zero3",
+                                    precision="bf16")
+        self.assertEqual([s.strategy for s in only[0].strategies], ["zero3"])
+        self.assertEqual(only[0].strategies[0], zero3)
+
+    def test_job_file(self):
+        job = os.path.join(ROOT, "tests/data/jobs/litgpt-llama-2-7b-lora.yaml")
+        answer = self.client.check_fit(gpu="H100", job=job)
+        self.assertEqual(answer.model, "llama-2-7b")
+        self.assertEqual(answer.job.kind, "LITGPT")
+        self.assertEqual(answer.job.model_id, "meta-llama/Llama-2-7b-hf")
+        self.assertEqual(answer.job.setup["lora"]["rank"], 32)
+        self.assertEqual(list(answer.targets[0].verdicts), [answer.job.batch])
+        self.assertTrue(answer.job.from_file)
+        # A setup keyword beside the file overrides it, and the answer says so.
+        # (job.setup stays what the file said; the plan is the answer's.)
+        overridden = self.client.check_fit(gpu="H100", job=job, lora_rank=8)
+        self.assertEqual(overridden.job.overridden, ["setup.lora.rank"])
+        self.assertTrue(any(line.startswith("LoRA rank 8 on q,v") for line in overridden.plan),
+                        overridden.plan)
+
+    def test_energy(self):
+        nf4 = self.client.estimate_energy(7, gpu="L4", quant="nf4")
+        self.assertEqual((nf4["arch"], nf4["quant"], nf4["params_b"]), ("ada", "nf4", 7.0))
+        self.assertLessEqual(nf4["de_low_pct"], nf4["de_pct"])
+        self.assertLessEqual(nf4["de_pct"], nf4["de_high_pct"])
+        # dE% is the change of the quantized energy against fp16's.
+        self.assertAlmostEqual(nf4["quant_j_per_1k"],
+                               nf4["fp16_j_per_1k"] * (1 + nf4["de_pct"] / 100), places=6)
+        train = self.client.train_energy("bert-base", 8, "L4", precision="bf16")
+        self.assertEqual((train["gpu"], train["batch"]), ("L4", 8))
+        self.assertGreater(train["answer"]["joules_per_step"], 0)
+        # J per 1k tokens = J per step / tokens per step x 1000.
+        self.assertAlmostEqual(train["answer"]["joules_per_1k_tokens"],
+                               train["answer"]["joules_per_step"]
+                               / int(train["tokens_per_step"]) * 1000, places=9)
+        sets = self.client.energy_curve_sets()
+        self.assertEqual(sets["current_version"], "ec-1")
+        self.assertEqual([s["version"] for s in sets["curve_sets"]], ["ec-1"])
+        self.assertTrue(self.client.plot_energy("ada")["svg"].startswith("<svg"))
+        with self.assertRaises(HeadroomError) as caught:
+            self.client.refit_energy(stored=True)
+        self.assertEqual(caught.exception.code, "FAILED_PRECONDITION")
+        with self.assertRaises(HeadroomError) as caught:
+            self.client.promote_energy_curve_set("ec-99")
+        self.assertEqual(caught.exception.code, "NOT_FOUND")
+
+    def test_probe_cancel_and_watch(self):
+        probe_id = self.client.submit_probe("bert-base", [8, 16], gpu="L4", executor="sim",
+                                            precision="bf16", steps=2)
+        self.assertEqual(self.client.probe(probe_id)["request"]["steps"], 2)
+        self.assertEqual(self.client.cancel_probe(probe_id)["state"], "CANCELLED")
+        # The watch ends when the probe is done: one snapshot, CANCELLED.
+        events = list(self.client.watch_probe(probe_id, timeout_s=30))
+        self.assertEqual([list(e) for e in events], [["probe"]])
+        self.assertEqual(events[-1]["probe"]["state"], "CANCELLED")
+        self.assertIn(probe_id, [p["id"] for p in self.client.list_probes("cancelled")])
+        with self.assertRaises(HeadroomError) as caught:
+            list(self.client.watch_probe("p-no-such", timeout_s=30))
+        self.assertEqual(caught.exception.code, "NOT_FOUND")
+        energy = self.client.submit_energy_probe("bert-base", gpu="L4", executor="sim",
+                                                 quants="fp16,nf4")
+        self.assertEqual(self.client.probe(energy)["request"]["energy"]["quants"],
+                         ["fp16", "nf4"])
+        self.client.cancel_probe(energy)
+
 
 
 class SecureClientTest(unittest.TestCase):
@@ -272,8 +378,10 @@ class SecureClientTest(unittest.TestCase):
             with self.assertRaises(HeadroomError) as refused:
                 bare.ping()
             self.assertEqual(refused.exception.code, "UNAVAILABLE")
-        with self.assertRaises(ValueError):
+        with self.assertRaises(HeadroomError) as refused:
             Client(self.address, cert="a.pem", key="a-key.pem")
+        self.assertEqual(refused.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("cert needs ca", refused.exception.message)
 
 def _figures(allocated, reserved, device):
     return planner_pb2.MemoryFigures(
@@ -305,7 +413,7 @@ class FiguresTest(unittest.TestCase):
         response.bound.CopyFrom(calibration_pb2.SetupKindBound(
             kind="1gpu/qlora", k_allocated=1.19, k_reserved=1.22, k_device=1.25,
             measurements=14))
-        return client_module._answer(response, [4, 8])
+        return answers.fit_answer(response, [4, 8])
 
     def test_figures_phases_costs_and_bound(self):
         answer = self.answer()
@@ -331,12 +439,35 @@ class FiguresTest(unittest.TestCase):
         self.assertEqual(answer.bound.measurements, 14)
         self.assertFalse(answer.bound.widest or answer.bound.untested)
 
+    def test_min_gpus_and_job(self):
+        response = planner_pb2.CheckFitResponse(model="llama-3.1-8b")
+        target = response.min_gpus.add(target="H100", memory_gb=80, cheapest="zero3")
+        target.strategies.add(strategy="zero3", gpus_fits=4, gpus_not_does_not_fit=3,
+                              gpus=4, nodes=1, peak_gb=60.5, sharded_states_gb=12.25,
+                              activations_gb=40, device_gb=62.0, device_upper_gb=70.0)
+        response.job.kind = planner_pb2.JobFile.TORCHTUNE
+        response.job.model_id = "meta-llama/Meta-Llama-3.1-8B-Instruct"
+        response.job.setup.lora.rank = 8
+        response.job.batch = 2
+        response.job.from_file.append("batch_size = 2 -> batch")
+        answer = answers.fit_answer(response, [2])
+        (h100,) = answer.min_gpus
+        self.assertEqual((h100.target, h100.memory_gb, h100.cheapest), ("H100", 80, "zero3"))
+        zero3 = h100.strategies[0]
+        self.assertEqual((zero3.gpus_fits, zero3.gpus_not_does_not_fit, zero3.gpus), (4, 3, 4))
+        self.assertEqual((zero3.sharded_states_gb, zero3.activations_gb), (12.25, 40))
+        self.assertEqual((zero3.device_gb, zero3.device_upper_gb), (62.0, 70.0))
+        self.assertEqual(answer.job.kind, "TORCHTUNE")
+        self.assertEqual(answer.job.setup["lora"]["rank"], 8)
+        self.assertEqual(answer.job.from_file, ["batch_size = 2 -> batch"])
+        self.assertIsNone(answers.fit_answer(planner_pb2.CheckFitResponse(), []).job)
+
     def test_without_device_figures(self):
         response = planner_pb2.CheckFitResponse(model="bert-base")
         response.estimates.add(batch=32, peak_gb=2.3)
         response.targets.add(name="L4", memory_gb=24, verdicts=[model_pb2.FITS],
                              peaks_gb=[2.3])
-        answer = client_module._answer(response, [32])
+        answer = answers.fit_answer(response, [32])
         self.assertEqual(answer.targets[0].figures, {})
         self.assertIsNone(answer.targets[0].device)
         self.assertIsNone(answer.bound)
@@ -344,8 +475,12 @@ class FiguresTest(unittest.TestCase):
         # Then the allocator's peak is all there is.
         self.assertEqual(answer.targets[0].device_gb(32), 2.3)
 
+    def setup(self, **setup):
+        with Client("127.0.0.1:1") as nowhere:
+            return nowhere.fit_request("bert-base", 8, "L4", **setup).setup
+
     def test_setup_fields(self):
-        setup = client_module._setup(
+        setup = self.setup(
             expandable_segments=True, phases="load, first-step,step,eval,generate,save",
             eval_batch=16, generate_tokens=256)
         self.assertTrue(setup.expandable_segments)
@@ -353,32 +488,34 @@ class FiguresTest(unittest.TestCase):
                          [model_pb2.LOAD, model_pb2.FIRST_STEP, model_pb2.STEP,
                           model_pb2.EVAL, model_pb2.GENERATE, model_pb2.SAVE])
         self.assertEqual((setup.eval_batch, setup.generate_tokens), (16, 256))
-        self.assertEqual(list(client_module._setup(phases=["step"]).phases),
-                         [model_pb2.STEP])
+        self.assertEqual(list(self.setup(phases=["step"]).phases), [model_pb2.STEP])
         for bad, words in ((dict(phases=["train"]), "'train' is unknown; allowed load"),
-                           (dict(phases="step,step"), "'step' is given twice"),
-                           (dict(eval_batch=-1), "eval_batch -1 is not a count"),
+                           (dict(phases="step,step"), "'step' twice"),
+                           (dict(eval_batch=-1), "eval_batch '-1' is invalid; allowed 0.."),
                            (dict(generate_tokens=2**32), "generate_tokens")):
             with self.assertRaises(HeadroomError) as caught:
-                client_module._setup(**bad)
+                self.setup(**bad)
             self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
             self.assertIn(words, caught.exception.message)
 
     def test_framework_profile(self):
-        setup = client_module._setup(framework="litgpt", framework_version="0.5.10")
+        setup = self.setup(framework="litgpt", framework_version="0.5.10")
         self.assertEqual(setup.framework, model_pb2.TrainingSetup.LITGPT)
         self.assertEqual(setup.framework_version, "0.5.10")
-        self.assertEqual(client_module._setup().framework,
+        # Not given: left to the planner, which names the default it took.
+        self.assertEqual(self.setup().framework,
                          model_pb2.TrainingSetup.FRAMEWORK_UNSPECIFIED)
+        self.assertEqual(self.setup().precision,
+                         model_pb2.TrainingSetup.PRECISION_UNSPECIFIED)
         with self.assertRaises(HeadroomError) as caught:
-            client_module._setup(framework="keras")
+            self.setup(framework="keras")
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
-        self.assertIn("'keras' is unknown; allowed generic, hf-trainer",
+        self.assertIn("framework 'keras' is unknown; allowed generic, hf-trainer",
                       caught.exception.message)
         response = planner_pb2.CheckFitResponse(
             model="llama-3.1-8b", framework="litgpt 0.5.10",
             plan=["loss: chunked cross-entropy, 4 chunks [litgpt: ...]"])
-        answer = client_module._answer(response, [])
+        answer = answers.fit_answer(response, [])
         self.assertEqual(answer.framework, "litgpt 0.5.10")
         self.assertEqual(answer.plan[0][:5], "loss:")
 

@@ -15,10 +15,10 @@ memory plus the CUDA context and NCCL), so the job takes the smallest card
 it fits and leaves the large ones free.
 
     PYTHONPATH=OUTDIR python3 client/python/examples/placement_hook.py \\
-        --server 127.0.0.1:50051 --model bert-base --batch 32 --gpus L4,H100
+        --server 127.0.0.1:50051 --model bert-base --batch 32 --gpu L4,H100
 
 prints the kinds one per line with the GB left over; exit 1 when the job
-fits none, 2 when the planner cannot answer.
+fits none, 2 when the planner cannot answer (or refuses the setup).
 """
 
 from __future__ import annotations
@@ -55,15 +55,19 @@ def main() -> int:
     parser.add_argument("--model", required=True,
                         help="catalog template, or a spec / config.json file")
     parser.add_argument("--batch", type=int, required=True)
-    parser.add_argument("--gpus", required=True,
+    parser.add_argument("--gpu", required=True,
                         help="candidate kinds, comma-separated: L4,H100,48")
+    parser.add_argument("--setup", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setup keyword as the CLI flag of that name, e.g. "
+                             "precision=bf16, gpus=8, parallel=fsdp-full (repeatable)")
     parser.add_argument("--token")
     parser.add_argument("--ca", help="PEM root certificates: use TLS")
     args = parser.parse_args()
-    kinds = [kind for kind in args.gpus.split(",") if kind]
+    kinds = [kind for kind in args.gpu.split(",") if kind]
+    setup = dict(item.partition("=")[::2] for item in args.setup)
     try:
         with Client(args.server, token=args.token, ca=args.ca) as planner:
-            fitting = _fitting(planner, args.model, args.batch, kinds)
+            fitting = _fitting(planner, args.model, args.batch, kinds, **setup)
     except HeadroomError as e:
         print(f"placement_hook: {e}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ def generated_protos():
     except Exception as error:  # SpecError: none of the folders has them
         if os.environ.get(proto.PROTO_ENV):
             pytest.fail(f"the generated protos do not import: {error}")
-        pytest.skip(f"no generated headroom/v1 modules (build headroom_harness_proto): {error}")
+        pytest.skip(f"no generated headroom/v1 modules (build headroom_python): {error}")
 
 
 @pytest.fixture

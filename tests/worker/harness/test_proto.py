@@ -30,7 +30,7 @@ def test_a_folder_without_them_is_named(tmp_path):
         proto.load_proto(str(tmp_path))
     assert str(error.value) == (
         "headroom/v1/model_pb2.py (protoc --python_out; `ninja -C build "
-        f"headroom_harness_proto`) is in none of: {tmp_path}; pass --proto_path DIR or set "
+        f"headroom_python`) is in none of: {tmp_path}; pass --proto_path DIR or set "
         "HEADROOM_PYTHON_PROTO")
 
 

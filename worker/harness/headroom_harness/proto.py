@@ -2,7 +2,7 @@
 
 Specs and setups are read with protobuf's generated Python code
 (headroom/v1/model_pb2.py, made by protoc --python_out at build time, CMake
-target headroom_harness_proto), so the schema is the planner's own
+target headroom_python), so the schema is the planner's own
 proto/headroom/v1/model.proto, never a copy of it.
 """
 
@@ -53,7 +53,7 @@ def load_proto(flag=None):
             _PROTO.update(model_pb2=model_pb2, json_format=json_format)
             return model_pb2, json_format
     raise SpecError("headroom/v1/model_pb2.py (protoc --python_out; `ninja -C build "
-                    "headroom_harness_proto`) is in none of: " + ", ".join(tried) +
+                    "headroom_python`) is in none of: " + ", ".join(tried) +
                     f"; pass --proto_path DIR or set {PROTO_ENV}")
 
 
