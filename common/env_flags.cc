@@ -91,8 +91,8 @@ bool PrintHelpIfAsked(int argc, char** argv, absl::string_view flags_file,
       });
       out << absl::ProgramUsageMessage() << "\n\nFlags:\n";
       for (const absl::CommandLineFlag* flag : own) PrintFlag(*flag, out);
-      out << "\n--helpfull also lists absl's own flags (--flagfile, "
-             "--fromenv, ...).\n";
+      out << "\n--helpfull also lists the flags the flags library adds "
+             "(reading flags from a file or the environment).\n";
       return true;
     }
   }
