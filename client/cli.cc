@@ -17,6 +17,7 @@
 #include "client/microbatch_commands.h"
 #include "client/model_commands.h"
 #include "client/rpc.h"
+#include "common/build_info.h"
 #include "common/client_channel.h"
 #include "common/shipped_files.h"
 
@@ -184,6 +185,8 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
   app.fallthrough();
   app.footer(kExitCodes);
   app.set_help_flag("-h,--help", "print this command's flags and exit");
+  app.set_version_flag("--version", VersionLine("headroom"),
+                       "print the build (version, commit) and exit");
   app.add_option("--server", o.server, "planner address");
   app.add_option("--token", token,
                  "bearer token for a planner with --tokens_file (or "
@@ -226,6 +229,9 @@ int RunCli(const std::vector<std::string>& raw_args, std::ostream& out,
     return kExitAnswer;
   } catch (const CLI::CallForAllHelp&) {
     out << app.help("", CLI::AppFormatMode::All);
+    return kExitAnswer;
+  } catch (const CLI::CallForVersion& version) {
+    out << version.what() << "\n";
     return kExitAnswer;
   } catch (const CLI::ParseError& e) {
     CLI::App* where = Selected(&app);

@@ -62,52 +62,6 @@ int Fail(std::ostream& err, const absl::Status& status, int code) {
 
 namespace {
 
-// What the answer rests on that the user did not say: the positions a
-// template or spec was taken at (a full model: its converted config's).
-void AddClientAssumptions(const Options& options,
-                          const v1::CheckFitRequest& request,
-                          v1::CheckFitResponse& response) {
-  const v1::ModelSpec* spec = nullptr;
-  bool full_model = false;
-  absl::StatusOr<ModelCatalog> catalog;
-  if (request.model().has_spec()) {
-    spec = &request.model().spec();
-  } else if (request.model().has_template_()) {
-    catalog = LoadModelCatalog(options.models_dir);
-    if (catalog.ok()) {
-      absl::StatusOr<const v1::ModelSpec*> found =
-          catalog->Find(request.model().template_());
-      if (found.ok()) spec = *found;
-      full_model =
-          catalog->FullModelSourceOf(request.model().template_()) != nullptr;
-    }
-  }
-  if (spec == nullptr) return;
-  if (options.setup.count("positions") == 0 && spec->positions() > 0) {
-    if (!full_model) {
-      response.add_assumptions(absl::StrCat(
-          "positions ", spec->positions(),
-          " (the model's standard sequence length; set --positions)"));
-    } else {
-      // The conversion's own words: "2048 positions per sample:
-      // max_position_embeddings 131072 capped at 2048 (a training length;
-      // pass seq_len to change)."
-      std::string why = spec->input_source();
-      const std::string lead =
-          absl::StrCat(spec->positions(), " positions per sample: ");
-      if (absl::StartsWith(why, lead)) why = why.substr(lead.size());
-      absl::StrReplaceAll({{" (a training length; pass seq_len to change)",
-                            ", a training length"}},
-                          &why);
-      response.add_assumptions(
-          absl::StrCat("positions ", spec->positions(), " (the config's ",
-                       absl::StripSuffix(why, "."), "; set --positions)"));
-    }
-  }
-  // Where a catalog model came from the planner says itself (the catalog
-  // front-end, frontend_registry.cc).
-}
-
 // --include_simulated lets simulated runs anchor the answer; an answer no
 // simulated run anchored says the flag changed nothing.
 void SayIncludeSimulated(const Options& options,
@@ -143,7 +97,6 @@ int Fit(const Options& options, std::ostream& out, std::ostream& err) {
                 kExitUsage);
   }
   if (!status.ok()) return FailRpc(err, options, status);
-  AddClientAssumptions(options, *request, response);
   SayIncludeSimulated(options, response);
   if (options.json) {
     out << CliJson(response) << "\n";

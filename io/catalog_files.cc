@@ -189,6 +189,8 @@ absl::Status LoadFullModels(const std::string& hf_directory,
     source.hf_config = std::move(text);
     source.assumed_defaults = std::move(resolved->assumptions);
     source.aliases = std::move(aliases);
+    source.max_positions = resolved->max_positions;
+    source.max_positions_key = resolved->max_positions_key;
     absl::Status added = catalog->AddFullModel(std::move(resolved->owned_spec),
                                                std::move(source));
     if (!added.ok()) {

@@ -521,14 +521,18 @@ std::string CalibrationHtml(const v1::FactorSet& set,
   std::string html = absl::StrFormat(
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>Headroom "
       "calibration %s</title><link rel=\"icon\" href=\"data:,\"><style>"
-      "body{font-family:sans-serif;margin:2em;max-width:80em}"
-      "table{border-collapse:collapse}td,th{padding:4px 10px;border-bottom:"
+      // At most 80em wide and never wider than the window: a table wider
+      // than the page scrolls inside its own box, the plot shrinks.
+      "*{box-sizing:border-box}body{font-family:sans-serif;margin:2em auto;"
+      "padding:0 2em;max-width:80em;overflow-wrap:anywhere}"
+      "table{border-collapse:collapse;display:block;max-width:100%%;"
+      "overflow-x:auto}td,th{padding:4px 10px;border-bottom:"
       "1px solid #ddd;text-align:right}th:first-child,td:first-child,"
       "td.text{text-align:left}td.text{min-width:24em}th a{color:inherit}"
       "dl.legend{display:grid;grid-template-columns:max-content auto;gap:"
       "2px 1em;font-size:90%%;color:#333}dl.legend dt{font-weight:bold}"
       "dl.legend dd{margin:0}p.defined{font-size:90%%;color:#555}"
-      "#calibration-plot{width:%gpx;max-width:none;height:auto}</style>"
+      "#calibration-plot{width:%gpx;max-width:100%%;height:auto}</style>"
       "</head><body><h1>Calibration of factor set %s</h1>"
       "<p>Trained on %s. Factors: optimizer %.4g, outputs %.4g, attention "
       "%.4g, internal %.4g, recurrent %.4g, transient %.4g; headroom %.2f; "

@@ -90,6 +90,31 @@ int CountDrawnPoints(const v1::EnergyCurveSet& set, const std::string& arch_in,
   return n;
 }
 
+std::string BorrowedCurveNotice(
+    const v1::EnergyCurveSet& set, const std::string& arch_in,
+    const std::vector<MeasuredEnergyPoint>& points) {
+  const std::string arch = absl::AsciiStrToLower(arch_in);
+  if (set.curves().contains(arch) || !set.borrow().contains(arch)) return "";
+  // "Hopper (H100/H200)": the name, then the cards.
+  const std::string label =
+      set.arch_label().contains(arch) ? set.arch_label().at(arch) : arch;
+  const size_t cards = label.find(" (");
+  const std::string name = label.substr(0, cards);
+  const std::string card_list =
+      cards == std::string::npos ? "" : label.substr(cards);
+  int measured = 0;
+  for (const MeasuredEnergyPoint& p : points) measured += p.arch == arch;
+  const std::string borrowed = absl::StrCat(
+      "its answers use ", set.borrow().at(arch), "'s curves (borrowed)");
+  if (measured == 0) {
+    return absl::StrCat("no ", name, " measurements yet", card_list, ": ",
+                        borrowed);
+  }
+  return absl::StrCat(name, card_list, ": ", measured, " measured point",
+                      measured == 1 ? "" : "s",
+                      " but no curves of its own until a refit; ", borrowed);
+}
+
 absl::StatusOr<std::string> EnergyPlotSvg(
     const v1::EnergyCurveSet& set, const std::string& arch_in,
     const std::vector<MeasuredEnergyPoint>& all_points) {

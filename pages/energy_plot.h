@@ -30,6 +30,15 @@ absl::StatusOr<std::string> EnergyPlotSvg(
 int CountDrawnPoints(const v1::EnergyCurveSet& set, const std::string& arch,
                      const std::vector<MeasuredEnergyPoint>& points);
 
+// What /energy says of `arch` when the set has no curves of its own for it
+// (it borrows another architecture's, EnergyCurveSet.borrow): "no Hopper
+// measurements yet (H100/H200): its answers use ampere's curves
+// (borrowed)", or, once `points` hold some of `arch`, how many wait for a
+// refit. "" for an architecture with curves of its own.
+std::string BorrowedCurveNotice(const v1::EnergyCurveSet& set,
+                                const std::string& arch,
+                                const std::vector<MeasuredEnergyPoint>& points);
+
 // `text` with &, <, > and " escaped for HTML and SVG.
 std::string EscapeHtml(const std::string& text);
 

@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
+#include "common/build_info.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
 #include "common/shipped_files.h"
@@ -143,9 +144,15 @@ ABSL_FLAG(int, shutdown_grace_ms, 5000,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
+      "Usage: headroom-planner [--flag=value ...]\n"
       "Headroom planner: will a training job fit on this GPU?\n"
-      "Every flag can also be set as HEADROOM_<FLAG> (e.g. HEADROOM_DB).");
-  if (headroom::PrintHelpIfAsked(argc, argv, std::cout)) return 0;
+      "Every flag can also be set as HEADROOM_<FLAG> (e.g. HEADROOM_DB); "
+      "--version prints the build.");
+  if (headroom::PrintHelpIfAsked(argc, argv, __FILE__, std::cout)) return 0;
+  if (headroom::PrintVersionIfAsked(argc, argv, "headroom-planner",
+                                    std::cout)) {
+    return 0;
+  }
   headroom::ApplyEnvironmentToFlags("HEADROOM_");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every mutex for lock-order cycles, inside gRPC's

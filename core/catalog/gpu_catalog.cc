@@ -1,6 +1,7 @@
 #include "core/catalog/gpu_catalog.h"
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -80,6 +81,8 @@ const std::vector<Alias>& Aliases() {
       {"A100 40GB", "A100-40GB"},
       {"V100 16GB", "V100-16GB"},
       {"V100 32GB", "V100-32GB"},
+      // nvidia-smi's "NVIDIA A800-SXM4-80GB" (family and memory).
+      {"A800 80GB", "A800"},
       {"3090", "RTX 3090"},
       {"A6000", "RTX A6000"},
       {"H100 80GB", "H100"},
@@ -141,10 +144,93 @@ bool MemoryAgrees(const GpuInfo& card, double memory_gb) {
          kCardMemoryTolerance * card.memory_gb;
 }
 
-absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
-  const std::string key = NormalizeName(name);
+namespace {
+
+// The entry `name` names exactly (an entry or alias, normalized), or null.
+const GpuInfo* FindExact(absl::string_view name) {
   const auto& by_name = ByNormalizedName();
-  if (auto it = by_name.find(key); it != by_name.end()) return *it->second;
+  auto it = by_name.find(NormalizeName(name));
+  return it != by_name.end() ? it->second : nullptr;
+}
+
+// The vendor words drivers put before the product ("NVIDIA L4", "Tesla
+// T4", "NVIDIA GeForce RTX 4090", GFD's "NVIDIA-L4"), stripped, any case.
+// Sets `had_vendor` when there was one.
+std::string StripVendor(std::string name, bool* had_vendor) {
+  *had_vendor = false;
+  for (const char* vendor :
+       {"NVIDIA ", "NVIDIA-", "Tesla ", "GeForce ", "AMD Instinct ", "AMD "}) {
+    if (absl::StartsWithIgnoreCase(name, vendor)) {
+      name = name.substr(std::string(vendor).size());
+      *had_vendor = true;
+    }
+  }
+  return name;
+}
+
+// The card a driver name with its form factor and memory denotes
+// ("A100-SXM4-80GB", "V100-PCIE-32GB", "A100 80GB PCIe": the family and
+// the memory), or null.
+const GpuInfo* FindByFamilyAndMemory(const std::string& name) {
+  const std::vector<std::string> words =
+      absl::StrSplit(name, absl::ByAnyChar(" -_"), absl::SkipEmpty());
+  if (words.size() < 2) return nullptr;
+  std::string memory;
+  for (const std::string& word : words) {
+    const std::string lower = absl::AsciiStrToLower(word);
+    if (lower.size() > 2 && absl::EndsWith(lower, "gb") &&
+        lower.find_first_not_of("0123456789") == lower.size() - 2) {
+      memory = lower.substr(0, lower.size() - 2);
+    }
+  }
+  if (memory.empty()) return nullptr;
+  const GpuInfo* gpu = FindExact(absl::StrCat(words[0], "-", memory, "GB"));
+  if (gpu == nullptr)
+    gpu = FindExact(absl::StrCat(words[0], " ", memory, "GB"));
+  return gpu;
+}
+
+// Words drivers append after the product that name no other card: the
+// edition, the form factor, the memory type ("RTX PRO 6000 Blackwell Server
+// Edition", "H100 PCIe", "H100 80GB HBM3").
+bool IsEditionWord(absl::string_view word) {
+  static const auto* const words = new std::set<std::string>{
+      "server", "workstation", "edition", "max-q", "pcie",
+      "sxm",    "sxm2",        "sxm4",    "sxm5",  "hbm2",
+      "hbm2e",  "hbm3",        "hbm3e",   "lc",    "active"};
+  return words->count(absl::AsciiStrToLower(word)) != 0;
+}
+
+// The card a driver name denotes: the vendor stripped, then the family and
+// memory, then the name's first words ("RTX PRO 6000 Blackwell Server
+// Edition"). A name a person typed (`typed`) without a vendor word is cut
+// only by edition words (IsEditionWord): the typo "H100 NVLL" must not
+// become an H100. Null when none.
+const GpuInfo* FindDriverName(std::string name, bool typed) {
+  bool had_vendor = false;
+  name = StripVendor(std::move(name), &had_vendor);
+  if (const GpuInfo* gpu = FindExact(name)) return gpu;
+  if (const GpuInfo* gpu = FindByFamilyAndMemory(name)) return gpu;
+  const bool any_word = !typed || had_vendor;
+  for (size_t space = name.rfind(' '); space != std::string::npos;
+       space = name.rfind(' ')) {
+    if (!any_word &&
+        !IsEditionWord(absl::string_view(name).substr(space + 1))) {
+      return nullptr;
+    }
+    name = name.substr(0, space);
+    if (const GpuInfo* gpu = FindExact(name)) return gpu;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
+  if (const GpuInfo* gpu = FindExact(name)) return *gpu;
+  bool had_vendor = false;
+  const std::string key =
+      NormalizeName(StripVendor(std::string(name.substr(0, 256)), &had_vendor));
   for (const Ambiguous& ambiguous : AmbiguousNames()) {
     if (NormalizeName(ambiguous.alias) == key) {
       return absl::InvalidArgumentError(
@@ -152,6 +238,12 @@ absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
                        absl::StrJoin(ambiguous.names, " or "),
                        " (or give the size in GB, e.g. 40GB)"));
     }
+  }
+  // The name as nvidia-smi or GFD prints it ("NVIDIA L4",
+  // "NVIDIA A100-SXM4-80GB").
+  if (const GpuInfo* gpu =
+          FindDriverName(std::string(name.substr(0, 256)), /*typed=*/true)) {
+    return *gpu;
   }
   std::vector<std::string> names;
   for (const GpuInfo& gpu : Entries()) names.push_back(gpu.name);
@@ -162,42 +254,8 @@ absl::StatusOr<GpuInfo> FindGpu(absl::string_view name) {
 }
 
 std::string CatalogGpuForDriverName(std::string name) {
-  for (const char* vendor :
-       {"NVIDIA ", "NVIDIA-", "Tesla ", "GeForce ", "AMD Instinct ", "AMD "}) {
-    if (absl::StartsWithIgnoreCase(name, vendor)) {
-      name = name.substr(std::string(vendor).size());
-    }
-  }
-  absl::StatusOr<GpuInfo> gpu = FindGpu(name);
-  if (gpu.ok()) return gpu->name;
-  // NVML writes the form factor and memory into the name:
-  // "A100-SXM4-80GB", "V100-PCIE-32GB", "A100 80GB PCIe". The family and
-  // the memory name the card.
-  const std::vector<std::string> words =
-      absl::StrSplit(name, absl::ByAnyChar(" -_"), absl::SkipEmpty());
-  if (words.size() > 1) {
-    std::string memory;
-    for (const std::string& word : words) {
-      const std::string lower = absl::AsciiStrToLower(word);
-      if (lower.size() > 2 && absl::EndsWith(lower, "gb") &&
-          lower.find_first_not_of("0123456789") == lower.size() - 2) {
-        memory = lower.substr(0, lower.size() - 2);
-      }
-    }
-    if (!memory.empty()) {
-      gpu = FindGpu(absl::StrCat(words[0], "-", memory, "GB"));
-      if (!gpu.ok()) gpu = FindGpu(absl::StrCat(words[0], " ", memory, "GB"));
-      if (gpu.ok()) return gpu->name;
-    }
-  }
-  // Driver names add the memory and form factor: try the first words.
-  for (size_t space = name.rfind(' '); space != std::string::npos;
-       space = name.rfind(' ')) {
-    name = name.substr(0, space);
-    gpu = FindGpu(name);
-    if (gpu.ok()) return gpu->name;
-  }
-  return "";
+  const GpuInfo* gpu = FindDriverName(std::move(name), /*typed=*/false);
+  return gpu != nullptr ? gpu->name : "";
 }
 
 }  // namespace headroom

@@ -44,9 +44,11 @@ bool MemoryAgrees(const GpuInfo& card, double memory_gb);
 const std::vector<GpuInfo>& GpuCatalog();
 
 // Looks a GPU up by name, ignoring case, spaces, dashes and underscores, and
-// accepting common aliases ("H100 80GB", "RTX PRO 6000", "4090"). A name of
-// several cards ("A100", "V100") is INVALID_ARGUMENT naming them; NOT_FOUND
-// lists the closest names.
+// accepting common aliases ("H100 80GB", "RTX PRO 6000", "4090") and the
+// names nvidia-smi and GPU Feature Discovery print, with or without the
+// vendor ("NVIDIA L4", "nvidia a100-sxm4-80gb", "NVIDIA-L4"; as
+// CatalogGpuForDriverName). A name of several cards ("A100", "V100") is
+// INVALID_ARGUMENT naming them; NOT_FOUND lists the closest names.
 absl::StatusOr<GpuInfo> FindGpu(absl::string_view name);
 
 // The catalog GPU a driver name denotes ("NVIDIA H100 80GB HBM3" -> H100,

@@ -30,6 +30,11 @@ struct FullModelSource {
   // Other names frameworks give the same model (litgpt's `name`, torchtune's
   // builder functions), each an id ResolveId takes.
   std::vector<std::string> aliases;
+  // Its learned position table (HfConversion::max_positions): the longest
+  // sequence it, and a template cut from it, can take, and the config key;
+  // 0 and "" for rotary or relative positions.
+  uint64_t max_positions = 0;
+  std::string max_positions_key;
 };
 
 class ModelCatalog {

@@ -18,6 +18,33 @@ absl::Status InField(absl::string_view field, const absl::Status& status) {
                       absl::StrCat(field, ": ", status.message()));
 }
 
+// A learned position table has as many rows as the model takes positions:
+// setup.positions past the one of the full model `spec` is (`full`), or
+// that a cut-down template was cut from, is INVALID_ARGUMENT naming the
+// value and the maximum. Rotary and relative positions have no such limit.
+absl::Status CheckPositionTable(const v1::ModelSpec& spec,
+                                const FullModelSource* full,
+                                const v1::TrainingSetup& setup,
+                                const ModelCatalog& catalog) {
+  if (setup.positions() == 0) return absl::OkStatus();
+  std::string cut_from;
+  if (full == nullptr) {
+    cut_from = catalog.FullModelOf(spec.name());
+    if (cut_from.empty()) return absl::OkStatus();
+    full = catalog.FullModelSourceOf(cut_from);
+    if (full == nullptr) return absl::OkStatus();
+  }
+  if (full->max_positions == 0 || setup.positions() <= full->max_positions) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "setup.positions = ", setup.positions(), " is past ", spec.name(),
+      "'s learned position table (",
+      cut_from.empty() ? "" : absl::StrCat("cut from ", cut_from, ": "),
+      "models/", full->file, " sets ", full->max_positions_key, " ",
+      full->max_positions, "); allowed 1..", full->max_positions));
+}
+
 // "template" / "spec": a name or a spec message, never read from a file by
 // this front-end (spec files are SpecFrontend's).
 class CatalogFrontend final : public ModelFrontend {
@@ -67,6 +94,7 @@ class CatalogFrontend final : public ModelFrontend {
       resolved.assumptions.push_back(std::move(notice));
     }
     const FullModelSource* full = catalog.FullModelSourceOf(spec->name());
+    RETURN_IF_ERROR(CheckPositionTable(*spec, full, setup, catalog));
     if (full == nullptr || setup.positions() == 0 ||
         setup.positions() == spec->positions()) {
       resolved.catalog_spec = spec;
@@ -169,6 +197,8 @@ class HfConfigFrontend final : public ModelFrontend {
     ResolvedModel resolved;
     resolved.owned_spec = std::move(converted->spec);
     resolved.assumptions = std::move(converted->assumed_defaults);
+    resolved.max_positions = converted->max_positions;
+    resolved.max_positions_key = std::move(converted->max_positions_key);
     return resolved;
   }
   bool Imports(const v1::ModelRef&) const override { return true; }

@@ -29,6 +29,10 @@ struct ResolvedModel {
   // configs and graphs.
   std::string template_name;
   std::vector<std::string> assumptions;
+  // A converted config's learned position table (HfConversion): the longest
+  // sequence the model takes and its config key; 0 and "" otherwise.
+  uint64_t max_positions = 0;
+  std::string max_positions_key;
 
   const v1::ModelSpec& spec() const {
     return catalog_spec != nullptr ? *catalog_spec : owned_spec;

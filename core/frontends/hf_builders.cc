@@ -155,6 +155,11 @@ absl::StatusOr<uint64_t> FreePositions(Conversion& c, uint64_t max_positions,
 // cannot run longer sequences, so a larger seq_len is refused.
 absl::StatusOr<uint64_t> TablePositions(Conversion& c, uint64_t usable,
                                         absl::string_view key) {
+  // The shortest table bounds the model (a decoder's and an encoder's).
+  if (c.out->max_positions == 0 || usable < c.out->max_positions) {
+    c.out->max_positions = usable;
+    c.out->max_positions_key = std::string(key);
+  }
   if (c.options.seq_len > usable) {
     return absl::InvalidArgumentError(
         absl::StrCat("seq_len = ", c.options.seq_len,

@@ -45,6 +45,12 @@ struct HfConversion {
   // Modelling choices a reviewer should know (positions chosen, which head
   // is modelled, what has no parameter effect). Also in spec.notes.
   std::vector<std::string> notes;
+  // A model with learned absolute position tables: the rows of the shortest,
+  // the longest seq_len it takes, and the config key that sets it
+  // ("max_position_embeddings", "n_positions"). 0 and "" when its positions
+  // are rotary or relative (no hard limit).
+  uint64_t max_positions = 0;
+  std::string max_positions_key;
 };
 
 // The model_type values SpecFromHfConfig handles, sorted.

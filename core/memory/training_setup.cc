@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "base/units.h"
 #include "core/memory/model_spec.h"
@@ -673,11 +677,20 @@ ModelStates ComputeModelStates(const FrozenSpec& frozen,
   return s;
 }
 
-std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
-                                          const TrainingSetup& setup,
-                                          const ModelStates& states) {
-  std::vector<std::string> out;
-  // Attention kernels, by layer count.
+namespace {
+
+// The attention kernel the model's own default picks, by layer count, when
+// the request names none; nothing when it names one or the model has no
+// attention.
+void AddAttentionAssumption(const v1::ModelSpec& spec,
+                            const TrainingSetup& asked,
+                            const TrainingSetup& setup,
+                            std::vector<std::string>* out) {
+  if (asked.attention() != TrainingSetup::ATTENTION_UNSPECIFIED ||
+      asked.fused_attention() ||
+      setup.attention() != TrainingSetup::ATTENTION_UNSPECIFIED) {
+    return;
+  }
   int fused = 0;
   int eager = 0;
   std::function<void(const v1::Layer&, uint64_t)> visit =
@@ -692,79 +705,116 @@ std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
         }
       };
   for (const v1::Layer& layer : spec.layers()) visit(layer, 1);
-  if (fused + eager > 0) {
-    std::string kernel;
-    switch (setup.attention()) {
-      case TrainingSetup::EAGER:
-        kernel = "eager (setup), probabilities saved";
-        break;
-      case TrainingSetup::SDPA:
-        kernel = "sdpa (setup), no score matrix";
-        break;
-      case TrainingSetup::FLASH:
-        kernel = "flash (setup), no score matrix";
-        break;
-      default:
-        // "1 layer", "12 layers".
-        const auto layers = [](int n) {
-          return absl::StrCat(n, n == 1 ? " layer" : " layers");
-        };
-        kernel = eager == 0 ? absl::StrCat("the model's default, sdpa (",
-                                           layers(fused), "; no score matrix)")
-                 : fused == 0
-                     ? absl::StrCat("the model's default, eager (",
-                                    layers(eager), "; probabilities saved)")
-                     : absl::StrCat("the model's default: ", layers(fused),
-                                    " sdpa, ", eager, " eager");
-        kernel += "; --attention eager|sdpa|flash chooses";
-    }
-    out.push_back(absl::StrCat("attention: ", kernel));
+  if (fused + eager == 0) return;
+  const auto layers = [](int n) {
+    return absl::StrCat(n, n == 1 ? " layer" : " layers");
+  };
+  out->push_back(absl::StrCat(
+      "attention: the model's default, ",
+      eager == 0 ? absl::StrCat("sdpa (", layers(fused), "; no score matrix)")
+      : fused == 0
+          ? absl::StrCat("eager (", layers(eager), "; probabilities saved)")
+          : absl::StrCat(layers(fused), " sdpa, ", eager, " eager"),
+      "; --attention eager|sdpa|flash chooses"));
+}
+
+// The positions the spec was taken at, when the request gives none: the
+// converted config's reason ("<N> positions per sample: <why>.") where the
+// spec has one, else the model's standard length.
+void AddPositionsAssumption(const v1::ModelSpec& spec,
+                            const TrainingSetup& asked,
+                            std::vector<std::string>* out) {
+  if (asked.positions() != 0 || spec.positions() <= 1) return;
+  std::string why = "the model's standard sequence length";
+  const std::string lead =
+      absl::StrCat(spec.positions(), " positions per sample: ");
+  if (absl::StartsWith(spec.input_source(), lead)) {
+    why = absl::StrCat(
+        "the config's ",
+        absl::StripSuffix(absl::StrReplaceAll(
+                              spec.input_source().substr(lead.size()),
+                              {{" (a training length; pass seq_len to change)",
+                                ", a training length"}}),
+                          "."));
   }
-  const uint64_t positions =
-      setup.positions() != 0 ? setup.positions() : spec.positions();
-  if (positions > 1) {
-    out.push_back(absl::StrCat(
-        "positions ", positions,
-        " per sample: a batch padded to its longest sample peaks at the "
-        "longest, so this is the longest length"));
+  out->push_back(absl::StrCat(
+      "positions ", spec.positions(), " per sample (", why,
+      "; --positions sets the longest sample, which a padded batch peaks "
+      "at)"));
+}
+
+// The precision when the request gives none; QLoRA says where its base is
+// dequantized to.
+void AddPrecisionAssumption(const TrainingSetup& asked,
+                            const TrainingSetup& setup,
+                            const ModelStates& states,
+                            std::vector<std::string>* out) {
+  if (asked.precision() != TrainingSetup::PRECISION_UNSPECIFIED) return;
+  if (setup.precision() != TrainingSetup::PRECISION_UNSPECIFIED &&
+      setup.precision() != TrainingSetup::FP32) {
+    // The framework profile chose it (plan lines say which).
+    out->push_back(absl::StrCat(
+        "precision ",
+        absl::AsciiStrToLower(TrainingSetup::Precision_Name(setup.precision())),
+        " (not given: the framework profile's; --explain says why)"));
+    return;
   }
-  if (states.adapter_params != 0) {
+  const std::string precision = "fp32";
+  if (states.quantized_params == 0) {
+    out->push_back(absl::StrCat("precision ", precision,
+                                " (not given; --precision bf16 for mixed "
+                                "precision)"));
+    return;
+  }
+  out->push_back(absl::StrCat(
+      "precision ", precision, " (not given): QLoRA computes in ", precision,
+      ", each layer of the ", Count(states.quantized_params), " ",
+      TrainingSetup::BaseQuant_Name(setup.quant_base()),
+      " linear weights dequantized to ", precision, " for compute (",
+      FormatBytesAsGb(states.dequantized, 2),
+      " at a time); --precision bf16 computes in bf16"));
+}
+
+}  // namespace
+
+std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
+                                          const TrainingSetup& setup,
+                                          const ModelStates& states) {
+  return SetupAssumptions(spec, setup, setup, states);
+}
+
+std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
+                                          const TrainingSetup& asked,
+                                          const TrainingSetup& setup,
+                                          const ModelStates& states) {
+  std::vector<std::string> out;
+  AddAttentionAssumption(spec, asked, setup, &out);
+  AddPositionsAssumption(spec, asked, &out);
+  AddPrecisionAssumption(asked, setup, states, &out);
+  if (states.adapter_params != 0 && asked.lora().targets().empty()) {
     const std::set<std::string> targets = LoraTargets(setup);
     const std::vector<std::string> names(targets.begin(), targets.end());
     out.push_back(absl::StrCat(
-        "LoRA rank ", setup.lora().rank(), " on ", absl::StrJoin(names, ","),
-        ": ", Count(states.adapter_params), " adapter parameters (",
-        states.adapter_bytes >= 4 ? "fp32" : "16-bit", ") train, ",
-        Count(states.params), " base parameters frozen"));
+        "LoRA targets ", absl::StrJoin(names, ","),
+        " (not given; --lora_targets chooses): ", Count(states.adapter_params),
+        " adapter parameters (", states.adapter_bytes >= 4 ? "fp32" : "16-bit",
+        ") train, ", Count(states.params), " base parameters frozen"));
   }
-  if (states.quantized_params != 0) {
+  if (asked.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED) {
     out.push_back(absl::StrCat(
-        TrainingSetup::BaseQuant_Name(setup.quant_base()),
-        " base: ", Count(states.quantized_params),
-        " linear weights stored quantized with their block scales, each "
-        "layer dequantized for compute (",
-        FormatBytesAsGb(states.dequantized, 2), " at a time)"));
-  }
-  const bool default_optimizer =
-      (setup.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED ||
-       setup.optimizer() == TrainingSetup::ADAMW) &&
-      !setup.optimizer_in_backward() && states.adapter_params == 0;
-  if (!default_optimizer) {
-    out.push_back(absl::StrCat(
-        "optimizer ", OptimizerName(setup.optimizer()), ": ",
-        FormatBytesAsGb(states.states, 2), " of state for ",
-        Count(states.trainable), " trained parameters",
-        setup.optimizer_in_backward()
-            ? "; stepped per parameter during backward, so one gradient is "
-              "resident at a time"
-            : ""));
+        "optimizer ",
+        OptimizerName(setup.optimizer() == TrainingSetup::OPTIMIZER_UNSPECIFIED
+                          ? TrainingSetup::ADAMW
+                          : setup.optimizer()),
+        " (not given): ", FormatBytesAsGb(states.states, 2), " of state for ",
+        Count(states.trainable), " trained parameters"));
   }
   AddOptimizerRemarks(setup, states, &out);
   AddActivationRemarks(setup, &out);
-  if (setup.grad_accum() > 1) {
+  if (asked.grad_accum() <= 1 && setup.grad_accum() > 1) {
     out.push_back(absl::StrCat(
         "grad_accum ", setup.grad_accum(),
-        ": the peak is one microbatch of "
+        " (not given: the framework's): the peak is one microbatch of "
         "batch / ",
         setup.grad_accum(),
         " samples, with the gradients resident between microbatches"));

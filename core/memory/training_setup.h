@@ -138,7 +138,18 @@ ModelStates ComputeModelStates(const FrozenSpec& frozen,
                                const v1::TrainingSetup& setup,
                                double adapter_bytes = 4.0);
 
-// Remarks every answer under this setup carries (what the setup assumes).
+// What an answer under `setup` (the resolved setup: the framework profile's
+// decisions filled in) assumed that the request (`asked`) left unset, each
+// once: the attention kernel, the positions, the precision (with QLoRA,
+// what the base is dequantized to), the LoRA targets, the optimizer, a
+// framework's grad_accum; and what paged and low-bit optimizers, the loss,
+// selective checkpointing and activation offloading are modelled as. A
+// value the request set is not repeated as an assumption. The 3-argument
+// form takes `setup` as what was asked.
+std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
+                                          const v1::TrainingSetup& asked,
+                                          const v1::TrainingSetup& setup,
+                                          const ModelStates& states);
 std::vector<std::string> SetupAssumptions(const v1::ModelSpec& spec,
                                           const v1::TrainingSetup& setup,
                                           const ModelStates& states);

@@ -39,7 +39,17 @@ std::string CacheKeyId(const v1::AutotuneCacheKey& key) {
 
 std::string SourceHash(const v1::ModelSpec& spec,
                        const v1::TrainingSetup& setup) {
-  return Fnv1aHex(DeterministicBytes(spec) + DeterministicBytes(setup));
+  // An unset precision is fp32 and an unset optimizer AdamW (model.proto):
+  // written as those, so a client that sends only what the user gave hits
+  // the entries of one that sent the defaults (as model keys do).
+  v1::TrainingSetup normalized = setup;
+  if (normalized.precision() == v1::TrainingSetup::PRECISION_UNSPECIFIED) {
+    normalized.set_precision(v1::TrainingSetup::FP32);
+  }
+  if (normalized.optimizer() == v1::TrainingSetup::OPTIMIZER_UNSPECIFIED) {
+    normalized.set_optimizer(v1::TrainingSetup::ADAMW);
+  }
+  return Fnv1aHex(DeterministicBytes(spec) + DeterministicBytes(normalized));
 }
 
 v1::AutotuneCacheKey AutotuneKeyFor(

@@ -23,7 +23,9 @@ std::string CacheKeyId(const v1::AutotuneCacheKey& key);
 // 64-bit FNV-1a of the deterministic serialization of `spec` followed by
 // that of `setup` (the graph and the training setup the memory model and the
 // executor build from), so any change of the model or of precision,
-// optimizer, checkpointing, positions or attention misses the cache.
+// optimizer, checkpointing, positions or attention misses the cache. An
+// unset precision hashes as fp32 and an unset optimizer as AdamW, the
+// values they mean.
 std::string SourceHash(const v1::ModelSpec& spec,
                        const v1::TrainingSetup& setup);
 

@@ -69,14 +69,16 @@ absl::Status CheckWholeSteps(
 
 // Records in `profile` the plan's per-GPU collective constant, fitted from
 // its strategy's multi-GPU runs (0 while none was measured, said), and adds
-// what the setup and its parallel layout assumed to `assumptions`.
+// what the setup and its parallel layout assumed to `assumptions`: of the
+// setup, what the request (`asked`) left unset.
 CollectiveFit AddSetupToProfile(
-    const v1::ModelSpec& spec, const FitPlan& plan,
+    const v1::ModelSpec& spec, const v1::TrainingSetup& asked,
+    const FitPlan& plan,
     const google::protobuf::RepeatedPtrField<v1::CollectiveConstant>&
         collectives,
     MemoryProfile* profile, std::vector<std::string>* assumptions) {
   for (std::string& assumption :
-       SetupAssumptions(spec, plan.setup, profile->states)) {
+       SetupAssumptions(spec, asked, plan.setup, profile->states)) {
     assumptions->push_back(std::move(assumption));
   }
   const CollectiveFit collective = CollectiveOf(collectives, plan.setup);
@@ -792,8 +794,9 @@ absl::StatusOr<v1::CheckFitResponse> FitPlanner::CheckFit(
   ASSIGN_OR_RETURN(MemoryProfile profile,
                    BuildProfile(model.spec(), plan.resolved));
   RETURN_IF_ERROR(CheckWholeSteps(request.batches(), plan));
-  const CollectiveFit collective = AddSetupToProfile(
-      model.spec(), plan, factor_set_.collectives(), &profile, &assumptions);
+  const CollectiveFit collective =
+      AddSetupToProfile(model.spec(), request.setup(), plan,
+                        factor_set_.collectives(), &profile, &assumptions);
 
   // The anchor (the model's own runs, else a prior) and the bound.
   const AnswerBasis basis = AnchorAnswer(

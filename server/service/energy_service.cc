@@ -494,19 +494,28 @@ grpc::ServerUnaryReactor* EnergyService::PlotEnergy(
   });
 }
 
-std::string EnergyService::EnergyHtml(const HttpServer::Query& query) const {
+absl::StatusOr<std::string> EnergyService::EnergyHtml(
+    const HttpServer::Query& query) const {
   const std::shared_ptr<const v1::EnergyCurveSet> curves = state_.energy();
   if (curves == nullptr) return "<p>no energy curves are loaded</p>";
   auto simulated = query.find("include_simulated");
   const bool include_simulated =
       simulated != query.end() &&
       (simulated->second == "1" || simulated->second == "true");
-  std::vector<std::string> archs;
+  // Every architecture a query may name, those borrowing curves too: an
+  // architecture without measurements says so rather than being left out.
+  const std::vector<std::string> known = KnownArchs(*curves);
+  std::vector<std::string> archs = known;
   if (auto it = query.find("arch"); it != query.end() && !it->second.empty()) {
-    archs.push_back(it->second.substr(0, 64));
-  } else {
-    for (const auto& [arch, quant] : curves->curves()) archs.push_back(arch);
-    std::sort(archs.begin(), archs.end());
+    const std::string arch = absl::AsciiStrToLower(it->second.substr(0, 64));
+    if (std::find(known.begin(), known.end(), arch) == known.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("arch = '", it->second.substr(0, 64),
+                       "' is not an architecture of the energy curves; "
+                       "allowed ",
+                       absl::StrJoin(known, ", ")));
+    }
+    archs = {arch};
   }
   std::string html = absl::StrCat(
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>Headroom "
@@ -514,7 +523,7 @@ std::string EnergyService::EnergyHtml(const HttpServer::Query& query) const {
       "<h1>Energy per generated token vs fp16</h1><p>curves ",
       EscapeHtml(curves->version()), "; architectures: ");
   std::vector<std::string> links;
-  for (const std::string& arch : KnownArchs(*curves)) {
+  for (const std::string& arch : known) {
     links.push_back(absl::StrCat("<a href=\"/energy?arch=", EscapeHtml(arch),
                                  "\">", EscapeHtml(arch), "</a>"));
   }
@@ -530,6 +539,10 @@ std::string EnergyService::EnergyHtml(const HttpServer::Query& query) const {
     points = std::vector<MeasuredEnergyPoint>{};
   }
   for (const std::string& arch : archs) {
+    if (const std::string notice = BorrowedCurveNotice(*curves, arch, *points);
+        !notice.empty()) {
+      absl::StrAppend(&html, "<p>", EscapeHtml(notice), "</p>\n");
+    }
     absl::StatusOr<std::string> svg = EnergyPlotSvg(*curves, arch, *points);
     if (!svg.ok()) {
       absl::StrAppend(&html, "<p>",

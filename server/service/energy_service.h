@@ -53,10 +53,12 @@ class EnergyService final : public v1::Energy::CallbackService {
   absl::StatusOr<v1::PlotEnergyResponse> Plot(
       const v1::PlotEnergyRequest& request) const;
 
-  // /energy: the current curves of ?arch= (default: every architecture
-  // with curves) with their measured points, as HTML;
-  // ?include_simulated=1 draws simulated points too.
-  std::string EnergyHtml(const HttpServer::Query& query) const;
+  // /energy: the current curves of ?arch= (default: every architecture a
+  // query may name; one borrowing another's curves says it has no
+  // measurements yet, BorrowedCurveNotice) with their measured points, as
+  // HTML; ?include_simulated=1 draws simulated points too. An ?arch= the
+  // curves do not know is INVALID_ARGUMENT naming the allowed ones.
+  absl::StatusOr<std::string> EnergyHtml(const HttpServer::Query& query) const;
 
  private:
   PlannerState& state_;

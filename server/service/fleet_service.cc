@@ -416,6 +416,16 @@ grpc::ServerUnaryReactor* FleetService::CancelProbe(
         RETURN_IF_ERROR(CheckFleetId(request->id(), "id"));
         ASSIGN_OR_RETURN(v1::Probe before, store_->GetProbe(request->id()));
         ASSIGN_OR_RETURN(v1::Probe probe, store_->CancelProbe(request->id()));
+        // The store leaves a finished probe as it is (and one cancelled
+        // before): nothing was cancelled, so the call did not succeed.
+        if (before.state() == v1::Probe::CANCELLED ||
+            probe.state() != v1::Probe::CANCELLED) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("probe ", probe.id(), " already finished (",
+                           v1::Probe::State_Name(probe.state()),
+                           "); only a QUEUED or RUNNING probe can be "
+                           "cancelled"));
+        }
         if (before.state() == v1::Probe::RUNNING &&
             probe.state() == v1::Probe::CANCELLED) {
           roster_.Cancel(before.worker(), before.assignment_id(),

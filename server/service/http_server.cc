@@ -6,15 +6,36 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "pages/energy_plot.h"
 #include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
 namespace headroom {
 namespace {
+
+// A rendered page, or its error as a short HTML page with the status the
+// error's code means (PageRenderer).
+void AnswerPage(const absl::StatusOr<std::string>& page,
+                httplib::Response& response) {
+  if (page.ok()) {
+    response.set_content(*page, "text/html; charset=utf-8");
+    return;
+  }
+  const absl::StatusCode code = page.status().code();
+  response.status = code == absl::StatusCode::kInvalidArgument ? 400
+                    : code == absl::StatusCode::kNotFound      ? 404
+                                                               : 500;
+  response.set_content(
+      absl::StrCat("<!doctype html><html><body><p>",
+                   EscapeHtml(std::string(page.status().message())),
+                   "</p></body></html>\n"),
+      "text/html; charset=utf-8");
+}
 
 // "host:port" or "[v6]:port" into host and port.
 bool SplitListen(const std::string& listen, std::string* host, int* port) {
@@ -140,11 +161,15 @@ void HttpServer::Route() {
                  response.set_content(healthy ? "ok\n" : "not serving\n",
                                       "text/plain; charset=utf-8");
                });
+  server_->Get("/",
+               [this](const httplib::Request&, httplib::Response& response) {
+                 response.set_content(IndexHtml(), "text/html; charset=utf-8");
+               });
   server_->Get("/calibration", [this](const httplib::Request& request,
                                       httplib::Response& response) {
     Query query;
     for (const auto& [key, value] : request.params) query.emplace(key, value);
-    response.set_content(calibration_page_(query), "text/html; charset=utf-8");
+    AnswerPage(calibration_page_(query), response);
   });
   server_->Post(".*", [this](const httplib::Request& request,
                              httplib::Response& response) {
@@ -166,7 +191,7 @@ void HttpServer::Route() {
         page != nullptr) {
       Query query;
       for (const auto& [key, value] : request.params) query.emplace(key, value);
-      response.set_content((*page)(query), "text/html; charset=utf-8");
+      AnswerPage((*page)(query), response);
       return;
     }
     const bool post = PostHandlerFor(request.path) != nullptr;
@@ -218,7 +243,7 @@ void HttpServer::Route() {
 absl::Status HttpServer::Admit(const httplib::Request& request) const {
   if (options_.access == nullptr) return absl::OkStatus();
   const bool known = request.path == "/healthz" || request.path == "/metrics" ||
-                     request.path == "/calibration" ||
+                     request.path == "/" || request.path == "/calibration" ||
                      PageFor(request.path) != nullptr ||
                      PostHandlerFor(request.path) != nullptr;
   const std::string route = known ? request.path : "this path";
@@ -309,6 +334,31 @@ HttpServer::~HttpServer() {
   if (listener_.joinable()) listener_.join();
   // Before the routes' state goes: a connection may be in a handler.
   if (server_ != nullptr) server_->CloseConnections();
+}
+
+std::string HttpServer::IndexHtml() const {
+  std::vector<std::pair<std::string, std::string>> links = {
+      {"/calibration",
+       "calibration: the factor set's predictions against "
+       "measured runs"}};
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [path, renderer] : pages_) links.emplace_back(path, "");
+  }
+  links.emplace_back("/metrics", "Prometheus metrics");
+  links.emplace_back("/healthz", "health: ok while serving");
+  std::string html =
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>Headroom "
+      "planner</title></head><body style=\"font-family:sans-serif\">"
+      "<h1>Headroom planner</h1><ul>\n";
+  for (const auto& [path, what] : links) {
+    absl::StrAppend(&html, "<li><a href=\"", path, "\">", path, "</a>",
+                    what.empty() ? "" : absl::StrCat(": ", what), "</li>\n");
+  }
+  absl::StrAppend(&html,
+                  "</ul><p>Questions are asked over gRPC: headroom --help."
+                  "</p></body></html>\n");
+  return html;
 }
 
 std::string HttpServer::MetricsText() const {

@@ -1,10 +1,10 @@
 #ifndef HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 #define HEADROOM_SERVER_SERVICE_HTTP_SERVER_H_
 
-// One small HTTP(S) server (cpp-httplib) for /metrics (Prometheus text
-// format over the metrics' families), /healthz, /calibration (HTML), pages
-// added with HandlePage (/energy) and the POST routes of the scheduler
-// extender.
+// One small HTTP(S) server (cpp-httplib) for / (an index of the pages),
+// /metrics (Prometheus text format over the metrics' families), /healthz,
+// /calibration (HTML), pages added with HandlePage (/energy) and the POST
+// routes of the scheduler extender.
 //
 // It is no weaker than the gRPC port: /healthz answers anyone; every other
 // route needs what a gRPC read needs (Access::AllowHttp: a client
@@ -35,8 +35,11 @@ class HttpServer {
   using HealthCheck = std::function<bool()>;
   // A request's query parameters (the first value of each).
   using Query = std::map<std::string, std::string>;
-  // Renders an HTML page on request, given its query.
-  using PageRenderer = std::function<std::string(const Query& query)>;
+  // Renders an HTML page on request, given its query; INVALID_ARGUMENT (a
+  // query value the page does not know, named with the allowed ones) is
+  // answered 400, NOT_FOUND 404, any other error 500, with the message.
+  using PageRenderer =
+      std::function<absl::StatusOr<std::string>(const Query& query)>;
 
   // HTTPS: the certificate (chain) and key PEM files; both empty serves
   // plain HTTP. With client_ca (PEM) a client certificate is asked for and,
@@ -106,6 +109,8 @@ class HttpServer {
       const std::string& path) const;
   // The page renderer of `path`, or null.
   std::shared_ptr<const PageRenderer> PageFor(const std::string& path) const;
+  // /: links to the pages, /metrics and /healthz.
+  std::string IndexHtml() const;
   void Route();
   // OK, or why `request` may not have its route (logged as an audit line).
   absl::Status Admit(const httplib::Request& request) const;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/build_info.h"
 #include "google/protobuf/descriptor.h"
 #include "headroom/v1/fleet.pb.h"
 #include "headroom/v1/planner.pb.h"
@@ -417,6 +418,16 @@ PlannerMetrics::PlannerMetrics(std::function<int64_t()> now_ms)
   NewGauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
   NewCounter("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
              "Total energy consumption since boot (in mJ).");
+  // The build, as Prometheus' *_build_info convention has it: always 1, the
+  // identity in the labels (common/build_info.h).
+  const BuildInfo& build = GetBuildInfo();
+  NewGauge("headroom_build_info",
+           "The planner's build: its version, commit (git describe "
+           "--always --dirty) and CMake build type; always 1.")
+      .Add({{"version", build.version},
+            {"commit", build.commit},
+            {"build_type", build.build_type}})
+      .Set(1);
   for (const char* verb : {"filter", "prioritize"}) {
     for (const char* outcome : {"answered", "untouched", "bad_request",
                                 "bad_annotation", "fail_open"}) {

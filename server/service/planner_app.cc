@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/json_io.h"
 #include "base/status_macros.h"
+#include "common/build_info.h"
 #include "core/calibration/calibrate.h"
 #include "core/calibration/fit_inputs.h"
 #include "core/energy/energy_curves.h"
@@ -304,7 +305,7 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
   fleet.policy.max_unhandled_messages =
       static_cast<size_t>(config.worker_max_unhandled);
   fleet.policy.probe_counts_ms = config.probe_counts_ms;
-  fleet.planner_version = HEADROOM_VERSION_STRING;
+  fleet.planner_version = GetBuildInfo().version;
   app->fleet_ = std::make_unique<FleetService>(
       app->catalog_, app->store_.get(), app->metrics_.get(),
       app->store_executor_.get(), service, fleet);

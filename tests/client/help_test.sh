@@ -20,6 +20,25 @@ for h in -h --help; do
   expect 0 "Exit codes:" "$headroom" $h
   expect 0 "--batch TEXT" "$headroom" fit $h
 done
+# --version: one line naming the program, its version and commit.
+expect 0 "headroom-planner " "$planner" --version
+expect 0 "headroom-worker " "$worker" --version
+expect 0 "headroom " "$headroom" --version
+for bin in "$planner" "$worker" "$headroom"; do
+  expect 0 " (commit " "$bin" --version
+done
+# The planner's and worker's --help: the usage first, then only their own
+# flags (no absl internals, no source paths; --helpfull has those).
+for bin in "$planner" "$worker"; do
+  first=$("$bin" --help 2>&1 | head -1)
+  if [[ $first != Usage:* ]]; then
+    echo "FAIL: $bin --help starts with '$first', not 'Usage:'"; fail=1
+  fi
+  if "$bin" --help 2>&1 | grep -q -e "absl/" -e "--flagfile"; then
+    echo "FAIL: $bin --help lists absl's flags or source paths"; fail=1
+  fi
+  expect 0 "--flagfile" "$bin" --helpfull
+done
 expect 2 "closest: fit" "$headroom" fitt
 expect 2 "closest: --batch" "$headroom" fit --bathc 8
 expect 3 "cannot reach the planner" "$headroom" --server 127.0.0.1:1 health

@@ -441,6 +441,25 @@ TEST_F(PlannerIntegrationTest, ExportsGrpcAndVerdictMetrics) {
   EXPECT_THAT(page, HasSubstr("a prior of weight 1 that each factor is 1"));
 }
 
+// The planner's pages: / links them; /energy draws every architecture a
+// query may name and says Hopper has no measurements yet (the shipped
+// curves borrow Ampere's for it); an unknown ?arch= is a 400 naming the
+// allowed ones.
+TEST_F(PlannerIntegrationTest, PagesIndexEnergyHopperAndBadArch) {
+  const std::string index = HttpGet(app_->http_port(), "/");
+  EXPECT_THAT(index, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(index, HasSubstr("<a href=\"/energy\">"));
+  EXPECT_THAT(index, HasSubstr("<a href=\"/calibration\">"));
+  const std::string energy = HttpGet(app_->http_port(), "/energy");
+  EXPECT_THAT(energy, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(energy, HasSubstr("no Hopper measurements yet (H100/H200)"));
+  const std::string bad = HttpGet(app_->http_port(), "/energy?arch=foo");
+  EXPECT_THAT(bad, HasSubstr("HTTP/1.1 400"));
+  EXPECT_THAT(bad, HasSubstr("arch = 'foo' is not an architecture of the "
+                             "energy curves; allowed ada, ampere, blackwell, "
+                             "hopper, turing"));
+}
+
 // Refit, promotion and rollback against a planner of its own.
 TEST(PlannerRefitTest, RefitPromoteRollbackAndBadRunsKeepTheStore) {
   auto app = PlannerApp::Start(TestPlannerConfig());
@@ -655,6 +674,43 @@ TEST(PlannerFleetTest, SubmitProbeSaysWhenNoWorkerCanTakeIt) {
   EXPECT_THAT(submit(pinned), HasSubstr("no worker is connected"));
 }
 
+// Cancelling a queued probe succeeds once; the second time it has already
+// finished (CANCELLED) and the call says so instead of reporting success.
+TEST(PlannerFleetTest, CancelOfAFinishedProbeIsRefused) {
+  auto app = PlannerApp::Start(TestPlannerConfig());
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto fleet = v1::Fleet::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  v1::SubmitProbeRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.add_batches(8);
+  request.set_gpu("H100");
+  v1::SubmitProbeResponse submitted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(fleet->SubmitProbe(&context, request, &submitted).ok());
+  }
+  const auto cancel = [&](v1::CancelProbeResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    v1::CancelProbeRequest cancel_request;
+    cancel_request.set_id(submitted.probe().id());
+    return fleet->CancelProbe(&context, cancel_request, out);
+  };
+  v1::CancelProbeResponse first;
+  ASSERT_TRUE(cancel(&first).ok());
+  EXPECT_EQ(first.probe().state(), v1::Probe::CANCELLED);
+  v1::CancelProbeResponse second;
+  const grpc::Status again = cancel(&second);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(again.error_message(),
+            "probe " + submitted.probe().id() +
+                " already finished (CANCELLED); only a QUEUED or RUNNING "
+                "probe can be cancelled");
+}
+
 // A queued probe no connected worker can take fails once its expiry
 // passes, saying why, and its watcher gets that final state; an expiry past
 // 30 days is refused.
@@ -732,6 +788,21 @@ TEST(PlannerFleetTest, QueuedProbeFailsWhenItsExpiryPasses) {
             "it (" +
                 why + ")");
   EXPECT_EQ(last.attempts(), 0u);
+  {
+    // Cancelling the failed probe cancels nothing: FAILED_PRECONDITION
+    // naming its final state, and the probe stays FAILED.
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    v1::CancelProbeRequest cancel;
+    cancel.set_id(submitted.probe().id());
+    v1::CancelProbeResponse cancelled;
+    const grpc::Status refused =
+        fleet->CancelProbe(&context, cancel, &cancelled);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("probe " + submitted.probe().id() +
+                          " already finished (FAILED)"));
+  }
 
   worker->WritesDone();
   connect_context.TryCancel();

@@ -33,13 +33,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def load(chromium, url, profile):
+def load(chromium, url, profile, extra=()):
     """The rendered DOM and the console messages of `url`."""
     result = subprocess.run(
         [chromium, "--headless", "--disable-gpu", "--no-sandbox",
          "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=2000",
-         "--dump-dom", url],
+         *extra, "--dump-dom", url],
         capture_output=True, text=True, timeout=30)
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
     return result.returncode, result.stdout, console
@@ -116,6 +116,22 @@ def main():
                     if "not drawn" not in svg.group(1):
                         errors.append(f"{path}: the plot's legend does not say which "
                                       "runs are not drawn")
+                # In a 1280-px window the page scrolls only vertically: the
+                # page, saved with a script that writes its scroll width into
+                # the title, laid out at that width.
+                html = urllib.request.urlopen(base + path, timeout=30).read().decode()
+                measured = os.path.join(tmp, "measured.html")
+                with open(measured, "w") as f:
+                    f.write(html.replace("</body>", "<script>document.title="
+                                         "'scroll-width:'+document.documentElement."
+                                         "scrollWidth</script></body>"))
+                _, measured_dom, _ = load(chromium, f"file://{measured}",
+                                          os.path.join(tmp, "profile"),
+                                          ("--window-size=1280,900",))
+                scroll = re.search(r"<title>scroll-width:(\d+)</title>", measured_dom)
+                if not scroll or int(scroll.group(1)) > 1280:
+                    errors.append(f"{path}: wider than a 1280-px window (scroll width "
+                                  f"{scroll.group(1) if scroll else 'not measured'})")
                 for needle, what in (
                         ('<h2 id="regimes">', "the regime section"),
                         ('id="regime-table"', "the regime table"),

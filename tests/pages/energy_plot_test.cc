@@ -41,6 +41,22 @@ TEST(EnergyPlotTest, DrawsCurveBandAnchorsAndCrossover) {
             "hopper, turing");
 }
 
+// The shipped curves have none of Hopper's own (it borrows Ampere's): the
+// page says there are no Hopper measurements rather than leaving it out;
+// once points are measured it says how many wait for a refit.
+TEST(EnergyPlotTest, ABorrowingArchitectureSaysItHasNoMeasurementsYet) {
+  EXPECT_EQ(BorrowedCurveNotice(Shipped(), "hopper", {}),
+            "no Hopper measurements yet (H100/H200): its answers use "
+            "ampere's curves (borrowed)");
+  MeasuredEnergyPoint point;
+  point.arch = "hopper";
+  point.quant = "NF4";
+  EXPECT_EQ(BorrowedCurveNotice(Shipped(), "Hopper", {point, point}),
+            "Hopper (H100/H200): 2 measured points but no curves of its own "
+            "until a refit; its answers use ampere's curves (borrowed)");
+  EXPECT_EQ(BorrowedCurveNotice(Shipped(), "ampere", {}), "");
+}
+
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos;

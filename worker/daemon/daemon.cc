@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/build_info.h"
 #include "grpcpp/create_channel.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon/autotune_runner.h"
@@ -255,7 +256,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
     for (const v1::GpuDevice& gpu : options_.gpus) *h.add_gpus() = gpu;
     h.set_host_memory_bytes(options_.host_memory_bytes);
     for (const auto& [name, executor] : executors_) h.add_executors(name);
-    h.set_version(HEADROOM_VERSION_STRING);
+    h.set_version(GetBuildInfo().version);
     for (const auto& [name, version] : options_.framework_versions) {
       (*h.mutable_framework_versions())[name] = version;
     }

@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/build_info.h"
 #include "common/client_channel.h"
 #include "common/env_flags.h"
 #include "common/logging.h"
@@ -118,10 +119,15 @@ std::string HostName() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "headroom-worker --planner HOST:PORT [--executors sim --sim_gpu L4]\n"
+      "Usage: headroom-worker --planner HOST:PORT [--executors sim "
+      "--sim_gpu L4] [--flag=value ...]\n"
       "Runs probe runs the planner assigns and streams measurements back.\n"
-      "Every flag can also be set as HEADROOM_WORKER_<FLAG>.");
-  if (headroom::PrintHelpIfAsked(argc, argv, std::cout)) return 0;
+      "Every flag can also be set as HEADROOM_WORKER_<FLAG>; --version "
+      "prints the build.");
+  if (headroom::PrintHelpIfAsked(argc, argv, __FILE__, std::cout)) return 0;
+  if (headroom::PrintVersionIfAsked(argc, argv, "headroom-worker", std::cout)) {
+    return 0;
+  }
   headroom::ApplyEnvironmentToFlags("HEADROOM_WORKER_");
   absl::ParseCommandLine(argc, argv);
   headroom::SetUpLogging(absl::GetFlag(FLAGS_log_level));

@@ -1,3 +1,9 @@
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "core/catalog/gpu_catalog.h"
 #include "core/catalog/model_catalog.h"
 #include "gmock/gmock.h"
@@ -79,6 +85,69 @@ TEST(GpuCatalogTest, DriverNamesMapToEntries) {
   for (const auto& [driver, catalog] : names) {
     EXPECT_EQ(CatalogGpuForDriverName(driver), catalog) << driver;
   }
+}
+
+// Every catalog card by the name nvidia-smi (NVML) prints for it, as the
+// driver's product table spells it (NVIDIA/open-gpu-kernel-modules
+// README.md @ 015742d32fa615353199b11589ecaba828040859, "Compatible GPUs":
+// A100-PCIE-40GB, A800-SXM4-80GB, RTX 3090, RTX A6000, A10G, H100 NVL, H20,
+// H100 80GB HBM3, H200, GH200 480GB, RTX 4090, RTX 4090 D, L40S, L4; the
+// others as DriverNamesMapToEntries has them), and the same in lower case
+// and without "NVIDIA ". A card added to the catalog without its driver
+// name here fails.
+TEST(GpuCatalogTest, FindGpuTakesEveryCardsNvidiaSmiName) {
+  const std::map<std::string, std::string> smi = {
+      {"T4", "Tesla T4"},
+      {"V100-16GB", "Tesla V100-SXM2-16GB"},
+      {"V100-32GB", "Tesla V100-PCIE-32GB"},
+      {"RTX 3090", "NVIDIA GeForce RTX 3090"},
+      {"RTX A6000", "NVIDIA RTX A6000"},
+      {"A10G", "NVIDIA A10G"},
+      {"A100-40GB", "NVIDIA A100-PCIE-40GB"},
+      {"A100-80GB", "NVIDIA A100-SXM4-80GB"},
+      {"A800", "NVIDIA A800-SXM4-80GB"},
+      {"L4", "NVIDIA L4"},
+      {"RTX 4090", "NVIDIA GeForce RTX 4090"},
+      {"RTX 4090D", "NVIDIA GeForce RTX 4090 D"},
+      {"L40S", "NVIDIA L40S"},
+      {"H100", "NVIDIA H100 80GB HBM3"},
+      {"H100 NVL", "NVIDIA H100 NVL"},
+      {"H20", "NVIDIA H20"},
+      {"GH200", "NVIDIA GH200 480GB"},
+      {"GH200-144GB", "NVIDIA GH200 144G HBM3e"},
+      {"H200", "NVIDIA H200"},
+      {"RTX 5090", "NVIDIA GeForce RTX 5090"},
+      {"RTX PRO 6000 Blackwell",
+       "NVIDIA RTX PRO 6000 Blackwell Server Edition"},
+      {"B200", "NVIDIA B200"},
+      {"MI300X", "AMD Instinct MI300X"},
+  };
+  for (const GpuInfo& card : GpuCatalog()) {
+    SCOPED_TRACE(card.name);
+    auto it = smi.find(card.name);
+    ASSERT_NE(it, smi.end()) << "no nvidia-smi name for " << card.name;
+    const std::string& name = it->second;
+    std::string bare = name;
+    for (const char* vendor : {"NVIDIA ", "AMD Instinct "}) {
+      if (absl::StartsWith(bare, vendor)) bare = bare.substr(strlen(vendor));
+    }
+    for (const std::string& asked : {name, absl::AsciiStrToLower(name),
+                                     absl::AsciiStrToUpper(name), bare}) {
+      absl::StatusOr<GpuInfo> gpu = FindGpu(asked);
+      ASSERT_TRUE(gpu.ok()) << asked << ": " << gpu.status();
+      EXPECT_EQ(gpu->name, card.name) << asked;
+    }
+  }
+  EXPECT_EQ(smi.size(), GpuCatalog().size());
+}
+
+// Only a driver name (with its vendor word) is cut to its first words: a
+// typo a person makes is not quietly another card.
+TEST(GpuCatalogTest, TyposAreNotCutToAnotherCard) {
+  EXPECT_EQ(FindGpu("H100 NVLL").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(FindGpu("NVIDIA H100 NVL")->name, "H100 NVL");
+  EXPECT_EQ(FindGpu("NVIDIA A100").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GpuCatalogTest, UnknownGpuListsCloseNames) {

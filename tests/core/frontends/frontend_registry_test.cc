@@ -8,6 +8,7 @@
 #include "core/memory/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/catalog_files.h"
 #include "io/files.h"
 #include "tests/core/frontends/onnx_test_graphs.h"
 
@@ -119,6 +120,44 @@ TEST(FrontendRegistryTest, ResolvesEachSourceAndRefusesAnEmptyRef) {
   absl::StatusOr<ResolvedModel> missing = ResolveModelRef(ref, setup, catalog);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(ImportsModel(ref));
+}
+
+// A model with a learned position table cannot run past it: a cut-down
+// template answers with the full model it was cut from's table (bert-base
+// from bert-base-uncased, max_position_embeddings 512; gpt2 from gpt2-124m,
+// n_positions 1024), a full model with its own; rotary positions (qwen3-8b-r,
+// cut from qwen3-8b) have no such limit.
+TEST(FrontendRegistryTest, PositionsPastALearnedTableAreRefused) {
+  absl::StatusOr<ModelCatalog> catalog =
+      LoadModelCatalog(std::string(HEADROOM_SOURCE_DIR) + "/models");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  const auto resolve = [&](const std::string& name, uint64_t positions) {
+    v1::ModelRef ref;
+    ref.set_template_(name);
+    v1::TrainingSetup setup;
+    setup.set_positions(positions);
+    return ResolveModelRef(ref, setup, *catalog);
+  };
+  absl::StatusOr<ResolvedModel> refused = resolve("bert-base", 100000);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "setup.positions = 100000 is past bert-base's learned position "
+            "table (cut from bert-base-uncased: "
+            "models/hf/bert-base-uncased.json sets max_position_embeddings "
+            "512); allowed 1..512");
+  EXPECT_TRUE(resolve("bert-base", 512).ok());
+  EXPECT_THAT(resolve("gpt2", 1025).status().message(),
+              HasSubstr("n_positions 1024); allowed 1..1024"));
+  EXPECT_TRUE(resolve("gpt2", 1024).ok());
+  absl::StatusOr<ResolvedModel> full = resolve("bert-base-uncased", 513);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(full.status().message(),
+              HasSubstr("setup.positions = 513 is past bert-base-uncased's "
+                        "learned position table (models/hf/"
+                        "bert-base-uncased.json sets max_position_embeddings "
+                        "512)"));
+  absl::StatusOr<ResolvedModel> rotary = resolve("qwen3-8b-r", 100000);
+  EXPECT_TRUE(rotary.ok()) << rotary.status();
 }
 
 // Only a conversion that bound the lengths (ONNX) keeps the profile from

@@ -9,6 +9,7 @@
 
 #include "core/memory/memory_profile.h"
 #include "core/memory/model_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace headroom {
@@ -166,11 +167,13 @@ TEST(TrainingSetupTest, LoraTrainsAdaptersOnlyInFp32) {
   EXPECT_DOUBLE_EQ(
       p.per_sample_bytes[kInternal] - base.per_sample_bytes[kInternal],
       2 * 10.0 * 4 * 4);
-  // The answer says what trains (and does not hang on the target set).
+  // The answer says the targets it assumed and what trains (and does not
+  // hang on the target set).
   const auto said = SetupAssumptions(Block(), setup, p.states);
   EXPECT_TRUE(std::any_of(said.begin(), said.end(), [](const std::string& a) {
-    return a.find("LoRA rank 4 on q,v: 128 adapter parameters") !=
-           std::string::npos;
+    return a.find(
+               "LoRA targets q,v (not given; --lora_targets chooses): "
+               "128 adapter parameters") != std::string::npos;
   })) << said.size();
   // all-linear adds k, o and the MLP's three: 7 adapted linears.
   setup.mutable_lora()->add_targets("all-linear");
@@ -215,6 +218,61 @@ TEST(TrainingSetupTest, QuantizedBaseStoresNf4WithDoubleQuantizedScales) {
   // weights (in = 8 for six of them, 16 for down).
   EXPECT_DOUBLE_EQ(int8.states.weights, (4 * 64 + 2 * 128) * (1 + 4.0 / 8) +
                                             128 * (1 + 4.0 / 16) + 128 * 4.0);
+}
+
+// An answer names each value it assumed once, and only those the request
+// left unset: Block() asked with nothing set assumes the model's attention,
+// its 10 positions, fp32 and AdamW (two fp32 moments of 640 weights: 5,120
+// bytes, 0 GB at two decimals); asked with each set, nothing.
+TEST(TrainingSetupTest, AssumptionsAreOnlyWhatTheRequestLeftUnset) {
+  const TrainingSetup unset;
+  const MemoryProfile p = Profile(Block(), unset);
+  EXPECT_THAT(
+      SetupAssumptions(Block(), unset, p.states),
+      ::testing::ElementsAre(
+          "attention: the model's default, sdpa (1 layer; no score matrix); "
+          "--attention eager|sdpa|flash chooses",
+          "positions 10 per sample (the model's standard sequence length; "
+          "--positions sets the longest sample, which a padded batch peaks "
+          "at)",
+          "precision fp32 (not given; --precision bf16 for mixed precision)",
+          "optimizer adamw (not given): 0 GB of state for 640 trained "
+          "parameters"));
+  TrainingSetup set;
+  set.set_attention(TrainingSetup::SDPA);
+  set.set_positions(32);
+  set.set_precision(TrainingSetup::BF16_MIXED);
+  set.set_optimizer(TrainingSetup::SGD);
+  EXPECT_THAT(SetupAssumptions(Block(), set, Profile(Block(), set).states),
+              ::testing::IsEmpty());
+  // What the request asked decides, not what a profile filled in.
+  TrainingSetup filled = set;
+  EXPECT_THAT(SetupAssumptions(Block(), unset, filled, p.states),
+              ::testing::Contains(::testing::StartsWith("positions 10 ")));
+}
+
+// QLoRA without a precision computes in fp32 and says so: the largest base
+// weight, 8 x 16 = 128, dequantized to 4-byte fp32 = 512 bytes (0 GB).
+TEST(TrainingSetupTest, QloraSaysItsPrecisionWasAssumed) {
+  TrainingSetup setup;
+  setup.mutable_lora()->set_rank(4);
+  setup.mutable_lora()->add_targets("q");
+  setup.mutable_lora()->add_targets("v");
+  setup.set_quant_base(TrainingSetup::NF4);
+  setup.set_optimizer(TrainingSetup::ADAMW);
+  setup.set_positions(10);
+  setup.set_attention(TrainingSetup::SDPA);
+  const MemoryProfile p = Profile(Block(), setup);
+  EXPECT_DOUBLE_EQ(p.states.dequantized, 128 * 4.0);
+  EXPECT_THAT(SetupAssumptions(Block(), setup, p.states),
+              ::testing::ElementsAre(
+                  "precision fp32 (not given): QLoRA computes in fp32, each "
+                  "layer of the 640 NF4 linear weights dequantized to fp32 "
+                  "for compute (0 GB at a time); --precision bf16 computes "
+                  "in bf16"));
+  setup.set_precision(TrainingSetup::BF16_MIXED);
+  EXPECT_THAT(SetupAssumptions(Block(), setup, Profile(Block(), setup).states),
+              ::testing::IsEmpty());
 }
 
 TEST(TrainingSetupTest, TrainingTheLastBlocksFreezesWhatComesBefore) {
@@ -268,9 +326,14 @@ TEST(TrainingSetupTest, AttentionFollowsTheModelUnlessTheSetupSaysOtherwise) {
   // the dropped probabilities (4).
   EXPECT_DOUBLE_EQ(Profile(spec, setup).per_sample_bytes[kAttention],
                    2 * 16 * 16 * 9.0);
-  const auto said = SetupAssumptions(spec, setup, ModelStates());
-  ASSERT_FALSE(said.empty());
-  EXPECT_NE(said[0].find("eager (setup)"), std::string::npos) << said[0];
+  // The kernel the setup names is not an assumption; the model's default,
+  // when none is named, is.
+  for (const std::string& a : SetupAssumptions(spec, setup, ModelStates())) {
+    EXPECT_EQ(a.find("attention"), std::string::npos) << a;
+  }
+  EXPECT_EQ(SetupAssumptions(spec, TrainingSetup(), ModelStates())[0],
+            "attention: the model's default, sdpa (1 layer; no score "
+            "matrix); --attention eager|sdpa|flash chooses");
   setup.set_attention(TrainingSetup::FLASH);
   auto refused = BuildProfile(spec, setup);
   ASSERT_FALSE(refused.ok());

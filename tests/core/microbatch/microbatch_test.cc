@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/json_io.h"
 #include "core/memory/model_spec.h"
+#include "core/microbatch/cache_key.h"
 #include "core/microbatch/plan.h"
 #include "core/microbatch/select.h"
 #include "gmock/gmock.h"
@@ -69,6 +70,26 @@ TEST(AutotuneRecordTest, ParsesAndPrintsBackWithTheFilesKeys) {
 
 // The record's policy on the record's measurements and budget selects what
 // the record selected and fails exactly what the record failed.
+// The autotune cache's source hash reads an unset precision as fp32 and an
+// unset optimizer as AdamW: a request that leaves them unset is the same
+// entry as one that names those; another value is another entry.
+TEST(AutotuneCacheKeyTest, UnsetPrecisionAndOptimizerHashAsTheirDefaults) {
+  v1::ModelSpec spec;
+  spec.set_name("lin");
+  spec.set_positions(8);
+  v1::TrainingSetup unset;
+  v1::TrainingSetup defaults;
+  defaults.set_precision(v1::TrainingSetup::FP32);
+  defaults.set_optimizer(v1::TrainingSetup::ADAMW);
+  EXPECT_EQ(SourceHash(spec, unset), SourceHash(spec, defaults));
+  v1::TrainingSetup bf16 = defaults;
+  bf16.set_precision(v1::TrainingSetup::BF16_MIXED);
+  EXPECT_NE(SourceHash(spec, unset), SourceHash(spec, bf16));
+  v1::TrainingSetup sgd = defaults;
+  sgd.set_optimizer(v1::TrainingSetup::SGD);
+  EXPECT_NE(SourceHash(spec, unset), SourceHash(spec, sgd));
+}
+
 TEST(SelectMicrobatchTest, MaxBatchReproducesTheRecord) {
   const v1::AutotuneRecord record = LoadRecord();
   auto selection = SelectMicrobatch(record, "");

@@ -204,13 +204,17 @@ TEST_F(FitPlannerTest, ConvertsAnOnnxGraphWithTheSetupsPositions) {
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->model(), "lin-onnx");
   EXPECT_EQ(response->params(), 1000000u);
+  // The positions were given: not assumed. Precision and optimizer were
+  // not: fp32 and AdamW, whose two fp32 moments of 1,000,000 weights are
+  // 8,000,000 bytes = 0.01 GB.
   EXPECT_THAT(response->assumptions(),
               ::testing::ElementsAre(
                   "batch axis: symbolic dimension 'batch' (x axis 0)",
                   "symbolic dimension 'seq' bound to 1000 positions",
-                  "positions 1000 per sample: a batch padded to its longest "
-                  "sample peaks at the longest, so this is the longest "
-                  "length"));
+                  "precision fp32 (not given; --precision bf16 for mixed "
+                  "precision)",
+                  "optimizer adamw (not given): 0.01 GB of state for 1 M "
+                  "trained parameters"));
 
   request.mutable_setup()->set_positions(0);
   EXPECT_THAT(planner_->CheckFit(request).status().message(),

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -90,9 +91,14 @@ class HttpServerTest : public ::testing::Test {
         });
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return nullptr;
-    (*server)->HandlePage("/energy", [](const HttpServer::Query&) {
-      return std::string("<html>energy</html>");
-    });
+    (*server)->HandlePage(
+        "/energy",
+        [](const HttpServer::Query& query) -> absl::StatusOr<std::string> {
+          if (query.count("arch") != 0 && query.at("arch") != "ampere") {
+            return absl::InvalidArgumentError("arch = 'foo' <unknown>");
+          }
+          return std::string("<html>energy</html>");
+        });
     (*server)->HandlePost("/scheduler/filter", [](const std::string&) {
       return HttpServer::Answer{200, "{\"NodeNames\":[]}"};
     });
@@ -302,6 +308,24 @@ TEST_F(HttpServerTest, WhereReadsAreOpenEveryRouteAnswersWithoutAToken) {
         << path;
   }
   EXPECT_THAT(Post(server->port(), "/scheduler/filter", ""),
+              StartsWith("HTTP/1.1 200"));
+}
+
+// / lists the pages, /metrics and /healthz; a page's bad query value is a
+// 400 with its message (HTML-escaped), not a 200.
+TEST_F(HttpServerTest, IndexListsThePagesAndABadQueryIsA400) {
+  auto server = Start(HttpServer::Options());
+  ASSERT_NE(server, nullptr);
+  const std::string index = Get(server->port(), "/", "");
+  EXPECT_THAT(index, StartsWith("HTTP/1.1 200"));
+  for (const char* path : {"/calibration", "/energy", "/metrics", "/healthz"}) {
+    EXPECT_THAT(index, HasSubstr(absl::StrCat("<a href=\"", path, "\">")))
+        << path;
+  }
+  const std::string bad = Get(server->port(), "/energy?arch=foo", "");
+  EXPECT_THAT(bad, StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(bad, HasSubstr("<p>arch = 'foo' &lt;unknown&gt;</p>"));
+  EXPECT_THAT(Get(server->port(), "/energy?arch=ampere", ""),
               StartsWith("HTTP/1.1 200"));
 }
 

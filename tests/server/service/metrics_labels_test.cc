@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/build_info.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -62,6 +63,20 @@ grpc::Status CallGeneric(grpc::GenericStub* stub, const std::string& method) {
   std::unique_lock<std::mutex> lock(mu);
   done_cv.wait(lock, [&] { return done; });
   return status;
+}
+
+// headroom_build_info: one series, value 1, the build's identity in its
+// labels (sorted by name, as the text format writes them).
+TEST(MetricsBuildInfoTest, OneSeriesWithTheBuildsLabelsAtOne) {
+  PlannerMetrics metrics;
+  const std::string text = Scrape(metrics);
+  const BuildInfo& build = GetBuildInfo();
+  EXPECT_EQ(CountLines(text, "headroom_build_info{"), 1);
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("headroom_build_info{build_type=\"",
+                                           build.build_type, "\",commit=\"",
+                                           build.commit, "\",version=\"",
+                                           build.version, "\"} 1\n")));
+  EXPECT_THAT(text, HasSubstr("# TYPE headroom_build_info gauge"));
 }
 
 TEST(MetricsLabelsTest, MadeUpMethodsAddNoSeriesBeyondUnknown) {
