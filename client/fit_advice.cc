@@ -96,7 +96,9 @@ std::vector<std::string> NextSteps(const v1::CheckFitRequest& request,
     }
   }
   if (need_gb == 0) return steps;
-  const TrainingSetup& setup = request.setup();
+  // With --job, the setup is what the file says, the flags over it.
+  TrainingSetup setup = request.setup();
+  if (response.has_job()) setup.MergeFrom(response.job().setup());
   if (setup.gpus() <= 1 && !request.min_gpus()) {
     steps.push_back(
         "--gpus auto: the smallest GPU count per parallel strategy (DDP, "

@@ -20,6 +20,7 @@
 #include "client/cli_context.h"
 #include "client/cli_json.h"
 #include "client/commands.h"
+#include "client/flag_errors.h"
 #include "client/setup_flags.h"
 #include "core/catalog/model_catalog.h"
 #include "core/frontends/frontend_registry.h"
@@ -259,9 +260,16 @@ int ModelInspect(const Options& options, std::ostream& out, std::ostream& err) {
   // A conversion that bound the lengths (ONNX) is not rescaled again.
   const v1::TrainingSetup setup = ProfileSetup(ref, asked);
   absl::StatusOr<MemoryProfile> profile = BuildProfile(*spec, setup);
-  if (!profile.ok()) return Fail(err, profile.status());
+  // Computed here, not by the planner: its field paths named as flags too.
+  if (!profile.ok()) {
+    return Fail(err, FlagsForFieldPaths(std::string(profile.status().message()),
+                                        options));
+  }
   absl::StatusOr<std::vector<LayerShare>> shares = LayerBreakdown(*spec, setup);
-  if (!shares.ok()) return Fail(err, shares.status());
+  if (!shares.ok()) {
+    return Fail(err, FlagsForFieldPaths(std::string(shares.status().message()),
+                                        options));
+  }
 
   v1::ModelReport report;
   report.set_model(spec->name());

@@ -261,11 +261,20 @@ TEST_F(FindingsWithPlanner, ThePlannersFieldPathsReachTheUserAsFlags) {
   EXPECT_THAT(r.err, HasSubstr("headroom: --model absurd.json: hidden_size"));
   EXPECT_THAT(r.err, Not(HasSubstr("model.hf_config")));
   std::remove(path.c_str());
+  // A word the vocabulary lacks is refused before asking; a combination
+  // only the planner checks comes back named by the flag.
   r = Headroom({"fit", "--model", "bert-base", "--batch", "8", "--gpu", "L4",
                 "--lora_rank", "8", "--lora_targets", "zz"},
                Server());
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("headroom: --lora_targets 'zz' is not allowed"));
+  EXPECT_THAT(r.err, HasSubstr("headroom: --lora_targets 'zz' is unknown; "
+                               "allowed q, k, v, o"));
+  r = Headroom({"fit", "--model", "bert-base", "--batch", "8", "--gpu", "L4",
+                "--lora_targets", "q,v"},
+               Server());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("headroom: --lora_rank 0 is not allowed"));
+  EXPECT_THAT(r.err, Not(HasSubstr("setup.")));
 }
 
 // Finding: --include_simulated silently unused.

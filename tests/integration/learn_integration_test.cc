@@ -37,7 +37,11 @@ class LearnIntegrationTest : public ::testing::Test {
     ASSERT_TRUE(
         sim_.StartPlanner({"--runs=" + kRoot + "/data/memory-runs.jsonl," +
                                kRoot + "/data/harness-runs.jsonl",
-                           "--probe_lease_ms=3000", "--store_poll_ms=100"},
+                           "--probe_lease_ms=3000", "--store_poll_ms=100",
+                           // The only worker is simulated: let its card name
+                           // its node to the extender (by default it does
+                           // not: NodeTargetsTest).
+                           "--extender_include_simulated"},
                           /*http=*/true));
     fleet_ = v1::Fleet::NewStub(sim_.channel());
     planner_stub_ = v1::Fit::NewStub(sim_.channel());

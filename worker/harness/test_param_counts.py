@@ -63,7 +63,9 @@ def planner_counts(headroom, path, flags=()):
     done = subprocess.run([headroom, "model", "inspect", path, "--json", *flags],
                           capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S,
                           check=False)
-    if done.returncode == 2 and "INVALID_ARGUMENT" in done.stderr:
+    # Exit 2 is a refused input; the message names the setup field or flag
+    # (the CLI prints messages without status codes).
+    if done.returncode == 2 and ("setup." in done.stderr or "--" in done.stderr):
         return None
     if done.returncode != 0:
         raise RuntimeError(f"headroom model inspect exited {done.returncode}: "

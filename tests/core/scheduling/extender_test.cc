@@ -386,7 +386,9 @@ struct GoldenPod {
   std::vector<std::pair<std::string, std::string>> flags;  // the CLI's
   uint32_t gpus;                                           // setup.gpus
   uint32_t gpus_per_node;
-  std::vector<v1::Verdict> verdicts;  // per node, in the body's order
+  // Per node, in the body's order: whether it has room (not DOES_NOT_FIT);
+  // empty: not pinned.
+  std::vector<bool> room;
 };
 
 TEST_F(ExtenderTest, PodShapesGetTheCliAnswer) {
@@ -423,7 +425,7 @@ TEST_F(ExtenderTest, PodShapesGetTheCliAnswer) {
         {"--gpus", "8"}},
        8,
        0,
-       {v1::FITS, v1::FITS, v1::DOES_NOT_FIT}},
+       {true, true, false}},
       {"pytorchjob-worker-8gpu.json", fsdp70, 32, 8, {}},
       {"jobset-worker-4x8gpu.json", fsdp70, 32, 8, {}},
   };
@@ -463,13 +465,19 @@ TEST_F(ExtenderTest, PodShapesGetTheCliAnswer) {
     auto answer = planner_->CheckFit(cli, evidence_->get());
     ASSERT_TRUE(answer.ok()) << answer.status();
     std::vector<v1::Verdict> verdicts;
+    std::vector<bool> room;
     for (size_t i = 0; i < decided->size(); ++i) {
       const NodeDecision& d = (*decided)[i];
       EXPECT_EQ(d.verdict, answer->targets(i).verdicts(0)) << d.node;
       EXPECT_EQ(d.peak_gb, answer->targets(i).batches(0).figures().device_gb());
       verdicts.push_back(d.verdict);
+      room.push_back(d.verdict != v1::DOES_NOT_FIT);
     }
-    if (!golden.verdicts.empty()) EXPECT_EQ(verdicts, golden.verdicts);
+    // Eight H100s hold the 8B model sharded (one does not: the test
+    // above); eight L4s do not.
+    if (!golden.room.empty()) {
+      EXPECT_EQ(room, golden.room);
+    }
     if (golden.gpus == 32) gang_verdicts.push_back(verdicts);
   }
   // A PyTorchJob's worker and a JobSet's are the same job on the same
