@@ -94,7 +94,7 @@ std::vector<std::string> FlagNames(const CLI::App* app) {
 // "unknown command 'fitt' (closest: fit); see headroom --help".
 int FailUnknown(const CLI::App* where, const std::string& word,
                 std::ostream& err) {
-  const bool flag = word.rfind("-", 0) == 0;
+  const bool flag = word.rfind('-', 0) == 0;
   std::string name = word.substr(0, word.find('='));
   const std::string closest =
       ClosestMatch(name, flag ? FlagNames(where) : SubcommandNames(where));

@@ -590,7 +590,7 @@ void RegisterFitCommands(CLI::App& app, CliContext& ctx) {
                 "figures");
   AddJobFlags(fit, o);
   AddJson(fit, o);
-  ctx.Run(fit, [&ctx, fit] {
+  ctx.Run(fit, [&ctx] {
     ctx.options.job_overrides = GivenSetupFields(ctx.options);
     return Fit(ctx.options, ctx.out, ctx.err);
   });

@@ -74,8 +74,9 @@ std::string Date(int64_t unix_seconds) {
 
 // "0.1", "1", "10" for decade ticks.
 std::string DecadeLabel(double value) {
-  return value < 1 ? Num(value, static_cast<int>(-std::log10(value) + 0.5))
-                   : Num(value, 0);
+  return value < 1
+             ? Num(value, static_cast<int>(std::lround(-std::log10(value))))
+             : Num(value, 0);
 }
 
 }  // namespace
