@@ -356,18 +356,26 @@ void PrintFactorSetHeader(const Options& options, const v1::FactorSet& set,
       << "\n";
 }
 
-}  // namespace
-
-int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
+// The server's factor set --version names (the current one without it):
+// kExitAnswer, or the failed call's exit code, said on `err`.
+int GetFactorSet(const Options& options, v1::FactorSet* set,
+                 std::ostream& err) {
   v1::GetCalibrationRequest request;
   request.set_version(options.version);
   v1::GetCalibrationResponse response;
-  if (const int code = Call(options, &v1::Calibration::Stub::GetCalibration,
-                            request, &response, err);
-      code != kExitAnswer) {
+  const int code = Call(options, &v1::Calibration::Stub::GetCalibration,
+                        request, &response, err);
+  if (code == kExitAnswer) *set = std::move(*response.mutable_factor_set());
+  return code;
+}
+
+}  // namespace
+
+int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
+  v1::FactorSet set;
+  if (const int code = GetFactorSet(options, &set, err); code != kExitAnswer) {
     return code;
   }
-  const v1::FactorSet& set = response.factor_set();
   if (options.json) {
     // The page, as calib page --json prints one.
     out << CliJson(set.page()) << "\n";
@@ -379,15 +387,10 @@ int CalibShow(const Options& options, std::ostream& out, std::ostream& err) {
 }
 
 int FactorsShow(const Options& options, std::ostream& out, std::ostream& err) {
-  v1::GetCalibrationRequest request;
-  request.set_version(options.version);
-  v1::GetCalibrationResponse response;
-  if (const int code = Call(options, &v1::Calibration::Stub::GetCalibration,
-                            request, &response, err);
-      code != kExitAnswer) {
+  v1::FactorSet set;
+  if (const int code = GetFactorSet(options, &set, err); code != kExitAnswer) {
     return code;
   }
-  const v1::FactorSet& set = response.factor_set();
   if (options.json) {
     out << CliJson(set) << "\n";
     return 0;

@@ -247,17 +247,22 @@ std::vector<SetupKey> MakeVocabulary() {
   return keys;
 }
 
+// "fp32, bf16, fp16": the key's words as errors and help list them.
+std::string WordList(const SetupKey& key) {
+  std::vector<std::string> words;
+  for (const SetupWord& w : key.words) words.push_back(w.word);
+  return absl::StrJoin(words, ", ");
+}
+
 // "<source> 'x' is unknown; allowed a, b, c" for a word the key lacks,
 // "... is invalid; allowed 0..1024" for a value out of its range.
 absl::Status Bad(const SetupKey& key, absl::string_view text,
                  absl::string_view source) {
   const bool words_only = !key.words.empty() && key.type != SetupKeyType::kUint;
-  std::vector<std::string> words;
-  for (const SetupWord& w : key.words) words.push_back(w.word);
   return absl::InvalidArgumentError(
       absl::StrCat(source, " '", text.substr(0, kMaxStringBytes), "' is ",
                    words_only ? "unknown" : "invalid", "; allowed ",
-                   words_only ? absl::StrJoin(words, ", ") : key.Allowed()));
+                   words_only ? WordList(key) : key.Allowed()));
 }
 
 // Walks `path` ("lora.rank") from `setup` to the last field's message.
@@ -492,14 +497,12 @@ std::string SetupKey::TypeName() const {
 }
 
 std::string SetupKey::Allowed() const {
-  std::vector<std::string> words;
-  for (const SetupWord& w : this->words) words.push_back(w.word);
-  const std::string list = absl::StrJoin(words, ", ");
+  const std::string list = WordList(*this);
   switch (type) {
     case SetupKeyType::kUint:
       return absl::StrCat(static_cast<uint64_t>(min), "..",
                           static_cast<uint64_t>(max),
-                          words.empty() ? "" : " or ", list);
+                          list.empty() ? "" : " or ", list);
     case SetupKeyType::kNumber:
       return absl::StrCat(min, " <= p < ", max);
     case SetupKeyType::kBool:
@@ -507,8 +510,8 @@ std::string SetupKey::Allowed() const {
     case SetupKeyType::kWords:
       return absl::StrCat("a comma list of ", list);
     case SetupKeyType::kStrings:
-      return words.empty() ? "a comma list of names"
-                           : absl::StrCat("a comma list of ", list);
+      return list.empty() ? "a comma list of names"
+                          : absl::StrCat("a comma list of ", list);
     case SetupKeyType::kString:
       return "a version: letters, digits and . - + _, at most 64";
     default:

@@ -458,23 +458,18 @@ std::map<std::string, v1::Target> NodeTargets(
     if (node.empty() || inventory.count(node) != 0) continue;
     // A simulated card names no real node's GPU unless asked.
     const v1::GpuDevice* first = nullptr;
+    std::string kind;
     for (const v1::GpuDevice& device : hello.gpus()) {
-      if (include_simulated || !device.simulated()) {
-        first = &device;
-        break;
-      }
+      if (device.simulated() && !include_simulated) continue;
+      if (first == nullptr) first = &device;
+      kind = CatalogGpuForDriverName(device.name());
+      if (!kind.empty()) break;
     }
     if (first == nullptr) continue;
     v1::Target target;
-    for (const v1::GpuDevice& device : hello.gpus()) {
-      if (device.simulated() && !include_simulated) continue;
-      const std::string kind = CatalogGpuForDriverName(device.name());
-      if (!kind.empty()) {
-        target.set_gpu(kind);
-        break;
-      }
-    }
-    if (target.kind_case() == v1::Target::KIND_NOT_SET) {
+    if (!kind.empty()) {
+      target.set_gpu(kind);
+    } else {
       target.set_memory_gb(static_cast<double>(first->memory_bytes()) / 1e9);
     }
     inventory[node] = target;
