@@ -104,7 +104,10 @@ class FakeApi {
 class ConfigMapReaderTest : public ::testing::Test {
  protected:
   ConfigMapReaderTest() {
-    token_file_ = ::testing::TempDir() + "configmap_reader_token";
+    // One file per test process: ctest runs this suite's tests side by
+    // side, and one's destructor must not remove another's token.
+    token_file_ = ::testing::TempDir() + "configmap_reader_token-" +
+                  std::to_string(getpid());
     std::ofstream(token_file_) << "sa-token-123\n";
   }
   ~ConfigMapReaderTest() override { std::remove(token_file_.c_str()); }
