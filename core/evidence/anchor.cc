@@ -45,6 +45,26 @@ std::vector<size_t> LeftOut(const std::vector<v1::MeasuredRun>& runs,
   return chosen;
 }
 
+// Writes the leave-one-run-out predictions of `group` (its LeftOut
+// positions) into `loo`, which holds one entry per run.
+void LeaveGroupRunsOut(const std::vector<v1::MeasuredRun>& runs,
+                       const AnchorGroup& group, const GpuConstants& constants,
+                       const Shrinkage& shrinkage, const AnchorOptions& options,
+                       Predictions* loo) {
+  if (group.runs.size() < 2) return;
+  for (size_t i : LeftOut(runs, group, options.max_left_out_per_model)) {
+    std::vector<size_t> others;
+    for (size_t j = 0; j < group.runs.size(); ++j) {
+      if (j != i) others.push_back(group.runs[j]);
+    }
+    const Correction correction =
+        FitCorrection(group.shape, runs, others, constants, shrinkage, options);
+    const v1::MeasuredRun& run = runs[group.runs[i]];
+    (*loo)[group.runs[i]] = AnchoredPeakGb(group.shape, correction, run.batch(),
+                                           ConstantOn(constants, run.gpu()));
+  }
+}
+
 // Leave-one-run-out predictions over every group of at least 2 runs (the
 // LeftOut positions of a large one).
 Predictions LeaveOneRunOut(const std::vector<v1::MeasuredRun>& runs,
@@ -54,18 +74,7 @@ Predictions LeaveOneRunOut(const std::vector<v1::MeasuredRun>& runs,
                            const AnchorOptions& options) {
   Predictions loo(runs.size());
   for (const AnchorGroup& group : groups) {
-    if (group.runs.size() < 2) continue;
-    for (size_t i : LeftOut(runs, group, options.max_left_out_per_model)) {
-      std::vector<size_t> others;
-      for (size_t j = 0; j < group.runs.size(); ++j) {
-        if (j != i) others.push_back(group.runs[j]);
-      }
-      const Correction correction = FitCorrection(
-          group.shape, runs, others, constants, shrinkage, options);
-      const v1::MeasuredRun& run = runs[group.runs[i]];
-      loo[group.runs[i]] = AnchoredPeakGb(group.shape, correction, run.batch(),
-                                          ConstantOn(constants, run.gpu()));
-    }
+    LeaveGroupRunsOut(runs, group, constants, shrinkage, options, &loo);
   }
   return loo;
 }
@@ -114,12 +123,23 @@ Correction FitCorrection(const ModelShape& shape,
                          const GpuConstants& constants,
                          const Shrinkage& shrinkage,
                          const AnchorOptions& options) {
+  std::vector<const v1::MeasuredRun*> of;
+  of.reserve(run_indices.size());
+  for (size_t index : run_indices) of.push_back(&runs[index]);
+  return FitCorrection(shape, of, constants, shrinkage, options);
+}
+
+Correction FitCorrection(const ModelShape& shape,
+                         const std::vector<const v1::MeasuredRun*>& runs,
+                         const GpuConstants& constants,
+                         const Shrinkage& shrinkage,
+                         const AnchorOptions& options) {
   // The two scales are the first two "factors" of the global fit's loss:
   // the same relative error, OOM hinge and prior toward 1.
   std::vector<FitSample> samples;
-  samples.reserve(run_indices.size());
-  for (size_t index : run_indices) {
-    const v1::MeasuredRun& run = runs[index];
+  samples.reserve(runs.size());
+  for (const v1::MeasuredRun* run_ptr : runs) {
+    const v1::MeasuredRun& run = *run_ptr;
     const double constant = ConstantOn(constants, run.gpu());
     FitSample sample;
     sample.component_gb[0] = shape.fixed_gb;
@@ -154,14 +174,32 @@ Correction FitCorrection(const ModelShape& shape,
 
 uint64_t LargestMeasuredBatch(const std::vector<v1::MeasuredRun>& runs,
                               const std::vector<size_t>& run_indices) {
+  std::vector<const v1::MeasuredRun*> of;
+  of.reserve(run_indices.size());
+  for (size_t index : run_indices) of.push_back(&runs[index]);
+  return LargestMeasuredBatch(of);
+}
+
+uint64_t LargestMeasuredBatch(const std::vector<const v1::MeasuredRun*>& runs) {
   uint64_t completed = 0, any = 0;
-  for (size_t index : run_indices) {
-    any = std::max<uint64_t>(any, runs[index].batch());
-    if (Completed(runs[index])) {
-      completed = std::max<uint64_t>(completed, runs[index].batch());
-    }
+  for (const v1::MeasuredRun* run : runs) {
+    any = std::max<uint64_t>(any, run->batch());
+    if (Completed(*run))
+      completed = std::max<uint64_t>(completed, run->batch());
   }
   return completed != 0 ? completed : any;
+}
+
+bool AddsGpuCell(const std::vector<const v1::MeasuredRun*>& runs,
+                 const v1::MeasuredRun& added) {
+  if (!Completed(added)) return false;
+  for (const v1::MeasuredRun* run : runs) {
+    if (run != &added && Completed(*run) && run->batch() == added.batch() &&
+        run->gpu() != added.gpu()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 GpuConstants FitGpuConstants(const std::vector<v1::MeasuredRun>& runs,
@@ -254,30 +292,35 @@ void ChooseShrinkage(const std::vector<v1::MeasuredRun>& runs,
 std::vector<std::vector<double>> LooRatiosByBucket(
     const std::vector<v1::MeasuredRun>& runs,
     const std::vector<AnchorGroup>& groups, const Shrinkage& shrinkage,
-    const AnchorOptions& options, AnchorCalibration* calibration) {
+    const GpuConstants* shared_constants, const AnchorOptions& options,
+    AnchorCalibration* calibration) {
   calibration->loo.assign(runs.size(), std::nullopt);
   std::vector<std::vector<double>> ratios(options.bucket_edges.size() + 1);
   for (size_t g = 0; g < groups.size(); ++g) {
     const AnchorGroup& group = groups[g];
     if (group.runs.size() < 2) continue;
     ++calibration->models;
-    std::vector<AnchorGroup> others;
-    others.reserve(groups.size());
-    for (size_t o = 0; o < groups.size(); ++o) {
-      if (o != g) others.push_back(groups[o]);
+    GpuConstants constants;
+    if (shared_constants != nullptr) {
+      constants = *shared_constants;
+    } else {
+      std::vector<AnchorGroup> others;
+      others.reserve(groups.size());
+      for (size_t o = 0; o < groups.size(); ++o) {
+        if (o != g) others.push_back(groups[o]);
+      }
+      constants = FitGpuConstants(runs, others, options);
     }
-    const GpuConstants constants = FitGpuConstants(runs, others, options);
-    const std::vector<AnchorGroup> just = {group};
-    const Predictions loo =
-        LeaveOneRunOut(runs, just, constants, shrinkage, options);
+    LeaveGroupRunsOut(runs, group, constants, shrinkage, options,
+                      &calibration->loo);
     for (size_t i = 0; i < group.runs.size(); ++i) {
       const size_t index = group.runs[i];
-      if (!loo[index].has_value()) continue;  // not among LeftOut
-      calibration->loo[index] = loo[index];
+      const std::optional<double>& loo = calibration->loo[index];
+      if (!loo.has_value()) continue;  // not among LeftOut
       ++calibration->runs;
       const v1::MeasuredRun& run = runs[index];
       if (!Completed(run) || run.measured_peak_gb() < options.min_gb ||
-          !loo[index].has_value() || *loo[index] <= 0) {
+          *loo <= 0) {
         continue;
       }
       const double extrapolation = LooExtrapolation(runs, group, i);
@@ -286,10 +329,34 @@ std::vector<std::vector<double>> LooRatiosByBucket(
              extrapolation > options.bucket_edges[bucket] + 1e-9) {
         ++bucket;
       }
-      ratios[bucket].push_back(run.measured_peak_gb() / *loo[index]);
+      ratios[bucket].push_back(run.measured_peak_gb() / *loo);
     }
   }
   return ratios;
+}
+
+// At most options.max_calibration_groups of `groups`, chosen by a hash of
+// their key ids (the same groups whatever order they come in): all of them
+// when there are no more.
+std::vector<AnchorGroup> CalibrationSample(
+    const std::vector<AnchorGroup>& groups, const AnchorOptions& options) {
+  if (groups.size() <= options.max_calibration_groups) return groups;
+  std::vector<std::pair<uint64_t, size_t>> order;
+  order.reserve(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    uint64_t hash = 1469598103934665603ULL;  // FNV-1a
+    for (char c : groups[g].key_id) {
+      hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    }
+    order.emplace_back(hash, g);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<AnchorGroup> sample;
+  sample.reserve(options.max_calibration_groups);
+  for (size_t i = 0; i < options.max_calibration_groups; ++i) {
+    sample.push_back(groups[order[i].second]);
+  }
+  return sample;
 }
 
 // k per bucket by the page's rule; a bucket with too few ratios takes the
@@ -345,10 +412,14 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
                                    const AnchorOptions& options) {
   AnchorCalibration calibration;
   const GpuConstants all_constants = FitGpuConstants(runs, groups, options);
-  ChooseShrinkage(runs, groups, all_constants, options, &calibration);
+  const bool sampled = groups.size() > options.max_calibration_groups;
+  const std::vector<AnchorGroup> sample = CalibrationSample(groups, options);
+  ChooseShrinkage(runs, sample, all_constants, options, &calibration);
   calibration.gpu_constant_gb = all_constants;
+  calibration.sampled_groups = sampled ? sample.size() : 0;
   const std::vector<std::vector<double>> ratios = LooRatiosByBucket(
-      runs, groups, calibration.shrinkage, options, &calibration);
+      runs, sample, calibration.shrinkage, sampled ? &all_constants : nullptr,
+      options, &calibration);
   calibration.buckets = BucketsOf(ratios, prior_k90, prior_k95, options);
   return calibration;
 }

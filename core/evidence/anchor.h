@@ -84,6 +84,13 @@ struct AnchorOptions {
   // A model with more runs has this many of them, spread over its batches,
   // left out one at a time (the rest are not predicted held out).
   size_t max_left_out_per_model = 8;
+  // With more groups than this, the shrinkage and the buckets' k are
+  // calibrated on this many of them (chosen by a hash of their key ids),
+  // and each is predicted with the constants fitted on every group, not
+  // without its own: one group's cells move a constant by about its share
+  // of that card's cells, under 1/2000 here. Keeps a refit of a million
+  // runs over 20,000 keys linear in the runs (bench/million_runs.cc).
+  size_t max_calibration_groups = 2000;
 };
 
 // One model-and-setup key's usable runs (indices into a runs vector) and
@@ -112,11 +119,24 @@ Correction FitCorrection(const ModelShape& shape,
                          const GpuConstants& constants,
                          const Shrinkage& shrinkage,
                          const AnchorOptions& options);
+// The same on the runs themselves.
+Correction FitCorrection(const ModelShape& shape,
+                         const std::vector<const v1::MeasuredRun*>& runs,
+                         const GpuConstants& constants,
+                         const Shrinkage& shrinkage,
+                         const AnchorOptions& options);
 
 // The largest batch of `run_indices` that completed (or of any run when
 // none did): what an asked batch's extrapolation is measured against.
 uint64_t LargestMeasuredBatch(const std::vector<v1::MeasuredRun>& runs,
                               const std::vector<size_t>& run_indices);
+uint64_t LargestMeasuredBatch(const std::vector<const v1::MeasuredRun*>& runs);
+
+// Whether `added` (one of `runs`, a model's runs) makes a cell the GPU
+// constants are fitted on: it completed at a batch another of the model's
+// runs completed at on another card. Only then can storing it move them.
+bool AddsGpuCell(const std::vector<const v1::MeasuredRun*>& runs,
+                 const v1::MeasuredRun& added);
 
 // GPU constants fitted across every model measured at the same batch on
 // two or more GPUs (only the card differs there), shrunk toward 0.
@@ -138,6 +158,9 @@ struct AnchorCalibration {
   std::vector<v1::ExtrapolationBucket> buckets;
   int runs = 0;
   int models = 0;
+  // Groups the shrinkage and k were calibrated on when sampled
+  // (AnchorOptions::max_calibration_groups); 0: all of them.
+  size_t sampled_groups = 0;
 };
 
 // Chooses the shrinkage, fits the GPU constants and calibrates k per

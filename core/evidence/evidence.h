@@ -63,6 +63,16 @@ struct Anchor {
   std::vector<std::string> gpus;
 };
 
+// What adding runs to evidence did (Evidence::WithRuns).
+struct EvidenceUpdate {
+  size_t runs = 0;     // runs added
+  size_t anchors = 0;  // key-and-source groups re-fitted or created
+  // Some added run made a cell the GPU constants are fitted on (AddsGpuCell):
+  // the constants, and so every correction, may have moved; only a rebuild
+  // re-fits them.
+  bool constants_moved = false;
+};
+
 class Evidence {
  public:
   // Groups the usable runs of `runs` by key and source (runs whose template
@@ -71,6 +81,19 @@ class Evidence {
   static std::shared_ptr<const Evidence> Build(
       const std::vector<v1::MeasuredRun>& runs, const ModelCatalog& catalog,
       const std::vector<Prior>& priors, const AnchorOptions& options = {});
+
+  // This evidence with `added` too: each added run joins its key's group
+  // (a new group for a new key), whose correction is fitted again under
+  // this evidence's calibration (shrinkage, GPU constants, buckets). Shares
+  // everything else with this evidence, so the cost is that of the groups
+  // the runs join, not of the runs already held: runs are held in chunks
+  // of kChunkRuns and groups in kShards shards, and only the last chunk and
+  // the shards touched are copied. `priors` and `options` must be the ones
+  // this evidence was built with.
+  std::shared_ptr<const Evidence> WithRuns(
+      const std::vector<v1::MeasuredRun>& added, const ModelCatalog& catalog,
+      const std::vector<Prior>& priors, const AnchorOptions& options,
+      EvidenceUpdate* update = nullptr) const;
 
   Evidence(const Evidence&) = delete;
   Evidence& operator=(const Evidence&) = delete;
@@ -86,17 +109,38 @@ class Evidence {
   // has the most.
   std::vector<const Anchor*> FindAll(const ModelKey& key) const;
 
-  const AnchorCalibration& calibration() const { return calibration_; }
-  const std::vector<v1::MeasuredRun>& runs() const { return runs_; }
-  size_t groups() const { return anchors_.size(); }
+  const AnchorCalibration& calibration() const { return *calibration_; }
+  // The run an anchor's group.runs index names (index < run_count()), as
+  // the evidence holds it (a published figure of another metric read as
+  // the allocator peak it corresponds to).
+  const v1::MeasuredRun& run(size_t index) const {
+    return (*chunks_[index / kChunkRuns])[index % kChunkRuns];
+  }
+  size_t run_count() const { return run_count_; }
+  size_t groups() const { return groups_; }
+
+  static constexpr size_t kChunkRuns = 4096;
+  static constexpr size_t kShards = 256;
 
  private:
-  Evidence() = default;
+  using Chunk = std::vector<v1::MeasuredRun>;
+  // canonical key -> that key's anchors (one per source).
+  using Shard = std::multimap<std::string, std::shared_ptr<const Anchor>>;
 
-  std::vector<v1::MeasuredRun> runs_;
-  std::vector<Anchor> anchors_;
-  std::multimap<std::string, size_t> by_key_;  // canonical -> anchors_
-  AnchorCalibration calibration_;
+  Evidence() = default;
+  static size_t ShardOf(const std::string& canonical);
+  void Append(v1::MeasuredRun run);
+  std::vector<const v1::MeasuredRun*> RunsOf(const Anchor& anchor) const;
+  // Fills the anchor's correction and basis figures from its runs.
+  void Refit(const AnchorOptions& options, Anchor* anchor) const;
+
+  std::vector<std::shared_ptr<const Chunk>> chunks_;
+  // While building: the last chunk when this evidence owns it alone.
+  std::shared_ptr<Chunk> tail_;
+  size_t run_count_ = 0;
+  std::vector<std::shared_ptr<const Shard>> shards_;
+  size_t groups_ = 0;
+  std::shared_ptr<const AnchorCalibration> calibration_;
 };
 
 }  // namespace headroom

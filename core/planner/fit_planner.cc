@@ -445,7 +445,7 @@ DeviceJudge DeviceJudgeFor(const TargetJudge& judge,
   if (basis.anchor != nullptr && evidence != nullptr) {
     std::vector<const v1::MeasuredRun*> runs;
     for (size_t i : basis.anchor->group.runs) {
-      runs.push_back(&evidence->runs()[i]);
+      runs.push_back(&evidence->run(i));
     }
     AnchorDeviceCosts(runs, gpu, &device.costs);
   } else if (kind.has_value()) {

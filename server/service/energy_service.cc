@@ -366,7 +366,7 @@ absl::StatusOr<v1::TrainEnergyResponse> EnergyService::AnswerTrainEnergy(
     const bool sim = anchor->source == v1::SIM;
     if (sim && !request.include_simulated()) continue;
     for (size_t i : anchor->group.runs) {
-      const v1::MeasuredRun& run = from.evidence->runs()[i];
+      const v1::MeasuredRun& run = from.evidence->run(i);
       if (run.gpu() != gpu.name || !run.has_energy_j() ||
           !(run.energy_j() > 0) || !run.has_measured_peak_gb() ||
           !run.excluded().empty() ||
