@@ -374,12 +374,16 @@ absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
 
   std::set<std::string> measured_kinds;
   std::map<std::string, std::vector<size_t>> by_publication;
+  // Every usable published row by publication, spec or not: what anchors
+  // the other publications' answers.
+  std::map<std::string, std::vector<size_t>> rows_of;
   std::vector<v1::MeasuredRun> others;
   for (size_t i = 0; i < runs.size(); ++i) {
     const v1::MeasuredRun& run = runs[i];
     if (!IsUsable(run) || run.simulated()) continue;
     if (IsPublished(run)) {
       if (run.has_spec()) by_publication[run.publication()].push_back(i);
+      rows_of[run.publication()].push_back(i);
       continue;
     }
     others.push_back(run);
@@ -408,14 +412,17 @@ absl::StatusOr<std::vector<v1::SetupKindBound>> CalibrateKindBounds(
     }
     std::shared_ptr<const Evidence> evidence = base;
     if (shared) {
-      std::vector<v1::MeasuredRun> without;
-      for (const v1::MeasuredRun& run : runs) {
-        if (!(IsPublished(run) && run.publication() == publication)) {
-          without.push_back(run);
-        }
+      // The other publications' rows added to the measured runs' evidence
+      // (Evidence::WithRuns: their groups fitted under its calibration,
+      // which published rows do not enter), not a rebuild of every run per
+      // publication: the cost is the published rows'.
+      std::vector<v1::MeasuredRun> others_published;
+      for (const auto& [other, other_indices] : rows_of) {
+        if (other == publication) continue;
+        for (size_t i : other_indices) others_published.push_back(runs[i]);
       }
-      evidence =
-          Evidence::Build(without, catalog, planner.priors(), anchor_options);
+      evidence = base->WithRuns(others_published, catalog, planner.priors(),
+                                anchor_options);
     }
     for (size_t i : indices) {
       std::optional<KindObservation> o = Observe(runs[i], planner, *evidence);

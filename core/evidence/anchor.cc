@@ -208,47 +208,56 @@ GpuConstants FitGpuConstants(const std::vector<v1::MeasuredRun>& runs,
   // Cells: one model at one batch measured on at least two GPUs. Within a
   // cell only the card differs, so m = level(cell) + constant(gpu); least
   // squares over the cells with the constants shrunk toward 0 (which also
-  // fixes their common offset), by alternating the two.
+  // fixes their common offset), by alternating the two. GPUs are numbered
+  // once, so the rounds compare no names.
   struct Cell {
-    std::vector<std::pair<std::string, double>> peaks;  // gpu, measured GB
+    std::vector<std::pair<size_t, double>> peaks;  // gpu number, GB
     double level = 0;
   };
+  std::map<std::string, size_t> numbers;
   std::vector<Cell> cells;
   for (const AnchorGroup& group : groups) {
-    std::map<uint64_t, Cell> by_batch;
+    std::map<uint64_t, std::vector<const v1::MeasuredRun*>> by_batch;
     for (size_t index : group.runs) {
       const v1::MeasuredRun& run = runs[index];
-      if (!Completed(run)) continue;
-      by_batch[run.batch()].peaks.emplace_back(run.gpu(),
-                                               run.measured_peak_gb());
+      if (Completed(run)) by_batch[run.batch()].push_back(&run);
     }
-    for (auto& [batch, cell] : by_batch) {
+    for (const auto& [batch, batch_runs] : by_batch) {
       std::set<std::string> gpus;
-      for (const auto& [gpu, gb] : cell.peaks) gpus.insert(gpu);
-      if (gpus.size() >= 2) cells.push_back(std::move(cell));
+      for (const v1::MeasuredRun* run : batch_runs) gpus.insert(run->gpu());
+      if (gpus.size() < 2) continue;
+      Cell cell;
+      for (const v1::MeasuredRun* run : batch_runs) {
+        const size_t number =
+            numbers.emplace(run->gpu(), numbers.size()).first->second;
+        cell.peaks.emplace_back(number, run->measured_peak_gb());
+      }
+      cells.push_back(std::move(cell));
+    }
+  }
+  std::vector<double> constant(numbers.size(), 0.0);
+  std::vector<std::pair<double, int>> residuals(numbers.size());
+  for (int round = 0; round < kConstantRounds && !cells.empty(); ++round) {
+    for (Cell& cell : cells) {
+      double sum = 0;
+      for (const auto& [gpu, gb] : cell.peaks) sum += gb - constant[gpu];
+      cell.level = sum / static_cast<double>(cell.peaks.size());
+    }
+    std::fill(residuals.begin(), residuals.end(), std::make_pair(0.0, 0));
+    for (const Cell& cell : cells) {
+      for (const auto& [gpu, gb] : cell.peaks) {
+        residuals[gpu].first += gb - cell.level;
+        ++residuals[gpu].second;
+      }
+    }
+    for (size_t gpu = 0; gpu < constant.size(); ++gpu) {
+      constant[gpu] = residuals[gpu].first /
+                      (residuals[gpu].second + options.gpu_shrink_runs);
     }
   }
   GpuConstants constants;
-  for (int round = 0; round < kConstantRounds; ++round) {
-    for (Cell& cell : cells) {
-      double sum = 0;
-      for (const auto& [gpu, gb] : cell.peaks) {
-        sum += gb - ConstantOn(constants, gpu);
-      }
-      cell.level = sum / static_cast<double>(cell.peaks.size());
-    }
-    std::map<std::string, std::pair<double, int>> residuals;  // sum, count
-    for (const Cell& cell : cells) {
-      for (const auto& [gpu, gb] : cell.peaks) {
-        auto& [sum, count] = residuals[gpu];
-        sum += gb - cell.level;
-        ++count;
-      }
-    }
-    for (const auto& [gpu, residual] : residuals) {
-      constants[gpu] =
-          residual.first / (residual.second + options.gpu_shrink_runs);
-    }
+  for (const auto& [gpu, number] : numbers) {
+    if (residuals[number].second > 0) constants[gpu] = constant[number];
   }
   return constants;
 }
@@ -417,8 +426,9 @@ AnchorCalibration CalibrateAnchors(const std::vector<v1::MeasuredRun>& runs,
   ChooseShrinkage(runs, sample, all_constants, options, &calibration);
   calibration.gpu_constant_gb = all_constants;
   calibration.sampled_groups = sampled ? sample.size() : 0;
+  const bool shared = groups.size() > options.max_groups_refitting_constants;
   const std::vector<std::vector<double>> ratios = LooRatiosByBucket(
-      runs, sample, calibration.shrinkage, sampled ? &all_constants : nullptr,
+      runs, sample, calibration.shrinkage, shared ? &all_constants : nullptr,
       options, &calibration);
   calibration.buckets = BucketsOf(ratios, prior_k90, prior_k95, options);
   return calibration;

@@ -85,12 +85,16 @@ struct AnchorOptions {
   // left out one at a time (the rest are not predicted held out).
   size_t max_left_out_per_model = 8;
   // With more groups than this, the shrinkage and the buckets' k are
-  // calibrated on this many of them (chosen by a hash of their key ids),
-  // and each is predicted with the constants fitted on every group, not
-  // without its own: one group's cells move a constant by about its share
-  // of that card's cells, under 1/2000 here. Keeps a refit of a million
-  // runs over 20,000 keys linear in the runs (bench/million_runs.cc).
+  // calibrated on this many of them (chosen by a hash of their key ids).
+  // Keeps a refit of a million runs over 20,000 keys linear in the runs
+  // (bench/million_runs.cc).
   size_t max_calibration_groups = 2000;
+  // With more groups than this, a left-out run is predicted with the GPU
+  // constants fitted on every group, not without its own group: one
+  // group's cells move a constant by about its share of that card's cells,
+  // under 1/200 here, and refitting the constants once per group costs
+  // groups x cells (400 groups of 50 runs: 40 s).
+  size_t max_groups_refitting_constants = 200;
 };
 
 // One model-and-setup key's usable runs (indices into a runs vector) and

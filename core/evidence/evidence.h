@@ -119,7 +119,7 @@ class Evidence {
   size_t run_count() const { return run_count_; }
   size_t groups() const { return groups_; }
 
-  static constexpr size_t kChunkRuns = 4096;
+  static constexpr size_t kChunkRuns = 1024;
   static constexpr size_t kShards = 256;
 
  private:
