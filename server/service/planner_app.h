@@ -155,6 +155,10 @@ class PlannerApp {
   void Wait();
 
   int grpc_port() const { return grpc_port_; }
+  // The state the services share: for benches and tests that write the
+  // store directly and then say so, as the fleet does after storing a run
+  // (state()->EvidenceStale()).
+  PlannerState* state() const { return state_.get(); }
   int http_port() const { return http_ ? http_->port() : 0; }
   int extender_port() const {
     return extender_http_ ? extender_http_->port() : 0;

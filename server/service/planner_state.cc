@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -46,6 +47,7 @@ PlannerState::PlannerState(std::shared_ptr<const ModelCatalog> catalog,
       options_(options),
       worker_(1, /*nice=*/10),
       evidence_worker_(1, /*nice=*/10),
+      update_worker_(1),
       import_pool_(options.import_threads, /*nice=*/10) {}
 
 void PlannerState::SetPlanner(std::shared_ptr<const FitPlanner> planner) {
@@ -86,35 +88,138 @@ void PlannerState::Quiesce() {
 
 absl::Status PlannerState::RefreshEvidence() {
   const std::shared_ptr<const FitPlanner> current = planner();
-  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs, store_->ListRuns());
+  std::string after;
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs,
+                   store_->ListRunsAfter(&after));
   const auto start = std::chrono::steady_clock::now();
   const int64_t count = static_cast<int64_t>(runs.size());
   AnchorOptions options;
   options.device_costs = &current->factor_set().device_costs();
   std::shared_ptr<const Evidence> built =
       Evidence::Build(runs, *catalog_, current->priors(), options);
+  const auto end = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(end - start).count();
   spdlog::info(
       "event=evidence_built runs={} keys={} seconds={:.3f} factor_set={}",
-      count, built->groups(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count(),
-      current->factor_set().version());
+      count, built->groups(), seconds, current->factor_set().version());
   absl::MutexLock lock(&mu_);
   // A planner installed meanwhile rebuilds again; keep the newer priors.
   if (planner_ == current) {
     evidence_ = std::move(built);
     evidence_runs_ = count;
+    evidence_after_ = std::move(after);
+    evidence_planner_ = current;
+    evidence_rebuild_wanted_ = false;
+    ++evidence_rebuilds_;
+    evidence_rebuild_after_ =
+        end +
+        std::max(std::chrono::milliseconds(options_.evidence_rebuild_min_ms),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     4 * (end - start)));
   }
   return absl::OkStatus();
 }
 
-void PlannerState::EvidenceStale() {
-  if (evidence_refresh_queued_.exchange(true)) return;
+PlannerState::~PlannerState() {
+  evidence_stopping_ = true;
+  // A job that read the flag before it was set may still queue one on the
+  // other thread: once both have run what they hold, none can.
+  for (BackgroundWorker* worker : {&evidence_worker_, &update_worker_}) {
+    auto done = std::make_shared<absl::Notification>();
+    if (worker->Post([done] { done->Notify(); },
+                     std::numeric_limits<size_t>::max())) {
+      done->WaitForNotification();
+    }
+  }
+}
+
+void PlannerState::QueueRebuild() {
+  if (evidence_stopping_ || evidence_rebuild_queued_.exchange(true)) return;
   const bool posted = evidence_worker_.Post([this] {
+    evidence_rebuild_queued_ = false;
+    if (absl::Status rebuilt = RefreshEvidence(); !rebuilt.ok()) {
+      spdlog::warn("event=evidence_rebuild_failed error=\"{}\"",
+                   std::string(rebuilt.message()));
+    }
+    // Runs stored while it read and built.
+    EvidenceStale();
+  });
+  if (!posted) evidence_rebuild_queued_ = false;
+}
+
+absl::Status PlannerState::UpdateEvidence() {
+  const std::shared_ptr<const FitPlanner> current = planner();
+  std::shared_ptr<const Evidence> evidence;
+  std::string after;
+  int64_t held = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (evidence_ == nullptr || evidence_planner_ != current) {
+      evidence = nullptr;
+    } else {
+      evidence = evidence_;
+      after = evidence_after_;
+      held = evidence_runs_;
+    }
+  }
+  if (evidence == nullptr) {
+    QueueRebuild();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::MeasuredRun> runs,
+                   store_->ListRunsAfter(&after));
+  if (!runs.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    AnchorOptions options;
+    options.device_costs = &current->factor_set().device_costs();
+    EvidenceUpdate update;
+    std::shared_ptr<const Evidence> next = evidence->WithRuns(
+        runs, *catalog_, current->priors(), options, &update);
+    spdlog::debug(
+        "event=evidence_updated runs={} groups={} held={} constants_moved={} "
+        "seconds={:.6f}",
+        update.runs, update.anchors, next->run_count(), update.constants_moved,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+    absl::MutexLock lock(&mu_);
+    // Only this thread replaces the evidence; a planner installed meanwhile
+    // has queued a rebuild.
+    if (planner_ != current || evidence_ != evidence) return absl::OkStatus();
+    evidence_ = std::move(next);
+    held += static_cast<int64_t>(runs.size());
+    evidence_runs_ = held;
+    evidence_after_ = std::move(after);
+    evidence_rebuild_wanted_ |= update.constants_moved;
+  }
+  // Runs the listing did not return (committed out of key order by another
+  // replica, or removed) are only seen by a rebuild.
+  ASSIGN_OR_RETURN(const int64_t stored, store_->CountRuns());
+  bool rebuild;
+  {
+    absl::MutexLock lock(&mu_);
+    evidence_rebuild_wanted_ |= stored != held;
+    rebuild = evidence_rebuild_wanted_ &&
+              std::chrono::steady_clock::now() >= evidence_rebuild_after_;
+  }
+  if (rebuild) QueueRebuild();
+  return absl::OkStatus();
+}
+
+void PlannerState::WaitForEvidence() {
+  auto done = std::make_shared<absl::Notification>();
+  if (update_worker_.Post([done] { done->Notify(); },
+                          std::numeric_limits<size_t>::max())) {
+    done->WaitForNotification();
+  }
+}
+
+void PlannerState::EvidenceStale() {
+  if (evidence_stopping_ || evidence_refresh_queued_.exchange(true)) return;
+  const bool posted = update_worker_.Post([this] {
     evidence_refresh_queued_ = false;
-    if (absl::Status refreshed = RefreshEvidence(); !refreshed.ok()) {
-      spdlog::warn("event=evidence_refresh_failed error=\"{}\"",
-                   std::string(refreshed.message()));
+    if (absl::Status updated = UpdateEvidence(); !updated.ok()) {
+      spdlog::warn("event=evidence_update_failed error=\"{}\"",
+                   std::string(updated.message()));
     }
   });
   if (!posted) evidence_refresh_queued_ = false;
@@ -331,7 +436,7 @@ absl::StatusOr<bool> PlannerState::SyncWithStoreLocked() {
   bool stale;
   {
     absl::MutexLock lock(&mu_);
-    stale = runs != evidence_runs_;
+    stale = runs != evidence_runs_ || evidence_rebuild_wanted_;
   }
   if (stale) EvidenceStale();
   return changed;

@@ -8,6 +8,7 @@
 // itself; each domain's service is a small class around it.
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -82,6 +83,9 @@ class PlannerState {
     size_t import_queue_bytes = size_t{64} << 20;
     // Tests only: runs on the import pool before each import.
     std::function<void()> before_import;
+    // The least time between two evidence rebuilds not asked for by a new
+    // planner (UpdateEvidence); stored runs reach answers at once anyway.
+    int64_t evidence_rebuild_min_ms = 2000;
   };
 
   // `store`, `metrics` and `executor` must outlive the state. Handlers'
@@ -91,6 +95,9 @@ class PlannerState {
                std::shared_ptr<const FitPlanner> planner, Store* store,
                PlannerMetrics* metrics, BackgroundWorker* executor,
                ServiceOptions service, Options options);
+  // Stops queueing evidence work, then joins the threads (the jobs queued
+  // still run).
+  ~PlannerState();
   PlannerState(const PlannerState&) = delete;
   PlannerState& operator=(const PlannerState&) = delete;
 
@@ -122,11 +129,29 @@ class PlannerState {
   };
   Answering answering() const;
   // Rebuilds the evidence from every stored run under the current planner's
-  // priors.
+  // priors: groups, corrections, GPU constants and the calibration of
+  // anchored answers. Then queues an update for runs stored meanwhile.
   absl::Status RefreshEvidence();
-  // Queues a RefreshEvidence on the evidence thread (at most one waits):
-  // never blocks, so a gRPC thread may call it after storing a run.
+  // Brings the evidence up to the store: the runs stored since it last
+  // read are added to their keys' groups (Evidence::WithRuns: the cost of
+  // those groups, not of the store), so an answer reflects a stored run
+  // as soon as this returns. Queues a rebuild (RefreshEvidence, on the
+  // niced evidence thread) when a new planner's priors need it at once;
+  // and, spaced evidence_rebuild_min_ms and four times the last rebuild
+  // apart (at most a fifth of that thread however large the store), when
+  // an added run can move the GPU constants or the store holds runs the
+  // listing missed.
+  absl::Status UpdateEvidence();
+  // Queues an UpdateEvidence on the update thread (at most one waits):
+  // never blocks, so a gRPC thread may call it after storing a run. The
+  // update thread runs at normal priority, apart from rebuilds, so a
+  // stored run reaches answers while the CPU is busy and while a rebuild
+  // of a large store runs.
   void EvidenceStale();
+  // Returns once every update queued before it has run.
+  void WaitForEvidence();
+  // Evidence rebuilds installed since start (the first included).
+  int64_t evidence_rebuilds() const { return evidence_rebuilds_; }
 
   // Builds a planner for `set` and makes it the one answers come from.
   void Install(v1::FactorSet set);
@@ -197,14 +222,23 @@ class PlannerState {
  private:
   absl::StatusOr<bool> SyncWithStoreLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(refit_mu_);
+  // Queues a RefreshEvidence on the evidence thread (at most one waits).
+  void QueueRebuild();
 
   std::shared_ptr<const ModelCatalog> catalog_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const FitPlanner> planner_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const v1::EnergyCurveSet> energy_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Evidence> evidence_ ABSL_GUARDED_BY(mu_);
-  // Stored runs the evidence was built from.
+  // Stored runs the evidence holds, the store's key of the last one read,
+  // and the planner whose priors its shapes were taken under.
   int64_t evidence_runs_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string evidence_after_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const FitPlanner> evidence_planner_ ABSL_GUARDED_BY(mu_);
+  // A rebuild is wanted (UpdateEvidence), and not before this time.
+  bool evidence_rebuild_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point evidence_rebuild_after_
+      ABSL_GUARDED_BY(mu_);
   Learner* learner_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<bool> evidence_refresh_queued_{false};
   // One learning decision at a time, so two requests never queue two
@@ -226,6 +260,13 @@ class PlannerState {
   BackgroundWorker worker_;
   // Evidence rebuilds and learning decisions, apart from refits.
   BackgroundWorker evidence_worker_;
+  std::atomic<bool> evidence_rebuild_queued_{false};
+  std::atomic<int64_t> evidence_rebuilds_{0};
+  // Set by the destructor: no more evidence jobs are queued.
+  std::atomic<bool> evidence_stopping_{false};
+  // Evidence updates by the stored run (UpdateEvidence), at normal
+  // priority.
+  BackgroundWorker update_worker_;
   // What the import pool holds (DeferImport), and the ReturnImportMemory
   // calls left before it trims.
   absl::Mutex import_mu_;

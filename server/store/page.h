@@ -31,6 +31,9 @@ struct Page {
   std::vector<Entry> entries;
   // Pass as PageSpec::after for the next page; empty on the last page.
   std::string next_after;
+  // The key of the last entry (empty when none): where a later listing
+  // picks up what was stored after this page, last page included.
+  std::string last_key;
 };
 
 // The serialized bytes of one entry: a message's, or a string's own.
@@ -60,6 +63,7 @@ Page<Entry> FillPage(std::vector<std::pair<std::string, Entry>> rows,
     last_key = std::move(rows[i].first);
     page.entries.push_back(std::move(rows[i].second));
   }
+  page.last_key = last_key;
   if (page.entries.size() < rows.size()) page.next_after = std::move(last_key);
   return page;
 }

@@ -45,6 +45,22 @@ absl::StatusOr<std::vector<v1::MeasuredRun>> RunStore::ListRuns() {
       [this](const PageSpec& spec) { return ListRuns(spec); });
 }
 
+absl::StatusOr<std::vector<v1::MeasuredRun>> RunStore::ListRunsAfter(
+    std::string* after) {
+  std::vector<v1::MeasuredRun> runs;
+  PageSpec spec;
+  spec.after = *after;
+  spec.max_entries = 500;
+  while (true) {
+    ASSIGN_OR_RETURN(Page<v1::MeasuredRun> page, ListRuns(spec));
+    for (v1::MeasuredRun& run : page.entries) runs.push_back(std::move(run));
+    if (!page.last_key.empty()) *after = page.last_key;
+    if (page.next_after.empty()) break;
+    spec.after = std::move(page.next_after);
+  }
+  return runs;
+}
+
 absl::StatusOr<std::vector<std::string>>
 EnergyCurveStore::EnergyCurveHistory() {
   return FollowPages<std::string>(

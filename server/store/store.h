@@ -79,6 +79,12 @@ class RunStore {
       const PageSpec& page) = 0;
   // Every stored measured run in insertion order (follows the pages).
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRuns();
+  // The runs stored after `*after` (a Page::last_key; empty: all of them),
+  // in insertion order, following the pages; sets `*after` to the last
+  // one's key (unchanged when none follow). A reader that keeps `*after`
+  // reads each run once.
+  absl::StatusOr<std::vector<v1::MeasuredRun>> ListRunsAfter(
+      std::string* after);
 
   // How many measured runs are stored (cheap: answers' evidence is rebuilt
   // when it changes).

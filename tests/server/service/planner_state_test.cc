@@ -4,9 +4,14 @@
 // and the planner keeps serving. The pool is held by a test hook until the
 // refusals have arrived, so no outcome depends on timing.
 
+#include "server/service/planner_state.h"
+
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "headroom/v1/planner.grpc.pb.h"
 #include "server/service/planner_app.h"
+#include "server/store/open_store.h"
 #include "tests/support/test_planner.h"
 
 namespace headroom {
@@ -170,6 +176,81 @@ TEST_F(ImportPoolBoundsTest, LargeSpecsPastTheQueueBytesAreRefused) {
                                      "imports hold ",
                                      2 * bytes, " bytes of requests")));
   ExpectServing();
+}
+
+// Issue 35 item 3: a run stored in the store (as the fleet stores a
+// probe's result, or another replica) reaches answers by an update of its
+// key's group, not a rebuild of the evidence.
+TEST(EvidenceByTheRunTest, AStoredRunReachesAnswersWithoutARebuild) {
+  const std::string db =
+      absl::StrCat(::testing::TempDir(), "/evidence-run-", getpid(), ".db");
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((db + suffix).c_str());
+  }
+  PlannerConfig config = ::headroom::testing::TestPlannerConfig();
+  config.http_listen = "";
+  config.db_path = db;
+  config.store_poll_ms = 60000;  // no sync: only the update under test
+  auto app = PlannerApp::Start(config);
+  ASSERT_TRUE(app.ok()) << app.status();
+  auto stub = v1::Fit::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  // bf16 bert-base was never measured: the prior answers.
+  v1::CheckFitRequest request;
+  request.mutable_model()->set_template_("bert-base");
+  request.mutable_setup()->set_precision(v1::TrainingSetup::BF16_MIXED);
+  request.add_batches(32);
+  request.add_targets()->set_gpu("L4");
+  const auto basis = [&] {
+    grpc::ClientContext context;
+    v1::CheckFitResponse response;
+    const grpc::Status status = stub->CheckFit(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.estimates_size() > 0 ? response.estimates(0).basis()
+                                         : v1::Basis();
+  };
+  EXPECT_EQ(basis().kind(), v1::Basis::PRIOR);
+  PlannerState* state = (*app)->state();
+  const int64_t rebuilds = state->evidence_rebuilds();
+
+  auto store = OpenStore(db, 1);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::MeasuredRun> runs(2);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].set_template_("bert-base");
+    *runs[i].mutable_setup() = request.setup();
+    runs[i].set_gpu("L4");
+    runs[i].set_batch(16 * (i + 1));
+    runs[i].set_measured_peak_gb(3.5 + 1.5 * static_cast<double>(i));
+    runs[i].set_measured_by(v1::TORCH_HARNESS);
+    runs[i].set_source(absl::StrCat("test run ", i));
+  }
+  ASSERT_TRUE((*store)->AddRuns(runs).ok());
+  state->EvidenceStale();
+  state->WaitForEvidence();
+  const v1::Basis anchored = basis();
+  EXPECT_EQ(anchored.kind(), v1::Basis::ANCHORED);
+  EXPECT_EQ(anchored.runs(), 2);
+  EXPECT_EQ(anchored.max_batch(), 32u);
+  // One card, two batches: no cell for the GPU constants, so no rebuild.
+  EXPECT_EQ(state->evidence_rebuilds(), rebuilds);
+
+  // Another run of the key joins the same group.
+  v1::MeasuredRun third = runs[1];
+  third.set_batch(48);
+  third.set_measured_peak_gb(6.6);
+  third.set_source("test run 2");
+  ASSERT_TRUE((*store)->AddRuns({third}).ok());
+  state->EvidenceStale();
+  state->WaitForEvidence();
+  EXPECT_EQ(basis().runs(), 3);
+  EXPECT_EQ(basis().max_batch(), 48u);
+  EXPECT_EQ(state->evidence_rebuilds(), rebuilds);
+  app->reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((db + suffix).c_str());
+  }
 }
 
 }  // namespace

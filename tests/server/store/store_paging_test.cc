@@ -273,6 +273,39 @@ TEST_P(PagingStoreTest, EveryListingPagesInItsOrder) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Issue 35 item 3: the evidence reads only what was stored since it last
+// read, across pages (500 a page), each run once.
+TEST_P(PagingStoreTest, ListRunsAfterReadsWhatWasStoredSinceOnce) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::MeasuredRun> first(1203);
+  for (size_t i = 0; i < first.size(); ++i) first[i].set_batch(i + 1);
+  ASSERT_EQ(*(*store)->AddRuns(first), 1203);
+  std::string after;
+  absl::StatusOr<std::vector<v1::MeasuredRun>> read =
+      (*store)->ListRunsAfter(&after);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1203u);
+  EXPECT_EQ(read->back().batch(), 1203u);
+  const std::string at_end = after;
+  EXPECT_FALSE(at_end.empty());
+  // Nothing new: nothing read, the key stays.
+  read = (*store)->ListRunsAfter(&after);
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(read->empty());
+  EXPECT_EQ(after, at_end);
+  std::vector<v1::MeasuredRun> second(2);
+  second[0].set_batch(5000);
+  second[1].set_batch(5001);
+  ASSERT_EQ(*(*store)->AddRuns(second), 1205);
+  read = (*store)->ListRunsAfter(&after);
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[0].batch(), 5000u);
+  EXPECT_EQ((*read)[1].batch(), 5001u);
+  EXPECT_NE(after, at_end);
+}
+
 TEST_P(PagingStoreTest, AMalformedKeyIsRefused) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
