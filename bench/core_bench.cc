@@ -1,7 +1,10 @@
 // Microbenchmarks of the pure C++ core: what one CheckFit costs before any
 // networking, and what a full calibration on the shipped runs costs.
 
+#include <chrono>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "base/json_io.h"
 #include "bench/catalog_request.h"
 #include "bench/llama2_7b.h"
+#include "bench/synthetic_runs.h"
 #include "benchmark/benchmark.h"
 #include "core/calibration/calibrate.h"
 #include "core/catalog/model_catalog.h"
@@ -119,6 +123,68 @@ void BM_BuildEvidenceShippedRuns(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BuildEvidenceShippedRuns)->Unit(benchmark::kMillisecond);
+
+// Evidence of state.range(0) synthetic runs over range(0) / 50 keys
+// (synthetic_runs.h), built once per size.
+const Evidence* LargeEvidence(benchmark::State& state,
+                              const std::vector<bench::KeyPlan>** plans) {
+  struct Built {
+    std::vector<bench::KeyPlan> keys;
+    std::shared_ptr<const Evidence> evidence;
+    double build_seconds = 0;
+  };
+  static std::map<int64_t, Built> built;
+  const Fixture* fixture = GetFixture(state);
+  if (fixture == nullptr) return nullptr;
+  auto& [keys, evidence, build_seconds] = built[state.range(0)];
+  if (evidence == nullptr) {
+    keys = bench::PlanKeys(*fixture->catalog,
+                           static_cast<int>(state.range(0) / 50));
+    std::mt19937 rng(35);
+    std::vector<v1::MeasuredRun> runs;
+    runs.reserve(static_cast<size_t>(state.range(0)));
+    for (int64_t i = 0; i < state.range(0); ++i) {
+      runs.push_back(bench::MakeRun(keys[static_cast<size_t>(i) % keys.size()],
+                                    i / static_cast<int64_t>(keys.size()),
+                                    &rng));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    evidence =
+        Evidence::Build(runs, *fixture->catalog, fixture->planner->priors());
+    build_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
+  // What a rebuild of the same evidence took (once, before timing).
+  state.counters["rebuild_s"] = build_seconds;
+  *plans = &keys;
+  return evidence.get();
+}
+
+// One stored run added to evidence of 20,000 and of 200,000 runs (50 runs
+// a key): what the planner does per stored run (Evidence::WithRuns), which
+// should not grow with the store.
+void BM_EvidenceAddOneRun(benchmark::State& state) {
+  const std::vector<bench::KeyPlan>* plans = nullptr;
+  const Evidence* evidence = LargeEvidence(state, &plans);
+  if (evidence == nullptr) return;
+  const Fixture* fixture = GetFixture(state);
+  std::mt19937 rng(3535);
+  size_t next = 0;
+  for (auto _ : state) {
+    const bench::KeyPlan& plan = (*plans)[(next++ * 7919) % plans->size()];
+    auto added =
+        evidence->WithRuns({bench::MakeRun(plan, 3, &rng)}, *fixture->catalog,
+                           fixture->planner->priors(), AnchorOptions{});
+    benchmark::DoNotOptimize(added);
+  }
+  state.counters["runs"] = static_cast<double>(evidence->run_count());
+  state.counters["keys"] = static_cast<double>(evidence->groups());
+}
+BENCHMARK(BM_EvidenceAddOneRun)
+    ->Arg(20000)
+    ->Arg(200000)
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_CheckFitInline7B(benchmark::State& state) {
   const Fixture* fixture = GetFixture(state);
