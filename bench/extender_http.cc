@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,9 @@ ABSL_FLAG(std::string, sizes, "1000,5000",
           "candidate node counts, comma-separated (each 1..20000)");
 ABSL_FLAG(std::string, model, "bert-base", "the pod's headroom.dev/model");
 ABSL_FLAG(int, batch, 512, "the pod's headroom.dev/batch (1..100000)");
+ABSL_FLAG(std::string, answers_dir, "",
+          "write each phase's expected answer to DIR/NODES-FORM-VERB.json "
+          "(to compare builds byte for byte)");
 ABSL_FLAG(bool, tls, false,
           "serve HTTPS with development certificates (deploy/ serves TLS)");
 
@@ -316,6 +320,12 @@ int Main() {
           return 1;
         }
         phase.answer_bytes = expected->size();
+        if (const std::string out = absl::GetFlag(FLAGS_answers_dir);
+            !out.empty()) {
+          std::ofstream(
+              absl::StrCat(out, "/", nodes, "-", form, "-", verb, ".json"))
+              << *expected;
+        }
         if (phase.verb == "filter") {
           std::printf("%d nodes, %s:\n", nodes, form);
           DescribeFilter(*expected, nodes);
