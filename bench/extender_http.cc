@@ -8,8 +8,8 @@
 //
 // For each size: full node objects with GPU Feature Discovery labels
 // (nodeCacheCapable: false) and names only (nodeCacheCapable: true, each
-// node's card from the inventory of the worker on it, built per call as the
-// fleet builds it), filter and prioritize. Every answer must be the
+// node's card from the inventory of the worker on it, kept as the fleet
+// keeps it), filter and prioritize. Every answer must be the
 // direct decision's byte for byte (DecideNodes over the same planner, no
 // HTTP, no pool): a failed, refused, fail-open or different answer is an
 // error. The same body through SchedulerExtender::Filter / Prioritize
@@ -111,8 +111,7 @@ absl::StatusOr<Planned> Plan() {
 }
 
 // The hellos of one worker per node, node-<i> with a card of kind
-// i % kinds: what FleetService::NodeInventory reads on every names-only
-// call.
+// i % kinds: what FleetService::NodeInventory makes the inventory from.
 std::vector<v1::WorkerHello> Hellos(int nodes,
                                     const std::vector<GfdKind>& kinds) {
   std::vector<v1::WorkerHello> hellos;
@@ -264,11 +263,10 @@ int Main() {
     Server server;
     server.extender = std::make_unique<SchedulerExtender>(
         check_fit,
-        [&hellos] {
-          // The roster hands out a copy of its hellos under its lock.
-          const std::vector<v1::WorkerHello> copy = hellos;
-          return NodeTargets(copy, false);
-        },
+        // As FleetService::NodeInventory: made from the roster's hellos
+        // once per change of the roster (none here) and shared.
+        [shared = std::make_shared<const std::map<std::string, v1::Target>>(
+             inventory)] { return shared; },
         &metrics, options);
     auto http = HttpServer::Start(
         "127.0.0.1:0", http_options, metrics.registry(), [] { return true; },

@@ -216,7 +216,7 @@ TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
         release.WaitForNotification();
         return absl::UnavailableError("released");
       },
-      [] { return std::map<std::string, v1::Target>{}; }, &metrics, options);
+      [] { return nullptr; }, &metrics, options);
 
   const HttpServer::Answer answer =
       extender.Filter(ExtenderBody("filter-nodes.json"));
@@ -286,8 +286,7 @@ TEST(SchedulerExtenderTest, ReportsAndScoresByTheDeviceFigure) {
   SchedulerExtender::Options options;
   options.budget = absl::Seconds(10);
   SchedulerExtender extender(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      options);
+      check_fit, [] { return nullptr; }, &metrics, options);
 
   const HttpServer::Answer filtered =
       extender.Filter(ExtenderBody("filter-nodes.json"));
@@ -345,8 +344,7 @@ TEST(SchedulerExtenderTest, AJobAnnotationIsReadFromItsConfigMap) {
     return std::string("model: {_component_: x}\n");
   };
   SchedulerExtender extender(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      options);
+      check_fit, [] { return nullptr; }, &metrics, options);
 
   const Json asked_answer = Json::parse(extender.Filter(body).body);
   EXPECT_THAT(reads, ::testing::ElementsAre("ml/recipes/lora.yaml"));
@@ -371,8 +369,7 @@ TEST(SchedulerExtenderTest, AJobAnnotationIsReadFromItsConfigMap) {
   SchedulerExtender::Options no_reader;
   no_reader.budget = absl::Seconds(10);
   SchedulerExtender plain(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      no_reader);
+      check_fit, [] { return nullptr; }, &metrics, no_reader);
   const Json refused = Json::parse(plain.Filter(body).body);
   EXPECT_THAT(
       refused["FailedAndUnresolvableNodes"]["gpu-l4-a"].get<std::string>(),
