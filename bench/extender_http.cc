@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -79,8 +81,9 @@ const std::string kRoot = HEADROOM_SOURCE_DIR;
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const size_t index = std::min(
-      values.size() - 1, static_cast<size_t>(p * (values.size() - 1) + 0.5));
+  const size_t index =
+      std::min(values.size() - 1,
+               static_cast<size_t>(std::lround(p * (values.size() - 1))));
   return values[index];
 }
 
@@ -285,7 +288,6 @@ int Main() {
     if (tls) {
       auto https = std::make_unique<httplib::SSLClient>("127.0.0.1",
                                                         server.http->port());
-      https->set_ca_cert_path((dir + "/ca.pem").c_str());
       https->enable_server_certificate_verification(false);
       client = std::move(https);
     } else {
@@ -405,5 +407,10 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return headroom::Main();
+  try {
+    return headroom::Main();
+  } catch (const std::exception& e) {  // nlohmann's parse of an answer
+    std::fprintf(stderr, "headroom-extender-http: %s\n", e.what());
+    return 1;
+  }
 }
