@@ -113,7 +113,7 @@ void BM_ExtenderFilter1000Nodes(benchmark::State& state) {
       [planned](const v1::CheckFitRequest& request) {
         return planned->planner->CheckFit(request, planned->evidence.get());
       },
-      [] { return std::map<std::string, v1::Target>{}; }, &metrics, options);
+      [] { return nullptr; }, &metrics, options);
   const std::string body = ThousandNodeBody();
   state.counters["body_kb"] = static_cast<double>(body.size()) / 1000;
   TimeEach(state, [&] {

@@ -190,14 +190,22 @@ absl::Status ParsePod(od::value pod_value, ExtenderArgs* args) {
 }
 
 // One node object: its name and GFD labels, and its bytes as they came.
-absl::StatusOr<ExtenderNode> ParseNode(std::string_view raw, size_t index) {
+// `raw` lies inside the request's padded buffer, `capacity` bytes from its
+// start to the buffer's allocated end: it is read in place (simdjson needs
+// SIMDJSON_PADDING bytes allocated past the text, whatever they hold:
+// simdjson include/simdjson/generic/ondemand/parser.h, parser::iterate @
+// v3.0.1, 0d2455029d845e801809dd54b01ae47173d7d8e8).
+absl::StatusOr<ExtenderNode> ParseNode(std::string_view raw, size_t capacity,
+                                       size_t index) {
   static thread_local od::parser parser;
-  const std::string where = absl::StrCat("Nodes.items[", index, "]");
-  const simdjson::padded_string padded(raw);
+  const auto where = [index] {
+    return absl::StrCat("Nodes.items[", index, "]");
+  };
   od::document doc;
   od::object node_object;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(node_object)) {
-    return NotA(where, "an object");
+  if (parser.iterate(raw.data(), raw.size(), capacity).get(doc) ||
+      doc.get_object().get(node_object)) {
+    return NotA(where(), "an object");
   }
   ExtenderNode node;
   for (auto field : node_object) {
@@ -205,7 +213,7 @@ absl::StatusOr<ExtenderNode> ParseNode(std::string_view raw, size_t index) {
     if (field.unescaped_key().get(key) || !KeyIs(key, "metadata")) continue;
     od::object metadata;
     if (field.value().get_object().get(metadata)) {
-      return NotA(absl::StrCat(where, ".metadata"), "an object");
+      return NotA(absl::StrCat(where(), ".metadata"), "an object");
     }
     for (auto item : metadata) {
       std::string_view item_key;
@@ -237,7 +245,7 @@ absl::StatusOr<ExtenderNode> ParseNode(std::string_view raw, size_t index) {
   }
   if (node.name.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ".metadata.name is required (a string)"));
+        absl::StrCat(where(), ".metadata.name is required (a string)"));
   }
   node.item_json = std::string(raw);
   return node;
@@ -263,32 +271,105 @@ absl::Status BadAnnotation(absl::string_view key, absl::string_view value,
                    "\"; allowed ", allowed));
 }
 
-std::string NodeListJson(const ExtenderArgs& args,
-                         const std::vector<bool>& passes) {
-  std::string items;
-  for (size_t i = 0; i < args.nodes.size(); ++i) {
-    if (!passes[i]) continue;
-    if (!items.empty()) items += ",";
-    items += args.nodes[i].item_json;
+// Appends `text` as a JSON string exactly as nlohmann's dump() writes it:
+// printable ASCII other than '"' and '\\' as it is, anything else through
+// nlohmann itself (its escapes, and its refusal of invalid UTF-8).
+void AppendJsonString(std::string_view text, std::string* out) {
+  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+  });
+  if (!plain) {
+    out->append(Json(std::string(text)).dump());
+    return;
   }
-  return absl::StrCat("{\"items\":[", items, "]}");
+  out->push_back('"');
+  out->append(text);
+  out->push_back('"');
 }
 
-std::string FilterJson(const ExtenderArgs& args,
-                       const std::vector<bool>& passes, const Json& failed,
-                       const Json& unresolvable, const std::string& error) {
-  // The passing nodes are echoed as they came; the rest is built as JSON.
-  Json names = Json::array();
-  for (size_t i = 0; i < args.nodes.size(); ++i) {
-    if (passes[i]) names.push_back(args.nodes[i].name);
+// Node name -> reason, in the order (byte order of the keys) and with the
+// value (the last one set) a nlohmann object of them dumps.
+using ReasonMap = std::map<std::string_view, const std::string*>;
+
+void AppendObject(const ReasonMap& reasons, std::string* out) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [node, reason] : reasons) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendJsonString(node, out);
+    out->push_back(':');
+    AppendJsonString(*reason, out);
   }
-  return absl::StrCat(
-      "{\"Nodes\":",
-      args.names_only ? std::string("null") : NodeListJson(args, passes),
-      ",\"NodeNames\":", args.names_only ? names.dump() : std::string("null"),
-      ",\"FailedNodes\":", failed.dump(),
-      ",\"FailedAndUnresolvableNodes\":", unresolvable.dump(),
-      ",\"Error\":", Json(error).dump(), "}");
+  out->push_back('}');
+}
+
+// ExtenderFilterResult: the passing nodes echoed as they came (Nodes.items)
+// or by name (NodeNames), the failing ones with their reasons. Written
+// directly into one string: at thousands of nodes building nlohmann values
+// and dumping them was most of the call.
+std::string FilterJson(const ExtenderArgs& args,
+                       const std::vector<bool>& passes, const ReasonMap& failed,
+                       const ReasonMap& unresolvable,
+                       const std::string& error) {
+  std::string out;
+  size_t estimate = 128;
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    estimate += passes[i] ? args.nodes[i].item_json.size() +
+                                args.nodes[i].name.size() + 4
+                          : 0;
+  }
+  out.reserve(estimate);
+  out.append("{\"Nodes\":");
+  if (args.names_only) {
+    out.append("null");
+  } else {
+    out.append("{\"items\":[");
+    bool first = true;
+    for (size_t i = 0; i < args.nodes.size(); ++i) {
+      if (!passes[i]) continue;
+      if (!first) out.push_back(',');
+      first = false;
+      out.append(args.nodes[i].item_json);
+    }
+    out.append("]}");
+  }
+  out.append(",\"NodeNames\":");
+  if (args.names_only) {
+    out.push_back('[');
+    bool first = true;
+    for (size_t i = 0; i < args.nodes.size(); ++i) {
+      if (!passes[i]) continue;
+      if (!first) out.push_back(',');
+      first = false;
+      AppendJsonString(args.nodes[i].name, &out);
+    }
+    out.push_back(']');
+  } else {
+    out.append("null");
+  }
+  out.append(",\"FailedNodes\":");
+  AppendObject(failed, &out);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendObject(unresolvable, &out);
+  out.append(",\"Error\":");
+  AppendJsonString(error, &out);
+  out.push_back('}');
+  return out;
+}
+
+// HostPriorityList, [{"Host":name,"Score":n},...], as nlohmann dumps it.
+std::string PriorityJson(const ExtenderArgs& args,
+                         const std::vector<int64_t>& scores) {
+  std::string out = "[";
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendJsonString(args.nodes[i].name, &out);
+    absl::StrAppend(&out, ",\"Score\":", scores[i], "}");
+  }
+  out.push_back(']');
+  return out;
 }
 
 // headroom.dev/job: "configmap/key" in the pod's namespace (DNS-1123
@@ -413,6 +494,9 @@ absl::Status SetGpus(uint32_t world, int pod_gpus, PodJob* pod) {
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body) {
   static thread_local od::parser parser;
   const simdjson::padded_string padded(body.data(), body.size());
+  // Where the buffer's allocation ends: a node's bytes are read in place.
+  const char* const padded_end =
+      padded.data() + padded.size() + simdjson::SIMDJSON_PADDING;
   od::document doc;
   od::object root;
   const absl::Status not_object = absl::InvalidArgumentError(
@@ -455,14 +539,14 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(absl::string_view body) {
           od::value node_value;
           od::object node_object;
           std::string_view raw;
-          const std::string where =
-              absl::StrCat("Nodes.items[", args.nodes.size(), "]");
           if (element.get(node_value) ||
               node_value.get_object().get(node_object) ||
               node_object.raw_json().get(raw)) {
-            return NotA(where, "an object");
+            return NotA(absl::StrCat("Nodes.items[", args.nodes.size(), "]"),
+                        "an object");
           }
-          absl::StatusOr<ExtenderNode> node = ParseNode(raw, args.nodes.size());
+          absl::StatusOr<ExtenderNode> node =
+              ParseNode(raw, padded_end - raw.data(), args.nodes.size());
           if (!node.ok()) return node.status();
           args.nodes.push_back(*std::move(node));
         }
@@ -615,21 +699,19 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
           ? ""
           : absl::StrCat(" on ", pod.gpus_text, ", ",
                          StrategyName(LayoutOf(job.setup()).strategy));
-  std::vector<NodeDecision> decisions;
-  decisions.reserve(args.nodes.size());
-  for (size_t i = 0; i < args.nodes.size(); ++i) {
+  // Nodes of one card share their decision (the reason is most of the
+  // work): each card's is made once, then copied per node.
+  NodeDecision unknown;
+  unknown.passes = !options.fail_unknown_gpu;
+  unknown.reason =
+      "headroom: the node's GPU is unknown (no nvidia.com/gpu.product or "
+      "nvidia.com/gpu.memory label, and no connected headroom-worker "
+      "reports this node)";
+  std::vector<NodeDecision> by_card;
+  by_card.reserve(cards.size());
+  for (size_t c = 0; c < cards.size(); ++c) {
+    const v1::TargetResult& result = results[c];
     NodeDecision d;
-    d.node = args.nodes[i].name;
-    if (node_card[i] < 0) {
-      d.passes = !options.fail_unknown_gpu;
-      d.reason =
-          "headroom: the node's GPU is unknown (no nvidia.com/gpu.product or "
-          "nvidia.com/gpu.memory label, and no connected headroom-worker "
-          "reports this node)";
-      decisions.push_back(std::move(d));
-      continue;
-    }
-    const v1::TargetResult& result = results[node_card[i]];
     d.known = true;
     d.card_gb = result.memory_gb();
     d.verdict = static_cast<v1::Verdict>(result.verdicts(0));
@@ -655,13 +737,19 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
                       d.phase, " phase, upper bound ", FormatGb(d.upper_gb, 1));
     } else {
       d.peak_gb = result.peaks_gb(0);
-      d.upper_gb = d.peak_gb * estimates[node_card[i]].k();
+      d.upper_gb = d.peak_gb * estimates[c].k();
       absl::StrAppend(&d.reason, "predicted peak ", FormatGb(d.peak_gb, 1),
                       ", upper bound ", FormatGb(d.upper_gb, 1));
     }
     absl::StrAppend(&d.reason, "; largest batch FITS ",
                     result.max_batch_fits());
-    decisions.push_back(std::move(d));
+    by_card.push_back(std::move(d));
+  }
+  std::vector<NodeDecision> decisions;
+  decisions.reserve(args.nodes.size());
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    decisions.push_back(node_card[i] < 0 ? unknown : by_card[node_card[i]]);
+    decisions.back().node = args.nodes[i].name;
   }
   return decisions;
 }
@@ -669,27 +757,27 @@ absl::StatusOr<std::vector<NodeDecision>> DecideNodes(
 std::string FilterResultJson(const ExtenderArgs& args,
                              const std::vector<NodeDecision>& decisions) {
   std::vector<bool> passes(args.nodes.size(), false);
-  Json failed = Json::object(), unresolvable = Json::object();
+  ReasonMap failed, unresolvable;
   for (size_t i = 0; i < decisions.size() && i < args.nodes.size(); ++i) {
     passes[i] = decisions[i].passes;
     if (decisions[i].passes) continue;
     (decisions[i].known ? unresolvable : failed)[decisions[i].node] =
-        decisions[i].reason;
+        &decisions[i].reason;
   }
   return FilterJson(args, passes, failed, unresolvable, "");
 }
 
 std::string PassThroughFilterJson(const ExtenderArgs& args) {
-  return FilterJson(args, std::vector<bool>(args.nodes.size(), true),
-                    Json::object(), Json::object(), "");
+  return FilterJson(args, std::vector<bool>(args.nodes.size(), true), {}, {},
+                    "");
 }
 
 std::string FailAllFilterJson(const ExtenderArgs& args,
                               const std::string& reason) {
-  Json unresolvable = Json::object();
-  for (const ExtenderNode& node : args.nodes) unresolvable[node.name] = reason;
-  return FilterJson(args, std::vector<bool>(args.nodes.size(), false),
-                    Json::object(), unresolvable, "");
+  ReasonMap unresolvable;
+  for (const ExtenderNode& node : args.nodes) unresolvable[node.name] = &reason;
+  return FilterJson(args, std::vector<bool>(args.nodes.size(), false), {},
+                    unresolvable, "");
 }
 
 std::string PriorityListJson(const ExtenderArgs& args,
@@ -704,9 +792,9 @@ std::string PriorityListJson(const ExtenderArgs& args,
     hi = any ? std::max(hi, free_gb) : free_gb;
     any = true;
   }
-  Json list = Json::array();
+  std::vector<int64_t> scores(args.nodes.size(), 0);
   for (size_t i = 0; i < args.nodes.size(); ++i) {
-    int64_t score = 0;
+    int64_t& score = scores[i];
     if (i < decisions.size() && decisions[i].passes && decisions[i].known) {
       const double free_gb = decisions[i].card_gb - decisions[i].upper_gb;
       // 0..1 from the least to the most room; one node (or all alike) 1.
@@ -716,17 +804,12 @@ std::string PriorityListJson(const ExtenderArgs& args,
                                                     : 1.0;
       score = std::lround(10.0 * share);
     }
-    list.push_back({{"Host", args.nodes[i].name}, {"Score", score}});
   }
-  return list.dump();
+  return PriorityJson(args, scores);
 }
 
 std::string ZeroPriorityListJson(const ExtenderArgs& args) {
-  Json list = Json::array();
-  for (const ExtenderNode& node : args.nodes) {
-    list.push_back({{"Host", node.name}, {"Score", 0}});
-  }
-  return list.dump();
+  return PriorityJson(args, std::vector<int64_t>(args.nodes.size(), 0));
 }
 
 }  // namespace headroom

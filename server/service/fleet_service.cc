@@ -291,9 +291,19 @@ grpc::ServerUnaryReactor* FleetService::ListWorkers(
       });
 }
 
-std::map<std::string, v1::Target> FleetService::NodeInventory(
-    bool include_simulated) {
-  return NodeTargets(roster_.Hellos(), include_simulated);
+std::shared_ptr<const std::map<std::string, v1::Target>>
+FleetService::NodeInventory(bool include_simulated) {
+  // The generation first: a worker that registers meanwhile makes the next
+  // call rebuild, never leaves a stale map current.
+  const uint64_t generation = roster_.generation();
+  absl::MutexLock lock(&inventory_mu_);
+  Inventory& inventory = inventory_[include_simulated ? 1 : 0];
+  if (inventory.nodes == nullptr || inventory.generation != generation) {
+    inventory.nodes = std::make_shared<const std::map<std::string, v1::Target>>(
+        NodeTargets(roster_.Hellos(), include_simulated));
+    inventory.generation = generation;
+  }
+  return inventory.nodes;
 }
 
 void FleetService::OnRunStored(std::function<void()> callback) {

@@ -76,8 +76,12 @@ class FleetService final : public v1::Fleet::CallbackService,
 
   // The card of each node a connected worker runs on (its hello's
   // node_name, else its host name): the first GPU the catalog knows, else
-  // the first GPU's memory as a bare size.
-  std::map<std::string, v1::Target> NodeInventory(bool include_simulated);
+  // the first GPU's memory as a bare size. Made once per change of the
+  // roster and shared (the scheduler extender reads it on every call that
+  // names nodes only: at 5,000 workers copying the hellos and naming their
+  // cards took longer than the decision).
+  std::shared_ptr<const std::map<std::string, v1::Target>> NodeInventory(
+      bool include_simulated);
 
   // Learner: probes to learn models answers were prior-only for.
   absl::StatusOr<Worker> WorkerFor(bool include_simulated) override;
@@ -208,6 +212,14 @@ class FleetService final : public v1::Fleet::CallbackService,
   std::function<void()> on_run_stored_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   std::thread dispatcher_;
+  // NodeInventory's, with and without simulated cards, and the roster
+  // generation each was made at.
+  struct Inventory {
+    uint64_t generation = 0;
+    std::shared_ptr<const std::map<std::string, v1::Target>> nodes;
+  };
+  absl::Mutex inventory_mu_;
+  Inventory inventory_[2] ABSL_GUARDED_BY(inventory_mu_);
 };
 
 }  // namespace headroom

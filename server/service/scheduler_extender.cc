@@ -115,25 +115,29 @@ HttpServer::Answer SchedulerExtender::Handle(const std::string& verb,
       [this, filter, args, request, shared] {
         std::vector<std::optional<v1::Target>> targets;
         targets.reserve(args->nodes.size());
-        std::map<std::string, v1::Target> inventory;
-        bool read_inventory = false;
+        std::shared_ptr<const std::map<std::string, v1::Target>> inventory;
         // Nodes of one kind share their labels: each pair read once.
-        std::map<std::pair<std::string, double>, std::optional<v1::Target>>
+        std::map<std::pair<std::string_view, double>, std::optional<v1::Target>>
             by_labels;
         for (const ExtenderNode& node : args->nodes) {
-          auto [cached, inserted] = by_labels.try_emplace(
-              std::make_pair(node.gpu_product, node.gpu_memory_mib));
+          auto [cached, inserted] = by_labels.try_emplace(std::make_pair(
+              std::string_view(node.gpu_product), node.gpu_memory_mib));
           if (inserted) cached->second = TargetFromLabels(node);
-          std::optional<v1::Target> target = cached->second;
-          if (!target.has_value()) {
-            if (!read_inventory) {
-              inventory = inventory_();
-              read_inventory = true;
-            }
-            auto it = inventory.find(node.name);
-            if (it != inventory.end()) target = it->second;
+          if (cached->second.has_value()) {
+            targets.push_back(cached->second);
+            continue;
           }
-          targets.push_back(std::move(target));
+          if (inventory == nullptr) {
+            inventory = inventory_();
+            if (inventory == nullptr) {
+              inventory =
+                  std::make_shared<const std::map<std::string, v1::Target>>();
+            }
+          }
+          auto it = inventory->find(node.name);
+          targets.push_back(it != inventory->end()
+                                ? std::optional<v1::Target>(it->second)
+                                : std::nullopt);
         }
         if (absl::Status read = ReadJobFile(*args, request.get()); !read.ok()) {
           shared->status = read;

@@ -40,8 +40,10 @@ class SchedulerExtender {
     // Decisions waiting beyond these fail open at once.
     size_t max_queued = 64;
   };
-  // The cards of the nodes connected workers run on, by node name.
-  using NodeInventory = std::function<std::map<std::string, v1::Target>()>;
+  // The cards of the nodes connected workers run on, by node name (shared:
+  // it is read on every call that names nodes only); null knows none.
+  using NodeInventory =
+      std::function<std::shared_ptr<const std::map<std::string, v1::Target>>()>;
 
   // `metrics` must outlive the extender.
   SchedulerExtender(CheckFitFn check_fit, NodeInventory inventory,

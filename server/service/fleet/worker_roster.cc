@@ -37,6 +37,7 @@ std::optional<HelloRefusal> WorkerRoster::Register(
         id, old.peer(), stream->peer(), held->silent_ms);
   }
   workers_[id] = stream;
+  ++generation_;
   WorkerStream::Registration& registration = Of(stream);
   registration.registered = true;
   registration.hello = hello;
@@ -134,7 +135,10 @@ std::optional<v1::WorkerStatus> WorkerRoster::Remove(WorkerStream* stream,
   }
   registration.gauges.clear();
   auto it = workers_.find(registration.hello.worker_id());
-  if (it != workers_.end() && it->second == stream) workers_.erase(it);
+  if (it != workers_.end() && it->second == stream) {
+    workers_.erase(it);
+    ++generation_;
+  }
   metrics_->WorkersConnected(static_cast<int64_t>(workers_.size()));
   if (registration.replaced) return std::nullopt;
   v1::WorkerStatus gone;
@@ -168,6 +172,11 @@ std::vector<v1::WorkerHello> WorkerRoster::Hellos() {
     if (Of(stream).registered) hellos.push_back(Of(stream).hello);
   }
   return hellos;
+}
+
+uint64_t WorkerRoster::generation() {
+  absl::MutexLock lock(&mu_);
+  return generation_;
 }
 
 std::vector<ConnectedWorker> WorkerRoster::Connected() {

@@ -85,6 +85,10 @@ class WorkerRoster {
 
   // The registered workers' hellos, by worker id.
   std::vector<v1::WorkerHello> Hellos();
+  // Changes whenever a worker registers or leaves (what Hellos returns may
+  // then differ); a cache of something made from the hellos is current
+  // while this is unchanged.
+  uint64_t generation();
   // Every registered worker (NoWorkerFor, LearningWorker).
   std::vector<ConnectedWorker> Connected();
   // Workers with no running assignment that are not draining.
@@ -123,6 +127,7 @@ class WorkerRoster {
   mutable absl::Mutex mu_;
   std::map<std::string, WorkerStream*> workers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace headroom

@@ -5,8 +5,11 @@
 #include "server/service/scheduler_extender.h"
 
 #include "absl/synchronization/notification.h"
+#include "core/scheduling/extender.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "headroom/v1/planner.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/service/planner_app.h"
 #include "tests/support/extender_bodies.h"
@@ -86,6 +89,122 @@ TEST(SchedulerExtenderHttpTest, FilterAndPrioritizeOnThePlannersHttpPort) {
   EXPECT_THAT(metrics, HasSubstr("headroom_extender_nodes_filtered_total 3"));
 }
 
+// A cluster of 5,000 candidate nodes through the planner's HTTP port, full
+// node objects and names only: every node's place in the answer is the
+// verdict the planner gives its card when asked directly (one CheckFit per
+// kind over gRPC). Ten kinds: the eight GFD kinds, a product the catalog
+// does not know with a memory label (checked as a bare 51.53 GB card:
+// 49152 MiB x 1048576 / 1e9 = 51.5396, floored to the hundredth), and a node
+// without GPU labels (unknown).
+TEST(SchedulerExtenderHttpTest, AnswersFiveThousandNodesAsTheDirectDecision) {
+  PlannerConfig config = ::headroom::testing::TestPlannerConfig();
+  config.extender_budget_ms = 60000;  // the answer, never a fail-open
+  auto app = PlannerApp::Start(config);
+  ASSERT_TRUE(app.ok()) << app.status();
+  const int port = (*app)->http_port();
+  auto fit = v1::Fit::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*app)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+
+  std::vector<::headroom::testing::GfdKind> kinds =
+      ::headroom::testing::EightGfdKinds();
+  kinds.push_back({"Mystery-GPU", "49152"});
+  kinds.push_back({"", ""});
+  constexpr int kNodes = 5000;
+  const std::string pod = ::headroom::testing::ExtenderPod("bert-base", 512);
+
+  // The direct decision per kind: nullopt for an unknown GPU.
+  std::vector<std::optional<v1::Verdict>> verdicts;
+  for (const auto& kind : kinds) {
+    ExtenderNode labels;
+    labels.gpu_product = kind.product;
+    if (!kind.memory_mib.empty()) {
+      labels.gpu_memory_mib = std::stod(kind.memory_mib);
+    }
+    const std::optional<v1::Target> target = TargetFromLabels(labels);
+    if (!target.has_value()) {
+      verdicts.push_back(std::nullopt);
+      continue;
+    }
+    v1::CheckFitRequest request;
+    request.mutable_model()->set_template_("bert-base");
+    request.add_batches(512);
+    *request.add_targets() = *target;
+    v1::CheckFitResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(fit->CheckFit(&context, request, &response).ok());
+    verdicts.push_back(
+        static_cast<v1::Verdict>(response.targets(0).verdicts(0)));
+  }
+  ASSERT_FALSE(verdicts[9].has_value());
+  ASSERT_TRUE(verdicts[8].has_value());  // a bare 51.53 GB card
+
+  const std::string filtered = ::headroom::testing::HttpPost(
+      port, "/scheduler/filter",
+      ::headroom::testing::ClusterNodesBody(pod, kNodes, kinds));
+  ASSERT_THAT(filtered, HasSubstr("HTTP/1.1 200"));
+  const Json result = Json::parse(HttpBody(filtered));
+  const Json& items = result["Nodes"]["items"];
+  const Json& unresolvable = result["FailedAndUnresolvableNodes"];
+  const Json& unknown = result["FailedNodes"];
+  size_t passing = 0, failing = 0, unknowns = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    const std::string node = "node-" + std::to_string(i);
+    const std::optional<v1::Verdict>& verdict = verdicts[i % kinds.size()];
+    if (!verdict.has_value()) {
+      ++unknowns;
+      ASSERT_TRUE(unknown.contains(node)) << node;
+      EXPECT_THAT(unknown[node].get<std::string>(),
+                  HasSubstr("the node's GPU is unknown"));
+    } else if (*verdict == v1::FITS) {
+      // Passing nodes come back as they were sent, in order.
+      ASSERT_LT(passing, items.size()) << node;
+      EXPECT_EQ(items[passing++]["metadata"]["name"], node);
+      EXPECT_FALSE(unresolvable.contains(node)) << node;
+    } else {
+      ++failing;
+      ASSERT_TRUE(unresolvable.contains(node)) << node;
+      EXPECT_THAT(unresolvable[node].get<std::string>(),
+                  HasSubstr(" is " + v1::Verdict_Name(*verdict) + " on "));
+    }
+  }
+  EXPECT_EQ(items.size(), passing);
+  EXPECT_EQ(unresolvable.size(), failing);
+  EXPECT_EQ(unknown.size(), unknowns);
+  EXPECT_EQ(unknowns, 500u);  // every tenth node has no GPU labels
+  EXPECT_GT(passing, 0u);
+  EXPECT_GT(failing, 0u);
+
+  // Prioritize: one score per node in order, 0 unless it passes, the same
+  // for nodes of one kind, and 10 for the tightest fit.
+  const std::string scored = ::headroom::testing::HttpPost(
+      port, "/scheduler/prioritize",
+      ::headroom::testing::ClusterNodesBody(pod, kNodes, kinds));
+  ASSERT_THAT(scored, HasSubstr("HTTP/1.1 200"));
+  const Json scores = Json::parse(HttpBody(scored));
+  ASSERT_EQ(scores.size(), static_cast<size_t>(kNodes));
+  int64_t best = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    const std::optional<v1::Verdict>& verdict = verdicts[i % kinds.size()];
+    EXPECT_EQ(scores[i]["Host"], "node-" + std::to_string(i));
+    const int64_t score = scores[i]["Score"].get<int64_t>();
+    if (!verdict.has_value() || *verdict != v1::FITS) {
+      EXPECT_EQ(score, 0) << i;
+    } else {
+      EXPECT_EQ(score, scores[i % kinds.size()]["Score"].get<int64_t>()) << i;
+    }
+    best = std::max(best, score);
+  }
+  EXPECT_EQ(best, 10);
+
+  // Names only, no worker connected: no node's GPU is known.
+  const Json names = Json::parse(HttpBody(::headroom::testing::HttpPost(
+      port, "/scheduler/filter",
+      ::headroom::testing::ClusterNamesBody(pod, kNodes))));
+  EXPECT_TRUE(names["NodeNames"].empty());
+  EXPECT_EQ(names["FailedNodes"].size(), static_cast<size_t>(kNodes));
+}
+
 TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
   PlannerMetrics metrics;
   absl::Notification release;
@@ -97,7 +216,7 @@ TEST(SchedulerExtenderTest, ADecisionPastItsBudgetLetsEveryNodeThrough) {
         release.WaitForNotification();
         return absl::UnavailableError("released");
       },
-      [] { return std::map<std::string, v1::Target>{}; }, &metrics, options);
+      [] { return nullptr; }, &metrics, options);
 
   const HttpServer::Answer answer =
       extender.Filter(ExtenderBody("filter-nodes.json"));
@@ -167,8 +286,7 @@ TEST(SchedulerExtenderTest, ReportsAndScoresByTheDeviceFigure) {
   SchedulerExtender::Options options;
   options.budget = absl::Seconds(10);
   SchedulerExtender extender(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      options);
+      check_fit, [] { return nullptr; }, &metrics, options);
 
   const HttpServer::Answer filtered =
       extender.Filter(ExtenderBody("filter-nodes.json"));
@@ -226,8 +344,7 @@ TEST(SchedulerExtenderTest, AJobAnnotationIsReadFromItsConfigMap) {
     return std::string("model: {_component_: x}\n");
   };
   SchedulerExtender extender(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      options);
+      check_fit, [] { return nullptr; }, &metrics, options);
 
   const Json asked_answer = Json::parse(extender.Filter(body).body);
   EXPECT_THAT(reads, ::testing::ElementsAre("ml/recipes/lora.yaml"));
@@ -252,8 +369,7 @@ TEST(SchedulerExtenderTest, AJobAnnotationIsReadFromItsConfigMap) {
   SchedulerExtender::Options no_reader;
   no_reader.budget = absl::Seconds(10);
   SchedulerExtender plain(
-      check_fit, [] { return std::map<std::string, v1::Target>{}; }, &metrics,
-      no_reader);
+      check_fit, [] { return nullptr; }, &metrics, no_reader);
   const Json refused = Json::parse(plain.Filter(body).body);
   EXPECT_THAT(
       refused["FailedAndUnresolvableNodes"]["gpu-l4-a"].get<std::string>(),

@@ -118,7 +118,11 @@ TEST_F(WorkerRosterTest, ALiveConnectionKeepsItsIdOnAnOpenPlanner) {
   auto first = Stream();
   auto second = Stream();
   const int64_t now = NowMs();
+  // The generation (what the extender's node inventory is kept by) moves
+  // when the registered workers change, and only then.
+  const uint64_t start = roster_.generation();
   ASSERT_FALSE(Register(first.get(), Hello("w-1"), now).has_value());
+  EXPECT_EQ(roster_.generation(), start + 1);
   std::optional<HelloRefusal> twice = Register(first.get(), Hello("w-1"));
   ASSERT_TRUE(twice.has_value());
   EXPECT_EQ(twice->reason, WorkerRejection::kDuplicateHello);
@@ -127,20 +131,24 @@ TEST_F(WorkerRosterTest, ALiveConnectionKeepsItsIdOnAnOpenPlanner) {
   ASSERT_TRUE(live.has_value());
   EXPECT_EQ(live->reason, WorkerRejection::kAlreadyConnected);
   EXPECT_EQ(live->status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(roster_.generation(), start + 1);  // refused: nothing changed
 
   // Silent for over two heartbeats (a half-open connection): replaced.
   EXPECT_FALSE(
       Register(second.get(), Hello("w-1"), now + 3 * kHeartbeatMs).has_value());
   EXPECT_EQ(roster_.Connected().size(), 1u);
+  EXPECT_EQ(roster_.generation(), start + 2);
   // The replaced stream's end stores nothing and leaves the new one.
   EXPECT_FALSE(roster_.Remove(first.get(), now).has_value());
   EXPECT_EQ(roster_.Connected().size(), 1u);
+  EXPECT_EQ(roster_.generation(), start + 2);
   std::optional<v1::WorkerStatus> gone = roster_.Remove(second.get(), now + 1);
   ASSERT_TRUE(gone.has_value());
   EXPECT_EQ(gone->hello().worker_id(), "w-1");
   EXPECT_FALSE(gone->connected());
   EXPECT_EQ(gone->last_seen_unix_ms(), now + 1);
   EXPECT_THAT(roster_.Connected(), IsEmpty());
+  EXPECT_EQ(roster_.generation(), start + 3);
 }
 
 TEST_F(WorkerRosterTest, OnlyTheSameIdentityReplacesAProvenWorker) {
