@@ -28,6 +28,15 @@ class FitService final : public v1::Fit::CallbackService {
   grpc::ServerUnaryReactor* CheckFit(grpc::CallbackServerContext* context,
                                      const v1::CheckFitRequest* request,
                                      v1::CheckFitResponse* response) override;
+  // The answer CheckFit sends for `request` (no learning decision), kept
+  // for the installed planner and evidence: for other callers on the same
+  // questions, such as the scheduler extender. Never blocks on I/O; an
+  // import not yet kept is computed on the calling thread.
+  absl::StatusOr<std::shared_ptr<const v1::CheckFitResponse>> AnswerFor(
+      const v1::CheckFitRequest& request) {
+    return Answer(request, answers_.KeyOf(request));
+  }
+
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
