@@ -33,8 +33,8 @@ class AnswerCache {
  public:
   struct Limits {
     // Answers kept, and their bytes (the request's serialized bytes plus
-    // the answer's in memory), per generation; two generations are kept,
-    // so at most twice these.
+    // the answer's in memory, estimated as 3x its serialized bytes), per
+    // generation; two generations are kept, so at most twice these.
     size_t max_entries = 2048;
     size_t max_bytes = size_t{16} << 20;
     // Requests larger than this (an ONNX graph, a large inline spec) are

@@ -106,6 +106,32 @@ TEST(AnswerCacheTest, KeepsAtMostTwoGenerationsOfMaxEntries) {
   EXPECT_EQ(cache.Find(from, key(4))->model(), "4");
 }
 
+TEST(AnswerCacheTest, KeepsAtMostMaxBytesPerGeneration) {
+  AnswerCache::Limits limits;
+  limits.max_bytes = 4000;
+  AnswerCache cache(limits);
+  const PlannerState::Answering from = Snapshot();
+  auto key = [&](uint32_t batch) { return cache.KeyOf(Request(batch)); };
+  // An answer whose model is 1,000 bytes: 1,003 on the wire (tag, a 2-byte
+  // length, the bytes), counted 3 x 1,003 = 3,009, plus a key of 22 bytes
+  // (template 13, packed batches 3, a target 6): 3,031 bytes.
+  const auto thousand = Answer(std::string(1000, 'm'));
+  ASSERT_EQ(thousand->ByteSizeLong(), 1003u);
+  ASSERT_EQ(key(1).size(), 22u);
+  EXPECT_EQ(cache.Find(from, key(1)), nullptr);  // switches to `from`
+  cache.Insert(from, key(1), thousand);
+  EXPECT_EQ(cache.size(), 1u);
+  // 3,031 + 3,031 > 4,000: the second starts a new generation.
+  cache.Insert(from, key(2), thousand);
+  EXPECT_EQ(cache.size(), 2u);
+  cache.Insert(from, key(3), thousand);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.Find(from, key(1)), nullptr);
+  // Alone over max_bytes (3 x 2,003 + 22): never kept.
+  cache.Insert(from, key(4), Answer(std::string(2000, 'm')));
+  EXPECT_EQ(cache.Find(from, key(4)), nullptr);
+}
+
 TEST(AnswerCacheTest, LargeRequestsAreNotKept) {
   AnswerCache::Limits limits;
   limits.max_request_bytes = 64;
