@@ -252,6 +252,7 @@ int Main() {
   if (which == "catalog") request.mutable_model()->set_template_("bert-base");
   // The catalog answer's parameter count is the one the first call reports.
   uint64_t expected_params = which == "inline" ? bench::kLlama2SevenBParams : 0;
+  size_t response_bytes = 0;
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
@@ -260,6 +261,7 @@ int Main() {
         stubs[0]->CheckFit(&context, request, &response);
     if (expected_params == 0 && status.ok())
       expected_params = response.params();
+    response_bytes = response.ByteSizeLong();
     if (!status.ok() || response.params() != expected_params ||
         expected_params == 0) {
       std::fprintf(stderr,
@@ -289,10 +291,11 @@ int Main() {
     std::printf(
         "{\"target\": \"%s\", \"in_process\": %s, \"rounds\": %d, "
         "\"seconds_per_round\": %.3f, \"mutex_deadlock_detection\": %s, "
-        "\"check_fit\": \"%s\", \"request_bytes\": %zu, %s}\n",
+        "\"check_fit\": \"%s\", \"request_bytes\": %zu, "
+        "\"response_bytes\": %zu, %s}\n",
         target.c_str(), app ? "true" : "false", rounds, seconds,
         absl::GetFlag(FLAGS_mutex_deadlock_detection) ? "true" : "false",
-        which.c_str(), request.ByteSizeLong(),
+        which.c_str(), request.ByteSizeLong(), response_bytes,
         absl::StrJoin(parts, ", ").c_str());
   } else {
     PrintTable(described,

@@ -163,5 +163,69 @@ TEST_F(FitLearnTest, AutoProbeIsRateLimitedPerCallerAndInAll) {
   EXPECT_THAT(Learning("operator-secret"), StartsWith("probe p-fake-4 queued"));
 }
 
+// Answers are kept per request (server/service/answer_cache.h) and sent
+// as kept: every call gets the bytes a planner computing afresh sends, with
+// the device figures and phases, and a learning line never leaks into
+// another caller's answer.
+class KeptAnswerTest : public ::testing::Test {
+ protected:
+  static std::unique_ptr<PlannerApp> StartPlanner() {
+    PlannerConfig config = testing::TestPlannerConfig();
+    config.http_listen = "";
+    auto app = PlannerApp::Start(config);
+    EXPECT_TRUE(app.ok()) << app.status();
+    return app.ok() ? *std::move(app) : nullptr;
+  }
+  static v1::CheckFitResponse Ask(const PlannerApp& app,
+                                  const v1::CheckFitRequest& request) {
+    auto stub = v1::Fit::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(app.grpc_port()),
+                            grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::CheckFitResponse response;
+    const grpc::Status status = stub->CheckFit(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+};
+
+TEST_F(KeptAnswerTest, EveryCallGetsTheAnswerAFreshPlannerComputes) {
+  std::unique_ptr<PlannerApp> warm = StartPlanner();
+  ASSERT_NE(warm, nullptr);
+  v1::CheckFitRequest catalog;
+  catalog.mutable_model()->set_template_("bert-base");
+  catalog.add_batches(8);
+  catalog.add_batches(64);
+  catalog.add_targets()->set_gpu("L4");
+  catalog.add_targets()->set_gpu("H100");
+  const v1::CheckFitRequest inline_spec = PriorOnlyRequest();
+  for (v1::CheckFitRequest request : {catalog, inline_spec}) {
+    request.set_learn(false);
+    const v1::CheckFitResponse first = Ask(*warm, request);
+    const v1::CheckFitResponse kept = Ask(*warm, request);
+    // The device figures and phases are in the answer: 2 batches on the
+    // first target, each with its load and step phases.
+    ASSERT_GE(first.targets_size(), 1);
+    ASSERT_EQ(first.targets(0).batches_size(), 2);
+    EXPECT_EQ(first.targets(0).batches(0).phases_size(), 2);
+    EXPECT_GT(first.targets(0).batches(0).figures().device_gb(), 0);
+    EXPECT_EQ(kept.SerializeAsString(), first.SerializeAsString());
+    // A learn asked by one caller: its answer carries a learning line ...
+    v1::CheckFitRequest learn = request;
+    learn.set_learn(true);
+    EXPECT_FALSE(Ask(*warm, learn).learning().empty());
+    // ... that the kept answer of the plain request does not.
+    EXPECT_EQ(Ask(*warm, request).SerializeAsString(),
+              first.SerializeAsString());
+    // And a planner that has kept nothing computes the same bytes.
+    std::unique_ptr<PlannerApp> fresh = StartPlanner();
+    ASSERT_NE(fresh, nullptr);
+    EXPECT_EQ(Ask(*fresh, request).SerializeAsString(),
+              first.SerializeAsString());
+  }
+}
+
 }  // namespace
 }  // namespace headroom
