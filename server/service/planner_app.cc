@@ -402,9 +402,13 @@ absl::StatusOr<std::unique_ptr<PlannerApp>> PlannerApp::Start(
     };
   }
   app->extender_ = std::make_unique<SchedulerExtender>(
-      [state](const v1::CheckFitRequest& request) {
-        const std::shared_ptr<const Evidence> evidence = state->evidence();
-        return state->planner()->CheckFit(request, evidence.get());
+      // The Fit service's answers: one snapshot of planner and evidence,
+      // and kept (AnswerCache) for the same pod asked about again.
+      [fit = app->fit_.get()](const v1::CheckFitRequest& request)
+          -> absl::StatusOr<v1::CheckFitResponse> {
+        ASSIGN_OR_RETURN(std::shared_ptr<const v1::CheckFitResponse> answer,
+                         fit->AnswerFor(request));
+        return *answer;
       },
       [fleet = app->fleet_.get(),
        simulated = extender.decide.include_simulated] {
