@@ -223,6 +223,9 @@ int Run() {
       return 1;
     }
     start_s.push_back(Seconds(start));
+    std::printf("  replica %d answering after %.1f s, RSS %.0f MB\n", r,
+                start_s.back(), RssMb());
+    std::fflush(stdout);
     apps.push_back(*std::move(app));
   }
   const double rss_after = RssMb();
@@ -262,6 +265,8 @@ int Run() {
     const grpc::Status status =
         calibration->GetCalibration(&context, request, &response);
     page_ms = status.ok() ? Ms(Clock::now() - start).count() : -1;
+    std::printf("  CheckFits and the calibration page timed\n");
+    std::fflush(stdout);
   }
 
   // A stored run reaching the answers: through the fleet's path on the
@@ -306,6 +311,7 @@ int Run() {
     const auto start = Clock::now();
     const grpc::Status status = stub->Refit(&context, request, &response);
     refit_s = Seconds(start);
+    std::printf("  dry-run refit: %.1f s\n", refit_s);
     if (!status.ok()) {
       std::printf("refit: %s\n", status.error_message().c_str());
       refit_s = -1;

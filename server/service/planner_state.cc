@@ -192,14 +192,28 @@ absl::Status PlannerState::UpdateEvidence() {
     evidence_rebuild_wanted_ |= update.constants_moved;
   }
   // Runs the listing did not return (committed out of key order by another
-  // replica, or removed) are only seen by a rebuild.
-  ASSIGN_OR_RETURN(const int64_t stored, store_->CountRuns());
+  // replica's transaction, or removed) are only seen by a rebuild; the
+  // count that finds them is linear in the store, so it runs at most every
+  // evidence_count_ms.
+  const auto now = std::chrono::steady_clock::now();
+  bool count;
+  {
+    absl::MutexLock lock(&mu_);
+    count = now >= evidence_count_after_;
+    if (count) {
+      evidence_count_after_ =
+          now + std::chrono::milliseconds(options_.evidence_count_ms);
+    }
+  }
+  int64_t stored = held;
+  if (count) {
+    ASSIGN_OR_RETURN(stored, store_->CountRuns());
+  }
   bool rebuild;
   {
     absl::MutexLock lock(&mu_);
     evidence_rebuild_wanted_ |= stored != held;
-    rebuild = evidence_rebuild_wanted_ &&
-              std::chrono::steady_clock::now() >= evidence_rebuild_after_;
+    rebuild = evidence_rebuild_wanted_ && now >= evidence_rebuild_after_;
   }
   if (rebuild) QueueRebuild();
   return absl::OkStatus();
@@ -432,11 +446,11 @@ absl::StatusOr<bool> PlannerState::SyncWithStoreLocked() {
   }
   // Runs stored through another replica (or a refit's import) change the
   // evidence answers are anchored on.
-  ASSIGN_OR_RETURN(int64_t runs, store_->CountRuns());
+  ASSIGN_OR_RETURN(const std::string last, store_->LastRunKey());
   bool stale;
   {
     absl::MutexLock lock(&mu_);
-    stale = runs != evidence_runs_ || evidence_rebuild_wanted_;
+    stale = last != evidence_after_ || evidence_rebuild_wanted_;
   }
   if (stale) EvidenceStale();
   return changed;

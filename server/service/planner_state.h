@@ -86,6 +86,9 @@ class PlannerState {
     // The least time between two evidence rebuilds not asked for by a new
     // planner (UpdateEvidence); stored runs reach answers at once anyway.
     int64_t evidence_rebuild_min_ms = 2000;
+    // How often an update counts the stored runs to find any its listing
+    // missed (UpdateEvidence); a count is linear in the store.
+    int64_t evidence_count_ms = 30000;
   };
 
   // `store`, `metrics` and `executor` must outlive the state. Handlers'
@@ -140,7 +143,7 @@ class PlannerState {
   // and, spaced evidence_rebuild_min_ms and four times the last rebuild
   // apart (at most a fifth of that thread however large the store), when
   // an added run can move the GPU constants or the store holds runs the
-  // listing missed.
+  // listing missed (counted at most every evidence_count_ms).
   absl::Status UpdateEvidence();
   // Queues an UpdateEvidence on the update thread (at most one waits):
   // never blocks, so a gRPC thread may call it after storing a run. The
@@ -238,6 +241,9 @@ class PlannerState {
   // A rebuild is wanted (UpdateEvidence), and not before this time.
   bool evidence_rebuild_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point evidence_rebuild_after_
+      ABSL_GUARDED_BY(mu_);
+  // The next update that counts the stored runs, not before this time.
+  std::chrono::steady_clock::time_point evidence_count_after_
       ABSL_GUARDED_BY(mu_);
   Learner* learner_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<bool> evidence_refresh_queued_{false};

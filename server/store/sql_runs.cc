@@ -36,6 +36,19 @@ absl::StatusOr<int64_t> SqlStore::CountRuns() {
   return count;
 }
 
+absl::StatusOr<std::string> SqlStore::LastRunKey() {
+  int64_t last = 0;
+  RETURN_IF_ERROR(Read([&](Tx& tx) -> absl::Status {
+    ASSIGN_OR_RETURN(
+        SqlRows rows,
+        tx.Query("finding the last run",
+                 "SELECT COALESCE(MAX(seq), 0) FROM measured_runs"));
+    last = rows.Int(0, 0);
+    return absl::OkStatus();
+  }));
+  return last == 0 ? std::string() : absl::StrCat(last);
+}
+
 absl::StatusOr<Page<v1::MeasuredRun>> SqlStore::ListRuns(const PageSpec& page) {
   ASSIGN_OR_RETURN(const int64_t after, SeqAfter(page.after));
   std::vector<std::pair<std::string, v1::MeasuredRun>> entries;

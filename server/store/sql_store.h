@@ -75,6 +75,7 @@ class SqlStore : public Store {
       const std::vector<v1::MeasuredRun>& runs) override;
   absl::StatusOr<Page<v1::MeasuredRun>> ListRuns(const PageSpec& page) override;
   absl::StatusOr<int64_t> CountRuns() override;
+  absl::StatusOr<std::string> LastRunKey() override;
   absl::StatusOr<int64_t> AddDensityRuns(
       const std::vector<v1::DensityRawRun>& runs) override;
   absl::StatusOr<Page<v1::DensityRawRun>> ListDensityRuns(

@@ -86,9 +86,13 @@ class RunStore {
   absl::StatusOr<std::vector<v1::MeasuredRun>> ListRunsAfter(
       std::string* after);
 
-  // How many measured runs are stored (cheap: answers' evidence is rebuilt
-  // when it changes).
+  // How many measured runs are stored (a full count: linear in the runs
+  // on both stores, 0.36 s at a million on SQLite).
   virtual absl::StatusOr<int64_t> CountRuns() = 0;
+  // The key (Page::last_key) of the run stored last; empty when none is.
+  // Cheap (the largest key of an index), for a poll asking whether
+  // anything was stored since.
+  virtual absl::StatusOr<std::string> LastRunKey() = 0;
 };
 
 // Versioned energy curve sets and which one is current.

@@ -278,6 +278,7 @@ TEST_P(PagingStoreTest, EveryListingPagesInItsOrder) {
 TEST_P(PagingStoreTest, ListRunsAfterReadsWhatWasStoredSinceOnce) {
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->LastRunKey(), "");
   std::vector<v1::MeasuredRun> first(1203);
   for (size_t i = 0; i < first.size(); ++i) first[i].set_batch(i + 1);
   ASSERT_EQ(*(*store)->AddRuns(first), 1203);
@@ -289,6 +290,7 @@ TEST_P(PagingStoreTest, ListRunsAfterReadsWhatWasStoredSinceOnce) {
   EXPECT_EQ(read->back().batch(), 1203u);
   const std::string at_end = after;
   EXPECT_FALSE(at_end.empty());
+  EXPECT_EQ(*(*store)->LastRunKey(), at_end);
   // Nothing new: nothing read, the key stays.
   read = (*store)->ListRunsAfter(&after);
   ASSERT_TRUE(read.ok());
@@ -304,6 +306,7 @@ TEST_P(PagingStoreTest, ListRunsAfterReadsWhatWasStoredSinceOnce) {
   EXPECT_EQ((*read)[0].batch(), 5000u);
   EXPECT_EQ((*read)[1].batch(), 5001u);
   EXPECT_NE(after, at_end);
+  EXPECT_EQ(*(*store)->LastRunKey(), after);
 }
 
 TEST_P(PagingStoreTest, AMalformedKeyIsRefused) {
