@@ -282,10 +282,13 @@ int Run() {
       const int before = BasisRuns(stubs[0].get(), plan);
       if (before < 0) continue;
       v1::MeasuredRun run = MakeRun(plan, 0, &rng);
-      run.set_source(absl::StrCat("headroom-million-runs update ", u));
+      run.set_source(absl::StrCat("headroom-million-runs update ", u,
+                                  " of process ", getpid()));
       if (!run.has_measured_peak_gb()) continue;
-      const auto start = Clock::now();
+      // From the commit on (AddRuns also counts every stored run, which
+      // the fleet's path does not).
       if (!(*store)->AddRuns({run}).ok()) continue;
+      const auto start = Clock::now();
       apps[0]->state()->EvidenceStale();
       local_ms.push_back(
           UntilAnswered(stubs[0].get(), plan, before + 1, start));
