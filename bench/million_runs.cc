@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -131,8 +132,9 @@ int BasisRuns(v1::Fit::Stub* stub, const KeyPlan& plan) {
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1,
-                         static_cast<size_t>(p * (values.size() - 1) + 0.5))];
+  const auto at = static_cast<size_t>(
+      std::lround(p * static_cast<double>(values.size() - 1)));
+  return values[std::min(values.size() - 1, at)];
 }
 
 // Polls `stub` until the answer for `plan` rests on `runs` runs; the
@@ -230,6 +232,7 @@ int Run() {
   }
   const double rss_after = RssMb();
   std::vector<std::unique_ptr<v1::Fit::Stub>> stubs;
+  stubs.reserve(apps.size());
   for (const auto& app : apps) {
     stubs.push_back(v1::Fit::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", app->grpc_port()),

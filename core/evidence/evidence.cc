@@ -357,8 +357,9 @@ std::shared_ptr<const Evidence> Evidence::WithRuns(
     std::shared_ptr<Shard>& copy = copies[at];
     if (copy == nullptr) copy = std::make_shared<Shard>(*shards_[at]);
     auto [begin, end] = copy->equal_range(id.first);
-    auto same = std::find_if(begin, end, [&](const auto& held) {
-      return held.second->source == anchor.source;
+    const v1::MeasurementSource source = anchor.source;
+    auto same = std::find_if(begin, end, [source](const auto& held) {
+      return held.second->source == source;
     });
     auto fitted = std::make_shared<const Anchor>(std::move(anchor));
     if (same != end) {
