@@ -240,23 +240,34 @@ int main(int argc, char** argv) {
     threads.emplace_back([d = daemon.get()] { d->Run(); });
   }
   // Long probes pinned to each worker: `seconds` + margin of sampling.
+  // A worker not yet connected (a thousand start on one core) refuses its
+  // probe: retried once a second, for at most 120 s over all of them.
+  const auto submit_end = Clock::now() + std::chrono::seconds(120);
   for (int i = 0; i < n; ++i) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
     headroom::v1::SubmitProbeRequest request;
     request.mutable_model()->set_template_("simple-cnn");
     request.set_worker(absl::StrCat("load-", i));
     request.add_batches(8);
     request.set_executor("sim");
     request.set_steps(static_cast<uint32_t>(seconds + 30));
-    headroom::v1::SubmitProbeResponse response;
-    if (!fleet->SubmitProbe(&context, request, &response).ok()) {
-      std::fprintf(stderr, "submit %d failed\n", i);
+    for (int attempt = 0; attempt < 120; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(10));
+      headroom::v1::SubmitProbeResponse response;
+      const grpc::Status status =
+          fleet->SubmitProbe(&context, request, &response);
+      if (status.ok()) break;
+      if (Clock::now() >= submit_end) {
+        std::fprintf(stderr, "submit %d failed: %s\n", i,
+                     status.error_message().c_str());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }
   int running = 0;
-  const auto ramp_end = Clock::now() + std::chrono::seconds(60);
+  const auto ramp_end = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < ramp_end) {
     SamplesReceived(fleet.get(), &running, nullptr);
     if (running >= n) break;
