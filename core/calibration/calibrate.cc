@@ -217,38 +217,43 @@ absl::StatusOr<Predictions> AnchoredColumn(
   return calibration.loo;
 }
 
-// One source's own global fit, held out by template, and how each of the
-// global and this source's factors predicts the other's runs.
-absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
-                          const std::vector<v1::MeasuredRun>& source_runs,
-                          v1::MeasurementSource source,
-                          const ModelCatalog& catalog,
-                          const FitOptions& global_options,
-                          const PageRules& rules, v1::FactorSet* set) {
-  ASSIGN_OR_RETURN(std::vector<FitSample> samples,
-                   SamplesFor(source_runs, catalog));
-  if (samples.empty()) return absl::OkStatus();
-  // A source measured with today's framework carries its own allocations
-  // (workspaces from the caching allocator), and a few of its runs may be
-  // of models the spec describes badly: a constant, and Huber's loss beyond
-  // a relative error, both chosen held out by template. The choice is the
-  // least biased one (under-predicted runs closest to half), then the most
-  // accurate (median abs error), then the simplest (first tried).
-  const auto heldout_at = [&](const std::vector<v1::MeasuredRun>& runs,
-                              const std::vector<FitSample>& of, double huber,
-                              double constant) {
-    FitOptions options = global_options;
-    options.huber_delta = huber;
-    options.constant_gb = constant;
-    const std::vector<double> heldout = HeldOutPredictions(of, options);
-    Predictions out;
-    size_t next = 0;
-    for (const v1::MeasuredRun& run : runs) {
-      out.push_back(IsUsable(run) ? std::optional<double>(heldout[next++])
-                                  : std::nullopt);
-    }
-    return out;
-  };
+// Each run of `runs` predicted held out by template (nullopt for the runs
+// that are not usable), `of` being the usable runs' samples.
+Predictions HeldOutAt(const std::vector<v1::MeasuredRun>& runs,
+                      const std::vector<FitSample>& of,
+                      const FitOptions& global_options, double huber,
+                      double constant) {
+  FitOptions options = global_options;
+  options.huber_delta = huber;
+  options.constant_gb = constant;
+  const std::vector<double> heldout = HeldOutPredictions(of, options);
+  Predictions out;
+  size_t next = 0;
+  for (const v1::MeasuredRun& run : runs) {
+    out.push_back(IsUsable(run) ? std::optional<double>(heldout[next++])
+                                : std::nullopt);
+  }
+  return out;
+}
+
+// A source's chosen constant and Huber delta, with its runs' held-out
+// predictions under them.
+struct SourceChoice {
+  double constant = 0;
+  double huber = 0;
+  Predictions heldout;
+};
+
+// A source measured with today's framework carries its own allocations
+// (workspaces from the caching allocator), and a few of its runs may be of
+// models the spec describes badly: a constant, and Huber's loss beyond a
+// relative error, both chosen held out by template. The choice is the
+// least biased one (under-predicted runs closest to half), then the most
+// accurate (median abs error), then the simplest (first tried).
+SourceChoice ChooseSourceFit(const std::vector<v1::MeasuredRun>& source_runs,
+                             const std::vector<FitSample>& samples,
+                             const FitOptions& global_options,
+                             const PageRules& rules) {
   // The runs (and their samples) the candidates are compared on.
   const bool sampled = samples.size() > kMaxChoiceRuns;
   std::vector<v1::MeasuredRun> choice_runs;
@@ -269,14 +274,13 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
       sampled ? choice_runs : source_runs;
   const std::vector<FitSample>& compared_samples =
       sampled ? choice_samples : samples;
-  double constant = 0, huber = 0;
-  Predictions heldout_runs;
+  SourceChoice choice;
   std::pair<int, double> best = {-1, 0};
   for (double delta : kHuberDeltas) {
     for (int step = 0; step <= kConstantSteps; ++step) {
       const double candidate = step * kConstantStepGb;
-      Predictions predictions =
-          heldout_at(compared, compared_samples, delta, candidate);
+      Predictions predictions = HeldOutAt(compared, compared_samples,
+                                          global_options, delta, candidate);
       const v1::ColumnSummary summary =
           SummarizeColumn(compared, predictions, rules);
       const std::pair<int, double> score = {
@@ -284,13 +288,35 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
           summary.median_abs_err()};
       if (best.first < 0 || score < best) {
         best = score;
-        constant = candidate;
-        huber = delta;
-        heldout_runs = std::move(predictions);
+        choice.constant = candidate;
+        choice.huber = delta;
+        choice.heldout = std::move(predictions);
       }
     }
   }
-  if (sampled) heldout_runs = heldout_at(source_runs, samples, huber, constant);
+  if (sampled) {
+    choice.heldout = HeldOutAt(source_runs, samples, global_options,
+                               choice.huber, choice.constant);
+  }
+  return choice;
+}
+
+// One source's own global fit, held out by template, and how each of the
+// global and this source's factors predicts the other's runs.
+absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
+                          const std::vector<v1::MeasuredRun>& source_runs,
+                          v1::MeasurementSource source,
+                          const ModelCatalog& catalog,
+                          const FitOptions& global_options,
+                          const PageRules& rules, v1::FactorSet* set) {
+  ASSIGN_OR_RETURN(std::vector<FitSample> samples,
+                   SamplesFor(source_runs, catalog));
+  if (samples.empty()) return absl::OkStatus();
+  const SourceChoice choice =
+      ChooseSourceFit(source_runs, samples, global_options, rules);
+  const double constant = choice.constant;
+  const double huber = choice.huber;
+  const Predictions& heldout_runs = choice.heldout;
   FitOptions options = global_options;
   options.constant_gb = constant;
   options.huber_delta = huber;

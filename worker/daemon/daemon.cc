@@ -271,6 +271,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
       absl::MutexLock lock(&mu_);
       ++counters_.connects;
       outbox_.clear();
+      welcomed_ = false;
     }
     connected_ = true;
     std::atomic<bool> stream_ok{true};
@@ -288,6 +289,7 @@ bool WorkerDaemon::Serve(v1::Fleet::Stub* stub, grpc::Status* ended) {
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
+    welcomed_ = false;
   }
   return welcomed;
 }
@@ -309,6 +311,7 @@ void WorkerDaemon::Handle(const v1::PlannerMessage& message) {
       // stores each run once. One queued meanwhile may go twice: stored
       // once too.
       outbox_.clear();
+      welcomed_ = true;
       for (const std::string& key : unacked_order_) {
         auto it = unacked_.find(key);
         if (it == unacked_.end()) continue;
@@ -506,7 +509,8 @@ void WorkerDaemon::QueueResultLocked(v1::ProbeResult result) {
   v1::WorkerMessage message;
   *message.mutable_result() = result;
   unacked_[key] = std::move(result);
-  outbox_.push_back(std::move(message));
+  // Before the welcome it goes with the re-send, in the order made.
+  if (welcomed_) outbox_.push_back(std::move(message));
   ++counters_.results_sent;
   cv_.SignalAll();
 }

@@ -140,6 +140,11 @@ class WorkerDaemon {
   std::deque<std::string> unacked_order_ ABSL_GUARDED_BY(mu_);
   // Results to write now.
   std::deque<v1::WorkerMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  // The live stream's planner has welcomed the worker. Until then a new
+  // result waits in unacked_ and goes with the welcome's re-send, after
+  // every older one: a last result written before them would end its
+  // assignment while they are still unstored.
+  bool welcomed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::pair<std::string, v1::Sample>> samples_ ABSL_GUARDED_BY(mu_);
   std::string running_assignment_ ABSL_GUARDED_BY(mu_);
   std::string running_probe_ ABSL_GUARDED_BY(mu_);

@@ -2,7 +2,12 @@
 // first fails, debug lines only while it retries, one when connected, and
 // one again after a disconnect. And the worker id it defaults to.
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -150,6 +155,129 @@ TEST(DaemonConnectTest, WaitsQuietlyForThePlannerAndSaysOnceWhenConnected) {
   daemon.Stop();
   run.join();
   spdlog::set_default_logger(previous);
+}
+
+// Runs every batch of an assignment at once, measuring nothing real.
+class InstantExecutor final : public Executor {
+ public:
+  std::string name() const override { return "instant"; }
+  ExecutionOutcome Run(const v1::Assignment& assignment, ExecutionSink* sink,
+                       const std::atomic<StopReason>& /*stop*/) override {
+    for (const v1::BatchRun& run : assignment.runs()) {
+      v1::BatchResult result;
+      result.set_batch(run.batch());
+      result.set_peak_allocated_gb(1.0);
+      sink->BatchDone(run, std::move(result));
+    }
+    return {};
+  }
+};
+
+// A planner that assigns work before it welcomes the worker, and welcomes
+// it only once `ready` holds; it records the key of every result it reads.
+class SlowWelcomeFleet final : public v1::Fleet::Service {
+ public:
+  explicit SlowWelcomeFleet(std::function<bool()> ready)
+      : ready_(std::move(ready)) {}
+
+  std::vector<std::string> keys() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return keys_;
+  }
+
+ private:
+  grpc::Status Connect(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<v1::PlannerMessage, v1::WorkerMessage>* stream)
+      override {
+    v1::WorkerMessage message;
+    if (!stream->Read(&message)) return grpc::Status::OK;
+    std::thread reader([&] {
+      v1::WorkerMessage in;
+      while (stream->Read(&in)) {
+        if (!in.has_result()) continue;
+        std::lock_guard<std::mutex> lock(mu_);
+        keys_.push_back(in.result().key());
+      }
+    });
+    v1::PlannerMessage assign;
+    v1::Assignment& assignment = *assign.mutable_assignment();
+    assignment.set_assignment_id("p-2.1");
+    assignment.set_probe_id("p-2");
+    for (uint32_t batch : {8u, 16u}) assignment.add_runs()->set_batch(batch);
+    stream->Write(assign);
+    if (WaitFor(ready_)) {
+      v1::PlannerMessage welcome;
+      welcome.mutable_welcome()->set_heartbeat_ms(60000);
+      stream->Write(welcome);
+    }
+    reader.join();
+    return grpc::Status::OK;
+  }
+
+  std::function<bool()> ready_;
+  std::mutex mu_;
+  std::vector<std::string> keys_;
+};
+
+TEST(DaemonConnectTest, ResultsMadeBeforeTheWelcomeGoAfterOlderOnes) {
+  // A result an earlier run of the worker left unacknowledged.
+  const std::string journal =
+      ::testing::TempDir() + "/daemon-order-" + std::to_string(getpid());
+  std::filesystem::remove_all(journal);
+  {
+    auto opened = ResultJournal::Open(journal, {});
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    v1::ProbeResult old;
+    old.set_key("p-1/32/0");
+    old.set_probe_id("p-1");
+    old.set_assignment_id("p-1.1");
+    old.mutable_batch()->set_batch(32);
+    ASSERT_TRUE((*opened)->Add(old).ok());
+  }
+
+  std::unique_ptr<WorkerDaemon> daemon;
+  std::atomic<bool> made{false};
+  // Welcomed only once the new assignment's two batches and its last
+  // result are made (and, before the fix, already written).
+  SlowWelcomeFleet fleet([&] { return made.load(); });
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = [&] {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&fleet);
+    return builder.BuildAndStart();
+  }();
+  ASSERT_GT(port, 0);
+
+  DaemonOptions options;
+  options.planner = "127.0.0.1:" + std::to_string(port);
+  options.worker_id = "w-order";
+  options.hostname = "w-order";
+  options.journal_dir = journal;
+  options.shutdown_grace = std::chrono::milliseconds(0);
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<InstantExecutor>());
+  daemon = std::make_unique<WorkerDaemon>(options, std::move(executors));
+  std::thread watch([&] {
+    made = WaitFor([&] { return daemon->counters().results_sent >= 3; });
+  });
+  std::thread run([&] { daemon->Run(); });
+  watch.join();
+  EXPECT_TRUE(made.load()) << "the assignment's results were not made";
+
+  // The old result first, then the new ones in the order made: the last
+  // result never arrives before a batch of its assignment.
+  EXPECT_TRUE(WaitFor([&] { return fleet.keys().size() >= 4; }));
+  const std::vector<std::string> keys = fleet.keys();
+  EXPECT_THAT(keys, ::testing::ElementsAre("p-1/32/0", "p-2/8/0", "p-2/16/0",
+                                           "p-2.1/final"));
+
+  daemon->Stop();
+  server->Shutdown(std::chrono::system_clock::now());
+  run.join();
+  std::filesystem::remove_all(journal);
 }
 
 TEST(DefaultWorkerIdTest, IsTheHostAndTheFirstGpusCatalogKind) {
