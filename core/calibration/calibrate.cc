@@ -314,12 +314,9 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
   if (samples.empty()) return absl::OkStatus();
   const SourceChoice choice =
       ChooseSourceFit(source_runs, samples, global_options, rules);
-  const double constant = choice.constant;
-  const double huber = choice.huber;
-  const Predictions& heldout_runs = choice.heldout;
   FitOptions options = global_options;
-  options.constant_gb = constant;
-  options.huber_delta = huber;
+  options.constant_gb = choice.constant;
+  options.huber_delta = choice.huber;
   const FitResult fit = FitFactors(samples, options);
   int big = 0;
   for (const v1::MeasuredRun& run : source_runs) {
@@ -332,13 +329,13 @@ absl::Status AddSourceFit(const std::vector<v1::MeasuredRun>& global_runs,
   out->set_source(SourceName(source));
   *out->mutable_factors() = FactorsFromArray(fit.factors);
   out->set_constant_gb(fit.constant_gb);
-  out->set_huber_delta(huber);
+  out->set_huber_delta(choice.huber);
   out->set_runs(static_cast<int>(samples.size()));
-  *out->mutable_heldout() = SummarizeColumn(source_runs, heldout_runs, rules);
+  *out->mutable_heldout() = SummarizeColumn(source_runs, choice.heldout, rules);
   absl::StatusOr<double> k90 =
-      UpperBoundK(source_runs, heldout_runs, 0.9, rules);
+      UpperBoundK(source_runs, choice.heldout, 0.9, rules);
   absl::StatusOr<double> k95 =
-      UpperBoundK(source_runs, heldout_runs, 0.95, rules);
+      UpperBoundK(source_runs, choice.heldout, 0.95, rules);
   out->set_k90(k90.ok() ? *k90 : set->k90());
   out->set_k95(k95.ok() ? *k95 : set->k95());
   out->set_usable_as_prior(big >= kMinPriorRuns && k90.ok() && k95.ok());

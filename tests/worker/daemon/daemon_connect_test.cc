@@ -74,7 +74,7 @@ class WelcomingFleet final : public v1::Fleet::Service {
   }
 };
 
-std::unique_ptr<grpc::Server> StartFleet(WelcomingFleet* service,
+std::unique_ptr<grpc::Server> StartFleet(v1::Fleet::Service* service,
                                          const std::string& address,
                                          int* port) {
   grpc::ServerBuilder builder;
@@ -242,13 +242,8 @@ TEST(DaemonConnectTest, ResultsMadeBeforeTheWelcomeGoAfterOlderOnes) {
   // result are made (and, before the fix, already written).
   SlowWelcomeFleet fleet([&] { return made.load(); });
   int port = 0;
-  std::unique_ptr<grpc::Server> server = [&] {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&fleet);
-    return builder.BuildAndStart();
-  }();
+  std::unique_ptr<grpc::Server> server =
+      StartFleet(&fleet, "127.0.0.1:0", &port);
   ASSERT_GT(port, 0);
 
   DaemonOptions options;
